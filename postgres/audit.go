@@ -1,0 +1,48 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// registry_changelog is the one audit channel. GCOS's own rows use entity_type 'governance_*' and changed_by
+// 'gcos:<actor>', which is how the intake tail recognises (and skips) its own echo.
+
+const auditInsertSQL = `
+INSERT INTO registry_changelog (entity_type, entity_code, action, "timestamp", alert_level, resolved, changed_by, alert_detail)
+VALUES ($1, $2, $3, now(), $4, true, $5, $6)
+RETURNING id`
+
+// AuditEntry is one audit row.
+type AuditEntry struct {
+	EntityType string // governance_snapshot, governance_ruleset, governance_intake, governance_dlq, governance_prune, ...
+	EntityCode string
+	Action     string
+	AlertLevel string // info unless stated
+	Actor      string
+	Detail     map[string]any
+}
+
+// audit writes one registry_changelog row inside tx and returns its id.
+func audit(ctx context.Context, tx pgx.Tx, e AuditEntry) (int64, error) {
+	detail, err := json.Marshal(e.Detail)
+	if err != nil {
+		return 0, fmt.Errorf("audit %s %s: %w", e.EntityType, e.Action, err)
+	}
+	level := e.AlertLevel
+	if level == "" {
+		level = "info"
+	}
+	actor := e.Actor
+	if actor == "" {
+		actor = "gcos"
+	}
+	var id int64
+	if err := tx.QueryRow(ctx, auditInsertSQL, e.EntityType, e.EntityCode, e.Action, level, "gcos:"+actor, string(detail)).Scan(&id); err != nil {
+		return 0, fmt.Errorf("audit %s %s: %w", e.EntityType, e.Action, err)
+	}
+	return id, nil
+}

@@ -1,0 +1,196 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// Findings live in system_issues, one open row per coalesce_key. system_issues is a substrate table GCOS may not
+// alter, so there is no unique index to lean on: a transaction-scoped advisory lock on the key serialises raisers.
+// The ruleset a finding was last raised under is kept in business_logic_hash (the identity of the business logic
+// that judged it), which is what keys auto-close by (coalesce_key, ruleset_version).
+
+const findingLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('gcos.finding:' || $1, 0))`
+
+const findingOpenSQL = `
+SELECT id, occurrence_count FROM system_issues
+WHERE coalesce_key = $1 AND status = 'open'
+ORDER BY id LIMIT 1`
+
+const findingRepeatSQL = `
+UPDATE system_issues
+SET occurrence_count = occurrence_count + 1, last_seen_at = now(), severity = $2, run_id = coalesce($3, run_id),
+    business_logic_hash = coalesce($4, business_logic_hash), evidence_snapshot = $5
+WHERE id = $1`
+
+const findingLastClosedSQL = `
+SELECT id, occurrence_count FROM system_issues
+WHERE coalesce_key = $1 AND status = 'resolved'
+ORDER BY id DESC LIMIT 1`
+
+const findingReopenSQL = `
+UPDATE system_issues
+SET status = 'open', reopen_count = reopen_count + 1, occurrence_count = occurrence_count + 1, resolved_at = NULL,
+    last_seen_at = now(), severity = $2, run_id = coalesce($3, run_id),
+    business_logic_hash = coalesce($4, business_logic_hash), evidence_snapshot = $5
+WHERE id = $1`
+
+const findingInsertSQL = `
+INSERT INTO system_issues (issue_type, severity, coalesce_key, occurrence_count, reopen_count, business_logic_hash,
+                           run_id, evidence_snapshot, status, first_seen_at, last_seen_at)
+VALUES ($1, $2, $3, 1, 0, $4, $5, $6, 'open', now(), now())
+RETURNING id`
+
+// RaiseFinding records f: a new open row, a repeat of the open row (occurrence_count+1, severity escalated), or
+// the re-opening of a resolved one (reopen_count+1). It returns the system_issues id.
+func (s *Store) RaiseFinding(ctx context.Context, f gcos.Finding) (int64, error) {
+	var id int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		id, err = raiseFinding(ctx, tx, f)
+		return err
+	})
+	return id, err
+}
+
+func raiseFinding(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
+	key := gcos.CoalesceKey(f.Type, f.Subject)
+	evidence, err := json.Marshal(f.Evidence)
+	if err != nil {
+		return 0, fmt.Errorf("raise %s: evidence: %w", f.Type, err)
+	}
+	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
+		return 0, fmt.Errorf("raise %s: lock: %w", f.Type, err)
+	}
+	runID, ruleset := nullIfEmpty(f.RunID), nullIfEmpty(f.RulesetVersion)
+	var id int64
+	var occurrences int
+	err = tx.QueryRow(ctx, findingOpenSQL, key).Scan(&id, &occurrences)
+	switch {
+	case err == nil:
+		sev := gcos.Escalate(f.Type, occurrences+1)
+		if _, err := tx.Exec(ctx, findingRepeatSQL, id, string(sev), runID, ruleset, evidence); err != nil {
+			return 0, fmt.Errorf("raise %s: repeat: %w", f.Type, err)
+		}
+		return id, nil
+	case err != pgx.ErrNoRows:
+		return 0, fmt.Errorf("raise %s: %w", f.Type, err)
+	}
+	err = tx.QueryRow(ctx, findingLastClosedSQL, key).Scan(&id, &occurrences)
+	switch {
+	case err == nil:
+		sev := gcos.Escalate(f.Type, occurrences+1)
+		if _, err := tx.Exec(ctx, findingReopenSQL, id, string(sev), runID, ruleset, evidence); err != nil {
+			return 0, fmt.Errorf("raise %s: reopen: %w", f.Type, err)
+		}
+		return id, nil
+	case err != pgx.ErrNoRows:
+		return 0, fmt.Errorf("raise %s: %w", f.Type, err)
+	}
+	sev := gcos.Escalate(f.Type, 1)
+	if err := tx.QueryRow(ctx, findingInsertSQL, string(f.Type), string(sev), key, ruleset, runID, evidence).Scan(&id); err != nil {
+		return 0, fmt.Errorf("raise %s: insert: %w", f.Type, err)
+	}
+	return id, nil
+}
+
+const findingResolveSQL = `
+UPDATE system_issues SET status = 'resolved', resolved_at = now()
+WHERE coalesce_key = $1 AND status = 'open' AND ($2::text IS NULL OR business_logic_hash = $2)`
+
+// ResolveFinding auto-closes the open finding of (issueType, subject) when its condition has cleared. With a
+// non-empty rulesetVersion only a finding last raised under that ruleset closes, so a clean result under an old
+// ruleset cannot mask a finding raised under a newer one. It reports whether a row was closed.
+func (s *Store) ResolveFinding(ctx context.Context, issueType gcos.IssueType, subject, rulesetVersion string) (bool, error) {
+	var closed bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		closed, err = resolveFinding(ctx, tx, issueType, subject, rulesetVersion)
+		return err
+	})
+	return closed, err
+}
+
+func resolveFinding(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, subject, rulesetVersion string) (bool, error) {
+	key := gcos.CoalesceKey(issueType, subject)
+	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
+		return false, fmt.Errorf("resolve %s: lock: %w", issueType, err)
+	}
+	tag, err := tx.Exec(ctx, findingResolveSQL, key, nullIfEmpty(rulesetVersion))
+	if err != nil {
+		return false, fmt.Errorf("resolve %s: %w", issueType, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// FindingRow is one system_issues row as GCOS reports it.
+type FindingRow struct {
+	ID              int64           `json:"id"`
+	IssueType       string          `json:"issue_type"`
+	Severity        string          `json:"severity"`
+	CoalesceKey     string          `json:"coalesce_key"`
+	OccurrenceCount int             `json:"occurrence_count"`
+	ReopenCount     int             `json:"reopen_count"`
+	RulesetVersion  *string         `json:"ruleset_version"`
+	RunID           *string         `json:"run_id"`
+	Status          string          `json:"status"`
+	Evidence        json.RawMessage `json:"evidence"`
+	FirstSeenAt     any             `json:"first_seen_at"`
+	LastSeenAt      any             `json:"last_seen_at"`
+	ResolvedAt      any             `json:"resolved_at"`
+}
+
+// FindingFilter narrows ListFindings.
+type FindingFilter struct {
+	OpenOnly  bool
+	IssueType string
+	Limit     int
+}
+
+// ListFindings returns GCOS's findings (coalesce keys starting with "gov:"), newest first.
+func (s *Store) ListFindings(ctx context.Context, f FindingFilter) ([]FindingRow, error) {
+	if f.Limit <= 0 || f.Limit > 1000 {
+		f.Limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, issue_type, severity, coalesce_key, occurrence_count, reopen_count, business_logic_hash, run_id,
+		       status, coalesce(evidence_snapshot::jsonb, '{}'::jsonb), first_seen_at, last_seen_at, resolved_at
+		FROM system_issues
+		WHERE coalesce_key LIKE 'gov:%' AND (NOT $1 OR status = 'open') AND ($2 = '' OR issue_type = $2)
+		ORDER BY last_seen_at DESC, id DESC LIMIT $3`, f.OpenOnly, f.IssueType, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list findings: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FindingRow, error) {
+		var x FindingRow
+		err := r.Scan(&x.ID, &x.IssueType, &x.Severity, &x.CoalesceKey, &x.OccurrenceCount, &x.ReopenCount,
+			&x.RulesetVersion, &x.RunID, &x.Status, &x.Evidence, &x.FirstSeenAt, &x.LastSeenAt, &x.ResolvedAt)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list findings: %w", err)
+	}
+	return out, nil
+}
+
+// OpenFindingExists reports whether an open finding of issueType (any subject) exists.
+func (s *Store) OpenFindingExists(ctx context.Context, issueType gcos.IssueType) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues WHERE issue_type = $1 AND status = 'open' AND coalesce_key LIKE 'gov:%')`, string(issueType)).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("check open %s: %w", issueType, err)
+	}
+	return ok, nil
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -1,0 +1,2 @@
+DROP TABLE governance_group;
+DROP TABLE governance_ruleset;

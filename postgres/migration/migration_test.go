@@ -1,0 +1,179 @@
+package migration_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos/postgres/migration"
+	"gcos/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// schemaSignature renders every table, column, constraint, index and view of the public schema, so two schemas can
+// be compared exactly.
+func schemaSignature(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var sig string
+	err := pool.QueryRow(context.Background(), `
+		SELECT coalesce(string_agg(line, E'\n' ORDER BY line), '') FROM (
+			SELECT 'col ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '') AS line
+			FROM information_schema.columns WHERE table_schema = 'public'
+			UNION ALL
+			SELECT 'con ' || conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+			FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+			UNION ALL
+			SELECT 'idx ' || indexname || ' ' || indexdef FROM pg_indexes WHERE schemaname = 'public'
+			UNION ALL
+			SELECT 'view ' || viewname || ' ' || definition FROM pg_views WHERE schemaname = 'public'
+			UNION ALL
+			SELECT 'fn ' || proname || ' ' || md5(prosrc) FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+			UNION ALL
+			SELECT 'trg ' || tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+			WHERE c.relnamespace = 'public'::regnamespace AND NOT tgisinternal
+		) s WHERE line NOT LIKE '%gcos_schema_migration%'`).Scan(&sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sig
+}
+
+func TestUpDownUpRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewEmptyDB(t)
+	m, err := migration.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty := schemaSignature(t, pool)
+	applied, err := m.Up(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != m.Latest() {
+		t.Fatalf("applied %v, want %d steps", applied, m.Latest())
+	}
+	first := schemaSignature(t, pool)
+	if first == empty {
+		t.Fatal("up changed nothing")
+	}
+	again, err := m.Up(ctx)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second up applied %v, err %v; want nothing", again, err)
+	}
+	reverted, err := m.Down(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reverted) != m.Latest() {
+		t.Fatalf("reverted %v", reverted)
+	}
+	if diff := cmp.Diff(empty, schemaSignature(t, pool)); diff != "" {
+		t.Fatalf("down did not restore the empty schema (-want +got):\n%s", diff)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(first, schemaSignature(t, pool)); diff != "" {
+		t.Fatalf("up → down → up changed the schema (-first +second):\n%s", diff)
+	}
+	st, err := m.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if !s.Applied {
+			t.Fatalf("step %d not applied after up", s.Version)
+		}
+	}
+}
+
+func TestEachStepDownRestoresPreviousSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewEmptyDB(t)
+	m, err := migration.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Walk up one step at a time by applying all and reverting, recording each level's signature.
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sigs := map[int]string{m.Latest(): schemaSignature(t, pool)}
+	for v := m.Latest(); v > 0; v-- {
+		if _, err := m.Down(ctx, 1); err != nil {
+			t.Fatalf("down from %d: %v", v, err)
+		}
+		sigs[v-1] = schemaSignature(t, pool)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := schemaSignature(t, pool); got != sigs[m.Latest()] {
+		t.Fatal("re-applying every step gave a different schema")
+	}
+}
+
+func TestConcurrentMigratorsApplyEachStepOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewEmptyDB(t)
+	errs := make(chan error, 4)
+	counts := make(chan int, 4)
+	for range 4 {
+		go func() {
+			m, err := migration.New(pool)
+			if err != nil {
+				errs <- err
+				return
+			}
+			applied, err := m.Up(ctx)
+			counts <- len(applied)
+			errs <- err
+		}()
+	}
+	total := 0
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		total += <-counts
+	}
+	m, _ := migration.New(pool)
+	if total != m.Latest() {
+		t.Fatalf("steps applied across 4 concurrent migrators = %d, want %d", total, m.Latest())
+	}
+}
+
+func TestParseRefusesBadSets(t *testing.T) {
+	t.Parallel()
+	cases := map[string]fstest.MapFS{
+		"no down": {"001_a.up.sql": {Data: []byte("SELECT 1")}},
+		"gap": {
+			"001_a.up.sql": {Data: []byte("SELECT 1")}, "001_a.down.sql": {Data: []byte("SELECT 1")},
+			"003_c.up.sql": {Data: []byte("SELECT 1")}, "003_c.down.sql": {Data: []byte("SELECT 1")},
+		},
+		"duplicate": {
+			"001_a.up.sql": {Data: []byte("SELECT 1")}, "001_a.down.sql": {Data: []byte("SELECT 1")},
+			"001_b.up.sql": {Data: []byte("SELECT 1")},
+		},
+		"bad name": {"1_a.up.sql": {Data: []byte("SELECT 1")}},
+	}
+	for name, fsys := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := migration.ParseFS(fsys); err == nil {
+				t.Fatalf("%s: accepted", name)
+			} else if !strings.Contains(err.Error(), "migration") {
+				t.Fatalf("%s: unclear error %v", name, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,129 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos"
+	"gcos/postgres/migration"
+	"gcos/postgres/substrate"
+)
+
+// Store is GCOS's handle on its PostgreSQL database.
+type Store struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	cfg    gcos.Config
+}
+
+// Open connects to dsn. The caller closes the Store.
+func Open(ctx context.Context, dsn string, cfg gcos.Config, logger *slog.Logger) (*Store, error) {
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, gcos.Errorf(gcos.EINVALID, "database url: %v", err)
+	}
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "gcos"
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, gcos.Errorf(gcos.EUNAVAILABLE, "connect to PostgreSQL: %v", err)
+	}
+	return New(pool, cfg, logger), nil
+}
+
+// New wraps an existing pool (tests hand one in).
+func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, logger: logger, cfg: cfg}
+}
+
+// Pool exposes the connection pool to sibling packages that run their own SQL (workers, tests).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Config is the configuration the store was opened with.
+func (s *Store) Config() gcos.Config { return s.cfg }
+
+// Close releases every connection.
+func (s *Store) Close() { s.pool.Close() }
+
+// PrepareOptions says how far Prepare may go.
+type PrepareOptions struct {
+	CreateSubstrate bool // greenfield only: create absent substrate tables
+}
+
+// PrepareResult reports what Prepare did and found.
+type PrepareResult struct {
+	CreatedSubstrate []string         `json:"created_substrate"`
+	Migrated         []int            `json:"migrated"`
+	Substrate        substrate.Report `json:"substrate"`
+}
+
+// Prepare optionally creates the substrate, verifies it (refusing to go on when a required column is missing),
+// and applies GCOS's own migrations.
+func (s *Store) Prepare(ctx context.Context, opts PrepareOptions) (PrepareResult, error) {
+	var res PrepareResult
+	if opts.CreateSubstrate {
+		created, err := substrate.Create(ctx, s.pool)
+		if err != nil {
+			return res, err
+		}
+		res.CreatedSubstrate = created
+	}
+	rep, err := substrate.Verify(ctx, s.pool)
+	if err != nil {
+		return res, err
+	}
+	res.Substrate = rep
+	if err := rep.Err(); err != nil {
+		return res, gcos.Errorf(gcos.EINVALID, "%v", err)
+	}
+	for _, stmt := range rep.MissingIndexes {
+		s.logger.Warn("substrate index missing; run it to keep GCOS fast", "statement", stmt)
+	}
+	m, err := migration.New(s.pool)
+	if err != nil {
+		return res, err
+	}
+	applied, err := m.Up(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Migrated = applied
+	return res, nil
+}
+
+// inTx runs fn in one transaction.
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// mapError normalises driver errors at the edge so pgx never leaks upward.
+func mapError(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return gcos.Errorf(gcos.ENOTFOUND, "%s: not found", what)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505":
+			return gcos.Errorf(gcos.ECONFLICT, "%s: %s", what, pgErr.Message)
+		case "23514", "22P02", "23502":
+			return gcos.Errorf(gcos.EINVALID, "%s: %s", what, pgErr.Message)
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
