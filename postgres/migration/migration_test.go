@@ -11,9 +11,20 @@ import (
 
 	"gcos/postgres/migration"
 	"gcos/postgres/pgtest"
+	"gcos/postgres/substrate"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// substrateDB is an empty database with only the substrate tables, which GCOS's views read.
+func substrateDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.NewEmptyDB(t)
+	if _, err := substrate.Create(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
 
 // schemaSignature renders every table, column, constraint, index and view of the public schema, so two schemas can
 // be compared exactly.
@@ -46,7 +57,7 @@ func schemaSignature(t *testing.T, pool *pgxpool.Pool) string {
 func TestUpDownUpRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewEmptyDB(t)
+	pool := substrateDB(t)
 	m, err := migration.New(pool)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +108,7 @@ func TestUpDownUpRoundTrip(t *testing.T) {
 func TestEachStepDownRestoresPreviousSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewEmptyDB(t)
+	pool := substrateDB(t)
 	m, err := migration.New(pool)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +135,7 @@ func TestEachStepDownRestoresPreviousSchema(t *testing.T) {
 func TestConcurrentMigratorsApplyEachStepOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewEmptyDB(t)
+	pool := substrateDB(t)
 	errs := make(chan error, 4)
 	counts := make(chan int, 4)
 	for range 4 {

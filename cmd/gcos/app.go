@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"gcos"
+	"gcos/embeddedpg"
+	"gcos/postgres"
+)
+
+// app holds what every command shares: global flags, configuration, logger and (once opened) the store.
+type app struct {
+	stdout, stderr io.Writer
+
+	databaseURL string
+	dataDir     string
+	configPath  string
+	jsonOut     bool
+	logLevel    string
+
+	cfg     gcos.Config
+	logger  *slog.Logger
+	store   *postgres.Store
+	cluster *embeddedpg.Cluster
+}
+
+func newApp(stdout, stderr io.Writer) *app {
+	return &app{stdout: stdout, stderr: stderr}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "gcos",
+		Short:         "GCOS keeps fail-closed, decaying governance verdicts per group of born objects",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.setup()
+		},
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&a.databaseURL, "database-url", os.Getenv("GCOS_DATABASE_URL"), "PostgreSQL URL (env GCOS_DATABASE_URL); empty starts the embedded cluster in --data-dir")
+	f.StringVar(&a.dataDir, "data-dir", envOr("GCOS_DATA_DIR", "./.gcos"), "data directory of the embedded PostgreSQL (env GCOS_DATA_DIR)")
+	f.StringVar(&a.configPath, "config", os.Getenv("GCOS_CONFIG"), "configuration file, JSON (env GCOS_CONFIG)")
+	f.BoolVar(&a.jsonOut, "json", false, "machine-readable JSON output")
+	f.StringVar(&a.logLevel, "log-level", envOr("GCOS_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
+	root.AddCommand(a.migrateCommand(), a.worldCommand(), a.upCommand())
+	for _, add := range extraCommands {
+		root.AddCommand(add(a))
+	}
+	return root
+}
+
+// extraCommands lets each command file register itself without main.go knowing every command.
+var extraCommands []func(*app) *cobra.Command
+
+func (a *app) execute(ctx context.Context, args []string) int {
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	err := root.ExecuteContext(ctx)
+	a.close()
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			a.reportError(ee.err)
+		}
+		return ee.code
+	}
+	a.reportError(err)
+	return 1
+}
+
+func (a *app) reportError(err error) {
+	if a.jsonOut {
+		_ = json.NewEncoder(a.stdout).Encode(map[string]any{"error": map[string]string{"code": gcos.ErrorCode(err), "message": err.Error()}})
+		return
+	}
+	fmt.Fprintln(a.stderr, "gcos:", err)
+}
+
+func (a *app) setup() error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(a.logLevel)); err != nil {
+		return gcos.Errorf(gcos.EINVALID, "--log-level: %q is not one of debug, info, warn, error", a.logLevel)
+	}
+	a.logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg, err := gcos.LoadConfig(a.configPath)
+	if err != nil {
+		return err
+	}
+	cfg.ApplyEnv(os.Getenv)
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	a.cfg = cfg
+	return nil
+}
+
+// open connects to the configured database, starting the embedded cluster when no URL is given.
+func (a *app) open(ctx context.Context) (*postgres.Store, error) {
+	if a.store != nil {
+		return a.store, nil
+	}
+	dsn := a.databaseURL
+	if dsn == "" {
+		dir, err := filepath.Abs(a.dataDir)
+		if err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		cluster, err := embeddedpg.Start(ctx, embeddedpg.Config{DataDir: dir, Logger: a.logger})
+		if err != nil {
+			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
+		}
+		a.cluster = cluster
+		dsn = cluster.DSN()
+		a.logger.Debug("embedded PostgreSQL started", "data_dir", dir)
+	}
+	store, err := postgres.Open(ctx, dsn, a.cfg, a.logger)
+	if err != nil {
+		return nil, err
+	}
+	a.store = store
+	return store, nil
+}
+
+// openPrepared opens the store and makes sure the substrate verifies and GCOS's schema is current.
+func (a *app) openPrepared(ctx context.Context, createSubstrate bool) (*postgres.Store, error) {
+	store, err := a.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: createSubstrate}); err != nil {
+		return nil, err
+	}
+	return store, nil
+}
+
+func (a *app) close() {
+	if a.store != nil {
+		a.store.Close()
+		a.store = nil
+	}
+	if a.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := a.cluster.Stop(ctx); err != nil {
+			a.logger.Error("stop embedded PostgreSQL", "err", err)
+		}
+		a.cluster = nil
+	}
+}
+
+// print writes v as JSON with --json, else the human text.
+func (a *app) print(v any, human string) error {
+	if a.jsonOut {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	if !strings.HasSuffix(human, "\n") {
+		human += "\n"
+	}
+	_, err := io.WriteString(a.stdout, human)
+	return err
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"gcos/world"
+)
+
+func (a *app) worldCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "world", Short: "the synthetic world (demo, tests, benchmarks)"}
+	var opts world.Options
+	gen := &cobra.Command{
+		Use:   "generate",
+		Short: "load a deterministic synthetic world of the live size into an empty greenfield database",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			store, err := a.openPrepared(cmd.Context(), true)
+			if err != nil {
+				return err
+			}
+			if !a.jsonOut {
+				opts.Progress = a.stderr
+			}
+			opts.Logger = a.logger
+			sum, err := world.Generate(cmd.Context(), store.Pool(), opts)
+			if err != nil {
+				return err
+			}
+			return a.print(sum, sum.String())
+		},
+	}
+	gen.Flags().IntVar(&opts.Births, "births", 0, "births to generate (default 1,037,724)")
+	gen.Flags().IntVar(&opts.Children, "children", 0, "inherited children to add under one container")
+	gen.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed; the same seed gives the same rows")
+	var n int
+	var seed uint64
+	children := &cobra.Command{
+		Use:   "add-children",
+		Short: "add N inherited children under one container of an existing world",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			store, err := a.openPrepared(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			ref, err := world.AddChildren(cmd.Context(), store.Pool(), n, seed)
+			if err != nil {
+				return err
+			}
+			return a.print(map[string]any{"container": ref.String(), "children": n}, fmt.Sprintf("added %d children under %s", n, ref))
+		},
+	}
+	children.Flags().IntVar(&n, "n", 1000, "children to add")
+	children.Flags().Uint64Var(&seed, "seed", 1, "seed")
+	cmd.AddCommand(gen, children)
+	return cmd
+}

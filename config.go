@@ -1,0 +1,626 @@
+package gcos
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config is GCOS's whole configuration: defaults, optionally overridden by one JSON file, then by the environment
+// (tokens only), validated once at start.
+type Config struct {
+	SourceBinding SourceBinding       `json:"source_binding"`
+	TTL           TTLConfig           `json:"ttl"`
+	Gate          GateConfig          `json:"gate"`
+	Snapshot      SnapshotConfig      `json:"snapshot"`
+	Scan          ScanConfig          `json:"scan"`
+	Intake        IntakeConfig        `json:"intake"`
+	Events        EventsConfig        `json:"events"`
+	HTTP          HTTPConfig          `json:"http"`
+	VerdictPolicy VerdictPolicyConfig `json:"verdict_policy"`
+}
+
+// ColumnBinding names the table and column a dimension is read from (SPEC §4: never literals in code).
+type ColumnBinding struct {
+	Table     string `json:"table"`
+	Column    string `json:"column"`
+	KeyColumn string `json:"key_column,omitempty"` // the column that joins the table to an object, when not the birth table
+}
+
+// BirthBinding names the born-object inventory table and the columns GCOS reads from it.
+type BirthBinding struct {
+	Table            string `json:"table"`
+	ID               string `json:"id"`
+	EntityCode       string `json:"entity_code"`
+	BornAt           string `json:"born_at"`
+	ParentCode       string `json:"parent_code"`
+	CanonicalAddress string `json:"canonical_address"`
+	SourceSystem     string `json:"source_system"`
+	ActorRef         string `json:"actor_ref"`
+}
+
+// SourceBinding says which table and column feeds each group dimension, and where births are.
+type SourceBinding struct {
+	Birth           BirthBinding  `json:"birth"`
+	ObjectClass     ColumnBinding `json:"object_class"`
+	SourceRegistry  ColumnBinding `json:"source_registry"`
+	LifecycleStatus ColumnBinding `json:"lifecycle_status"`
+	AxisFamily      ColumnBinding `json:"axis_family"`
+	Scope           ColumnBinding `json:"scope"`
+	OwnerScope      ColumnBinding `json:"owner_scope"`
+}
+
+// TTLDefaultKey is the TTL entry used for a risk class without its own.
+const TTLDefaultKey = "default"
+
+// TTLConfig maps a risk class to how long a verdict stays clean; a file's entries are merged over the defaults.
+type TTLConfig map[string]Duration
+
+// TTLFor is the TTL of riskClass: its own entry, else "default". An empty risk class is the unknown one.
+func (t TTLConfig) TTLFor(riskClass string) time.Duration {
+	if riskClass == "" {
+		riskClass = UnknownRisk
+	}
+	if d, ok := t[riskClass]; ok {
+		return d.Duration()
+	}
+	return t[TTLDefaultKey].Duration()
+}
+
+// UnmarshalJSON merges entries into the map, reporting a bad value under its own key (ttl.<risk_class>).
+func (t *TTLConfig) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return &json.UnmarshalTypeError{Value: "non-object", Type: reflect.TypeFor[TTLConfig]()}
+	}
+	if *t == nil {
+		*t = TTLConfig{}
+	}
+	for k, v := range raw {
+		var d Duration
+		if err := json.Unmarshal(v, &d); err != nil {
+			return &json.UnmarshalTypeError{Value: string(v), Type: reflect.TypeFor[Duration](), Field: k}
+		}
+		(*t)[k] = d
+	}
+	return nil
+}
+
+// GateConfig configures the production gate.
+type GateConfig struct {
+	LowRiskClasses []string `json:"low_risk_classes"` // every other risk class (and unknown) is high risk
+	Timeout        Duration `json:"timeout"`          // past it the gate blocks
+	// ObjectRiskClasses are the risk classes whose write-path objects get their own candidate row for the gate to
+	// consult (doc 40 §40.6, fourth criterion); other write-path objects are represented by their group.
+	ObjectRiskClasses []string `json:"object_risk_classes"`
+}
+
+// SnapshotConfig configures source-snapshot capture and retention.
+type SnapshotConfig struct {
+	BatchSize        int      `json:"batch_size"`        // births per keyset batch
+	StatementTimeout Duration `json:"statement_timeout"` // each batch stays far under it
+	RetentionCycles  int      `json:"retention_cycles"`  // full-audit cycles kept beyond referenced snapshots
+}
+
+// ScanConfig configures the three scan modes and the storm guard.
+type ScanConfig struct {
+	BatchSize           int      `json:"batch_size"`           // groups claimed per scan transaction
+	CoalesceWindow      Duration `json:"coalesce_window"`      // debounce before an event-driven scan
+	IncrementalInterval Duration `json:"incremental_interval"` // how often the whole dirty set is scanned
+	FullAuditInterval   Duration `json:"full_audit_interval"`  // how often the full audit runs
+	StormFraction       float64  `json:"storm_fraction"`       // a tick dirtying more than this share of groups is a storm
+	StormBatch          int      `json:"storm_batch"`          // groups per tick while throttled by a storm
+	RetryBase           Duration `json:"retry_base"`
+	RetryMax            Duration `json:"retry_max"`
+	MaxAttempts         int      `json:"max_attempts"` // a group failing this often is marked recompute failed
+}
+
+// ChangelogSkip as a ChangelogRule kind means "matched: produce no signal" (e.g. GCOS's own audit echo).
+const ChangelogSkip = "skip"
+
+// ChangelogRule maps registry_changelog rows to a change kind. EntityType and Action are glob patterns
+// (path.Match syntax, matched case-insensitively); empty matches anything.
+type ChangelogRule struct {
+	EntityType string `json:"entity_type,omitempty"`
+	Action     string `json:"action,omitempty"`
+	Kind       string `json:"kind"` // a ChangeKind, or ChangelogSkip
+}
+
+// matches reports whether the rule applies to a changelog row.
+func (r ChangelogRule) matches(entityType, action string) bool {
+	glob := func(pattern, s string) bool {
+		if pattern == "" {
+			return true
+		}
+		ok, err := path.Match(strings.ToLower(pattern), strings.ToLower(s))
+		return err == nil && ok
+	}
+	return glob(r.EntityType, entityType) && glob(r.Action, action)
+}
+
+// IntakeConfig configures the handoff intake worker (SPEC §9).
+type IntakeConfig struct {
+	PageSize     int      `json:"page_size"`     // source rows per keyset page
+	PollInterval Duration `json:"poll_interval"` // between polls when caught up
+	// HorizonGuard is subtracted from the visibility horizon. The horizon (least of clock_timestamp() and the oldest
+	// open transaction's xact_start) is already exact for timestamps set to now() inside the writing transaction; the
+	// guard only covers the instant between a backend taking its start timestamp and publishing it in
+	// pg_stat_activity. 10ms covers that with margin and costs nothing noticeable in latency.
+	HorizonGuard       Duration        `json:"horizon_guard"`
+	RoleFilter         []string        `json:"role_filter"` // only these roles' transactions hold the horizon back; empty = all
+	MaxAttempts        int             `json:"max_attempts"`
+	BackoffBase        Duration        `json:"backoff_base"`
+	BackoffMax         Duration        `json:"backoff_max"`
+	LagThreshold       Duration        `json:"lag_threshold"`        // cursor behind head longer than this ⇒ handoff_lag
+	SilentGapThreshold Duration        `json:"silent_gap_threshold"` // heartbeat older than this ⇒ handoff_silent_gap
+	HeartbeatInterval  Duration        `json:"heartbeat_interval"`
+	TrustedSources     []string        `json:"trusted_sources"` // signals from other sources are untrusted_source
+	ChangelogKinds     []ChangelogRule `json:"changelog_kinds"` // first match wins; no match means no signal
+}
+
+// KindFor maps a registry_changelog row to its change kind with the first matching rule; ok is false when no rule
+// matches or the matching rule says skip.
+func (c IntakeConfig) KindFor(entityType, action string) (kind ChangeKind, ok bool) {
+	for _, r := range c.ChangelogKinds {
+		if r.matches(entityType, action) {
+			if r.Kind == ChangelogSkip {
+				return "", false
+			}
+			return ChangeKind(r.Kind), true
+		}
+	}
+	return "", false
+}
+
+// Trusted reports whether signals from source may lead to a relevant verdict.
+func (c IntakeConfig) Trusted(source string) bool { return slices.Contains(c.TrustedSources, source) }
+
+// EventsConfig configures the governance event domain.
+type EventsConfig struct {
+	Domain string `json:"domain"`
+}
+
+// HTTPConfig configures the API listener and its tokens.
+type HTTPConfig struct {
+	Listen         string   `json:"listen"`
+	ReaderTokens   []string `json:"reader_tokens"`
+	OperatorTokens []string `json:"operator_tokens"`
+	InsecureNoAuth bool     `json:"insecure_no_auth"` // refused unless Listen is a loopback address
+}
+
+// VerdictPolicyConfig overrides the shipped verdict policy with a file (Path) or an inline Document; neither
+// means the default.
+type VerdictPolicyConfig struct {
+	Path     string          `json:"path,omitempty"`
+	Document json.RawMessage `json:"document,omitempty"`
+}
+
+// Load returns the configured verdict policy, validated.
+func (c VerdictPolicyConfig) Load() (VerdictPolicy, error) {
+	switch {
+	case c.Path != "" && len(c.Document) > 0:
+		return VerdictPolicy{}, Errorf(EINVALID, "set either path or document, not both")
+	case c.Path != "":
+		doc, err := os.ReadFile(c.Path)
+		if err != nil {
+			return VerdictPolicy{}, Errorf(EINVALID, "path: %w", err)
+		}
+		return ParseVerdictPolicy(doc)
+	case len(c.Document) > 0:
+		return ParseVerdictPolicy(c.Document)
+	}
+	return DefaultVerdictPolicy(), nil
+}
+
+// DefaultConfig is the configuration GCOS runs with when nothing is configured: the substrate's own table and
+// column names, loopback only, and the shipped verdict policy.
+func DefaultConfig() Config {
+	return Config{
+		SourceBinding: SourceBinding{
+			Birth: BirthBinding{
+				Table: "birth_registry", ID: "id", EntityCode: "entity_code", BornAt: "born_at",
+				ParentCode: "parent_code", CanonicalAddress: "canonical_address",
+				SourceSystem: "source_system", ActorRef: "actor_ref",
+			},
+			ObjectClass:     ColumnBinding{Table: "birth_registry", Column: "entity_type"},
+			SourceRegistry:  ColumnBinding{Table: "birth_registry", Column: "collection_name"},
+			LifecycleStatus: ColumnBinding{Table: "birth_registry", Column: "status"},
+			AxisFamily:      ColumnBinding{Table: "pivot_definitions", Column: "axis_family", KeyColumn: "entity_type"},
+			Scope:           ColumnBinding{Table: "governance_responsibility_scope", Column: "scope_code"},
+			OwnerScope:      ColumnBinding{Table: "governance_object_ownership", Column: "owner_ref"},
+		},
+		TTL: TTLConfig{
+			"write_high":       Duration(24 * time.Hour),
+			"write_medium":     Duration(72 * time.Hour),
+			"read_descriptive": Duration(168 * time.Hour),
+			UnknownRisk:        Duration(time.Hour),
+			TTLDefaultKey:      Duration(24 * time.Hour),
+		},
+		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), ObjectRiskClasses: []string{"write_high"}},
+		Snapshot: SnapshotConfig{
+			BatchSize: 200_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
+		},
+		Scan: ScanConfig{
+			BatchSize:           500,
+			CoalesceWindow:      Duration(200 * time.Millisecond),
+			IncrementalInterval: Duration(5 * time.Second),
+			FullAuditInterval:   Duration(24 * time.Hour),
+			StormFraction:       0.25,
+			StormBatch:          200,
+			RetryBase:           Duration(time.Second),
+			RetryMax:            Duration(5 * time.Minute),
+			MaxAttempts:         5,
+		},
+		Intake: IntakeConfig{
+			PageSize:           10_000,
+			PollInterval:       Duration(200 * time.Millisecond),
+			HorizonGuard:       Duration(10 * time.Millisecond),
+			RoleFilter:         []string{},
+			MaxAttempts:        5,
+			BackoffBase:        Duration(time.Second),
+			BackoffMax:         Duration(5 * time.Minute),
+			LagThreshold:       Duration(60 * time.Second),
+			SilentGapThreshold: Duration(30 * time.Second),
+			HeartbeatInterval:  Duration(5 * time.Second),
+			TrustedSources:     []string{"birth_registry", "registry_changelog"},
+			ChangelogKinds:     DefaultChangelogKinds(),
+		},
+		Events: EventsConfig{Domain: "governance"},
+		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080", ReaderTokens: []string{}, OperatorTokens: []string{}},
+	}
+}
+
+// DefaultChangelogKinds is the shipped registry_changelog → change-kind mapping, most specific first.
+func DefaultChangelogKinds() []ChangelogRule {
+	return []ChangelogRule{
+		// GCOS's own audit rows: a ruleset activation is a change once, everything else is its echo.
+		{EntityType: "governance_ruleset", Action: "activate", Kind: string(ChangeRuleset)},
+		{EntityType: "governance_*", Kind: ChangelogSkip},
+		{Action: "count_changed", Kind: string(ChangeCount)},
+		{EntityType: "collection", Kind: string(ChangeCollection)},
+		{Action: "retire", Kind: string(ChangeObjectRetired)},
+		{Action: "supersede", Kind: string(ChangeObjectRetired)},
+		{Action: "merge", Kind: string(ChangeObjectRetired)},
+		{Action: "source_changed", Kind: string(ChangeSource)},
+		{Action: "migrate", Kind: string(ChangeSource)},
+		{Action: "owner_*", Kind: string(ChangeAuthority)},
+		{Action: "approval_*", Kind: string(ChangeAuthority)},
+		{Action: "exception_*", Kind: string(ChangeAuthority)},
+		{EntityType: "pivot", Kind: string(ChangeAxisIntroduced)},
+		{EntityType: "axis", Kind: string(ChangeAxisIntroduced)},
+		{Action: "law_*", Kind: string(ChangePolicy)},
+		{Action: "measurement_*", Kind: string(ChangePolicy)},
+		{Action: "register", Kind: string(ChangeObjectRegistered)},
+	}
+}
+
+// LoadConfig returns the defaults overridden by the JSON file at path (none when path is empty), validated.
+// Unknown keys, wrong types and bad values are errors naming the key. A relative verdict_policy.path is resolved
+// against the file's directory.
+func LoadConfig(path string) (Config, error) {
+	c := DefaultConfig()
+	if path == "" {
+		return c, c.Validate()
+	}
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, Errorf(EINVALID, "config: %w", err)
+	}
+	if err := decodeConfig(doc, &c); err != nil {
+		return Config{}, Errorf(EINVALID, "config %s: %w", path, err)
+	}
+	if p := c.VerdictPolicy.Path; p != "" && !filepath.IsAbs(p) {
+		c.VerdictPolicy.Path = filepath.Join(filepath.Dir(path), p)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, Errorf(EINVALID, "config %s: %s", path, strings.TrimPrefix(ErrorMessage(err), "config: "))
+	}
+	return c, nil
+}
+
+// decodeConfig decodes doc over c strictly: one JSON object, no unknown keys, right types.
+func decodeConfig(doc []byte, c *Config) error {
+	var generic any
+	if err := json.Unmarshal(doc, &generic); err != nil {
+		return fmt.Errorf("not valid JSON: %w", err)
+	}
+	if _, ok := generic.(map[string]any); !ok {
+		return errors.New("the file must hold one JSON object")
+	}
+	if unknown := unknownKeys(generic, reflect.TypeFor[Config](), ""); len(unknown) > 0 {
+		slices.Sort(unknown)
+		if len(unknown) == 1 {
+			return fmt.Errorf("%s: unknown key", unknown[0])
+		}
+		return fmt.Errorf("unknown keys: %s", strings.Join(unknown, ", "))
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%s: cannot use %s as %s", te.Field, te.Value, typeName(te.Type))
+		}
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the configuration object")
+	}
+	return nil
+}
+
+// typeName names a configuration type the way the file spells it.
+func typeName(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[Duration]():
+		return `a duration (e.g. "5s", "200ms", "24h")`
+	case reflect.TypeFor[TTLConfig]():
+		return "an object of durations"
+	}
+	return t.String()
+}
+
+// unknownKeys walks a decoded document against the configuration type and returns the dotted paths of keys the
+// type does not have (DisallowUnknownFields alone would not say which section they are in).
+func unknownKeys(v any, t reflect.Type, at string) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[TTLConfig]() || t == reflect.TypeFor[json.RawMessage]() {
+		return nil // free-form keys
+	}
+	join := func(k string) string {
+		if at == "" {
+			return k
+		}
+		return at + "." + k
+	}
+	var out []string
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil // a type error, reported by the decoder
+		}
+		fields := map[string]reflect.Type{}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				fields[name] = f.Type
+			}
+		}
+		for k, sub := range obj {
+			ft, ok := fields[k]
+			if !ok {
+				out = append(out, join(k))
+				continue
+			}
+			out = append(out, unknownKeys(sub, ft, join(k))...)
+		}
+	case reflect.Slice:
+		if arr, ok := v.([]any); ok {
+			for i, sub := range arr {
+				out = append(out, unknownKeys(sub, t.Elem(), fmt.Sprintf("%s[%d]", at, i))...)
+			}
+		}
+	}
+	return out
+}
+
+// ApplyEnv adds tokens from GCOS_READER_TOKEN and GCOS_OPERATOR_TOKEN (comma-separated) to the configured ones.
+func (c *Config) ApplyEnv(getenv func(string) string) {
+	split := func(s string) []string {
+		var out []string
+		for _, t := range strings.Split(s, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	c.HTTP.ReaderTokens = append(c.HTTP.ReaderTokens, split(getenv("GCOS_READER_TOKEN"))...)
+	c.HTTP.OperatorTokens = append(c.HTTP.OperatorTokens, split(getenv("GCOS_OPERATOR_TOKEN"))...)
+}
+
+// identifier is a PostgreSQL identifier GCOS accepts in a source binding (quoted anyway when used).
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+
+// Validate checks every value and names the key of each bad one, e.g. "config: scan.batch_size: must be > 0".
+func (c Config) Validate() error {
+	var p problems
+	b := c.SourceBinding
+	p.table("source_binding.birth.table", b.Birth.Table)
+	for key, col := range map[string]string{
+		"id": b.Birth.ID, "entity_code": b.Birth.EntityCode, "born_at": b.Birth.BornAt,
+		"parent_code": b.Birth.ParentCode, "canonical_address": b.Birth.CanonicalAddress,
+		"source_system": b.Birth.SourceSystem, "actor_ref": b.Birth.ActorRef,
+	} {
+		p.column("source_binding.birth."+key, col)
+	}
+	for key, cb := range map[string]ColumnBinding{
+		"object_class": b.ObjectClass, "source_registry": b.SourceRegistry, "lifecycle_status": b.LifecycleStatus,
+		"axis_family": b.AxisFamily, "scope": b.Scope, "owner_scope": b.OwnerScope,
+	} {
+		p.table("source_binding."+key+".table", cb.Table)
+		p.column("source_binding."+key+".column", cb.Column)
+		if cb.KeyColumn != "" {
+			p.column("source_binding."+key+".key_column", cb.KeyColumn)
+		}
+	}
+
+	if _, ok := c.TTL[TTLDefaultKey]; !ok {
+		p.add("ttl."+TTLDefaultKey, "must be set (it applies to risk classes without their own TTL)")
+	}
+	for k, d := range c.TTL {
+		if k == "" {
+			p.add("ttl", "a risk class must not be empty")
+		}
+		p.positive("ttl."+k, d)
+	}
+
+	for i, rc := range c.Gate.LowRiskClasses {
+		if rc == "" || rc == UnknownRisk {
+			p.add(fmt.Sprintf("gate.low_risk_classes[%d]", i), "%q cannot be low risk: unknown risk is always high", rc)
+		}
+	}
+	p.positive("gate.timeout", c.Gate.Timeout)
+
+	p.positiveInt("snapshot.batch_size", c.Snapshot.BatchSize)
+	p.positive("snapshot.statement_timeout", c.Snapshot.StatementTimeout)
+	p.positiveInt("snapshot.retention_cycles", c.Snapshot.RetentionCycles)
+
+	s := c.Scan
+	p.positiveInt("scan.batch_size", s.BatchSize)
+	p.nonNegative("scan.coalesce_window", s.CoalesceWindow)
+	p.positive("scan.incremental_interval", s.IncrementalInterval)
+	p.positive("scan.full_audit_interval", s.FullAuditInterval)
+	if !(s.StormFraction > 0 && s.StormFraction <= 1) {
+		p.add("scan.storm_fraction", "must be in (0, 1], got %v", s.StormFraction)
+	}
+	p.positiveInt("scan.storm_batch", s.StormBatch)
+	p.positive("scan.retry_base", s.RetryBase)
+	p.positive("scan.retry_max", s.RetryMax)
+	if s.RetryMax < s.RetryBase {
+		p.add("scan.retry_max", "must be >= scan.retry_base (%s)", s.RetryBase)
+	}
+	p.positiveInt("scan.max_attempts", s.MaxAttempts)
+
+	in := c.Intake
+	p.positiveInt("intake.page_size", in.PageSize)
+	p.positive("intake.poll_interval", in.PollInterval)
+	p.nonNegative("intake.horizon_guard", in.HorizonGuard)
+	for i, r := range in.RoleFilter {
+		if r == "" {
+			p.add(fmt.Sprintf("intake.role_filter[%d]", i), "must not be empty")
+		}
+	}
+	p.positiveInt("intake.max_attempts", in.MaxAttempts)
+	p.positive("intake.backoff_base", in.BackoffBase)
+	p.positive("intake.backoff_max", in.BackoffMax)
+	if in.BackoffMax < in.BackoffBase {
+		p.add("intake.backoff_max", "must be >= intake.backoff_base (%s)", in.BackoffBase)
+	}
+	p.positive("intake.lag_threshold", in.LagThreshold)
+	p.positive("intake.heartbeat_interval", in.HeartbeatInterval)
+	if in.SilentGapThreshold <= in.HeartbeatInterval {
+		p.add("intake.silent_gap_threshold", "must be > intake.heartbeat_interval (%s), or every tick is a gap",
+			in.HeartbeatInterval)
+	}
+	for i, src := range in.TrustedSources {
+		if src == "" {
+			p.add(fmt.Sprintf("intake.trusted_sources[%d]", i), "must not be empty")
+		}
+	}
+	for i, r := range in.ChangelogKinds {
+		at := fmt.Sprintf("intake.changelog_kinds[%d]", i)
+		if r.Kind != ChangelogSkip {
+			if _, err := ParseChangeKind(r.Kind); err != nil {
+				p.add(at+".kind", "unknown change kind %q (want one of %v or %q)", r.Kind, ChangeKinds, ChangelogSkip)
+			}
+		}
+		for field, pattern := range map[string]string{"entity_type": r.EntityType, "action": r.Action} {
+			if _, err := path.Match(pattern, ""); err != nil {
+				p.add(at+"."+field, "bad glob pattern %q", pattern)
+			}
+		}
+	}
+
+	if c.Events.Domain == "" {
+		p.add("events.domain", "must not be empty")
+	}
+
+	host, _, err := net.SplitHostPort(c.HTTP.Listen)
+	if err != nil {
+		p.add("http.listen", "want host:port, got %q", c.HTTP.Listen)
+	} else if c.HTTP.InsecureNoAuth && !isLoopback(host) {
+		p.add("http.insecure_no_auth", "only allowed on a loopback listen address, not %q", c.HTTP.Listen)
+	}
+	for name, tokens := range map[string][]string{
+		"http.reader_tokens": c.HTTP.ReaderTokens, "http.operator_tokens": c.HTTP.OperatorTokens,
+	} {
+		for i, t := range tokens {
+			if strings.TrimSpace(t) == "" {
+				p.add(fmt.Sprintf("%s[%d]", name, i), "must not be empty")
+			}
+		}
+	}
+
+	if _, err := c.VerdictPolicy.Load(); err != nil {
+		p.add("verdict_policy", "%s", ErrorMessage(err))
+	}
+	return p.err()
+}
+
+// isLoopback reports whether a listen host only accepts local connections.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// problems collects every validation failure so an operator fixes the file in one pass.
+type problems []string
+
+// add records a problem with key.
+func (p *problems) add(key, format string, args ...any) {
+	*p = append(*p, key+": "+fmt.Sprintf(format, args...))
+}
+
+// positive requires d > 0.
+func (p *problems) positive(key string, d Duration) {
+	if d <= 0 {
+		p.add(key, "must be > 0, got %s", d)
+	}
+}
+
+// nonNegative requires d >= 0.
+func (p *problems) nonNegative(key string, d Duration) {
+	if d < 0 {
+		p.add(key, "must be >= 0, got %s", d)
+	}
+}
+
+// positiveInt requires n > 0.
+func (p *problems) positiveInt(key string, n int) {
+	if n <= 0 {
+		p.add(key, "must be > 0, got %d", n)
+	}
+}
+
+// column requires a plain identifier.
+func (p *problems) column(key, name string) {
+	if !identifier.MatchString(name) {
+		p.add(key, "want a column name, got %q", name)
+	}
+}
+
+// table requires an identifier, optionally schema-qualified.
+func (p *problems) table(key, name string) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 || slices.ContainsFunc(parts, func(s string) bool { return !identifier.MatchString(s) }) {
+		p.add(key, "want a table name (optionally schema.table), got %q", name)
+	}
+}
+
+// err returns the collected problems as one EINVALID error, sorted so the message is stable.
+func (p problems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	slices.Sort(p)
+	return Errorf(EINVALID, "config: %s", strings.Join(p, "; "))
+}

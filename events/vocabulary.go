@@ -1,0 +1,196 @@
+package events
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Domain is the one event domain every GCOS event type lives under (doc 41 §41.10: one domain, no second bus).
+const Domain = "governance"
+
+// Delivery lanes and severities a vocabulary entry may use; they are the values the live registry already uses.
+var (
+	DeliveryLanes = []string{"immediate", "digest"}
+	Severities    = []string{"info", "warning", "error"}
+)
+
+//go:embed vocabulary.json
+var vocabularyJSON []byte
+
+// EventType is one entry of the vocabulary: one event_type_registry row of domain governance.
+type EventType struct {
+	Family          string `json:"family"` // A–E of doc 41 §41.4, or SB-12
+	EventType       string `json:"event_type"`
+	EventStream     string `json:"event_stream"`
+	DeliveryLane    string `json:"delivery_lane"`
+	DefaultSeverity string `json:"default_severity"`
+	Description     string `json:"description"`
+	Heartbeat       bool   `json:"heartbeat,omitempty"` // the stream's once-per-run heartbeat type
+}
+
+// Vocabulary is the governance event vocabulary.
+type Vocabulary struct {
+	Domain  string      `json:"domain"`
+	Version int         `json:"version"`
+	Source  string      `json:"source"`
+	Types   []EventType `json:"types"`
+}
+
+var (
+	loadOnce sync.Once
+	loaded   Vocabulary
+	loadErr  error
+)
+
+// Load returns the embedded vocabulary, parsed and validated once.
+func Load() (Vocabulary, error) {
+	loadOnce.Do(func() { loaded, loadErr = Parse(vocabularyJSON) })
+	if loadErr != nil {
+		return Vocabulary{}, loadErr
+	}
+	v := loaded
+	v.Types = slices.Clone(loaded.Types)
+	return v, nil
+}
+
+// Parse reads a vocabulary document (unknown fields are refused) and validates it.
+func Parse(b []byte) (Vocabulary, error) {
+	var v Vocabulary
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return Vocabulary{}, fmt.Errorf("event vocabulary: %w", err)
+	}
+	if err := v.Validate(); err != nil {
+		return Vocabulary{}, err
+	}
+	return v, nil
+}
+
+// Validate checks that every entry is a well-formed governance type: named under its stream, unique, with a known
+// lane and severity and a description, and at most one heartbeat type per stream.
+func (v Vocabulary) Validate() error {
+	if v.Domain != Domain {
+		return fmt.Errorf("event vocabulary: domain %q, want %q", v.Domain, Domain)
+	}
+	if len(v.Types) == 0 {
+		return fmt.Errorf("event vocabulary: no types")
+	}
+	seen := map[string]bool{}
+	heartbeats := map[string]string{}
+	for i, t := range v.Types {
+		where := fmt.Sprintf("event vocabulary: entry %d (%s)", i, t.EventType)
+		switch {
+		case !ValidTypeName(t.EventType):
+			return fmt.Errorf("%s: event_type must be governance.<segment>.<segment>[...] in lower case", where)
+		case seen[t.EventType]:
+			return fmt.Errorf("%s: duplicate event_type", where)
+		case !strings.HasPrefix(t.EventStream, Domain+".") || strings.Count(t.EventStream, ".") != 1:
+			return fmt.Errorf("%s: event_stream %q must be governance.<stream>", where, t.EventStream)
+		case !slices.Contains(DeliveryLanes, t.DeliveryLane):
+			return fmt.Errorf("%s: delivery_lane %q is not one of %v", where, t.DeliveryLane, DeliveryLanes)
+		case !slices.Contains(Severities, t.DefaultSeverity):
+			return fmt.Errorf("%s: default_severity %q is not one of %v", where, t.DefaultSeverity, Severities)
+		case strings.TrimSpace(t.Description) == "":
+			return fmt.Errorf("%s: description must not be empty", where)
+		case strings.TrimSpace(t.Family) == "":
+			return fmt.Errorf("%s: family must not be empty", where)
+		}
+		seen[t.EventType] = true
+		if t.Heartbeat {
+			if other, dup := heartbeats[t.EventStream]; dup {
+				return fmt.Errorf("%s: stream %s already has heartbeat type %s", where, t.EventStream, other)
+			}
+			heartbeats[t.EventStream] = t.EventType
+		}
+	}
+	return nil
+}
+
+// Lookup returns the entry of eventType.
+func (v Vocabulary) Lookup(eventType string) (EventType, bool) {
+	for _, t := range v.Types {
+		if t.EventType == eventType {
+			return t, true
+		}
+	}
+	return EventType{}, false
+}
+
+// Streams lists the vocabulary's streams in first-appearance order.
+func (v Vocabulary) Streams() []string {
+	var out []string
+	for _, t := range v.Types {
+		if !slices.Contains(out, t.EventStream) {
+			out = append(out, t.EventStream)
+		}
+	}
+	return out
+}
+
+// HeartbeatType returns the heartbeat type of a stream ("handoff" or "governance.handoff"): the entry flagged
+// heartbeat, governance.<stream>.heartbeat / .scan_completed / .sweep_completed.
+func (v Vocabulary) HeartbeatType(stream string) (EventType, bool) {
+	s := NormalizeStream(stream)
+	for _, t := range v.Types {
+		if t.Heartbeat && t.EventStream == s {
+			return t, true
+		}
+	}
+	return EventType{}, false
+}
+
+// NormalizeStream turns a short stream name ("handoff") into its full form ("governance.handoff").
+func NormalizeStream(stream string) string {
+	stream = strings.TrimSpace(stream)
+	if stream == "" || strings.HasPrefix(stream, Domain+".") {
+		return stream
+	}
+	return Domain + "." + stream
+}
+
+// ValidStream reports whether stream, short ("handoff") or full ("governance.handoff"), names one governance
+// stream: exactly one segment of [a-z0-9_] under the domain.
+func ValidStream(stream string) bool {
+	rest, ok := strings.CutPrefix(NormalizeStream(stream), Domain+".")
+	return ok && ValidTypeName(Domain+".x."+rest) && !strings.Contains(rest, ".")
+}
+
+// ValidTypeName reports whether name is a governance event type name: "governance." followed by at least two
+// dot-separated segments of [a-z0-9_].
+func ValidTypeName(name string) bool {
+	rest, ok := strings.CutPrefix(name, Domain+".")
+	if !ok {
+		return false
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) < 2 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" {
+			return false
+		}
+		for _, r := range p {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// StreamOf is the stream a type name implies when no registry row says otherwise: its first two segments
+// ("governance.handoff.object_born" → "governance.handoff").
+func StreamOf(eventType string) string {
+	parts := strings.SplitN(eventType, ".", 3)
+	if len(parts) < 2 {
+		return eventType
+	}
+	return parts[0] + "." + parts[1]
+}

@@ -1,0 +1,211 @@
+package events
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"gcos"
+)
+
+func TestVocabularyLoads(t *testing.T) {
+	t.Parallel()
+	v, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Domain != Domain {
+		t.Fatalf("domain %q", v.Domain)
+	}
+	for _, tt := range v.Types {
+		if !strings.HasPrefix(tt.EventType, "governance.") {
+			t.Errorf("%s: not under the governance domain", tt.EventType)
+		}
+	}
+	// Load hands out a copy: a caller's edit cannot change the next caller's vocabulary.
+	v.Types[0].EventType = "governance.tampered.type"
+	again, _ := Load()
+	if again.Types[0].EventType == "governance.tampered.type" {
+		t.Fatal("Load shares its slice")
+	}
+}
+
+func TestVocabularyFamilies(t *testing.T) {
+	t.Parallel()
+	v, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Family A: the ten handoff kinds of doc 32 §3, their heartbeat and the four faults of doc 32 §8.
+	var want []string
+	for _, k := range gcos.ChangeKinds {
+		want = append(want, k.EventType())
+	}
+	want = append(want, "governance.handoff.heartbeat", "governance.handoff.lag", "governance.handoff.dlq",
+		"governance.handoff.silent_gap", "governance.handoff.unregistered_type",
+		// B–D and the SB-12 streams, as named by doc 41 §41.4 and docs 31/33/34/38.
+		"governance.backfill.inventory_gap", "governance.backfill.sweep_completed",
+		"governance.input.invalid_schema", "governance.input.untrusted_source",
+		"governance.candidate.stale", "governance.candidate.unknown", "governance.candidate.scan_lag",
+		"governance.candidate.group_invalidation_storm", "governance.candidate.scan_completed",
+		"governance.coverage.orphan", "governance.coverage.scan_completed", "governance.owner.assigned",
+		"governance.phantom.gap", "governance.snapshot.captured", "governance.ruleset.activated")
+	for _, name := range want {
+		if _, ok := v.Lookup(name); !ok {
+			t.Errorf("vocabulary lacks %s", name)
+		}
+	}
+	families := map[string]int{}
+	for _, tt := range v.Types {
+		families[tt.Family]++
+	}
+	for _, f := range []string{"A", "B", "C", "D", "E"} {
+		if families[f] == 0 {
+			t.Errorf("family %s is empty", f)
+		}
+	}
+	if n := families["C"]; n != 7 {
+		t.Errorf("family C has %d input-quality types, want the 7 of doc 33 §8", n)
+	}
+}
+
+func TestHeartbeatType(t *testing.T) {
+	t.Parallel()
+	v, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		stream, want string
+		ok           bool
+	}{
+		{"handoff", "governance.handoff.heartbeat", true},
+		{"governance.handoff", "governance.handoff.heartbeat", true},
+		{"candidate", "governance.candidate.scan_completed", true},
+		{"backfill", "governance.backfill.sweep_completed", true},
+		{"coverage", "governance.coverage.scan_completed", true},
+		{"snapshot", "governance.snapshot.captured", true},
+		{"lifecycle", "", false},
+		{"nope", "", false},
+		{"", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.stream, func(t *testing.T) {
+			t.Parallel()
+			got, ok := v.HeartbeatType(tc.stream)
+			if ok != tc.ok || got.EventType != tc.want {
+				t.Fatalf("HeartbeatType(%q) = %q, %v; want %q, %v", tc.stream, got.EventType, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestParseRefusesBadVocabulary(t *testing.T) {
+	t.Parallel()
+	entry := func(typ, stream, lane, sev, desc string, hb bool) string {
+		h := ""
+		if hb {
+			h = `, "heartbeat": true`
+		}
+		return `{"family": "A", "event_type": "` + typ + `", "event_stream": "` + stream + `", "delivery_lane": "` + lane +
+			`", "default_severity": "` + sev + `", "description": "` + desc + `"` + h + `}`
+	}
+	doc := func(domain string, entries ...string) string {
+		return `{"domain": "` + domain + `", "version": 1, "source": "t", "types": [` + strings.Join(entries, ",") + `]}`
+	}
+	good := entry("governance.x.y", "governance.x", "immediate", "info", "d", false)
+	tests := []struct {
+		name, doc, wantErr string
+	}{
+		{"ok", doc("governance", good), ""},
+		{"other domain", doc("iu", good), "domain"},
+		{"empty", doc("governance"), "no types"},
+		{"unknown field", `{"domain": "governance", "types": [], "extra": 1}`, "unknown field"},
+		{"not governance", doc("governance", entry("iu.x.y", "governance.x", "immediate", "info", "d", false)), "event_type"},
+		{"one segment", doc("governance", entry("governance.x", "governance.x", "immediate", "info", "d", false)), "event_type"},
+		{"upper case", doc("governance", entry("governance.X.y", "governance.x", "immediate", "info", "d", false)), "event_type"},
+		{"duplicate", doc("governance", good, good), "duplicate"},
+		{"bad stream", doc("governance", entry("governance.x.y", "x", "immediate", "info", "d", false)), "event_stream"},
+		{"bad lane", doc("governance", entry("governance.x.y", "governance.x", "now", "info", "d", false)), "delivery_lane"},
+		{"bad severity", doc("governance", entry("governance.x.y", "governance.x", "immediate", "critical", "d", false)), "default_severity"},
+		{"no description", doc("governance", entry("governance.x.y", "governance.x", "immediate", "info", " ", false)), "description"},
+		{"two heartbeats", doc("governance", entry("governance.x.a", "governance.x", "digest", "info", "d", true),
+			entry("governance.x.b", "governance.x", "digest", "info", "d", true)), "heartbeat"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse([]byte(tc.doc))
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one mentioning %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestNames(t *testing.T) {
+	t.Parallel()
+	valid := []string{"governance.handoff.object_born", "governance.coverage.owner.gap", "governance.a1.b_2"}
+	invalid := []string{"", "governance", "governance.", "governance.handoff", "governance..x", "governance.x.",
+		"iu.message.received", "governance.Handoff.x", "governance.x.y-z", "Governance.x.y"}
+	for _, n := range valid {
+		if !ValidTypeName(n) {
+			t.Errorf("ValidTypeName(%q) = false", n)
+		}
+	}
+	for _, n := range invalid {
+		if ValidTypeName(n) {
+			t.Errorf("ValidTypeName(%q) = true", n)
+		}
+	}
+	streams := map[string]string{"handoff": "governance.handoff", "governance.handoff": "governance.handoff", " x ": "governance.x", "": ""}
+	for in, want := range streams {
+		if got := NormalizeStream(in); got != want {
+			t.Errorf("NormalizeStream(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for s, want := range map[string]bool{"handoff": true, "governance.handoff": true, "": false, "iu.message": false,
+		"governance.a.b": false, "Handoff": false, "governance.": false, "a-b": false} {
+		if got := ValidStream(s); got != want {
+			t.Errorf("ValidStream(%q) = %v, want %v", s, got, want)
+		}
+	}
+	if got := StreamOf("governance.handoff.object_born"); got != "governance.handoff" {
+		t.Errorf("StreamOf = %q", got)
+	}
+	v, _ := Load()
+	if !slices.Contains(v.Streams(), "governance.lifecycle") {
+		t.Errorf("streams %v lack governance.lifecycle", v.Streams())
+	}
+}
+
+// Every finding type of SPEC §11 can be announced: its event (governance.<family>.<state>) is in the vocabulary.
+// Input findings are the seven states of doc 33 §8 that route to a finding; birth_or_registry_missing and
+// needs_backfill reuse other lanes (doc 41 §41.4 C).
+func TestVocabularyAnnouncesFindings(t *testing.T) {
+	t.Parallel()
+	v, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range gcos.IssueSpecs {
+		if _, ok := v.Lookup(spec.EventType()); !ok {
+			t.Errorf("finding %s: event %s not in the vocabulary", spec.Type, spec.EventType())
+		}
+	}
+	for _, q := range gcos.InputQualities {
+		if q == gcos.InputAccepted || q == gcos.InputBirthOrRegistryMissing || q == gcos.InputNeedsBackfill {
+			continue
+		}
+		spec, ok := gcos.SpecFor(gcos.InputIssue(q))
+		if !ok {
+			t.Fatalf("no spec for %s", gcos.InputIssue(q))
+		}
+		if _, ok := v.Lookup(spec.EventType()); !ok {
+			t.Errorf("input finding %s: event %s not in the vocabulary", spec.Type, spec.EventType())
+		}
+	}
+}

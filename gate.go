@@ -1,0 +1,176 @@
+package gcos
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Gate actions.
+const (
+	ActionWrite = "write" // a write/deploy action in production
+	ActionRead  = "read"  // a read-only action
+)
+
+// Gate decisions.
+const (
+	GateAllow = "allow"
+	GateBlock = "block"
+)
+
+// Where the gate found the state it decided on: a materialized object row is consulted before its group row.
+const (
+	GateSourceObject = "object"
+	GateSourceGroup  = "group"
+)
+
+// IsHighRisk reports whether riskClass is gated as high risk: everything is, except the classes configured as low
+// risk. An empty or unknown risk class is always high: unknown is never safe.
+func IsHighRisk(riskClass string, lowRiskClasses []string) bool {
+	if riskClass == "" || riskClass == UnknownRisk {
+		return true
+	}
+	return !slices.Contains(lowRiskClasses, riskClass)
+}
+
+// GateInput is everything the gate decides on; the caller gathers it (one lookup) and passes it by value.
+type GateInput struct {
+	Action         string         // ActionWrite or ActionRead
+	Found          bool           // a candidate row exists for the object or its group
+	Source         string         // GateSourceObject or GateSourceGroup
+	Row            CandidateRow   // the row consulted (when Found)
+	Effective      EffectiveState // Effective(Row, now, ...) (when Found)
+	HighRisk       bool           // IsHighRisk(Row.RiskClass, cfg.Gate.LowRiskClasses)
+	RulesetStatus  string         // status of Row.RulesetVersion (Ruleset*)
+	SnapshotExists bool           // Row.SnapshotRef still resolves
+	Err            error          // any error met while gathering the input
+}
+
+// GateDecision is the gate's answer.
+type GateDecision struct {
+	Decision         string   `json:"decision"`          // GateAllow or GateBlock
+	RescanScheduled  bool     `json:"rescan_scheduled"`  // the caller must dirty the row (reason ttl) for a re-scan
+	EffectiveVerdict Verdict  `json:"effective_verdict"` // "" when no row was found
+	RiskClass        string   `json:"risk_class"`
+	Reasons          []string `json:"reasons"`       // human-readable, never empty
+	RaiseUnknown     bool     `json:"raise_unknown"` // the caller raises candidate_unknown
+}
+
+// Allowed reports whether the action may proceed.
+func (d GateDecision) Allowed() bool { return d.Decision == GateAllow }
+
+// Gate decides whether an action may proceed (SPEC §12), failing closed:
+//   - an error, an unknown action, or no candidate state ⇒ block (no state means unknown, and unknown is never safe);
+//   - high (or unknown) risk with an effective verdict unknown, stale or needs_input, a dangling snapshot, a failed
+//     recompute, a draft ruleset, or coverage required without a closing coverage scan ⇒ block;
+//   - low risk with a stale verdict ⇒ allow and schedule a re-scan, except a write whose stored verdict was itself
+//     unknown or needs_input;
+//   - low risk with an unknown or needs_input verdict ⇒ allow a read but block a write. SPEC §12 mandates the block
+//     only for high risk; we still block writes because unknown is never safe and a write is what can do harm,
+//     while a read of a descriptive object cannot.
+//   - everything else ⇒ allow.
+//
+// A stale or unknown verdict always schedules a re-scan, allowed or not, so the block clears itself.
+func Gate(in GateInput) GateDecision {
+	d := GateDecision{Decision: GateBlock, Reasons: []string{}}
+	if in.Err != nil {
+		d.Reasons = append(d.Reasons, "the gate could not read the candidate state ("+ErrorMessage(in.Err)+"); it fails closed")
+		return d
+	}
+	if in.Action != ActionWrite && in.Action != ActionRead {
+		d.Reasons = append(d.Reasons, fmt.Sprintf("unknown action %q (want %q or %q); the gate fails closed",
+			in.Action, ActionWrite, ActionRead))
+		return d
+	}
+	if !in.Found {
+		d.RaiseUnknown = true
+		d.Reasons = append(d.Reasons, "no candidate state exists for this object or its group: it was never scanned, "+
+			"and unknown is never safe")
+		return d
+	}
+
+	// A missing verdict is unknown, and a verdict that is not clean is at best stale, whatever the caller passed.
+	eff := in.Effective.Verdict
+	switch {
+	case eff == "":
+		eff = VerdictUnknown
+	case !in.Effective.Clean && eff != VerdictUnknown:
+		eff = VerdictStale
+	}
+	d.EffectiveVerdict = eff
+	d.RiskClass = in.Row.RiskClass
+	if d.RiskClass == "" {
+		d.RiskClass = UnknownRisk
+	}
+	stored := in.Row.Verdict
+	d.RescanScheduled = eff == VerdictStale || eff == VerdictUnknown
+	if eff == VerdictStale {
+		d.Reasons = append(d.Reasons, fmt.Sprintf("the stored verdict %s is stale (%s)", stored,
+			strings.Join(in.Effective.Reasons, ", ")))
+	}
+
+	if in.HighRisk {
+		var why []string
+		switch eff {
+		case VerdictUnknown:
+			d.RaiseUnknown = true
+			why = append(why, "the effective verdict is unknown")
+		case VerdictStale:
+			why = append(why, "the verdict is stale")
+		case VerdictNeedsInput:
+			why = append(why, "the verdict is needs_input (its input failed the input gate)")
+		}
+		if !in.SnapshotExists {
+			why = append(why, fmt.Sprintf("its source snapshot %d no longer exists", in.Row.SnapshotRef))
+		}
+		if in.Row.RecomputeStatus == RecomputeFailed {
+			why = append(why, "its last recompute failed")
+		}
+		if in.RulesetStatus == RulesetDraft {
+			why = append(why, fmt.Sprintf("it was computed under the draft ruleset %s", in.Row.RulesetVersion))
+		}
+		if in.Row.CoverageRequired && in.Row.CoverageScanRef == nil {
+			d.RaiseUnknown = true
+			why = append(why, "coverage is required but no coverage scan has closed it")
+		}
+		if len(why) > 0 {
+			d.Reasons = append(d.Reasons, fmt.Sprintf("blocked: risk class %s is high risk and %s",
+				d.RiskClass, strings.Join(why, "; ")))
+			return d
+		}
+		return allow(d, in)
+	}
+
+	unsafe := func(v Verdict) bool { return v == VerdictUnknown || v == VerdictNeedsInput }
+	switch {
+	case in.Action == ActionWrite && (unsafe(eff) || (eff == VerdictStale && unsafe(stored))):
+		d.RaiseUnknown = eff == VerdictUnknown
+		d.Reasons = append(d.Reasons, fmt.Sprintf("blocked: a write on low-risk class %s needs a decided verdict, "+
+			"and the verdict is %s", d.RiskClass, stored))
+		return d
+	case unsafe(eff):
+		d.RaiseUnknown = eff == VerdictUnknown
+		d.Reasons = append(d.Reasons, fmt.Sprintf("allowed: a read on low-risk class %s proceeds although the "+
+			"verdict is %s", d.RiskClass, eff))
+		d.Decision = GateAllow
+		return d
+	case eff == VerdictStale:
+		d.Reasons = append(d.Reasons, fmt.Sprintf("allowed: risk class %s is low risk, so a stale verdict "+
+			"does not block; a re-scan is scheduled", d.RiskClass))
+		d.Decision = GateAllow
+		return d
+	}
+	return allow(d, in)
+}
+
+// allow finishes an allow decision with the reproducible reason.
+func allow(d GateDecision, in GateInput) GateDecision {
+	src := in.Source
+	if src == "" {
+		src = "candidate"
+	}
+	d.Decision = GateAllow
+	d.Reasons = append(d.Reasons, fmt.Sprintf("allowed: the %s verdict %s is clean under ruleset %s, snapshot %d",
+		src, d.EffectiveVerdict, in.Row.RulesetVersion, in.Row.SnapshotRef))
+	return d
+}

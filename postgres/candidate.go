@@ -1,0 +1,320 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// evaluator computes group verdicts under one ruleset: the rule side (coverage profile, axis, scopes, verdict
+// policy) comes from the ruleset's stored components, so a verdict is reproducible from its ruleset version; the
+// source side (collections, classes, ownership, exceptions) comes from the live registries.
+type evaluator struct {
+	ruleset RulesetRow
+	regs    gcos.Registries
+	policy  gcos.VerdictPolicy
+	ttl     gcos.TTLConfig
+	now     time.Time // database clock, for exception expiry
+}
+
+func (s *Store) newEvaluator(ctx context.Context, q querier, rs RulesetRow) (*evaluator, error) {
+	regs, err := loadRegistries(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	c := rs.Components
+	regs.Profile = map[string]gcos.CoverageProfileRow{}
+	for _, p := range c.CoverageProfile {
+		regs.Profile[p.EntityType] = p
+	}
+	regs.Pivots, regs.Jurisdictions, regs.Scopes = c.Pivots, c.Jurisdictions, c.Scopes
+	regs.Absent = nil
+	for _, name := range []string{gcos.TableExceptions, gcos.TableOwnership} {
+		if ok, err := tableExists(ctx, q, name); err != nil {
+			return nil, err
+		} else if !ok {
+			regs.Absent = append(regs.Absent, name)
+		}
+	}
+	if c.IsAbsent(gcos.ComponentCoverageProfile) {
+		regs.Absent = append(regs.Absent, gcos.TableCoverageProfile)
+	}
+	if c.IsAbsent(gcos.ComponentAxis) {
+		regs.Absent = append(regs.Absent, gcos.TablePivots)
+	}
+	if c.IsAbsent(gcos.ComponentScopes) {
+		regs.Absent = append(regs.Absent, gcos.TableScopes)
+	}
+	regs.Finish()
+	var now time.Time
+	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, fmt.Errorf("read database clock: %w", err)
+	}
+	return &evaluator{ruleset: rs, regs: regs, policy: c.Policy, ttl: s.cfg.TTL, now: now}, nil
+}
+
+// candidateValues are the evaluated columns of one candidate row.
+type candidateValues struct {
+	GroupKey         string
+	Verdict          gcos.Verdict
+	Rule             string
+	InputQuality     string
+	RiskClass        string
+	CoverageRequired bool
+	OwnerScope       *string
+	DependsOn        []byte
+	TTL              time.Duration
+	Evidence         string
+	MemberCount      int64
+	Coverage         gcos.CoverageOutcome // set for relevant groups
+	CoverageOwner    *string
+	ExceptionID      *string
+}
+
+// evaluate judges one group. contentHash is the group's fingerprint at the snapshot (part of the evidence).
+func (e *evaluator) evaluate(g gcos.Group, contentHash string) (candidateValues, error) {
+	facts := e.regs.Facts(g.Dimensions, g.MemberCount)
+	ev := e.policy.Evaluate(facts)
+	class := ""
+	if g.ObjectClass != nil {
+		class = *g.ObjectClass
+	}
+	v := candidateValues{
+		GroupKey:         g.Key,
+		Verdict:          ev.Verdict,
+		Rule:             ev.Rule,
+		InputQuality:     *facts.InputQuality,
+		RiskClass:        e.regs.RiskClass(class),
+		CoverageRequired: e.regs.CoverageRequired(class),
+		OwnerScope:       g.OwnerScope,
+		MemberCount:      g.MemberCount,
+	}
+	v.TTL = e.ttl.TTLFor(v.RiskClass)
+	deps, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
+	if err != nil {
+		return v, err
+	}
+	v.DependsOn = deps
+	if v.Verdict == gcos.VerdictRelevant {
+		exc := e.regs.GroupException(g.Dimensions, e.now)
+		if exc != nil {
+			v.ExceptionID = &exc.ExceptionID
+		}
+		v.Coverage = gcos.ResolveCoverage(g.OwnerScope, exc != nil)
+		v.CoverageOwner = g.OwnerScope
+	}
+	evidence, err := json.Marshal(map[string]any{
+		"ruleset": e.ruleset.Version, "group": g.Dimensions, "facts": facts, "verdict": v.Verdict, "rule": v.Rule,
+		"risk_class": v.RiskClass, "coverage_required": v.CoverageRequired, "coverage": v.Coverage,
+		"exception": v.ExceptionID, "members": g.MemberCount, "content_hash": contentHash,
+	})
+	if err != nil {
+		return v, err
+	}
+	sum := sha256.Sum256(evidence)
+	v.Evidence = hex.EncodeToString(sum[:16])
+	return v, nil
+}
+
+// upsertGroups records groups in the group registry; unchanged groups are not written.
+func upsertGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	n := len(groups)
+	keys, classes, regs, axes, scopes, lifecycles, owners := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+	counts, deps := make([]int64, n), make([]string, n)
+	for i, g := range groups {
+		keys[i], classes[i], regs[i], axes[i], scopes[i], lifecycles[i], owners[i] = g.Key, g.ObjectClass, g.SourceRegistry, g.AxisFamily, g.Scope, g.LifecycleStatus, g.OwnerScope
+		counts[i] = g.MemberCount
+		d, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
+		if err != nil {
+			return err
+		}
+		deps[i] = string(d)
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO governance_group (group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count, depends_on)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::jsonb[])
+		ON CONFLICT (group_key) DO UPDATE SET member_count = EXCLUDED.member_count, last_seen_at = now()
+		WHERE governance_group.member_count IS DISTINCT FROM EXCLUDED.member_count`,
+		keys, classes, regs, axes, scopes, lifecycles, owners, counts, deps)
+	if err != nil {
+		return fmt.Errorf("record groups: %w", err)
+	}
+	return nil
+}
+
+// candidateArrays turns evaluated rows into column arrays for unnest.
+type candidateArrays struct {
+	keys, verdicts, qualities, risks, evidence []string
+	required                                   []bool
+	owners                                     []*string
+	deps                                       []string
+	ttls                                       []time.Duration
+	counts                                     []int64
+}
+
+func toArrays(vs []candidateValues) candidateArrays {
+	var a candidateArrays
+	for _, v := range vs {
+		a.keys = append(a.keys, v.GroupKey)
+		a.verdicts = append(a.verdicts, string(v.Verdict))
+		a.qualities = append(a.qualities, v.InputQuality)
+		a.risks = append(a.risks, v.RiskClass)
+		a.evidence = append(a.evidence, v.Evidence)
+		a.required = append(a.required, v.CoverageRequired)
+		a.owners = append(a.owners, v.OwnerScope)
+		a.deps = append(a.deps, string(v.DependsOn))
+		a.ttls = append(a.ttls, v.TTL)
+		a.counts = append(a.counts, v.MemberCount)
+	}
+	return a
+}
+
+// seedCandidatesSQL seeds one row per group. On a re-run a row is rewritten only when its evidence changed, so
+// seeding twice under the same snapshot and ruleset touches nothing (updated_at included).
+const seedCandidatesSQL = `
+INSERT INTO governance_candidate_state AS c (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
+    input_quality_state, depends_on, stale_after, recompute_status, risk_class, coverage_required, coverage_scan_ref,
+    last_run_id, evidence_fingerprint, owner_scope, member_count)
+SELECT u.key, $1, $2, now(), u.verdict, u.quality, u.deps, now() + u.ttl, 'ok', u.risk, u.required,
+       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members)
+ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
+    source_snapshot_ref = EXCLUDED.source_snapshot_ref, scan_time = EXCLUDED.scan_time,
+    candidate_verdict = EXCLUDED.candidate_verdict, input_quality_state = EXCLUDED.input_quality_state,
+    depends_on = EXCLUDED.depends_on, stale_after = EXCLUDED.stale_after, recompute_status = 'ok',
+    dirty = false, dirty_reason = NULL, risk_class = EXCLUDED.risk_class,
+    coverage_required = EXCLUDED.coverage_required, coverage_scan_ref = EXCLUDED.coverage_scan_ref,
+    last_run_id = EXCLUDED.last_run_id, evidence_fingerprint = EXCLUDED.evidence_fingerprint,
+    owner_scope = EXCLUDED.owner_scope, member_count = EXCLUDED.member_count, updated_at = now()
+WHERE c.evidence_fingerprint IS DISTINCT FROM EXCLUDED.evidence_fingerprint AND NOT c.dirty`
+
+func seedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, vs []candidateValues) (int64, error) {
+	a := toArrays(vs)
+	tag, err := tx.Exec(ctx, seedCandidatesSQL, snapshotID, ruleset, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
+		a.risks, a.required, a.evidence, a.owners, a.counts)
+	if err != nil {
+		return 0, fmt.Errorf("seed candidates: %w", err)
+	}
+	if err := recordCoverage(ctx, tx, ruleset, runID, vs); err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// recordCoverage stores the coverage outcome of relevant groups (unchanged outcomes are not rewritten).
+func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues) error {
+	var refs, outcomes []string
+	var owners, exceptions []*string
+	for _, v := range vs {
+		if v.Verdict != gcos.VerdictRelevant {
+			continue
+		}
+		refs = append(refs, v.GroupKey)
+		outcomes = append(outcomes, string(v.Coverage))
+		owners = append(owners, v.CoverageOwner)
+		exceptions = append(exceptions, v.ExceptionID)
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO governance_candidate_coverage AS c (candidate_ref, ruleset_version, outcome, owner_ref, exception_id, coverage_scan_ref)
+		SELECT u.ref, $1, u.outcome, u.owner, u.exc, $2
+		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS u(ref, outcome, owner, exc)
+		ON CONFLICT (candidate_ref, ruleset_version) DO UPDATE SET outcome = EXCLUDED.outcome, owner_ref = EXCLUDED.owner_ref,
+		    exception_id = EXCLUDED.exception_id, coverage_scan_ref = EXCLUDED.coverage_scan_ref, computed_at = now()
+		WHERE (c.outcome, c.owner_ref, c.exception_id) IS DISTINCT FROM (EXCLUDED.outcome, EXCLUDED.owner_ref, EXCLUDED.exception_id)`,
+		ruleset, runID, refs, outcomes, owners, exceptions)
+	if err != nil {
+		return fmt.Errorf("record coverage: %w", err)
+	}
+	return nil
+}
+
+// MarkDirty is the one dirty-mark API every trigger uses (SPEC §8). It is an idempotent upsert on the group's
+// row under the current ruleset: a group already dirty keeps its first mark (many changes inside the window
+// collapse into one), except while a scan is re-evaluating it, when the mark is refreshed so the scan cannot
+// clear it. It returns how many groups became dirty.
+func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string) (int64, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		n, err = markDirty(ctx, tx, groupKeys, reason)
+		return err
+	})
+	return n, err
+}
+
+const markDirtySQL = `
+UPDATE governance_candidate_state c
+SET dirty = true, dirty_reason = CASE WHEN c.dirty THEN c.dirty_reason ELSE $2 END, dirtied_at = now(),
+    recompute_status = CASE WHEN c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END, updated_at = now()
+FROM v_current_ruleset cr
+WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1)
+  AND (NOT c.dirty OR c.recompute_status = 'scanning')`
+
+func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
+	if !gcos.ValidDirtyReason(reason) {
+		return 0, gcos.Errorf(gcos.EINVALID, "dirty reason %q is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", reason)
+	}
+	if len(groupKeys) == 0 {
+		return 0, nil
+	}
+	tag, err := tx.Exec(ctx, markDirtySQL, groupKeys, reason)
+	if err != nil {
+		return 0, fmt.Errorf("mark %d groups dirty (%s): %w", len(groupKeys), reason, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// rebaseCandidates moves verdicts from the previous active ruleset to the newly activated one: groups the diff
+// selects get a dirty row (ruleset_bump), every other group's row is carried over unchanged (the old row is left
+// as it was, as history). Groups that already have a row under the new version keep it.
+func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string, impact []gcos.GroupSelector, res *ActivationResult) error {
+	groups, err := s.groupDimensions(ctx, tx)
+	if err != nil {
+		return err
+	}
+	dirty := selectedKeys(impact, groups)
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO governance_candidate_state (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
+		    input_quality_state, input_quality_ref, dirty, dirty_reason, dirtied_at, depends_on, stale_after, recompute_status,
+		    risk_class, coverage_required, coverage_scan_ref, issue_ref, last_run_id, evidence_fingerprint, lifecycle_status,
+		    audit_ref, owner_scope, member_count)
+		SELECT c.group_key, c.source_snapshot_ref, $2, c.scan_time, c.candidate_verdict,
+		    c.input_quality_state, c.input_quality_ref,
+		    c.dirty OR c.group_key = ANY($3), 
+		    CASE WHEN c.dirty THEN c.dirty_reason WHEN c.group_key = ANY($3) THEN 'ruleset_bump' END,
+		    CASE WHEN c.dirty THEN c.dirtied_at WHEN c.group_key = ANY($3) THEN now() END,
+		    c.depends_on, c.stale_after,
+		    CASE WHEN c.group_key = ANY($3) AND c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END,
+		    c.risk_class, c.coverage_required, c.coverage_scan_ref, c.issue_ref, c.last_run_id, c.evidence_fingerprint,
+		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count
+		FROM governance_candidate_state c
+		WHERE c.ruleset_version = $1
+		ON CONFLICT (group_key, ruleset_version) DO NOTHING`, from, to, dirty)
+	if err != nil {
+		return fmt.Errorf("rebase candidates %s → %s: %w", from, to, err)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO governance_candidate_coverage (candidate_ref, ruleset_version, outcome, owner_ref, exception_id, coverage_scan_ref, computed_at)
+		SELECT candidate_ref, $2, outcome, owner_ref, exception_id, coverage_scan_ref, computed_at
+		FROM governance_candidate_coverage WHERE ruleset_version = $1
+		ON CONFLICT DO NOTHING`, from, to); err != nil {
+		return fmt.Errorf("rebase coverage %s → %s: %w", from, to, err)
+	}
+	res.DirtiedGroups = len(dirty)
+	res.CarriedGroups = int(tag.RowsAffected()) - len(dirty)
+	return nil
+}

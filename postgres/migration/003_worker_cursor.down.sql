@@ -1,0 +1,1 @@
+DROP TABLE gov_worker_cursor;

@@ -1,0 +1,136 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// querier is what read helpers need: a pool, a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const (
+	collectionsSQL   = `SELECT collection_name, coverage_status, scope_class FROM collection_registry`
+	classesSQL       = `SELECT entity_type, registry_collection FROM meta_catalog`
+	profileSQL       = `SELECT entity_type, risk_class, coverage_required, privacy, coalesce(independently_authoritative, false), coalesce(write_path, false) FROM governance_coverage_profile`
+	pivotsSQL        = `SELECT pivot_code, axis_family, entity_type FROM pivot_definitions`
+	jurisdictionsSQL = `SELECT law_code, scope_code, entity_type, collection_name FROM law_jurisdiction`
+	scopesSQL        = `SELECT scope_code, default_owner_hint FROM governance_responsibility_scope`
+	ownershipSQL     = `SELECT id, scope_code, entity_type, collection_name, owner_ref, coalesce(status, 'active') FROM governance_object_ownership`
+	exceptionsSQL    = `SELECT exception_id, scope_code, entity_type, collection_name, entity_code, approval_ref, expires_at, coalesce(status, '') FROM governance_exception`
+	measurementsSQL  = `SELECT measurement_id, law_code, method, source_query, target_query, comparison, severity FROM measurement_registry WHERE enabled ORDER BY measurement_id`
+)
+
+func tableExists(ctx context.Context, q querier, name string) (bool, error) {
+	var ok bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
+		return false, fmt.Errorf("check table %s: %w", name, err)
+	}
+	return ok, nil
+}
+
+// loadRegistries reads every registry GCOS derives groups, facts and rulesets from. Run it inside one
+// transaction so all registries are seen at one instant.
+func loadRegistries(ctx context.Context, q querier) (gcos.Registries, error) {
+	r := gcos.Registries{
+		Collections: map[string]gcos.CollectionRow{},
+		Classes:     map[string]*string{},
+		Profile:     map[string]gcos.CoverageProfileRow{},
+	}
+	collect := func(table, sql string, optional bool, scan func(pgx.Rows) error) error {
+		if optional {
+			ok, err := tableExists(ctx, q, table)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				r.Absent = append(r.Absent, table)
+				return nil
+			}
+		}
+		rows, err := q.Query(ctx, sql)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", table, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return fmt.Errorf("read %s: %w", table, err)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read %s: %w", table, err)
+		}
+		return nil
+	}
+	steps := []error{
+		collect("collection_registry", collectionsSQL, false, func(rows pgx.Rows) error {
+			var c gcos.CollectionRow
+			err := rows.Scan(&c.CollectionName, &c.CoverageStatus, &c.ScopeClass)
+			r.Collections[c.CollectionName] = c
+			return err
+		}),
+		collect("meta_catalog", classesSQL, false, func(rows pgx.Rows) error {
+			var class string
+			var coll *string
+			err := rows.Scan(&class, &coll)
+			r.Classes[class] = coll
+			return err
+		}),
+		collect(gcos.TableCoverageProfile, profileSQL, true, func(rows pgx.Rows) error {
+			var p gcos.CoverageProfileRow
+			err := rows.Scan(&p.EntityType, &p.RiskClass, &p.CoverageRequired, &p.Privacy, &p.IndependentlyAuthoritative, &p.WritePath)
+			r.Profile[p.EntityType] = p
+			return err
+		}),
+		collect(gcos.TablePivots, pivotsSQL, true, func(rows pgx.Rows) error {
+			var p gcos.PivotRow
+			err := rows.Scan(&p.PivotCode, &p.AxisFamily, &p.EntityType)
+			r.Pivots = append(r.Pivots, p)
+			return err
+		}),
+		collect(gcos.TableJurisdiction, jurisdictionsSQL, true, func(rows pgx.Rows) error {
+			var j gcos.JurisdictionRow
+			err := rows.Scan(&j.LawCode, &j.ScopeCode, &j.EntityType, &j.CollectionName)
+			r.Jurisdictions = append(r.Jurisdictions, j)
+			return err
+		}),
+		collect(gcos.TableScopes, scopesSQL, true, func(rows pgx.Rows) error {
+			var s gcos.ScopeRow
+			err := rows.Scan(&s.ScopeCode, &s.DefaultOwnerHint)
+			r.Scopes = append(r.Scopes, s)
+			return err
+		}),
+		collect(gcos.TableOwnership, ownershipSQL, true, func(rows pgx.Rows) error {
+			var o gcos.OwnershipRow
+			err := rows.Scan(&o.ID, &o.ScopeCode, &o.EntityType, &o.CollectionName, &o.OwnerRef, &o.Status)
+			r.Ownership = append(r.Ownership, o)
+			return err
+		}),
+		collect(gcos.TableExceptions, exceptionsSQL, true, func(rows pgx.Rows) error {
+			var e gcos.ExceptionRow
+			err := rows.Scan(&e.ExceptionID, &e.ScopeCode, &e.EntityType, &e.CollectionName, &e.EntityCode, &e.ApprovalRef, &e.ExpiresAt, &e.Status)
+			r.Exceptions = append(r.Exceptions, e)
+			return err
+		}),
+		collect("measurement_registry", measurementsSQL, false, func(rows pgx.Rows) error {
+			var m gcos.MeasurementRule
+			err := rows.Scan(&m.MeasurementID, &m.LawCode, &m.Method, &m.SourceQuery, &m.TargetQuery, &m.Comparison, &m.Severity)
+			r.Measurements = append(r.Measurements, m)
+			return err
+		}),
+	}
+	for _, err := range steps {
+		if err != nil {
+			return gcos.Registries{}, err
+		}
+	}
+	r.Finish()
+	return r, nil
+}

@@ -1,0 +1,279 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// RulesetRow is one governance_ruleset row.
+type RulesetRow struct {
+	Version     string              `json:"ruleset_version"`
+	ContentHash string              `json:"content_hash"`
+	Summary     gcos.RulesetSummary `json:"components"`
+	Status      string              `json:"status"`
+	ProposedBy  string              `json:"proposed_by"`
+	ProposedAt  time.Time           `json:"proposed_at"`
+	ActivatedAt *time.Time          `json:"activated_at"`
+	ActivatedBy *string             `json:"activated_by"`
+	ApprovalRef *string             `json:"approval_ref"`
+	Supersedes  *string             `json:"supersedes"`
+	// Components are the rows that were hashed (not listed by default: large).
+	Components gcos.RulesetComponents `json:"-"`
+}
+
+const rulesetColumns = `ruleset_version, content_hash, components, status, proposed_by, proposed_at, activated_at,
+	activated_by, approval_ref, supersedes, document`
+
+func scanRuleset(row pgx.Row) (RulesetRow, error) {
+	var r RulesetRow
+	var summary, document []byte
+	if err := row.Scan(&r.Version, &r.ContentHash, &summary, &r.Status, &r.ProposedBy, &r.ProposedAt, &r.ActivatedAt,
+		&r.ActivatedBy, &r.ApprovalRef, &r.Supersedes, &document); err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(summary, &r.Summary); err != nil {
+		return r, fmt.Errorf("ruleset %s components: %w", r.Version, err)
+	}
+	if err := json.Unmarshal(document, &r.Components); err != nil {
+		return r, fmt.Errorf("ruleset %s document: %w", r.Version, err)
+	}
+	return r, nil
+}
+
+// currentComponents reads the registries and the configured verdict policy into ruleset components.
+func (s *Store) currentComponents(ctx context.Context, q querier) (gcos.RulesetComponents, gcos.Registries, error) {
+	regs, err := loadRegistries(ctx, q)
+	if err != nil {
+		return gcos.RulesetComponents{}, regs, err
+	}
+	policy, err := s.cfg.VerdictPolicy.Load()
+	if err != nil {
+		return gcos.RulesetComponents{}, regs, fmt.Errorf("verdict policy: %w", err)
+	}
+	c := regs.RulesetComponents(policy)
+	if err := c.Validate(); err != nil {
+		return c, regs, err
+	}
+	return c, regs, nil
+}
+
+// ComputeRuleset hashes the current registries and verdict policy into a ruleset version and records it as a
+// draft proposed by proposer. Computing an unchanged ruleset again returns the existing row unchanged.
+func (s *Store) ComputeRuleset(ctx context.Context, proposer string) (RulesetRow, bool, error) {
+	if proposer == "" {
+		return RulesetRow{}, false, gcos.Errorf(gcos.EINVALID, "ruleset compute: --by must name a proposer")
+	}
+	var row RulesetRow
+	var created bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+			return err
+		}
+		comps, _, err := s.currentComponents(ctx, tx)
+		if err != nil {
+			return err
+		}
+		rs := gcos.ComputeRuleset(comps)
+		summary, err := json.Marshal(rs.Summary)
+		if err != nil {
+			return err
+		}
+		document, err := json.Marshal(comps)
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO governance_ruleset (ruleset_version, content_hash, components, document, status, proposed_by)
+			VALUES ($1, $2, $3, $4, 'draft', $5) ON CONFLICT (ruleset_version) DO NOTHING`,
+			rs.Version, rs.ContentHash, summary, document, proposer)
+		if err != nil {
+			return fmt.Errorf("record ruleset %s: %w", rs.Version, err)
+		}
+		created = tag.RowsAffected() == 1
+		row, err = scanRuleset(tx.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, rs.Version))
+		if err != nil {
+			return err
+		}
+		if row.ContentHash != rs.ContentHash {
+			return gcos.Errorf(gcos.ECONFLICT, "ruleset %s: stored content hash %s differs from computed %s (12-hex prefix collision)", rs.Version, row.ContentHash, rs.ContentHash)
+		}
+		return nil
+	})
+	return row, created, err
+}
+
+// GetRuleset returns one ruleset by version.
+func (s *Store) GetRuleset(ctx context.Context, version string) (RulesetRow, error) {
+	r, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, version))
+	return r, mapError(err, "ruleset "+version)
+}
+
+// ActiveRuleset returns the active ruleset (ENOTFOUND when none is active).
+func (s *Store) ActiveRuleset(ctx context.Context) (RulesetRow, error) {
+	r, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE status = 'active'`))
+	return r, mapError(err, "active ruleset")
+}
+
+// ListRulesets lists every ruleset, newest first.
+func (s *Store) ListRulesets(ctx context.Context) ([]RulesetRow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset ORDER BY proposed_at DESC, ruleset_version`)
+	if err != nil {
+		return nil, fmt.Errorf("list rulesets: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RulesetRow, error) { return scanRuleset(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list rulesets: %w", err)
+	}
+	return out, nil
+}
+
+// RulesetDiffReport is a diff plus the groups it would dirty.
+type RulesetDiffReport struct {
+	gcos.RulesetDiff
+	Groups      []string `json:"groups"`       // group keys the change would dirty
+	GroupsTotal int      `json:"groups_total"` // all known groups, for scale
+}
+
+// DiffRulesets compares two recorded rulesets and resolves which known groups the change would dirty.
+func (s *Store) DiffRulesets(ctx context.Context, from, to string) (RulesetDiffReport, error) {
+	a, err := s.GetRuleset(ctx, from)
+	if err != nil {
+		return RulesetDiffReport{}, err
+	}
+	b, err := s.GetRuleset(ctx, to)
+	if err != nil {
+		return RulesetDiffReport{}, err
+	}
+	d := gcos.DiffRulesets(a.Components, b.Components)
+	d.From, d.To = from, to
+	groups, err := s.groupDimensions(ctx, s.pool)
+	if err != nil {
+		return RulesetDiffReport{}, err
+	}
+	rep := RulesetDiffReport{RulesetDiff: d, GroupsTotal: len(groups)}
+	rep.Groups = selectedKeys(d.Impact, groups)
+	return rep, nil
+}
+
+func selectedKeys(sel []gcos.GroupSelector, groups []gcos.Group) []string {
+	dims := make([]gcos.Dimensions, len(groups))
+	for i, g := range groups {
+		dims[i] = g.Dimensions
+	}
+	var keys []string
+	for _, i := range gcos.SelectGroups(sel, dims) {
+		keys = append(keys, groups[i].Key)
+	}
+	return keys
+}
+
+// groupDimensions reads the group registry.
+func (s *Store) groupDimensions(ctx context.Context, q querier) ([]gcos.Group, error) {
+	rows, err := q.Query(ctx, `SELECT group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count FROM governance_group ORDER BY group_key`)
+	if err != nil {
+		return nil, fmt.Errorf("read groups: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (gcos.Group, error) {
+		var g gcos.Group
+		err := r.Scan(&g.Key, &g.ObjectClass, &g.SourceRegistry, &g.AxisFamily, &g.Scope, &g.LifecycleStatus, &g.OwnerScope, &g.MemberCount)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read groups: %w", err)
+	}
+	return out, nil
+}
+
+// ActivationResult reports an activation.
+type ActivationResult struct {
+	Version        string               `json:"ruleset_version"`
+	Superseded     *string              `json:"superseded"`
+	DirtiedGroups  int                  `json:"dirtied_groups"`
+	CarriedGroups  int                  `json:"carried_groups"`
+	Unresolved     []string             `json:"unresolved_law_codes"`
+	AuditID        int64                `json:"audit_id"`
+	ImpactSelector []gcos.GroupSelector `json:"impact"`
+}
+
+// ActivateRuleset makes a draft ruleset the active one. It is refused without an approval reference, when actor
+// proposed it (no self-approval), and while snapshot_nondeterministic is open. The previous active ruleset becomes
+// superseded and is chained in supersedes; the groups in the changed rules' scope are dirtied (ruleset_bump) and
+// every other group's verdict is carried to the new version unchanged, because no changed rule can reach it. A
+// changed rule whose scope cannot be resolved dirties every group and raises ruleset_drift.
+func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor string) (ActivationResult, error) {
+	res := ActivationResult{Version: version}
+	if approvalRef == "" {
+		return res, gcos.Errorf(gcos.EINVALID, "activate %s: an approval reference is required (--approval)", version)
+	}
+	if actor == "" {
+		return res, gcos.Errorf(gcos.EINVALID, "activate %s: the approving actor is required (--by)", version)
+	}
+	frozen, err := s.OpenFindingExists(ctx, gcos.IssueSnapshotNondeterministic)
+	if err != nil {
+		return res, err
+	}
+	if frozen {
+		return res, gcos.Errorf(gcos.ECONFLICT, "activate %s: ruleset activation is frozen while a snapshot_nondeterministic finding is open", version)
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.ruleset.activate', 0))`); err != nil {
+			return err
+		}
+		target, err := scanRuleset(tx.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1 FOR UPDATE`, version))
+		if err != nil {
+			return mapError(err, "ruleset "+version)
+		}
+		switch target.Status {
+		case gcos.RulesetActive:
+			return gcos.Errorf(gcos.ECONFLICT, "activate %s: already active", version)
+		case gcos.RulesetSuperseded:
+			return gcos.Errorf(gcos.ECONFLICT, "activate %s: superseded versions are history; compute the ruleset again to propose it", version)
+		}
+		if target.ProposedBy == actor {
+			return gcos.Errorf(gcos.ECONFLICT, "activate %s: %s proposed this ruleset and cannot approve it (no self-approval)", version, actor)
+		}
+		prev, err := scanRuleset(tx.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE status = 'active' FOR UPDATE`))
+		hasPrev := err == nil
+		if err != nil && err != pgx.ErrNoRows {
+			return fmt.Errorf("read active ruleset: %w", err)
+		}
+		if hasPrev {
+			if _, err := tx.Exec(ctx, `UPDATE governance_ruleset SET status = 'superseded' WHERE ruleset_version = $1`, prev.Version); err != nil {
+				return fmt.Errorf("supersede %s: %w", prev.Version, err)
+			}
+			res.Superseded = &prev.Version
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE governance_ruleset SET status = 'active', activated_at = now(), activated_by = $2, approval_ref = $3, supersedes = $4
+			WHERE ruleset_version = $1`, version, actor, approvalRef, res.Superseded); err != nil {
+			return mapError(err, "activate "+version)
+		}
+		if hasPrev {
+			d := gcos.DiffRulesets(prev.Components, target.Components)
+			res.ImpactSelector, res.Unresolved = d.Impact, d.Unresolved
+			if err := s.rebaseCandidates(ctx, tx, prev.Version, version, d.Impact, &res); err != nil {
+				return err
+			}
+			if len(d.Unresolved) > 0 {
+				if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueRulesetDrift, Subject: version, RulesetVersion: version,
+					Evidence: map[string]any{"unresolved_law_codes": d.Unresolved, "from": prev.Version, "to": version, "dirtied": "all groups"}}); err != nil {
+					return err
+				}
+			}
+		}
+		res.AuditID, err = audit(ctx, tx, AuditEntry{EntityType: "governance_ruleset", EntityCode: version, Action: "activate", Actor: actor,
+			Detail: map[string]any{"approval_ref": approvalRef, "supersedes": res.Superseded, "dirtied_groups": res.DirtiedGroups,
+				"carried_groups": res.CarriedGroups, "unresolved_law_codes": res.Unresolved}})
+		return err
+	})
+	if err != nil {
+		return ActivationResult{Version: version}, err
+	}
+	return res, nil
+}

@@ -1,0 +1,556 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// Snapshot scopes (evolution_snapshots.scope) GCOS writes.
+const (
+	SnapshotBackfill = "governance.backfill"
+	SnapshotAudit    = "governance.audit"
+	SnapshotScan     = "governance.scan"
+)
+
+// SnapshotGroup is one group's entry in a snapshot's metrics.
+type SnapshotGroup struct {
+	Count          int64     `json:"count"`
+	MaxBornAt      time.Time `json:"max_born_at"`
+	MaxID          int64     `json:"max_id"`
+	ContentHash    string    `json:"content_hash"`
+	SourceRegistry string    `json:"source_registry"`
+}
+
+// SnapshotTotals summarises a capture.
+type SnapshotTotals struct {
+	Births     int64 `json:"births"`
+	Groups     int   `json:"groups"`
+	BaseGroups int   `json:"base_groups"`
+	Scopes     int   `json:"scopes"`
+	Batches    int   `json:"batches"`
+}
+
+// SnapshotMetrics is evolution_snapshots.metrics.
+type SnapshotMetrics struct {
+	RunID          string                   `json:"run_id"`
+	RulesetVersion string                   `json:"ruleset_version"`
+	Totals         SnapshotTotals           `json:"totals"`
+	Groups         map[string]SnapshotGroup `json:"groups"`
+}
+
+// GroupDelta is one group's drift against the previous snapshot of the same scope.
+type GroupDelta struct {
+	CountDelta         int64 `json:"count_delta"`
+	NewMaxID           int64 `json:"new_max_id"`
+	FingerprintChanged bool  `json:"fingerprint_changed"`
+	Appeared           bool  `json:"appeared"`
+	Vanished           bool  `json:"vanished"`
+}
+
+// SnapshotDelta is evolution_snapshots.delta_previous; only changed groups are listed.
+type SnapshotDelta struct {
+	PreviousSnapshotID *int64                `json:"previous_snapshot_id"`
+	Groups             map[string]GroupDelta `json:"groups"`
+}
+
+// Snapshot is a captured source snapshot with the groups it found.
+type Snapshot struct {
+	ID         int64           `json:"id"`
+	SnapshotAt time.Time       `json:"snapshot_at"`
+	Scope      string          `json:"scope"`
+	Metrics    SnapshotMetrics `json:"metrics"`
+	Delta      SnapshotDelta   `json:"delta_previous"`
+	// Groups and Registries are what the capture saw, for the caller to seed from; they are not stored here.
+	Groups     []gcos.Group    `json:"-"`
+	Registries gcos.Registries `json:"-"`
+	reused     bool
+}
+
+// CaptureOptions parameterise a capture.
+type CaptureOptions struct {
+	Scope          string
+	RunID          string
+	RulesetVersion string
+	Notes          string
+	// BatchSize and StatementTimeout override the configuration (tests use tiny ones).
+	BatchSize        int64
+	StatementTimeout time.Duration
+	Workers          int
+	Progress         func(done, total int64)
+	// reuseUnchanged returns the previous snapshot of the scope instead of writing an identical one.
+	reuseUnchanged bool
+}
+
+// birthBinding names the birth inventory's table and columns (the source binding).
+type birthBinding struct {
+	Table, ID, Code, Collection, Type, Status, BornAt, Parent, Canonical, SourceSystem, Actor string
+}
+
+func (s *Store) birthBinding() birthBinding {
+	sb := s.cfg.SourceBinding
+	b := sb.Birth
+	return birthBinding{Table: b.Table, ID: b.ID, Code: b.EntityCode, Collection: sb.SourceRegistry.Column,
+		Type: sb.ObjectClass.Column, Status: sb.LifecycleStatus.Column, BornAt: b.BornAt, Parent: b.ParentCode,
+		Canonical: b.CanonicalAddress, SourceSystem: b.SourceSystem, Actor: b.ActorRef}
+}
+
+func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// baseAggregateSQL aggregates one id range of births into (class, registry, lifecycle) base groups. An inherited
+// child (parent_code set) is counted in its anchor's base group; its own row content still enters the hash. The
+// per-row hash covers every bound column including the id; the two seeds give two 64-bit lanes. Rows are first
+// aggregated with their parent code, so anchors are looked up once per (parent, group), never per row.
+func (b birthBinding) baseAggregateSQL() string {
+	r := strings.NewReplacer(
+		"{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{born}", ident(b.BornAt), "{parent}", ident(b.Parent),
+		"{canon}", ident(b.Canonical), "{src}", ident(b.SourceSystem), "{actor}", ident(b.Actor))
+	return r.Replace(`
+WITH agg AS MATERIALIZED (
+    SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, count(*) AS n,
+           max(b.{born}) AS max_born, max(b.{id}) AS max_id,
+           sum(hashtextextended(row(b.{id}, b.{code}, b.{coll}, b.{type}, b.{status}, b.{born}, b.{canon}, b.{parent}, b.{src}, b.{actor})::text, 0)) AS h0,
+           sum(hashtextextended(row(b.{id}, b.{code}, b.{coll}, b.{type}, b.{status}, b.{born}, b.{canon}, b.{parent}, b.{src}, b.{actor})::text, 1)) AS h1
+    FROM {t} b
+    WHERE b.{id} >= $1 AND b.{id} < $2
+    GROUP BY 1, 2, 3, 4
+)
+SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.coll), coalesce(p.{status}, a.status),
+       sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text
+FROM agg a
+LEFT JOIN LATERAL (
+    SELECT p.{type}, p.{coll}, p.{status} FROM {t} p
+    WHERE a.parent IS NOT NULL AND p.{coll} = a.coll AND p.{code} = a.parent
+) p ON true
+GROUP BY 1, 2, 3`)
+}
+
+// rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
+func (b birthBinding) rowHashSQL() string {
+	r := strings.NewReplacer("{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{born}", ident(b.BornAt), "{parent}", ident(b.Parent),
+		"{canon}", ident(b.Canonical), "{src}", ident(b.SourceSystem), "{actor}", ident(b.Actor))
+	return r.Replace(`
+SELECT hashtextextended(row(b.{id}, b.{code}, b.{coll}, b.{type}, b.{status}, b.{born}, b.{canon}, b.{parent}, b.{src}, b.{actor})::text, 0),
+       hashtextextended(row(b.{id}, b.{code}, b.{coll}, b.{type}, b.{status}, b.{born}, b.{canon}, b.{parent}, b.{src}, b.{actor})::text, 1)
+FROM {t} b WHERE b.{id} = $1`)
+}
+
+// RowFingerprint returns the fingerprint contribution of one birth (by id); adding it to a group's fingerprint is
+// the O(1) update a new birth causes.
+func (s *Store) RowFingerprint(ctx context.Context, id int64) (gcos.Fingerprint, error) {
+	var h0, h1 int64
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return gcos.Fingerprint{}, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'`); err != nil {
+		return gcos.Fingerprint{}, err
+	}
+	if err := tx.QueryRow(ctx, s.birthBinding().rowHashSQL(), id).Scan(&h0, &h1); err != nil {
+		return gcos.Fingerprint{}, mapError(err, fmt.Sprintf("birth %d", id))
+	}
+	return gcos.FingerprintFromRowHashes(h0, h1), nil
+}
+
+type baseKey struct{ class, registry, lifecycle string }
+
+// captureBatches reads [minID, maxID] in keyset batches across workers sharing one exported snapshot, so the
+// result is one consistent instant whatever the batch size or parallelism.
+func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, minID, maxID int64, opts CaptureOptions) (map[baseKey]*gcos.BaseGroup, int, error) {
+	var snapshotName string
+	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshotName); err != nil {
+		return nil, 0, fmt.Errorf("export snapshot: %w", err)
+	}
+	type batch struct{ lo, hi int64 }
+	batches := make(chan batch)
+	var nBatches int
+	var ranges []batch
+	for lo := minID; lo <= maxID; lo += opts.BatchSize {
+		ranges = append(ranges, batch{lo, min(lo+opts.BatchSize, maxID+1)})
+	}
+	nBatches = len(ranges)
+	sql := s.birthBinding().baseAggregateSQL()
+	var mu sync.Mutex
+	merged := map[baseKey]*gcos.BaseGroup{}
+	var done int64
+	total := maxID - minID + 1
+	worker := func(ctx context.Context, q pgx.Tx) error {
+		for b := range batches {
+			rows, err := q.Query(ctx, sql, b.lo, b.hi)
+			if err != nil {
+				return fmt.Errorf("batch [%d,%d): %w", b.lo, b.hi, err)
+			}
+			var part []gcos.BaseGroup
+			for rows.Next() {
+				var g gcos.BaseGroup
+				var lo, hi string
+				if err := rows.Scan(&g.ObjectClass, &g.SourceRegistry, &g.LifecycleStatus, &g.Count, &g.MaxBornAt, &g.MaxID, &lo, &hi); err != nil {
+					rows.Close()
+					return fmt.Errorf("batch [%d,%d): %w", b.lo, b.hi, err)
+				}
+				if g.ContentHash, err = gcos.FingerprintFromSums(lo, hi); err != nil {
+					rows.Close()
+					return fmt.Errorf("batch [%d,%d): %w", b.lo, b.hi, err)
+				}
+				part = append(part, g)
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("batch [%d,%d): %w", b.lo, b.hi, err)
+			}
+			mu.Lock()
+			for _, g := range part {
+				k := baseKey{g.ObjectClass, g.SourceRegistry, g.LifecycleStatus}
+				m := merged[k]
+				if m == nil {
+					c := g
+					merged[k] = &c
+					continue
+				}
+				m.Count += g.Count
+				m.ContentHash = m.ContentHash.Add(g.ContentHash)
+				if g.MaxID > m.MaxID {
+					m.MaxID = g.MaxID
+				}
+				if g.MaxBornAt.After(m.MaxBornAt) {
+					m.MaxBornAt = g.MaxBornAt
+				}
+			}
+			done += b.hi - b.lo
+			if opts.Progress != nil {
+				opts.Progress(min(done, total), total)
+			}
+			mu.Unlock()
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, opts.Workers)
+	var wg sync.WaitGroup
+	for w := 0; w < opts.Workers; w++ {
+		wg.Add(1)
+		go func(first bool) {
+			defer wg.Done()
+			err := func() error {
+				if first {
+					return worker(ctx, tx)
+				}
+				conn, err := s.pool.Acquire(ctx)
+				if err != nil {
+					return err
+				}
+				defer conn.Release()
+				wtx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+				if err != nil {
+					return err
+				}
+				defer func() { _ = wtx.Rollback(context.Background()) }()
+				if _, err := wtx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+snapshotName+`'`); err != nil {
+					return fmt.Errorf("import snapshot: %w", err)
+				}
+				if err := sessionSettings(ctx, wtx, opts.StatementTimeout); err != nil {
+					return err
+				}
+				return worker(ctx, wtx)
+			}()
+			if err != nil {
+				cancel()
+				errs <- err
+			}
+		}(w == 0)
+	}
+	go func() {
+		defer close(batches)
+		for _, b := range ranges {
+			select {
+			case batches <- b:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	if err := errors.Join(collect(errs)...); err != nil {
+		return nil, nBatches, err
+	}
+	return merged, nBatches, nil
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
+
+func sessionSettings(ctx context.Context, tx pgx.Tx, timeout time.Duration) error {
+	// UTC and ISO make a row's text form (and so its hash) independent of the session's settings.
+	// The batches are parallelised by GCOS itself (one connection per worker), so no parallel plans or JIT.
+	_, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; SET LOCAL statement_timeout = %d;
+		SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '64MB'`, timeout.Milliseconds()))
+	if err != nil {
+		return fmt.Errorf("session settings: %w", err)
+	}
+	return nil
+}
+
+// CaptureSnapshot captures a source snapshot: per group {count, max_born_at, max_id, content_hash} over the birth
+// inventory in keyset batches, the delta against the previous snapshot of the same scope, and one immutable
+// evolution_snapshots row plus one audit row. A capture that fails writes nothing but a snapshot_capture_failed
+// finding, so a partial snapshot can never be referenced.
+func (s *Store) CaptureSnapshot(ctx context.Context, opts CaptureOptions) (Snapshot, error) {
+	snap, err := s.captureSnapshot(ctx, opts)
+	if err != nil {
+		_, ferr := s.RaiseFinding(context.WithoutCancel(ctx), gcos.Finding{
+			Type: gcos.IssueSnapshotCaptureFailed, Subject: opts.Scope, RunID: opts.RunID,
+			Evidence: map[string]any{"scope": opts.Scope, "run_id": opts.RunID, "error": err.Error()},
+		})
+		return Snapshot{}, errors.Join(fmt.Errorf("capture snapshot: %w", err), ferr)
+	}
+	if _, err := s.ResolveFinding(ctx, gcos.IssueSnapshotCaptureFailed, opts.Scope, ""); err != nil {
+		return snap, err
+	}
+	return snap, nil
+}
+
+func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snapshot, error) {
+	switch opts.Scope {
+	case SnapshotBackfill, SnapshotAudit, SnapshotScan:
+	default:
+		return Snapshot{}, gcos.Errorf(gcos.EINVALID, "snapshot scope %q is not one of %s, %s, %s", opts.Scope, SnapshotBackfill, SnapshotAudit, SnapshotScan)
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = int64(s.cfg.Snapshot.BatchSize)
+	}
+	if opts.StatementTimeout <= 0 {
+		opts.StatementTimeout = s.cfg.Snapshot.StatementTimeout.Duration()
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 2
+	}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if err := sessionSettings(ctx, tx, opts.StatementTimeout); err != nil {
+		return Snapshot{}, err
+	}
+	regs, err := loadRegistries(ctx, tx)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	b := s.birthBinding()
+	var minID, maxID *int64
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT min(%s), max(%s) FROM %s`, ident(b.ID), ident(b.ID), ident(b.Table))).Scan(&minID, &maxID); err != nil {
+		return Snapshot{}, fmt.Errorf("id bounds: %w", err)
+	}
+	bases := map[baseKey]*gcos.BaseGroup{}
+	var batches int
+	if minID != nil {
+		if bases, batches, err = s.captureBatches(ctx, tx, *minID, *maxID, opts); err != nil {
+			return Snapshot{}, err
+		}
+	}
+	snap := Snapshot{Scope: opts.Scope, Registries: regs, Metrics: SnapshotMetrics{
+		RunID: opts.RunID, RulesetVersion: opts.RulesetVersion, Groups: map[string]SnapshotGroup{},
+	}}
+	keys := make([]baseKey, 0, len(bases))
+	for k := range bases {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		return a.class < b.class || (a.class == b.class && (a.registry < b.registry || (a.registry == b.registry && a.lifecycle < b.lifecycle)))
+	})
+	for _, k := range keys {
+		base := bases[k]
+		snap.Metrics.Totals.Births += base.Count
+		for _, d := range regs.Dimensions(*base) {
+			g := gcos.NewGroup(d, base.Count)
+			snap.Groups = append(snap.Groups, g)
+			snap.Metrics.Groups[g.Key] = SnapshotGroup{Count: base.Count, MaxBornAt: base.MaxBornAt.UTC(), MaxID: base.MaxID,
+				ContentHash: base.ContentHash.String(), SourceRegistry: base.SourceRegistry}
+		}
+	}
+	snap.Metrics.Totals.Groups = len(snap.Metrics.Groups)
+	snap.Metrics.Totals.BaseGroups = len(bases)
+	snap.Metrics.Totals.Scopes = len(regs.ScopeCodes())
+	snap.Metrics.Totals.Batches = batches
+	if err := tx.Commit(ctx); err != nil {
+		return Snapshot{}, fmt.Errorf("finish read: %w", err)
+	}
+
+	err = s.inTx(ctx, func(wtx pgx.Tx) error {
+		// Serialise writers of one scope so "previous snapshot" is well defined.
+		if _, err := wtx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.snapshot:' || $1, 0))`, opts.Scope); err != nil {
+			return err
+		}
+		prev, err := latestSnapshot(ctx, wtx, opts.Scope)
+		if err != nil && gcos.ErrorCode(err) != gcos.ENOTFOUND {
+			return err
+		}
+		snap.Delta = deltaOf(prev, snap.Metrics)
+		if opts.reuseUnchanged && prev != nil && len(snap.Delta.Groups) == 0 {
+			prev.Groups, prev.Registries, prev.reused = snap.Groups, snap.Registries, true
+			snap = *prev
+			return nil
+		}
+		metricsJSON, err := json.Marshal(snap.Metrics)
+		if err != nil {
+			return err
+		}
+		deltaJSON, err := json.Marshal(snap.Delta)
+		if err != nil {
+			return err
+		}
+		notes := opts.Notes
+		if notes == "" {
+			notes = fmt.Sprintf("gcos run %s: %d batches of %d ids", opts.RunID, batches, opts.BatchSize)
+		}
+		if err := wtx.QueryRow(ctx, `
+			INSERT INTO evolution_snapshots (snapshot_at, scope, metrics, delta_previous, notes)
+			VALUES (now(), $1, $2, $3, $4) RETURNING id, snapshot_at`,
+			opts.Scope, metricsJSON, deltaJSON, notes).Scan(&snap.ID, &snap.SnapshotAt); err != nil {
+			return fmt.Errorf("write snapshot: %w", err)
+		}
+		changed := 0
+		for _, d := range snap.Delta.Groups {
+			if d.FingerprintChanged {
+				changed++
+			}
+		}
+		_, err = audit(ctx, wtx, AuditEntry{EntityType: "governance_snapshot", EntityCode: fmt.Sprint(snap.ID), Action: "capture",
+			Detail: map[string]any{"scope": opts.Scope, "run_id": opts.RunID, "births": snap.Metrics.Totals.Births,
+				"groups": snap.Metrics.Totals.Groups, "groups_changed": changed, "previous_snapshot_id": snap.Delta.PreviousSnapshotID}})
+		return err
+	})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return snap, nil
+}
+
+// deltaOf compares a capture with the previous snapshot of its scope: groups whose fingerprint changed, appeared
+// or vanished. Unchanged groups are left out.
+func deltaOf(prev *Snapshot, cur SnapshotMetrics) SnapshotDelta {
+	d := SnapshotDelta{Groups: map[string]GroupDelta{}}
+	if prev == nil {
+		for k, g := range cur.Groups {
+			d.Groups[k] = GroupDelta{CountDelta: g.Count, NewMaxID: g.MaxID, FingerprintChanged: true, Appeared: true}
+		}
+		return d
+	}
+	d.PreviousSnapshotID = &prev.ID
+	for k, g := range cur.Groups {
+		p, ok := prev.Metrics.Groups[k]
+		switch {
+		case !ok:
+			d.Groups[k] = GroupDelta{CountDelta: g.Count, NewMaxID: g.MaxID, FingerprintChanged: true, Appeared: true}
+		case p.ContentHash != g.ContentHash || p.Count != g.Count:
+			d.Groups[k] = GroupDelta{CountDelta: g.Count - p.Count, NewMaxID: g.MaxID, FingerprintChanged: true}
+		}
+	}
+	for k, p := range prev.Metrics.Groups {
+		if _, ok := cur.Groups[k]; !ok {
+			d.Groups[k] = GroupDelta{CountDelta: -p.Count, FingerprintChanged: true, Vanished: true}
+		}
+	}
+	return d
+}
+
+const snapshotColumns = `id, snapshot_at, scope, metrics, coalesce(delta_previous, '{}'::jsonb)`
+
+func scanSnapshot(row pgx.Row) (Snapshot, error) {
+	var s Snapshot
+	var metrics, delta []byte
+	if err := row.Scan(&s.ID, &s.SnapshotAt, &s.Scope, &metrics, &delta); err != nil {
+		return Snapshot{}, err
+	}
+	if err := json.Unmarshal(metrics, &s.Metrics); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot %d metrics: %w", s.ID, err)
+	}
+	if err := json.Unmarshal(delta, &s.Delta); err != nil {
+		return Snapshot{}, fmt.Errorf("snapshot %d delta: %w", s.ID, err)
+	}
+	return s, nil
+}
+
+func latestSnapshot(ctx context.Context, q querier, scope string) (*Snapshot, error) {
+	s, err := scanSnapshot(q.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE scope = $1 ORDER BY id DESC LIMIT 1`, scope))
+	if err != nil {
+		return nil, mapError(err, "latest snapshot of "+scope)
+	}
+	return &s, nil
+}
+
+// LatestSnapshot returns the newest snapshot of a scope (ENOTFOUND when there is none).
+func (s *Store) LatestSnapshot(ctx context.Context, scope string) (Snapshot, error) {
+	snap, err := latestSnapshot(ctx, s.pool, scope)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return *snap, nil
+}
+
+// GetSnapshot returns one snapshot by id (ENOTFOUND when absent, e.g. pruned).
+func (s *Store) GetSnapshot(ctx context.Context, id int64) (Snapshot, error) {
+	snap, err := scanSnapshot(s.pool.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE id = $1 AND scope LIKE 'governance.%'`, id))
+	if err != nil {
+		return Snapshot{}, mapError(err, fmt.Sprintf("snapshot %d", id))
+	}
+	return snap, nil
+}
+
+// SnapshotInfo is a snapshot's list entry (without the group map).
+type SnapshotInfo struct {
+	ID         int64          `json:"id"`
+	SnapshotAt time.Time      `json:"snapshot_at"`
+	Scope      string         `json:"scope"`
+	RunID      string         `json:"run_id"`
+	Ruleset    string         `json:"ruleset_version"`
+	Totals     SnapshotTotals `json:"totals"`
+	Changed    int            `json:"groups_changed"`
+}
+
+// ListSnapshots lists GCOS's snapshots, newest first.
+func (s *Store) ListSnapshots(ctx context.Context, limit int) ([]SnapshotInfo, error) {
+	if limit <= 0 || limit > 1000 {
+		limit = 50
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, snapshot_at, scope, coalesce(metrics->>'run_id', ''), coalesce(metrics->>'ruleset_version', ''),
+		       coalesce(metrics->'totals', '{}'::jsonb),
+		       (SELECT count(*) FROM jsonb_each(coalesce(delta_previous->'groups', '{}'::jsonb)) e
+		        WHERE (e.value->>'fingerprint_changed')::boolean)
+		FROM evolution_snapshots WHERE scope LIKE 'governance.%' ORDER BY id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SnapshotInfo, error) {
+		var i SnapshotInfo
+		var totals []byte
+		if err := r.Scan(&i.ID, &i.SnapshotAt, &i.Scope, &i.RunID, &i.Ruleset, &totals, &i.Changed); err != nil {
+			return i, err
+		}
+		return i, json.Unmarshal(totals, &i.Totals)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	return out, nil
+}
