@@ -111,7 +111,7 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		values := make([]candidateValues, 0, len(snap.Groups))
 		gaps := map[string]bool{}
 		for _, g := range snap.Groups {
-			v, err := ev.evaluate(g, snap.Metrics.Groups[g.Key].ContentHash)
+			v, err := ev.evaluate(g, "")
 			if err != nil {
 				return fmt.Errorf("evaluate group %s: %w", g.Key, err)
 			}

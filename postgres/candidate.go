@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,11 @@ func (s *Store) newEvaluator(ctx context.Context, q querier, rs RulesetRow) (*ev
 	return &evaluator{ruleset: rs, regs: regs, policy: c.Policy, ttl: s.cfg.TTL, now: now}, nil
 }
 
+var settledWithoutCoverage = []gcos.Verdict{gcos.VerdictNotRelevant, gcos.VerdictClass0, gcos.VerdictDeferredBirth, gcos.VerdictRetired}
+
+// evaluateHook lets tests make one group's re-evaluation fail; nil in production.
+var evaluateHook func(gcos.Group) error
+
 // candidateValues are the evaluated columns of one candidate row.
 type candidateValues struct {
 	GroupKey         string
@@ -78,8 +84,13 @@ type candidateValues struct {
 	ExceptionID      *string
 }
 
-// evaluate judges one group. contentHash is the group's fingerprint at the snapshot (part of the evidence).
-func (e *evaluator) evaluate(g gcos.Group, contentHash string) (candidateValues, error) {
+// evaluate judges one group (or, with objectKey set, one materialized object of it).
+func (e *evaluator) evaluate(g gcos.Group, objectKey string) (candidateValues, error) {
+	if evaluateHook != nil {
+		if err := evaluateHook(g); err != nil {
+			return candidateValues{}, err
+		}
+	}
 	facts := e.regs.Facts(g.Dimensions, g.MemberCount)
 	ev := e.policy.Evaluate(facts)
 	class := ""
@@ -87,12 +98,14 @@ func (e *evaluator) evaluate(g gcos.Group, contentHash string) (candidateValues,
 		class = *g.ObjectClass
 	}
 	v := candidateValues{
-		GroupKey:         g.Key,
-		Verdict:          ev.Verdict,
-		Rule:             ev.Rule,
-		InputQuality:     *facts.InputQuality,
-		RiskClass:        e.regs.RiskClass(class),
-		CoverageRequired: e.regs.CoverageRequired(class),
+		GroupKey:     g.Key,
+		Verdict:      ev.Verdict,
+		Rule:         ev.Rule,
+		InputQuality: *facts.InputQuality,
+		RiskClass:    e.regs.RiskClass(class),
+		// Coverage is required of a group the class requires it of, unless the verdict settled that the group
+		// needs no owner (not relevant, private, deferred or retired); an undecided group keeps the requirement.
+		CoverageRequired: e.regs.CoverageRequired(class) && !slices.Contains(settledWithoutCoverage, ev.Verdict),
 		OwnerScope:       g.OwnerScope,
 		MemberCount:      g.MemberCount,
 	}
@@ -113,7 +126,7 @@ func (e *evaluator) evaluate(g gcos.Group, contentHash string) (candidateValues,
 	evidence, err := json.Marshal(map[string]any{
 		"ruleset": e.ruleset.Version, "group": g.Dimensions, "facts": facts, "verdict": v.Verdict, "rule": v.Rule,
 		"risk_class": v.RiskClass, "coverage_required": v.CoverageRequired, "coverage": v.Coverage,
-		"exception": v.ExceptionID, "members": g.MemberCount, "content_hash": contentHash,
+		"exception": v.ExceptionID, "members": g.MemberCount, "object": objectKey,
 	})
 	if err != nil {
 		return v, err
@@ -274,6 +287,12 @@ func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string
 	tag, err := tx.Exec(ctx, markDirtySQL, groupKeys, reason)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d groups dirty (%s): %w", len(groupKeys), reason, err)
+	}
+	if tag.RowsAffected() > 0 {
+		// Delivered at commit: wakes event-driven scanners; polling stays the source of truth.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, reason); err != nil {
+			return 0, fmt.Errorf("notify scanners: %w", err)
+		}
 	}
 	return tag.RowsAffected(), nil
 }

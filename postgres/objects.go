@@ -95,7 +95,7 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		}
 		one := g
 		one.MemberCount = 1
-		v, err := ev.evaluate(one, snap.Metrics.Groups[g.Key].ContentHash+":"+key)
+		v, err := ev.evaluate(one, key)
 		if err != nil {
 			rows.Close()
 			return 0, 0, err

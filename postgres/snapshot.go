@@ -286,7 +286,70 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, minID, maxID int6
 	if err := errors.Join(collect(errs)...); err != nil {
 		return nil, nBatches, err
 	}
+	if err := s.checkDeterminism(ctx, tx, sql, ranges[0].lo, ranges[0].hi); err != nil {
+		return nil, nBatches, err
+	}
 	return merged, nBatches, nil
+}
+
+// determinismSample bounds the ids the self-check recomputes, so it costs a few percent of a capture.
+const determinismSample = 20_000
+
+// errNondeterministic marks a capture whose recomputation differs from itself under one database snapshot.
+var errNondeterministic = errors.New("snapshot capture is nondeterministic")
+
+// nondeterminismHook lets tests perturb the self-check; nil in production.
+var nondeterminismHook func(gcos.Fingerprint) gcos.Fingerprint
+
+// checkDeterminism recomputes the first batch split in two halves under the same database snapshot: the combined
+// halves must equal the whole, exactly as the batch computed it. A difference means the hash depends on something
+// other than row content (a session setting, a volatile column), and no snapshot from this capture can be trusted.
+func (s *Store) checkDeterminism(ctx context.Context, tx pgx.Tx, sql string, lo, hi int64) error {
+	hi = min(hi, lo+determinismSample)
+	whole, err := fingerprintRange(ctx, tx, sql, lo, hi)
+	if err != nil {
+		return err
+	}
+	mid := lo + (hi-lo)/2
+	left, err := fingerprintRange(ctx, tx, sql, lo, mid)
+	if err != nil {
+		return err
+	}
+	right, err := fingerprintRange(ctx, tx, sql, mid, hi)
+	if err != nil {
+		return err
+	}
+	combined := left.Add(right)
+	if nondeterminismHook != nil {
+		combined = nondeterminismHook(combined)
+	}
+	if combined != whole {
+		return fmt.Errorf("%w: ids [%d,%d) hash to %s whole but %s in two halves", errNondeterministic, lo, hi, whole, combined)
+	}
+	return nil
+}
+
+// fingerprintRange is the sum of all group fingerprints of one id range.
+func fingerprintRange(ctx context.Context, tx pgx.Tx, sql string, lo, hi int64) (gcos.Fingerprint, error) {
+	rows, err := tx.Query(ctx, sql, lo, hi)
+	if err != nil {
+		return gcos.Fingerprint{}, fmt.Errorf("determinism check [%d,%d): %w", lo, hi, err)
+	}
+	defer rows.Close()
+	var total gcos.Fingerprint
+	for rows.Next() {
+		var g gcos.BaseGroup
+		var l, h string
+		if err := rows.Scan(&g.ObjectClass, &g.SourceRegistry, &g.LifecycleStatus, &g.Count, &g.MaxBornAt, &g.MaxID, &l, &h); err != nil {
+			return gcos.Fingerprint{}, err
+		}
+		f, err := gcos.FingerprintFromSums(l, h)
+		if err != nil {
+			return gcos.Fingerprint{}, err
+		}
+		total = total.Add(f)
+	}
+	return total, rows.Err()
 }
 
 func collect(ch <-chan error) []error {
@@ -314,6 +377,13 @@ func sessionSettings(ctx context.Context, tx pgx.Tx, timeout time.Duration) erro
 // finding, so a partial snapshot can never be referenced.
 func (s *Store) CaptureSnapshot(ctx context.Context, opts CaptureOptions) (Snapshot, error) {
 	snap, err := s.captureSnapshot(ctx, opts)
+	if errors.Is(err, errNondeterministic) {
+		_, ferr := s.RaiseFinding(context.WithoutCancel(ctx), gcos.Finding{
+			Type: gcos.IssueSnapshotNondeterministic, Subject: opts.Scope, RunID: opts.RunID,
+			Evidence: map[string]any{"scope": opts.Scope, "run_id": opts.RunID, "error": err.Error(), "effect": "ruleset activation frozen until resolved"},
+		})
+		return Snapshot{}, errors.Join(fmt.Errorf("capture snapshot: %w", err), ferr)
+	}
 	if err != nil {
 		_, ferr := s.RaiseFinding(context.WithoutCancel(ctx), gcos.Finding{
 			Type: gcos.IssueSnapshotCaptureFailed, Subject: opts.Scope, RunID: opts.RunID,
@@ -321,8 +391,10 @@ func (s *Store) CaptureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 		})
 		return Snapshot{}, errors.Join(fmt.Errorf("capture snapshot: %w", err), ferr)
 	}
-	if _, err := s.ResolveFinding(ctx, gcos.IssueSnapshotCaptureFailed, opts.Scope, ""); err != nil {
-		return snap, err
+	for _, t := range []gcos.IssueType{gcos.IssueSnapshotCaptureFailed, gcos.IssueSnapshotNondeterministic} {
+		if _, err := s.ResolveFinding(ctx, t, opts.Scope, ""); err != nil {
+			return snap, err
+		}
 	}
 	return snap, nil
 }

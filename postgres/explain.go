@@ -1,0 +1,110 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// Explanation is the reproducible statement for an object or a group, with the stored values it is built from.
+type Explanation struct {
+	Subject    string         `json:"subject"`
+	Statements []string       `json:"statements"`
+	Rows       []ExplainedRow `json:"rows"`
+}
+
+// ExplainedRow is one candidate row behind an explanation.
+type ExplainedRow struct {
+	Source    string              `json:"source"`
+	Key       string              `json:"key"`
+	Scope     string              `json:"scope,omitempty"`
+	Row       *gcos.CandidateRow  `json:"row"`
+	Effective gcos.EffectiveState `json:"effective"`
+	Ruleset   string              `json:"ruleset_status"`
+	Snapshot  *time.Time          `json:"snapshot_at"`
+}
+
+// ExplainObject explains an object's verdict(s) from stored values only.
+func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, error) {
+	ref, err := ParseObjectRef(object)
+	if err != nil {
+		return Explanation{}, err
+	}
+	reads, now, err := s.gateReads(ctx, ref)
+	if err != nil {
+		return Explanation{}, fmt.Errorf("explain %s: %w", object, err)
+	}
+	if len(reads) == 0 {
+		return Explanation{}, gcos.Errorf(gcos.ENOTFOUND, "object %s has no birth", object)
+	}
+	return s.explain(ref.String(), reads, now), nil
+}
+
+// ExplainGroup explains a group's verdict from stored values only.
+func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, error) {
+	if !groupKeyPattern.MatchString(key) {
+		return Explanation{}, gcos.Errorf(gcos.EINVALID, "group key %q: want 32 lowercase hex digits", key)
+	}
+	var reads []candidateRead
+	var now time.Time
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT g.group_key, coalesce(g.scope, ''), c.source_snapshot_ref, c.ruleset_version, c.scan_time, c.candidate_verdict,
+			       c.input_quality_state, c.dirty, c.dirty_reason, c.stale_after, c.recompute_status, c.risk_class,
+			       c.coverage_required, c.coverage_scan_ref, c.owner_scope, c.lifecycle_status, c.member_count,
+			       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
+			       s.id IS NOT NULL, s.snapshot_at
+			FROM governance_group g
+			LEFT JOIN v_current_ruleset cr ON true
+			LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = cr.ruleset_version
+			LEFT JOIN governance_ruleset r ON r.ruleset_version = c.ruleset_version
+			LEFT JOIN evolution_snapshots s ON s.id = c.source_snapshot_ref
+			WHERE g.group_key = $1`, key)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			r, _, err := scanCandidate(rows, gcos.GateSourceGroup)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			reads = append(reads, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return Explanation{}, fmt.Errorf("explain group %s: %w", key, err)
+	}
+	if len(reads) == 0 {
+		return Explanation{}, gcos.Errorf(gcos.ENOTFOUND, "group %s is not in the group registry", key)
+	}
+	return s.explain("group "+key, reads, now), nil
+}
+
+func (s *Store) explain(subject string, reads []candidateRead, now time.Time) Explanation {
+	ex := Explanation{Subject: subject}
+	for _, r := range reads {
+		er := ExplainedRow{Source: r.source, Key: r.key, Scope: r.scope, Ruleset: r.rulesetStatus, Snapshot: r.snapshotAt}
+		var eff gcos.EffectiveState
+		if r.found() {
+			row := r.row
+			er.Row = &row
+			high := gcos.IsHighRisk(row.RiskClass, s.cfg.Gate.LowRiskClasses)
+			eff = gcos.Effective(row, now, gcos.RulesetState{ActiveVersion: r.activeVersion, RowRulesetStatus: r.rulesetStatus}, r.snapshotExists, high)
+			er.Effective = eff
+		} else {
+			er.Effective = gcos.EffectiveState{Verdict: gcos.VerdictUnknown, Reasons: []string{"never_seeded"}}
+		}
+		ex.Rows = append(ex.Rows, er)
+		ex.Statements = append(ex.Statements, s.statement(subject, r, eff))
+	}
+	return ex
+}

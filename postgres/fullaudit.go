@@ -1,0 +1,174 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// AuditResult reports a periodic full audit.
+type AuditResult struct {
+	RunID           string        `json:"run_id"`
+	SnapshotID      int64         `json:"snapshot_id"`
+	PreviousID      *int64        `json:"previous_snapshot_id"`
+	RulesetVersion  string        `json:"ruleset_version"`
+	ProposedRuleset string        `json:"proposed_ruleset,omitempty"`
+	ChangedGroups   int           `json:"changed_groups"`
+	Signalled       int           `json:"signalled_groups"` // changed groups a handoff had already dirtied
+	Pending         int           `json:"pending_groups"`   // changed groups whose new births the tail has not reached yet
+	LostSignals     []string      `json:"lost_signal_groups"`
+	Expired         int64         `json:"expired_rows"`
+	Scanned         int           `json:"scanned"`
+	Ledger          LedgerReport  `json:"ledger"`
+	Elapsed         time.Duration `json:"elapsed_ns"`
+}
+
+// FullAudit is the periodic safety net (doc 34 §5): a fresh snapshot and ruleset hash, a reconciliation that
+// finds groups whose fingerprint changed without any dirty mark (a lost signal: dirtied with snapshot_drift and a
+// finding), expiry of every row past stale_after, a scan of the whole dirty set and the invariant check.
+func (s *Store) FullAudit(ctx context.Context, progress func(done, total int64)) (AuditResult, error) {
+	start := time.Now()
+	res := AuditResult{RunID: NewRunID("gov-audit")}
+	if err := s.startRun(ctx, res.RunID, ModeFullAudit, "auditing"); err != nil {
+		return res, err
+	}
+	err := s.fullAudit(ctx, progress, &res)
+	if ferr := s.finishRun(context.WithoutCancel(ctx), res.RunID, runCounts{snapshot: res.SnapshotID, ruleset: res.RulesetVersion,
+		scanned: int64(res.Scanned), dirtied: int64(len(res.LostSignals)) + res.Expired}, err); ferr != nil {
+		err = errors.Join(err, ferr)
+	}
+	res.Elapsed = time.Since(start)
+	return res, err
+}
+
+func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64), res *AuditResult) error {
+	rs, proposed, err := s.rulesetForScan(ctx, "gcos")
+	if err != nil {
+		return err
+	}
+	res.RulesetVersion, res.ProposedRuleset = rs.Version, proposed
+	prev, err := latestFullSnapshot(ctx, s.pool)
+	if err != nil && gcos.ErrorCode(err) != gcos.ENOTFOUND {
+		return err
+	}
+	snap, err := s.CaptureSnapshot(ctx, CaptureOptions{Scope: SnapshotAudit, RunID: res.RunID, RulesetVersion: rs.Version, Progress: progress})
+	if err != nil {
+		return err
+	}
+	res.SnapshotID = snap.ID
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := upsertGroups(ctx, tx, snap.Groups); err != nil {
+			return err
+		}
+		if prev == nil {
+			return nil
+		}
+		res.PreviousID = &prev.ID
+		cursor, err := birthCursorPosition(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var changed []string
+		for key, g := range snap.Metrics.Groups {
+			if p, ok := prev.Metrics.Groups[key]; !ok || p.ContentHash != g.ContentHash || p.Count != g.Count {
+				changed = append(changed, key)
+			}
+		}
+		for key := range prev.Metrics.Groups {
+			if _, ok := snap.Metrics.Groups[key]; !ok {
+				changed = append(changed, key)
+			}
+		}
+		sort.Strings(changed)
+		res.ChangedGroups = len(changed)
+		signalled, err := dirtiedSince(ctx, tx, changed, prev.SnapshotAt)
+		if err != nil {
+			return err
+		}
+		for _, key := range changed {
+			switch {
+			case signalled[key]:
+				res.Signalled++
+			case cursor != nil && snap.Metrics.Groups[key].MaxBornAt.After(*cursor):
+				res.Pending++ // the tail will hand these births off; not a lost signal
+			default:
+				res.LostSignals = append(res.LostSignals, key)
+			}
+		}
+		if len(res.LostSignals) == 0 {
+			return nil
+		}
+		if _, err := markDirty(ctx, tx, res.LostSignals, gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
+		// A fingerprint moved with no handoff to explain it: a change reached the source without a governance
+		// signal. That is an event gap, not a nondeterministic capture (which would freeze ruleset activation).
+		_, err = raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "snapshot-drift", RunID: res.RunID, RulesetVersion: rs.Version,
+			Evidence: map[string]any{"kind": "lost_signal", "groups": len(res.LostSignals), "sample": res.LostSignals[:min(len(res.LostSignals), 20)],
+				"snapshot_id": snap.ID, "previous_snapshot_id": prev.ID}})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if res.Expired, err = s.ExpireStale(ctx); err != nil {
+		return err
+	}
+	for {
+		tick, err := s.ScanTick(ctx, ScanOptions{Mode: ModeFullAudit, RunID: res.RunID, Expired: true})
+		if err != nil {
+			return err
+		}
+		res.Scanned += tick.Scanned + tick.Seeded
+		if tick.Claimed == 0 || tick.Scanned+tick.Seeded == 0 {
+			break
+		}
+	}
+	if res.Ledger, err = s.Invariant(ctx, ""); err != nil {
+		return err
+	}
+	return nil
+}
+
+func latestFullSnapshot(ctx context.Context, q querier) (*Snapshot, error) {
+	snap, err := scanSnapshot(q.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1`))
+	if err != nil {
+		return nil, mapError(err, "latest full snapshot")
+	}
+	return &snap, nil
+}
+
+// dirtiedSince returns the groups (of keys) that received a dirty mark after t under the current ruleset.
+func dirtiedSince(ctx context.Context, tx pgx.Tx, keys []string, t time.Time) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT c.group_key FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
+		WHERE c.group_key = ANY($1) AND c.dirtied_at >= $2`, keys, t)
+	if err != nil {
+		return nil, fmt.Errorf("read dirty marks: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read dirty marks: %w", err)
+	}
+	out := map[string]bool{}
+	for _, k := range list {
+		out[k] = true
+	}
+	return out, nil
+}
+
+// birthCursorPosition is how far the intake has handed births off (nil when no births cursor exists).
+func birthCursorPosition(ctx context.Context, q querier) (*time.Time, error) {
+	var pos *time.Time
+	err := q.QueryRow(ctx, `SELECT max(position_tstz) FROM gov_worker_cursor WHERE ts_type = 'timestamptz'`).Scan(&pos)
+	if err != nil {
+		return nil, fmt.Errorf("read intake cursor: %w", err)
+	}
+	return pos, nil
+}

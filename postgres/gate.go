@@ -1,0 +1,329 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// ObjectRef is a born object's address: collection_name:entity_code.
+type ObjectRef struct {
+	Collection string `json:"collection_name"`
+	Code       string `json:"entity_code"`
+}
+
+func (o ObjectRef) String() string { return o.Collection + ":" + o.Code }
+
+// ParseObjectRef validates "COLLECTION:CODE". Bad input is a clear EINVALID error.
+func ParseObjectRef(s string) (ObjectRef, error) {
+	coll, code, ok := strings.Cut(s, ":")
+	switch {
+	case !ok || coll == "" || code == "":
+		return ObjectRef{}, gcos.Errorf(gcos.EINVALID, "object %q: want COLLECTION:CODE", s)
+	case len(s) > 512:
+		return ObjectRef{}, gcos.Errorf(gcos.EINVALID, "object reference longer than 512 bytes")
+	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return ObjectRef{}, gcos.Errorf(gcos.EINVALID, "object %q contains control characters", s)
+	}
+	return ObjectRef{Collection: coll, Code: code}, nil
+}
+
+// GateResult is the gate's full answer for one object and action.
+type GateResult struct {
+	Object           string              `json:"object"`
+	Action           string              `json:"action"`
+	Decision         string              `json:"decision"`
+	EffectiveVerdict gcos.Verdict        `json:"effective_verdict"`
+	RiskClass        string              `json:"risk_class"`
+	Reasons          []string            `json:"reasons"`
+	RescanScheduled  bool                `json:"rescan_scheduled"`
+	Statement        string              `json:"statement"`
+	Consulted        []ConsultedRow      `json:"consulted"`
+	DecidedAt        time.Time           `json:"decided_at"`
+	Decisions        []gcos.GateDecision `json:"-"`
+}
+
+// ConsultedRow is one candidate row the gate read (an object row, or the object's group in each scope).
+type ConsultedRow struct {
+	Source    string `json:"source"` // object | group
+	Key       string `json:"key"`
+	Scope     string `json:"scope,omitempty"`
+	Decision  string `json:"decision"`
+	Statement string `json:"statement"`
+}
+
+// candidateRead is one row read for the gate or explain, with what decay needs.
+type candidateRead struct {
+	source         string
+	key, scope     string
+	row            gcos.CandidateRow
+	rulesetStatus  string
+	activeVersion  string
+	snapshotExists bool
+	snapshotAt     *time.Time
+}
+
+const gateObjectSQL = `
+SELECT o.candidate_key, coalesce(g.scope, ''), o.source_snapshot_ref, o.ruleset_version, o.scan_time, o.candidate_verdict,
+       o.input_quality_state, o.dirty, o.dirty_reason, o.stale_after, o.recompute_status, o.risk_class,
+       o.coverage_required, o.coverage_scan_ref, o.owner_scope, o.lifecycle_status, o.member_count,
+       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
+       s.id IS NOT NULL, s.snapshot_at
+FROM governance_candidate_object o
+JOIN v_current_ruleset cr ON cr.ruleset_version = o.ruleset_version
+JOIN governance_ruleset r ON r.ruleset_version = o.ruleset_version
+JOIN governance_group g ON g.group_key = o.group_key
+LEFT JOIN evolution_snapshots s ON s.id = o.source_snapshot_ref
+WHERE o.object_ref = $1 AND o.lifecycle_status = 'active'`
+
+// gateGroupSQL finds the object's base group (its anchor's, for an inherited child) in every scope, with the row
+// under the current ruleset when there is one.
+func (b birthBinding) gateGroupSQL() string {
+	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent))
+	return r.Replace(`
+WITH obj AS (
+    SELECT coalesce(p.{type}, b.{type}) AS cls, coalesce(p.{coll}, b.{coll}) AS reg, coalesce(p.{status}, b.{status}) AS st
+    FROM {t} b
+    LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
+    WHERE b.{coll} = $1 AND b.{code} = $2
+)
+SELECT g.group_key, coalesce(g.scope, ''), c.source_snapshot_ref, c.ruleset_version, c.scan_time, c.candidate_verdict,
+       c.input_quality_state, c.dirty, c.dirty_reason, c.stale_after, c.recompute_status, c.risk_class,
+       c.coverage_required, c.coverage_scan_ref, c.owner_scope, c.lifecycle_status, c.member_count,
+       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
+       s.id IS NOT NULL, s.snapshot_at, (SELECT count(*) FROM obj)
+FROM obj
+LEFT JOIN governance_group g ON g.object_class = obj.cls AND g.source_registry = obj.reg AND g.lifecycle_status = obj.st
+LEFT JOIN v_current_ruleset cr ON true
+LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = cr.ruleset_version
+LEFT JOIN governance_ruleset r ON r.ruleset_version = c.ruleset_version
+LEFT JOIN evolution_snapshots s ON s.id = c.source_snapshot_ref`)
+}
+
+// scanCandidate reads the common columns; found is false when the LEFT JOIN produced no candidate row.
+func scanCandidate(rows pgx.Rows, source string, extra ...any) (candidateRead, bool, error) {
+	var cr candidateRead
+	var snapRef *int64
+	var ruleset, verdict, recompute, risk, lifecycle, rsStatus *string
+	var scanTime *time.Time
+	var dirty, required *bool
+	var members *int64
+	var key *string
+	dest := []any{&key, &cr.scope, &snapRef, &ruleset, &scanTime, &verdict, &cr.row.InputQualityState, &dirty,
+		&cr.row.DirtyReason, &cr.row.StaleAfter, &recompute, &risk, &required, &cr.row.CoverageScanRef,
+		&cr.row.OwnerScope, &lifecycle, &members, &rsStatus, &cr.activeVersion, &cr.snapshotExists, &cr.snapshotAt}
+	if err := rows.Scan(append(dest, extra...)...); err != nil {
+		return cr, false, err
+	}
+	cr.source = source
+	if key != nil {
+		cr.key = *key
+	}
+	if verdict == nil {
+		return cr, false, nil
+	}
+	cr.row = gcos.CandidateRow{GroupKey: cr.key, SnapshotRef: *snapRef, RulesetVersion: *ruleset, ScanTime: *scanTime,
+		Verdict: gcos.Verdict(*verdict), InputQualityState: cr.row.InputQualityState, Dirty: *dirty,
+		DirtyReason: cr.row.DirtyReason, StaleAfter: cr.row.StaleAfter, RecomputeStatus: *recompute, RiskClass: *risk,
+		CoverageRequired: *required, CoverageScanRef: cr.row.CoverageScanRef, OwnerScope: cr.row.OwnerScope,
+		LifecycleStatus: *lifecycle, MemberCount: *members}
+	cr.rulesetStatus = *rsStatus
+	return cr, true, nil
+}
+
+// Gate answers "may this action proceed on this object?" (SPEC §12). It fails closed: an unknown object, a group
+// never seeded, a stale or unknown high-risk verdict, an internal error, a timeout or an unreachable database all
+// block. A materialized object row is consulted before its group; otherwise the object's group in every scope is
+// consulted and any block blocks. A low-risk stale verdict allows and dirties the row for a re-scan.
+func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
+	res := GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{}}
+	ref, err := ParseObjectRef(object)
+	if err != nil {
+		res.Reasons = append(res.Reasons, gcos.ErrorMessage(err))
+		return res
+	}
+	if action != gcos.ActionWrite && action != gcos.ActionRead {
+		res.Reasons = append(res.Reasons, fmt.Sprintf("action %q is not one of write, read", action))
+		return res
+	}
+	timeout := s.cfg.Gate.Timeout.Duration()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	reads, now, err := s.gateReads(ctx, ref)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", timeout)
+		} else if gcos.ErrorCode(err) == gcos.EINTERNAL {
+			s.logger.Error("gate: read candidate state", "object", object, "err", err)
+			err = gcos.Errorf(gcos.EUNAVAILABLE, "candidate state unreadable")
+		}
+		d := gcos.Gate(gcos.GateInput{Action: action, Err: err})
+		res.Reasons, res.Decisions = d.Reasons, []gcos.GateDecision{d}
+		return res
+	}
+	res.DecidedAt = now
+	if len(reads) == 0 {
+		res.Reasons = append(res.Reasons, fmt.Sprintf("object %s has no birth in %s: unknown objects are blocked", ref, s.birthBinding().Table))
+		res.EffectiveVerdict = gcos.VerdictUnknown
+		return res
+	}
+	var rescan, unknown []string
+	allowed := true
+	res.EffectiveVerdict, res.RiskClass = "", ""
+	for _, r := range reads {
+		in := gcos.GateInput{Action: action, Found: r.found(), Source: r.source, RulesetStatus: r.rulesetStatus, SnapshotExists: r.snapshotExists}
+		if in.Found {
+			in.Row = r.row
+			in.HighRisk = gcos.IsHighRisk(r.row.RiskClass, s.cfg.Gate.LowRiskClasses)
+			in.Effective = gcos.Effective(r.row, now, gcos.RulesetState{ActiveVersion: r.activeVersion, RowRulesetStatus: r.rulesetStatus}, r.snapshotExists, in.HighRisk)
+		}
+		d := gcos.Gate(in)
+		res.Decisions = append(res.Decisions, d)
+		statement := s.statement(ref.String(), r, in.Effective)
+		res.Consulted = append(res.Consulted, ConsultedRow{Source: r.source, Key: r.key, Scope: r.scope, Decision: d.Decision, Statement: statement})
+		if !d.Allowed() {
+			allowed = false
+		}
+		for _, reason := range d.Reasons {
+			prefix := ""
+			if r.scope != "" && len(reads) > 1 {
+				prefix = "[" + r.scope + "] "
+			}
+			res.Reasons = append(res.Reasons, prefix+reason)
+		}
+		if d.RescanScheduled && r.key != "" && r.source == gcos.GateSourceGroup {
+			rescan = append(rescan, r.key)
+		}
+		if d.RaiseUnknown && r.key != "" {
+			unknown = append(unknown, r.key)
+		}
+		if res.EffectiveVerdict == "" || worse(d.EffectiveVerdict, res.EffectiveVerdict) {
+			res.EffectiveVerdict, res.RiskClass, res.Statement = d.EffectiveVerdict, d.RiskClass, statement
+		}
+	}
+	if allowed {
+		res.Decision = gcos.GateAllow
+	}
+	if len(rescan) > 0 || len(unknown) > 0 {
+		// Scheduling is best effort and never changes the decision already taken.
+		if err := s.gateFollowUp(context.WithoutCancel(ctx), rescan, unknown); err != nil {
+			s.logger.Warn("gate: schedule re-scan", "object", object, "err", err)
+		} else {
+			res.RescanScheduled = len(rescan) > 0
+		}
+	}
+	return res
+}
+
+func (r candidateRead) found() bool { return r.row.Verdict != "" }
+
+// worse orders effective verdicts for reporting: the least settled one is shown.
+func worse(a, b gcos.Verdict) bool {
+	rank := map[gcos.Verdict]int{gcos.VerdictUnknown: 0, gcos.VerdictNeedsInput: 1, gcos.VerdictStale: 2}
+	ra, oka := rank[a]
+	rb, okb := rank[b]
+	if !oka {
+		ra = 3
+	}
+	if !okb {
+		rb = 3
+	}
+	return ra < rb
+}
+
+// gateReads reads the object's materialized row, else its groups, in one read-only transaction.
+func (s *Store) gateReads(ctx context.Context, ref ObjectRef) ([]candidateRead, time.Time, error) {
+	var out []candidateRead
+	var now time.Time
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, gateObjectSQL, ref.String())
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			r, _, err := scanCandidate(rows, gcos.GateSourceObject)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			out = append(out, r)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) > 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, s.birthBinding().gateGroupSQL(), ref.Collection, ref.Code)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var births int64
+			r, _, err := scanCandidate(rows, gcos.GateSourceGroup, &births)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	return out, now, err
+}
+
+// gateFollowUp dirties stale low-risk groups for a re-scan (reason ttl) and raises candidate_unknown.
+func (s *Store) gateFollowUp(ctx context.Context, rescan, unknown []string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := markDirty(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
+			return err
+		}
+		for _, key := range unknown {
+			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key,
+				Evidence: map[string]any{"group_key": key, "raised_by": "gate"}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// statement is the reproducible statement of SPEC §12, built from stored values only.
+func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveState) string {
+	if !r.found() {
+		if r.key == "" {
+			return fmt.Sprintf("object %s belongs to no known group: unknown", subject)
+		}
+		return fmt.Sprintf("object %s (group %s, scope %s) has no verdict under the current ruleset: unknown", subject, r.key, r.scope)
+	}
+	snap := fmt.Sprintf("snapshot %d", r.row.SnapshotRef)
+	if r.snapshotAt != nil {
+		snap += fmt.Sprintf(" (captured %s)", r.snapshotAt.UTC().Format(time.RFC3339))
+	} else {
+		snap += " (pruned: dangling)"
+	}
+	valid := "no expiry recorded"
+	if r.row.StaleAfter != nil {
+		valid = "valid until " + r.row.StaleAfter.UTC().Format(time.RFC3339)
+	}
+	where := ""
+	if r.scope != "" {
+		where = fmt.Sprintf(" in scope %s", r.scope)
+	}
+	out := fmt.Sprintf("object %s was %s%s under ruleset %s (%s), %s, scanned %s, %s", subject, r.row.Verdict, where,
+		r.row.RulesetVersion, r.rulesetStatus, snap, r.row.ScanTime.UTC().Format(time.RFC3339), valid)
+	if !eff.Clean && eff.Verdict != "" {
+		out += fmt.Sprintf("; now %s (%s)", eff.Verdict, strings.Join(eff.Reasons, ", "))
+	}
+	return out
+}

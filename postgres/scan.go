@@ -1,0 +1,401 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// Scan modes (candidate_scan_run.mode).
+const (
+	ModeEvent       = "event"
+	ModeIncremental = "incremental"
+	ModeFullAudit   = "full_audit"
+)
+
+// NotifyChannel is the LISTEN/NOTIFY channel a dirty mark wakes event-driven scanners on. Polling remains the
+// source of truth: a lost notification only delays a scan.
+const NotifyChannel = "gcos_dirty"
+
+// ScanOptions parameterise one scan tick.
+type ScanOptions struct {
+	Mode     string
+	RunID    string // one run may span several ticks; empty starts a new run
+	Limit    int    // groups per tick; 0 = configured batch size
+	Debounce bool   // only groups dirty for at least the coalesce window (event mode)
+	Expired  bool   // also groups past stale_after
+}
+
+// ScanResult reports one tick.
+type ScanResult struct {
+	RunID          string `json:"run_id"`
+	Mode           string `json:"mode"`
+	RulesetVersion string `json:"ruleset_version"`
+	Claimed        int    `json:"claimed"`
+	Scanned        int    `json:"scanned"`
+	Seeded         int    `json:"seeded"`
+	VerdictChanges int    `json:"verdict_changes"`
+	Failed         int    `json:"failed"`
+	Storm          bool   `json:"storm"`
+	Remaining      int64  `json:"remaining"` // dirty groups left after this tick
+}
+
+// claimSQL claims dirty (and optionally expired) groups under the current ruleset, skipping rows another scanner
+// holds and rows waiting out a retry backoff. High-risk groups go first, so a storm cannot starve them.
+const claimSQL = `
+SELECT c.group_key, c.candidate_verdict, c.dirty, c.dirtied_at, c.stale_after <= now() AS expired
+FROM governance_candidate_state c
+WHERE c.ruleset_version = $1
+  AND ((c.dirty AND c.dirtied_at <= now() - $2::interval) OR ($3 AND c.stale_after <= now()))
+  AND NOT EXISTS (SELECT 1 FROM candidate_scan_attempt a
+                  WHERE a.group_key = c.group_key AND a.ruleset_version = c.ruleset_version AND a.next_attempt_at > now())
+ORDER BY (c.risk_class = ANY($4)), c.dirtied_at NULLS LAST, c.group_key
+LIMIT $5
+FOR UPDATE OF c SKIP LOCKED`
+
+// claimUnseededSQL claims groups of the registry that have no row under the current ruleset (new groups).
+const claimUnseededSQL = `
+SELECT g.group_key FROM governance_group g
+WHERE NOT EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = g.group_key AND c.ruleset_version = $1)
+ORDER BY g.group_key
+LIMIT $2
+FOR UPDATE OF g SKIP LOCKED`
+
+const scanWriteSQL = `
+UPDATE governance_candidate_state c SET
+    source_snapshot_ref = $2, scan_time = now(), candidate_verdict = u.verdict, input_quality_state = u.quality,
+    depends_on = u.deps, stale_after = now() + u.ttl, recompute_status = 'ok', dirty = false, dirty_reason = NULL,
+    risk_class = u.risk, coverage_required = u.required,
+    coverage_scan_ref = CASE WHEN u.verdict = 'relevant' THEN $3 END, last_run_id = $3,
+    evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, updated_at = now()
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members)
+WHERE c.group_key = u.key AND c.ruleset_version = $1`
+
+// ScanTick claims a bounded batch of dirty (and, when asked, expired or never-seeded) groups, re-evaluates them
+// under the current ruleset and writes scan_time, stale_after, evidence and verdict, clearing dirty — all in the
+// transaction that holds the claim, so a crash at any point leaves the groups dirty (nothing lost) and a finished
+// scan is committed once (nothing duplicated). A group whose evaluation fails is marked failed, keeps its dirty
+// mark and is retried with exponential backoff.
+func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, error) {
+	res := ScanResult{Mode: opts.Mode, RunID: opts.RunID}
+	switch opts.Mode {
+	case ModeEvent, ModeIncremental, ModeFullAudit:
+	default:
+		return res, gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full_audit", opts.Mode)
+	}
+	rs, err := s.currentRuleset(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.RulesetVersion = rs.Version
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = s.cfg.Scan.BatchSize
+	}
+	storm, err := s.stormGuard(ctx, rs.Version)
+	if err != nil {
+		return res, err
+	}
+	if storm {
+		res.Storm = true
+		limit = min(limit, s.cfg.Scan.StormBatch)
+	}
+	if res.RunID == "" {
+		res.RunID = NewRunID("gov-" + opts.Mode)
+		phase := "scanning"
+		if opts.Mode == ModeFullAudit {
+			phase = "auditing"
+		}
+		if err := s.startRun(ctx, res.RunID, opts.Mode, phase); err != nil {
+			return res, err
+		}
+		defer func() {
+			_ = s.finishRun(context.WithoutCancel(ctx), res.RunID, runCounts{ruleset: rs.Version, scanned: int64(res.Scanned + res.Seeded),
+				changed: int64(res.VerdictChanges)}, err)
+		}()
+	}
+	var debounce time.Duration
+	if opts.Debounce {
+		debounce = s.cfg.Scan.CoalesceWindow.Duration()
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		snapshotID, err := latestFullSnapshotID(ctx, tx)
+		if err != nil {
+			return err
+		}
+		ev, err := s.newEvaluator(ctx, tx, rs)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, claimSQL, rs.Version, debounce, opts.Expired, s.cfg.Gate.LowRiskClasses, limit)
+		if err != nil {
+			return fmt.Errorf("claim dirty groups: %w", err)
+		}
+		previous := map[string]string{}
+		var keys []string
+		for rows.Next() {
+			var key, verdict string
+			var dirty, expired bool
+			var dirtiedAt *time.Time
+			if err := rows.Scan(&key, &verdict, &dirty, &dirtiedAt, &expired); err != nil {
+				rows.Close()
+				return err
+			}
+			previous[key] = verdict
+			keys = append(keys, key)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("claim dirty groups: %w", err)
+		}
+		var unseeded []string
+		if room := limit - len(keys); room > 0 {
+			rows, err := tx.Query(ctx, claimUnseededSQL, rs.Version, room)
+			if err != nil {
+				return fmt.Errorf("claim unseeded groups: %w", err)
+			}
+			if unseeded, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				return fmt.Errorf("claim unseeded groups: %w", err)
+			}
+		}
+		res.Claimed = len(keys) + len(unseeded)
+		if res.Claimed == 0 {
+			return nil
+		}
+		// Visible to this transaction only, but it documents the state machine ok → scanning → ok | failed.
+		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'scanning' WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, keys); err != nil {
+			return err
+		}
+		groups, err := groupsByKey(ctx, tx, append(append([]string{}, keys...), unseeded...))
+		if err != nil {
+			return err
+		}
+		var ok, seeds []candidateValues
+		var failed []failedGroup
+		for _, key := range keys {
+			v, err := ev.evaluate(groups[key], "")
+			if err != nil {
+				failed = append(failed, failedGroup{key, err})
+				continue
+			}
+			if string(v.Verdict) != previous[key] {
+				res.VerdictChanges++
+			}
+			ok = append(ok, v)
+		}
+		for _, key := range unseeded {
+			v, err := ev.evaluate(groups[key], "")
+			if err != nil {
+				// Never seeded and not evaluable: it stays unseeded (unknown, fail closed) and is retried next tick.
+				s.logger.Warn("scan: evaluate unseeded group", "group_key", key, "err", err)
+				continue
+			}
+			seeds = append(seeds, v)
+		}
+		a := toArrays(ok)
+		if len(ok) > 0 {
+			if _, err := tx.Exec(ctx, scanWriteSQL, rs.Version, snapshotID, res.RunID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
+				a.risks, a.required, a.evidence, a.owners, a.counts); err != nil {
+				return fmt.Errorf("write verdicts: %w", err)
+			}
+			if err := recordCoverage(ctx, tx, rs.Version, res.RunID, ok); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM candidate_scan_attempt WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, a.keys); err != nil {
+				return err
+			}
+		}
+		if len(seeds) > 0 {
+			if _, err := seedCandidates(ctx, tx, snapshotID, rs.Version, res.RunID, seeds); err != nil {
+				return err
+			}
+		}
+		if err := s.recordFailures(ctx, tx, rs.Version, res.RunID, failed); err != nil {
+			return err
+		}
+		if err := s.candidateFindings(ctx, tx, rs.Version, res.RunID, append(ok, seeds...)); err != nil {
+			return err
+		}
+		res.Scanned, res.Seeded, res.Failed = len(ok), len(seeds), len(failed)
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`).Scan(&res.Remaining); err != nil {
+		return res, fmt.Errorf("count dirty set: %w", err)
+	}
+	return res, nil
+}
+
+type failedGroup struct {
+	key string
+	err error
+}
+
+// recordFailures marks failed re-evaluations visible (recompute_status failed, finding) and schedules a retry.
+func (s *Store) recordFailures(ctx context.Context, tx pgx.Tx, ruleset, runID string, failed []failedGroup) error {
+	for _, f := range failed {
+		var attempts int
+		if err := tx.QueryRow(ctx, `
+			INSERT INTO candidate_scan_attempt (group_key, ruleset_version, attempts, last_error) VALUES ($1, $2, 1, $3)
+			ON CONFLICT (group_key, ruleset_version) DO UPDATE SET attempts = candidate_scan_attempt.attempts + 1,
+			    last_error = EXCLUDED.last_error, updated_at = now()
+			RETURNING attempts`, f.key, ruleset, f.err.Error()).Scan(&attempts); err != nil {
+			return fmt.Errorf("record scan failure: %w", err)
+		}
+		backoff := s.scanBackoff(attempts)
+		if _, err := tx.Exec(ctx, `UPDATE candidate_scan_attempt SET next_attempt_at = now() + $3::interval WHERE group_key = $1 AND ruleset_version = $2`, f.key, ruleset, backoff); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'failed', last_run_id = $3, updated_at = now() WHERE group_key = $1 AND ruleset_version = $2`, f.key, ruleset, runID); err != nil {
+			return err
+		}
+		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: f.key, RunID: runID, RulesetVersion: ruleset,
+			Evidence: map[string]any{"group_key": f.key, "recompute_status": "failed", "attempts": attempts, "error": f.err.Error(), "next_attempt_in": backoff.String()}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanBackoff is retry_base·2^(attempts-1), capped at retry_max.
+func (s *Store) scanBackoff(attempts int) time.Duration {
+	base, maxBackoff := s.cfg.Scan.RetryBase.Duration(), s.cfg.Scan.RetryMax.Duration()
+	d := time.Duration(float64(base) * math.Pow(2, float64(attempts-1)))
+	if d <= 0 || d > maxBackoff {
+		d = maxBackoff
+	}
+	return d
+}
+
+// candidateFindings raises candidate_unknown for groups the scan could not decide and auto-closes candidate_unknown
+// and candidate_stale for groups it settled, keyed by the current ruleset.
+func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues) error {
+	for _, v := range vs {
+		if v.Verdict == gcos.VerdictUnknown {
+			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
+				Evidence: map[string]any{"group_key": v.GroupKey, "rule": v.Rule, "risk_class": v.RiskClass}}); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, t := range []gcos.IssueType{gcos.IssueCandidateUnknown, gcos.IssueCandidateStale} {
+			if _, err := resolveFinding(ctx, tx, t, v.GroupKey, ""); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stormGuard raises group_invalidation_storm when the dirty set exceeds the configured share of all groups, and
+// resolves it when the share drops back; the caller throttles to the storm batch while it holds.
+func (s *Store) stormGuard(ctx context.Context, ruleset string) (bool, error) {
+	var dirty, total int64
+	if err := s.pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE dirty), count(*) FROM governance_candidate_state WHERE ruleset_version = $1`, ruleset).Scan(&dirty, &total); err != nil {
+		return false, fmt.Errorf("storm guard: %w", err)
+	}
+	storm := total > 0 && float64(dirty) > s.cfg.Scan.StormFraction*float64(total)
+	if storm {
+		_, err := s.RaiseFinding(ctx, gcos.Finding{Type: gcos.IssueGroupInvalidationStorm, Subject: "groups", RulesetVersion: ruleset,
+			Evidence: map[string]any{"dirty": dirty, "groups": total, "fraction": float64(dirty) / float64(total), "threshold": s.cfg.Scan.StormFraction,
+				"throttled_to": s.cfg.Scan.StormBatch}})
+		return true, err
+	}
+	_, err := s.ResolveFinding(ctx, gcos.IssueGroupInvalidationStorm, "groups", "")
+	return false, err
+}
+
+// currentRuleset is the ruleset scans evaluate under: the active one, else the newest draft.
+func (s *Store) currentRuleset(ctx context.Context) (RulesetRow, error) {
+	r, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`))
+	if err != nil {
+		return RulesetRow{}, mapError(err, "current ruleset (run gcos backfill first)")
+	}
+	return r, nil
+}
+
+func latestFullSnapshotID(ctx context.Context, q querier) (int64, error) {
+	var id int64
+	err := q.QueryRow(ctx, `SELECT id FROM evolution_snapshots WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1`).Scan(&id)
+	return id, mapError(err, "latest full snapshot (run gcos backfill first)")
+}
+
+func groupsByKey(ctx context.Context, q querier, keys []string) (map[string]gcos.Group, error) {
+	rows, err := q.Query(ctx, `SELECT group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count FROM governance_group WHERE group_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read groups: %w", err)
+	}
+	out := map[string]gcos.Group{}
+	for rows.Next() {
+		var g gcos.Group
+		if err := rows.Scan(&g.Key, &g.ObjectClass, &g.SourceRegistry, &g.AxisFamily, &g.Scope, &g.LifecycleStatus, &g.OwnerScope, &g.MemberCount); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[g.Key] = g
+	}
+	return out, rows.Err()
+}
+
+// ExpireStale marks every row past stale_after dirty (reason ttl) and raises candidate_stale for the high-risk
+// ones. It returns how many rows it dirtied.
+func (s *Store) ExpireStale(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			UPDATE governance_candidate_state c SET dirty = true, dirty_reason = 'ttl', dirtied_at = now(),
+			    recompute_status = CASE WHEN recompute_status = 'ok' THEN 'dirty' ELSE recompute_status END, updated_at = now()
+			FROM v_current_ruleset cr
+			WHERE c.ruleset_version = cr.ruleset_version AND c.stale_after <= now() AND NOT c.dirty
+			RETURNING c.group_key, c.risk_class, c.ruleset_version, c.stale_after`)
+		if err != nil {
+			return fmt.Errorf("expire stale rows: %w", err)
+		}
+		type expired struct {
+			key, risk, ruleset string
+			staleAfter         time.Time
+		}
+		var list []expired
+		for rows.Next() {
+			var e expired
+			if err := rows.Scan(&e.key, &e.risk, &e.ruleset, &e.staleAfter); err != nil {
+				rows.Close()
+				return err
+			}
+			list = append(list, e)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		n = int64(len(list))
+		for _, e := range list {
+			if !gcos.IsHighRisk(e.risk, s.cfg.Gate.LowRiskClasses) {
+				continue
+			}
+			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateStale, Subject: e.key, RulesetVersion: e.ruleset,
+				Evidence: map[string]any{"group_key": e.key, "risk_class": e.risk, "stale_after": e.staleAfter}}); err != nil {
+				return err
+			}
+		}
+		if n > 0 {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'ttl')`, NotifyChannel)
+		}
+		return err
+	})
+	return n, err
+}
+
+// DirtySetSize is the number of dirty groups under the current ruleset.
+func (s *Store) DirtySetSize(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`).Scan(&n)
+	return n, err
+}
