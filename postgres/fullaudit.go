@@ -172,3 +172,15 @@ func birthCursorPosition(ctx context.Context, q querier) (*time.Time, error) {
 	}
 	return pos, nil
 }
+
+// FullAuditDue reports whether the last successful full audit (or backfill) finished longer than interval ago.
+func (s *Store) FullAuditDue(ctx context.Context, interval time.Duration) (bool, error) {
+	var due bool
+	err := s.pool.QueryRow(ctx, `
+		SELECT coalesce(max(finished_at) < now() - $1::interval, true)
+		FROM candidate_scan_run WHERE mode IN ('full_audit', 'backfill') AND status = 'succeeded'`, interval).Scan(&due)
+	if err != nil {
+		return false, fmt.Errorf("full audit schedule: %w", err)
+	}
+	return due, nil
+}

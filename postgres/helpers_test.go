@@ -78,3 +78,15 @@ func (b *bundle) activate(t *testing.T, version string) postgres.ActivationResul
 	}
 	return res
 }
+
+// pgtestClosedPool returns a pool on the bundle's database that is already closed: the store behind it cannot
+// reach PostgreSQL.
+func pgtestClosedPool(t *testing.T, b *bundle) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(b.ctx, pgtest.DSN(b.pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	return pool
+}

@@ -51,7 +51,8 @@ const claimSQL = `
 SELECT c.group_key, c.candidate_verdict, c.dirty, c.dirtied_at, c.stale_after <= now() AS expired
 FROM governance_candidate_state c
 WHERE c.ruleset_version = $1
-  AND ((c.dirty AND c.dirtied_at <= now() - $2::interval) OR ($3 AND c.stale_after <= now()))
+  AND ((c.dirty AND c.dirtied_at <= now() - $2::interval)
+       OR ($3 AND c.stale_after <= now() AND c.last_run_id IS DISTINCT FROM $6)) -- one pass re-scans an expired row once
   AND NOT EXISTS (SELECT 1 FROM candidate_scan_attempt a
                   WHERE a.group_key = c.group_key AND a.ruleset_version = c.ruleset_version AND a.next_attempt_at > now())
 ORDER BY (c.risk_class = ANY($4)), c.dirtied_at NULLS LAST, c.group_key
@@ -133,7 +134,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, claimSQL, rs.Version, debounce, opts.Expired, s.cfg.Gate.LowRiskClasses, limit)
+		rows, err := tx.Query(ctx, claimSQL, rs.Version, debounce, opts.Expired, s.cfg.Gate.LowRiskClasses, limit, res.RunID)
 		if err != nil {
 			return fmt.Errorf("claim dirty groups: %w", err)
 		}

@@ -109,7 +109,9 @@ func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
 // baseAggregateSQL aggregates one id range of births into (class, registry, lifecycle) base groups. An inherited
 // child (parent_code set) is counted in its anchor's base group; its own row content still enters the hash. The
 // per-row hash covers every bound column including the id; the two seeds give two 64-bit lanes. Rows are first
-// aggregated with their parent code, so anchors are looked up once per (parent, group), never per row.
+// aggregated with their parent code, so anchors are looked up once per (parent, group), never per row. OFFSET 0
+// keeps the anchor lookup a per-row index probe on the unique (collection, code) index: flattened into a join, the
+// planner hashed the whole inventory for every batch, so a batch cost O(all births) instead of O(batch).
 func (b birthBinding) baseAggregateSQL() string {
 	r := strings.NewReplacer(
 		"{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
@@ -131,6 +133,7 @@ FROM agg a
 LEFT JOIN LATERAL (
     SELECT p.{type}, p.{coll}, p.{status} FROM {t} p
     WHERE a.parent IS NOT NULL AND p.{coll} = a.coll AND p.{code} = a.parent
+    OFFSET 0
 ) p ON true
 GROUP BY 1, 2, 3`)
 }
@@ -298,8 +301,9 @@ const determinismSample = 20_000
 // errNondeterministic marks a capture whose recomputation differs from itself under one database snapshot.
 var errNondeterministic = errors.New("snapshot capture is nondeterministic")
 
-// nondeterminismHook lets tests perturb the self-check; nil in production.
-var nondeterminismHook func(gcos.Fingerprint) gcos.Fingerprint
+// nondeterminismHook lets tests perturb the self-check of one store (tests run in parallel, each with its own
+// store, so the hook must say whose capture it perturbs); nil in production.
+var nondeterminismHook func(*Store, gcos.Fingerprint) gcos.Fingerprint
 
 // checkDeterminism recomputes the first batch split in two halves under the same database snapshot: the combined
 // halves must equal the whole, exactly as the batch computed it. A difference means the hash depends on something
@@ -321,7 +325,7 @@ func (s *Store) checkDeterminism(ctx context.Context, tx pgx.Tx, sql string, lo,
 	}
 	combined := left.Add(right)
 	if nondeterminismHook != nil {
-		combined = nondeterminismHook(combined)
+		combined = nondeterminismHook(s, combined)
 	}
 	if combined != whole {
 		return fmt.Errorf("%w: ids [%d,%d) hash to %s whole but %s in two halves", errNondeterministic, lo, hi, whole, combined)
@@ -363,8 +367,11 @@ func collect(ch <-chan error) []error {
 func sessionSettings(ctx context.Context, tx pgx.Tx, timeout time.Duration) error {
 	// UTC and ISO make a row's text form (and so its hash) independent of the session's settings.
 	// The batches are parallelised by GCOS itself (one connection per worker), so no parallel plans or JIT.
+	// The timeout is rounded up to whole milliseconds: truncated, a sub-millisecond one would become 0, which
+	// PostgreSQL reads as "no timeout" (fail open).
+	ms := max(1, (timeout+time.Millisecond-1)/time.Millisecond)
 	_, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; SET LOCAL statement_timeout = %d;
-		SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '64MB'`, timeout.Milliseconds()))
+		SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '64MB'`, int64(ms)))
 	if err != nil {
 		return fmt.Errorf("session settings: %w", err)
 	}
@@ -376,6 +383,9 @@ func sessionSettings(ctx context.Context, tx pgx.Tx, timeout time.Duration) erro
 // evolution_snapshots row plus one audit row. A capture that fails writes nothing but a snapshot_capture_failed
 // finding, so a partial snapshot can never be referenced.
 func (s *Store) CaptureSnapshot(ctx context.Context, opts CaptureOptions) (Snapshot, error) {
+	if err := validSnapshotScope(opts.Scope); err != nil {
+		return Snapshot{}, err // bad input: a clear error and no finding (nothing was attempted)
+	}
 	snap, err := s.captureSnapshot(ctx, opts)
 	if errors.Is(err, errNondeterministic) {
 		_, ferr := s.RaiseFinding(context.WithoutCancel(ctx), gcos.Finding{
@@ -399,12 +409,15 @@ func (s *Store) CaptureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	return snap, nil
 }
 
-func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snapshot, error) {
-	switch opts.Scope {
+func validSnapshotScope(scope string) error {
+	switch scope {
 	case SnapshotBackfill, SnapshotAudit, SnapshotScan:
-	default:
-		return Snapshot{}, gcos.Errorf(gcos.EINVALID, "snapshot scope %q is not one of %s, %s, %s", opts.Scope, SnapshotBackfill, SnapshotAudit, SnapshotScan)
+		return nil
 	}
+	return gcos.Errorf(gcos.EINVALID, "snapshot scope %q is not one of %s, %s, %s", scope, SnapshotBackfill, SnapshotAudit, SnapshotScan)
+}
+
+func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snapshot, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = int64(s.cfg.Snapshot.BatchSize)
 	}

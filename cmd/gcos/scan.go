@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"gcos"
+	"gcos/postgres"
+	"gcos/scan"
+)
+
+func init() {
+	extraCommands = append(extraCommands, (*app).scanCommand)
+}
+
+func (a *app) scanCommand() *cobra.Command {
+	var mode string
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "scan",
+		Short: "re-evaluate dirty and expired groups (event | incremental | full audit)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m := map[string]string{"event": postgres.ModeEvent, "incremental": postgres.ModeIncremental, "full": postgres.ModeFullAudit, "full_audit": postgres.ModeFullAudit}[mode]
+			if m == "" {
+				return gcos.Errorf(gcos.EINVALID, "--mode: %q is not one of event, incremental, full", mode)
+			}
+			store, err := a.openPrepared(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			s := &scan.Scheduler{Store: store, Config: a.cfg.Scan, Logger: a.logger, Modes: []string{m}}
+			if !once {
+				return s.Run(cmd.Context())
+			}
+			p, err := s.Once(cmd.Context(), m)
+			if err != nil {
+				return err
+			}
+			human := fmt.Sprintf("%s run %s: %d groups scanned, %d verdict changes, %d failed, storm %v, %d still dirty",
+				p.Mode, p.RunID, p.Scanned, p.VerdictChanges, p.Failed, p.Storm, p.Remaining)
+			if p.Audit != nil {
+				au := p.Audit
+				human = fmt.Sprintf("full audit %s: snapshot %d (previous %v), %d groups changed (%d signalled, %d pending, %d lost signals → snapshot_drift), %d expired, %d scanned, invariant closes: %v, in %s",
+					au.RunID, au.SnapshotID, derefInt(au.PreviousID), au.ChangedGroups, au.Signalled, au.Pending, len(au.LostSignals),
+					au.Expired, au.Scanned, au.Ledger.Closes, au.Elapsed.Round(1e6))
+			}
+			return a.print(p, human)
+		},
+	}
+	cmd.Flags().StringVar(&mode, "mode", "incremental", "event | incremental | full")
+	cmd.Flags().BoolVar(&once, "once", false, "run one pass and exit")
+	return cmd
+}
+
+func derefInt(p *int64) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
+}

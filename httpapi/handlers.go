@@ -1,0 +1,370 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+var hdrDecision = map[string][]string{gcos.GateAllow: {gcos.GateAllow}, gcos.GateBlock: {gcos.GateBlock}}
+
+// gate answers GET /v1/gate?object=C:E&action=write|read. Allow and block are both answers (200); the body is
+// the GateResult either way. Bad input is 400, and its body still says block.
+func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
+	start := time.Now()
+	q := r.URL.Query()
+	object, action := q.Get("object"), q.Get("action")
+	if action == "" {
+		action = gcos.ActionWrite
+	}
+	status := http.StatusOK
+	var res postgres.GateResult
+	switch {
+	case len(q["object"]) > 1 || len(q["action"]) > 1:
+		status = http.StatusBadRequest
+		res = postgres.GateResult{Object: object, Action: action, Decision: gcos.GateBlock,
+			Reasons: []string{"object and action may each be given once; the gate fails closed"}, Consulted: []postgres.ConsultedRow{}}
+	default:
+		if _, err := postgres.ParseObjectRef(object); err != nil || (action != gcos.ActionWrite && action != gcos.ActionRead) {
+			status = http.StatusBadRequest
+		}
+		// On bad input the store answers block with the reason without touching the database.
+		res = s.store.Gate(r.Context(), object, action)
+	}
+	if status != http.StatusOK {
+		res.Decision = gcos.GateBlock
+	}
+	s.m.observeGate(res.Decision, time.Since(start))
+	w.Header()["X-Gcos-Decision"] = hdrDecision[res.Decision]
+	return writeJSON(w, status, res)
+}
+
+// explain answers GET /v1/explain?object=C:E or ?group=KEY (exactly one).
+func (s *server) explain(w http.ResponseWriter, r *http.Request) int {
+	q := r.URL.Query()
+	if err := onlyParams(q, "object", "group"); err != nil {
+		return s.fail(w, r, err)
+	}
+	object, group := q.Get("object"), q.Get("group")
+	ctx, cancel := readContext(r)
+	defer cancel()
+	var ex postgres.Explanation
+	var err error
+	switch {
+	case (object == "") == (group == ""):
+		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "give exactly one of object=COLLECTION:CODE or group=KEY"))
+	case object != "":
+		ex, err = s.store.ExplainObject(ctx, object)
+	default:
+		ex, err = s.store.ExplainGroup(ctx, group)
+	}
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeJSON(w, http.StatusOK, ex)
+}
+
+// groups answers GET /v1/groups with filters and keyset pagination (after = the previous page's next).
+func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
+	q := r.URL.Query()
+	if err := onlyParams(q, "scope", "object_class", "source_registry", "verdict", "dirty", "after", "limit"); err != nil {
+		return s.fail(w, r, err)
+	}
+	f := postgres.GroupFilter{Scope: q.Get("scope"), ObjectClass: q.Get("object_class"),
+		SourceRegistry: q.Get("source_registry"), Verdict: q.Get("verdict"), After: q.Get("after")}
+	if v := q.Get("dirty"); v != "" {
+		d, err := strconv.ParseBool(v)
+		if err != nil {
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "dirty %q: want true or false", v))
+		}
+		f.Dirty = &d
+	}
+	var err error
+	if f.Limit, err = intParam(q, "limit", 0, postgres.MaxGroupLimit); err != nil {
+		return s.fail(w, r, err)
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	page, err := s.store.ListGroups(ctx, f)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeJSON(w, http.StatusOK, page)
+}
+
+// group answers GET /v1/groups/{key}.
+func (s *server) group(w http.ResponseWriter, r *http.Request) int {
+	ctx, cancel := readContext(r)
+	defer cancel()
+	g, err := s.store.GetGroup(ctx, r.PathValue("key"))
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeJSON(w, http.StatusOK, g)
+}
+
+// LedgerView is one scope's ledger with its check spelled out.
+type LedgerView struct {
+	gcos.Ledger
+	Sum        int64 `json:"sum"`
+	Difference int64 `json:"difference"`
+	Closes     bool  `json:"closes"`
+}
+
+// InvariantView is the invariant answer.
+type InvariantView struct {
+	SnapshotID *int64       `json:"snapshot_id"`
+	Closes     bool         `json:"closes"`
+	Ledgers    []LedgerView `json:"ledgers"`
+}
+
+// NewInvariantView spells out each ledger's sum, difference and whether it closes.
+func NewInvariantView(rep postgres.LedgerReport) InvariantView {
+	v := InvariantView{SnapshotID: rep.SnapshotID, Closes: rep.Closes, Ledgers: make([]LedgerView, 0, len(rep.Ledgers))}
+	for _, l := range rep.Ledgers {
+		v.Ledgers = append(v.Ledgers, LedgerView{Ledger: l, Sum: l.Sum(), Difference: l.Difference(), Closes: l.Closes()})
+	}
+	return v
+}
+
+// invariant answers GET /v1/invariant[?scope=S].
+func (s *server) invariant(w http.ResponseWriter, r *http.Request) int {
+	q := r.URL.Query()
+	if err := onlyParams(q, "scope"); err != nil {
+		return s.fail(w, r, err)
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	rep, err := s.store.Invariant(ctx, q.Get("scope"))
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeJSON(w, http.StatusOK, NewInvariantView(rep))
+}
+
+// summary answers GET /v1/summary.
+func (s *server) summary(w http.ResponseWriter, r *http.Request) int {
+	ctx, cancel := readContext(r)
+	defer cancel()
+	sum, err := s.store.Summary(ctx)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeJSON(w, http.StatusOK, sum)
+}
+
+// rulesets answers GET /v1/rulesets (newest first).
+func (s *server) rulesets(w http.ResponseWriter, r *http.Request) int {
+	ctx, cancel := readContext(r)
+	defer cancel()
+	list, err := s.store.ListRulesets(ctx)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	if list == nil {
+		list = []postgres.RulesetRow{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"rulesets": list})
+}
+
+// snapshots answers GET /v1/snapshots[?limit=N] (newest first).
+func (s *server) snapshots(w http.ResponseWriter, r *http.Request) int {
+	q := r.URL.Query()
+	if err := onlyParams(q, "limit"); err != nil {
+		return s.fail(w, r, err)
+	}
+	limit, err := intParam(q, "limit", 50, 1000)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	list, err := s.store.ListSnapshots(ctx, limit)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	if list == nil {
+		list = []postgres.SnapshotInfo{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"snapshots": list})
+}
+
+var issueTypePattern = regexp.MustCompile(`^[a-z][a-z0-9_.]{0,99}$`)
+
+// findings answers GET /v1/findings[?open=true&type=T&limit=N] (newest first).
+func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
+	q := r.URL.Query()
+	if err := onlyParams(q, "open", "type", "limit"); err != nil {
+		return s.fail(w, r, err)
+	}
+	f := postgres.FindingFilter{IssueType: q.Get("type")}
+	if v := q.Get("open"); v != "" {
+		open, err := strconv.ParseBool(v)
+		if err != nil {
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "open %q: want true or false", v))
+		}
+		f.OpenOnly = open
+	}
+	if f.IssueType != "" && !issueTypePattern.MatchString(f.IssueType) {
+		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "type %q: not a finding type (e.g. handoff_lag, input.invalid_schema)", f.IssueType))
+	}
+	var err error
+	if f.Limit, err = intParam(q, "limit", 100, 1000); err != nil {
+		return s.fail(w, r, err)
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	list, err := s.store.ListFindings(ctx, f)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	if list == nil {
+		list = []postgres.FindingRow{}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"findings": list})
+}
+
+// workers answers GET /v1/workers.
+func (s *server) workers(w http.ResponseWriter, r *http.Request) int {
+	ctx, cancel := readContext(r)
+	defer cancel()
+	rep, err := s.store.Workers(ctx)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeJSON(w, http.StatusOK, rep)
+}
+
+// ActivateRequest is the body of POST /v1/rulesets/{version}/activate.
+type ActivateRequest struct {
+	ApprovalRef string `json:"approval_ref"`
+	Actor       string `json:"actor"`
+}
+
+var rulesetVersionPattern = regexp.MustCompile(`^gov-rs-[0-9a-f]{12}$`)
+
+// activate answers POST /v1/rulesets/{version}/activate (operator). Self-approval is 409.
+func (s *server) activate(w http.ResponseWriter, r *http.Request) int {
+	version := r.PathValue("version")
+	if !rulesetVersionPattern.MatchString(version) {
+		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "ruleset version %q: want gov-rs- and 12 hex digits", version))
+	}
+	var req ActivateRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return s.failRequest(w, r, err)
+	}
+	req.ApprovalRef, req.Actor = strings.TrimSpace(req.ApprovalRef), strings.TrimSpace(req.Actor)
+	if err := textField("approval_ref", req.ApprovalRef); err != nil {
+		return s.fail(w, r, err)
+	}
+	if err := textField("actor", req.Actor); err != nil {
+		return s.fail(w, r, err)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	res, err := s.store.ActivateRuleset(ctx, version, req.ApprovalRef, req.Actor)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	s.logger.Info("ruleset activated over HTTP", "ruleset_version", version, "actor", req.Actor, "approval_ref", req.ApprovalRef)
+	return writeJSON(w, http.StatusOK, res)
+}
+
+// ResetRequest is the body of POST /v1/cursors/{source}/reset.
+type ResetRequest struct {
+	To string `json:"to"` // a watermark: "start", "<timestamp>" or "<timestamp>/<id>"
+}
+
+var sourcePattern = regexp.MustCompile(`^[a-z][a-z0-9_.]{0,127}$`)
+
+// resetCursor answers POST /v1/cursors/{source}/reset (operator): replay from a watermark.
+func (s *server) resetCursor(w http.ResponseWriter, r *http.Request) int {
+	source := r.PathValue("source")
+	if !sourcePattern.MatchString(source) {
+		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "source %q: not a cursor source name", source))
+	}
+	var req ResetRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return s.failRequest(w, r, err)
+	}
+	if strings.TrimSpace(req.To) == "" {
+		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, `to: a watermark is required ("start", "<timestamp>" or "<timestamp>/<id>")`))
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	cur, err := s.store.ResetCursor(ctx, source, req.To)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	s.logger.Info("cursor reset over HTTP", "source", source, "to", req.To)
+	return writeJSON(w, http.StatusOK, cur)
+}
+
+// metrics answers GET /metrics (reader): Prometheus exposition of the explicit registry.
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) int {
+	s.m.handler.ServeHTTP(w, r)
+	return http.StatusOK
+}
+
+// healthz answers GET /healthz: the process is up. It does not touch the database.
+func (s *server) healthz(w http.ResponseWriter, _ *http.Request) int {
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.version})
+}
+
+// readyz answers GET /readyz: 200 when the database answers within a second, else 503.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) int {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.store.Pool().Ping(ctx); err != nil {
+		return writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "the database is not reachable"})
+	}
+	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// onlyParams refuses query parameters other than allowed, and repeated ones, so a typo is an error rather than a
+// silently ignored filter.
+func onlyParams(q url.Values, allowed ...string) error {
+	for k, v := range q {
+		if !slices.Contains(allowed, k) {
+			return gcos.Errorf(gcos.EINVALID, "unknown query parameter %q (allowed: %s)", k, strings.Join(allowed, ", "))
+		}
+		if len(v) > 1 {
+			return gcos.Errorf(gcos.EINVALID, "query parameter %q given %d times", k, len(v))
+		}
+	}
+	return nil
+}
+
+// intParam reads an optional non-negative integer parameter; values above max are capped.
+func intParam(q url.Values, name string, def, max int) (int, error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, gcos.Errorf(gcos.EINVALID, "%s %q: want a non-negative integer", name, v)
+	}
+	return min(n, max), nil
+}
+
+// textField requires a short, printable, non-empty value.
+func textField(name, v string) error {
+	switch {
+	case v == "":
+		return gcos.Errorf(gcos.EINVALID, "%s is required", name)
+	case len(v) > 200:
+		return gcos.Errorf(gcos.EINVALID, "%s is longer than 200 bytes", name)
+	case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return gcos.Errorf(gcos.EINVALID, "%s contains control characters", name)
+	}
+	return nil
+}

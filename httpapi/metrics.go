@@ -1,0 +1,116 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"gcos"
+)
+
+// summaryTimeout bounds the Summary read behind a scrape.
+const summaryTimeout = 3 * time.Second
+
+// metrics are the API's own instruments plus the gauges read from Summary at scrape time.
+type metrics struct {
+	gateAllow, gateBlock prometheus.Counter
+	gateLatency          prometheus.Histogram
+	requests             *prometheus.CounterVec
+	handler              http.Handler
+}
+
+func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, error) {
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gcos_gate_decisions_total", Help: "Gate decisions answered over HTTP, by decision.",
+	}, []string{"decision"})
+	m := &metrics{
+		gateAllow: decisions.WithLabelValues(gcos.GateAllow),
+		gateBlock: decisions.WithLabelValues(gcos.GateBlock),
+		gateLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gcos_gate_duration_seconds",
+			Help:    "Time to answer a gate request, from routing to the decision.",
+			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gcos_http_requests_total", Help: "HTTP requests answered, by route pattern and status code.",
+		}, []string{"route", "code"}),
+	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "gcos_build_info", Help: "Always 1; the version label names the running build.",
+		ConstLabels: prometheus.Labels{"version": version},
+	})
+	build.Set(1)
+	for _, c := range []prometheus.Collector{decisions, m.gateLatency, m.requests, build, &summaryCollector{s: s}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling:  promhttp.ContinueOnError,
+		CoalesceGather: true, // one Summary read however many scrapers arrive at once
+	})
+	return m, nil
+}
+
+// observeGate counts one decision and its latency.
+func (m *metrics) observeGate(decision string, d time.Duration) {
+	if decision == gcos.GateAllow {
+		m.gateAllow.Inc()
+	} else {
+		m.gateBlock.Inc()
+	}
+	m.gateLatency.Observe(d.Seconds())
+}
+
+var (
+	descSummaryUp   = prometheus.NewDesc("gcos_summary_up", "1 when the summary behind the gcos_* gauges was read at this scrape, else 0.", nil, nil)
+	descGroups      = prometheus.NewDesc("gcos_groups", "Groups by effective verdict (as of the scrape).", []string{"verdict"}, nil)
+	descObjects     = prometheus.NewDesc("gcos_group_objects", "Objects by effective verdict of their group, counted once per scope.", []string{"verdict"}, nil)
+	descDirty       = prometheus.NewDesc("gcos_dirty_groups", "Groups with a pending dirty mark (the dirty set).", nil, nil)
+	descScanLag     = prometheus.NewDesc("gcos_scan_lag_seconds", "Age of the oldest pending dirty mark; 0 with an empty dirty set.", nil, nil)
+	descFailed      = prometheus.NewDesc("gcos_failed_groups", "Groups whose last recompute failed.", nil, nil)
+	descOpenFinding = prometheus.NewDesc("gcos_open_findings", "Open findings by issue type.", []string{"type"}, nil)
+)
+
+// summaryCollector reads Store.Summary at scrape time and reports it as gauges.
+type summaryCollector struct{ s *server }
+
+func (c *summaryCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSummaryUp, descGroups, descObjects, descDirty, descScanLag, descFailed, descOpenFinding} {
+		ch <- d
+	}
+}
+
+func (c *summaryCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), summaryTimeout)
+	defer cancel()
+	sum, err := c.s.store.Summary(ctx)
+	if err != nil {
+		c.s.logger.Warn("metrics: read summary", "err", err)
+		ch <- prometheus.MustNewConstMetric(descSummaryUp, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descSummaryUp, prometheus.GaugeValue, 1)
+	// Every verdict is reported, zero included, so a series does not vanish when its last group leaves it.
+	verdicts := map[string]bool{string(gcos.VerdictStale): true}
+	for _, v := range gcos.StoredVerdicts {
+		verdicts[string(v)] = true
+	}
+	for v := range sum.Verdicts {
+		verdicts[v] = true
+	}
+	for v := range verdicts {
+		n := sum.Verdicts[v]
+		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(n.Groups), v)
+		ch <- prometheus.MustNewConstMetric(descObjects, prometheus.GaugeValue, float64(n.Objects), v)
+	}
+	ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(sum.DirtyGroups))
+	ch <- prometheus.MustNewConstMetric(descScanLag, prometheus.GaugeValue, sum.ScanHealth.ScanLagSeconds)
+	ch <- prometheus.MustNewConstMetric(descFailed, prometheus.GaugeValue, float64(sum.ScanHealth.FailedGroups))
+	for typ, n := range sum.OpenFindings {
+		ch <- prometheus.MustNewConstMetric(descOpenFinding, prometheus.GaugeValue, float64(n), typ)
+	}
+}

@@ -1,0 +1,319 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// Config configures the handler New returns.
+type Config struct {
+	Store    *postgres.Store
+	HTTP     gcos.HTTPConfig
+	Logger   *slog.Logger         // nil discards
+	Registry *prometheus.Registry // nil: a fresh registry with the Go and process collectors
+	Version  string               // shown by /healthz, the dashboard and gcos_build_info
+}
+
+// Limits of the request side.
+const (
+	MaxBodyBytes = 1 << 20          // request bodies are refused beyond 1 MiB
+	readTimeout  = 15 * time.Second // a read endpoint answers within this or fails with 503
+	readyTimeout = time.Second      // /readyz: the database must answer within this
+)
+
+// Route is one entry of the API's route table: the ServeMux registers exactly these, and the OpenAPI document
+// must describe exactly these (a test holds the two together).
+type Route struct {
+	Method string `json:"method"`
+	Path   string `json:"path"` // OpenAPI path syntax, which is also ServeMux's ("/" is registered as "/{$}")
+	Access Access `json:"access"`
+}
+
+// Pattern is the ServeMux pattern of the route.
+func (r Route) Pattern() string {
+	if r.Path == "/" {
+		return r.Method + " /{$}"
+	}
+	return r.Method + " " + r.Path
+}
+
+// handler answers one request and returns the status it wrote (for the request counter, with no wrapper
+// allocated per request).
+type handler func(s *server, w http.ResponseWriter, r *http.Request) int
+
+type route struct {
+	Route
+	h handler
+}
+
+// routeTable is the whole API. Keep it small and flat: one line per endpoint.
+var routeTable = []route{
+	{Route{http.MethodGet, "/v1/gate", AccessReader}, (*server).gate},
+	{Route{http.MethodGet, "/v1/explain", AccessReader}, (*server).explain},
+	{Route{http.MethodGet, "/v1/groups", AccessReader}, (*server).groups},
+	{Route{http.MethodGet, "/v1/groups/{key}", AccessReader}, (*server).group},
+	{Route{http.MethodGet, "/v1/invariant", AccessReader}, (*server).invariant},
+	{Route{http.MethodGet, "/v1/summary", AccessReader}, (*server).summary},
+	{Route{http.MethodGet, "/v1/rulesets", AccessReader}, (*server).rulesets},
+	{Route{http.MethodGet, "/v1/snapshots", AccessReader}, (*server).snapshots},
+	{Route{http.MethodGet, "/v1/findings", AccessReader}, (*server).findings},
+	{Route{http.MethodGet, "/v1/workers", AccessReader}, (*server).workers},
+	{Route{http.MethodPost, "/v1/rulesets/{version}/activate", AccessOperator}, (*server).activate},
+	{Route{http.MethodPost, "/v1/cursors/{source}/reset", AccessOperator}, (*server).resetCursor},
+	{Route{http.MethodGet, "/metrics", AccessReader}, (*server).metrics},
+	{Route{http.MethodGet, "/healthz", AccessPublic}, (*server).healthz},
+	{Route{http.MethodGet, "/readyz", AccessPublic}, (*server).readyz},
+	{Route{http.MethodGet, "/openapi.json", AccessPublic}, (*server).openapi},
+	{Route{http.MethodGet, "/", AccessPublic}, (*server).dashboard},
+	{Route{http.MethodGet, "/static/{file}", AccessPublic}, (*server).static},
+}
+
+// Routes lists every route New registers.
+func Routes() []Route {
+	out := make([]Route, len(routeTable))
+	for i, rt := range routeTable {
+		out[i] = rt.Route
+	}
+	return out
+}
+
+// server is the handler New returns.
+type server struct {
+	store   *postgres.Store
+	logger  *slog.Logger
+	version string
+	auth    *authenticator
+	csrf    *http.CrossOriginProtection
+	mux     *http.ServeMux
+	m       *metrics
+	ui      *dashboardAssets
+}
+
+// New builds the API handler. It refuses InsecureNoAuth unless cfg.HTTP.Listen is loopback (the caller must also
+// run CheckListen on the address it actually listens on), and registers its metrics in cfg.Registry.
+func New(cfg Config) (http.Handler, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("httpapi: Config.Store is required")
+	}
+	if cfg.HTTP.InsecureNoAuth {
+		if err := CheckListen(cfg.HTTP.Listen, true); err != nil {
+			return nil, err
+		}
+	}
+	auth, err := newAuthenticator(cfg.HTTP)
+	if err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	ui, err := loadDashboard()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{
+		store:   cfg.Store,
+		logger:  logger.With("system", "httpapi"),
+		version: cfg.Version,
+		auth:    auth,
+		csrf:    http.NewCrossOriginProtection(),
+		mux:     http.NewServeMux(),
+		ui:      ui,
+	}
+	if s.m, err = newMetrics(reg, s, cfg.Version); err != nil {
+		return nil, err
+	}
+	if !cfg.HTTP.InsecureNoAuth && len(auth.readers)+len(auth.operators) == 0 {
+		s.logger.Warn("no API tokens configured: every endpoint but the health probes and the dashboard shell answers 401; set GCOS_READER_TOKEN / GCOS_OPERATOR_TOKEN")
+	}
+	for _, rt := range routeTable {
+		s.mux.Handle(rt.Pattern(), s.wrap(rt))
+	}
+	return s, nil
+}
+
+// Security headers, shared read-only slices assigned straight into the header map (no per-request allocation).
+var (
+	hdrCSP        = []string{"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"}
+	hdrNoSniff    = []string{"nosniff"}
+	hdrDeny       = []string{"DENY"}
+	hdrNoReferrer = []string{"no-referrer"}
+	hdrJSON       = []string{"application/json"}
+	hdrNoStore    = []string{"no-store"}
+)
+
+// ServeHTTP sets the security headers on every response, then routes.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h["Content-Security-Policy"] = hdrCSP
+	h["X-Content-Type-Options"] = hdrNoSniff
+	h["X-Frame-Options"] = hdrDeny
+	h["Referrer-Policy"] = hdrNoReferrer
+	s.mux.ServeHTTP(w, r)
+}
+
+// wrap applies the cross-origin check and the route's access, then counts the answer.
+func (s *server) wrap(rt route) http.Handler {
+	counts := &codeCounter{vec: s.m.requests, route: rt.Pattern()}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var code int
+		if err := s.csrf.Check(r); err != nil {
+			code = s.fail(w, r, gcos.Errorf(gcos.EFORBIDDEN, "cross-origin request refused"))
+		} else if err := s.auth.check(r, rt.Access); err != nil {
+			code = s.fail(w, r, err)
+		} else {
+			code = rt.h(s, w, r)
+		}
+		counts.inc(code)
+	})
+}
+
+// codeCounter caches the request counter of one route per status code.
+type codeCounter struct {
+	vec   *prometheus.CounterVec
+	route string
+	byKey sync.Map // int → prometheus.Counter
+}
+
+func (c *codeCounter) inc(code int) {
+	if v, ok := c.byKey.Load(code); ok {
+		v.(prometheus.Counter).Inc()
+		return
+	}
+	ctr := c.vec.WithLabelValues(c.route, strconv.Itoa(code))
+	c.byKey.Store(code, ctr)
+	ctr.Inc()
+}
+
+// writeJSON answers with v as JSON; API answers are never cached.
+func writeJSON(w http.ResponseWriter, status int, v any) int {
+	h := w.Header()
+	h["Content-Type"] = hdrJSON
+	h["Cache-Control"] = hdrNoStore
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+	return status
+}
+
+// ErrorBody is the JSON body of every error answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail carries a gcos error code and a message safe to show.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// statusOf maps a gcos error code to its HTTP status.
+func statusOf(code string) int {
+	switch code {
+	case gcos.EINVALID:
+		return http.StatusBadRequest
+	case gcos.ENOTFOUND:
+		return http.StatusNotFound
+	case gcos.ECONFLICT:
+		return http.StatusConflict
+	case gcos.EUNAUTHORIZED:
+		return http.StatusUnauthorized
+	case gcos.EFORBIDDEN:
+		return http.StatusForbidden
+	case gcos.EUNAVAILABLE:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// fail answers with err mapped to a status. Only internal errors are logged, and their details never reach the
+// client; a dependency that timed out or could not be reached is 503, not a bug.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) int {
+	code := gcos.ErrorCode(err)
+	msg := gcos.ErrorMessage(err)
+	if code == gcos.EINTERNAL {
+		var netErr net.Error
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr):
+			code, msg = gcos.EUNAVAILABLE, "the database did not answer in time or is unreachable"
+		case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+			code, msg = gcos.EUNAVAILABLE, "request canceled"
+		default:
+			s.logger.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+	}
+	status := statusOf(code)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gcos"`)
+	}
+	return writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: msg}})
+}
+
+// decodeBody reads a JSON request body into v: application/json only, at most MaxBodyBytes, one object, no
+// unknown fields.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return &httpError{status: http.StatusUnsupportedMediaType, code: gcos.EINVALID, msg: "the body must be JSON (Content-Type: application/json)"}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &httpError{status: http.StatusRequestEntityTooLarge, code: gcos.EINVALID, msg: fmt.Sprintf("the body exceeds %d bytes", MaxBodyBytes)}
+		}
+		if errors.Is(err, io.EOF) {
+			return gcos.Errorf(gcos.EINVALID, "the body is empty; want a JSON object")
+		}
+		return gcos.Errorf(gcos.EINVALID, "body: %s", err.Error())
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return gcos.Errorf(gcos.EINVALID, "body: trailing data after the JSON object")
+	}
+	return nil
+}
+
+// httpError is an error answer whose status is not a plain mapping of its code (413, 415).
+type httpError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+// failRequest answers a request-shape error: an httpError with its own status, else fail.
+func (s *server) failRequest(w http.ResponseWriter, r *http.Request, err error) int {
+	var he *httpError
+	if errors.As(err, &he) {
+		return writeJSON(w, he.status, ErrorBody{Error: ErrorDetail{Code: he.code, Message: he.msg}})
+	}
+	return s.fail(w, r, err)
+}
+
+// readContext bounds a read endpoint's database work.
+func readContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), readTimeout)
+}

@@ -1,0 +1,232 @@
+// GCOS dashboard: polls the summary endpoints and renders them. Vanilla JS, no inline code (the CSP forbids it),
+// text only through textContent. The reader token lives in sessionStorage and is sent as a Bearer header.
+(function () {
+  'use strict';
+
+  var TOKEN_KEY = 'gcos.readerToken';
+  var POLL_MS = 2000;
+  var LEDGER_EVERY = 5; // the ledger is heavier: every 5th poll (10 s)
+  var RING = 150;       // samples kept for the sparklines (5 minutes at 2 s)
+  var SVG_NS = 'http://www.w3.org/2000/svg';
+  var VERDICTS = ['relevant', 'not_relevant', 'class_0', 'deferred_birth', 'retired', 'needs_input', 'unknown', 'stale'];
+  var LEDGER_COLS = ['total', 'covered', 'orphans', 'approved_exceptions', 'retired_or_ignored', 'stale', 'deferred_birth', 'class_0', 'difference'];
+
+  var authRequired = document.body.getAttribute('data-auth') === 'token';
+  var samples = { dirty: [], lag: [] };
+  var tick = 0;
+
+  function $(id) { return document.getElementById(id); }
+
+  function token() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; }
+  }
+
+  function setStatus(text, ok) {
+    var s = $('status');
+    s.textContent = text;
+    s.className = 'status ' + (ok ? 'ok' : 'err');
+  }
+
+  function get(path) {
+    var headers = { 'Accept': 'application/json' };
+    var t = token();
+    if (t) { headers['Authorization'] = 'Bearer ' + t; }
+    return fetch(path, { headers: headers, cache: 'no-store', credentials: 'omit' }).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (body) {
+        if (!r.ok) {
+          var msg = (body && body.error && body.error.message) || ('HTTP ' + r.status);
+          var err = new Error(msg);
+          err.status = r.status;
+          throw err;
+        }
+        return body;
+      });
+    });
+  }
+
+  function el(tag, text, cls) {
+    var e = document.createElement(tag);
+    if (text !== undefined && text !== null) { e.textContent = String(text); }
+    if (cls) { e.className = cls; }
+    return e;
+  }
+
+  function fmt(n) {
+    if (n === null || n === undefined) { return '–'; }
+    if (typeof n === 'number') { return n.toLocaleString('en-US', { maximumFractionDigits: 1 }); }
+    return String(n);
+  }
+
+  function fmtTime(s) {
+    if (!s) { return '–'; }
+    var d = new Date(s);
+    return isNaN(d.getTime()) ? String(s) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  }
+
+  function replaceRows(tbodyId, rows, cols, emptyText) {
+    var tb = $(tbodyId);
+    while (tb.firstChild) { tb.removeChild(tb.firstChild); }
+    if (rows.length === 0) {
+      var tr = el('tr');
+      var td = el('td', emptyText, 'muted');
+      td.setAttribute('colspan', String(cols));
+      tr.appendChild(td);
+      tb.appendChild(tr);
+      return;
+    }
+    rows.forEach(function (r) { tb.appendChild(r); });
+  }
+
+  function row(cells) {
+    var tr = el('tr');
+    cells.forEach(function (c) { tr.appendChild(c instanceof Node ? c : el('td', c)); });
+    return tr;
+  }
+
+  function push(arr, v) {
+    arr.push(v);
+    while (arr.length > RING) { arr.shift(); }
+  }
+
+  // sparkline draws values as a polyline scaled into the SVG's 300×50 view box.
+  function sparkline(svg, values) {
+    while (svg.firstChild) { svg.removeChild(svg.firstChild); }
+    if (values.length < 2) { return; }
+    var max = Math.max.apply(null, values.concat([1]));
+    var step = 300 / (RING - 1);
+    var x0 = 300 - (values.length - 1) * step;
+    var pts = values.map(function (v, i) {
+      return (x0 + i * step).toFixed(1) + ',' + (48 - (v / max) * 46).toFixed(1);
+    }).join(' ');
+    var line = document.createElementNS(SVG_NS, 'polyline');
+    line.setAttribute('points', pts);
+    svg.appendChild(line);
+  }
+
+  function bar(fraction) {
+    var td = el('td', null, 'bar');
+    var svg = document.createElementNS(SVG_NS, 'svg');
+    svg.setAttribute('viewBox', '0 0 100 10');
+    svg.setAttribute('preserveAspectRatio', 'none');
+    var rect = document.createElementNS(SVG_NS, 'rect');
+    rect.setAttribute('x', '0');
+    rect.setAttribute('y', '0');
+    rect.setAttribute('height', '10');
+    rect.setAttribute('width', String(Math.max(0, Math.min(100, fraction * 100)).toFixed(1)));
+    svg.appendChild(rect);
+    td.appendChild(svg);
+    return td;
+  }
+
+  function renderSummary(sum) {
+    var verdicts = sum.verdicts || {};
+    var names = VERDICTS.slice();
+    Object.keys(verdicts).forEach(function (v) { if (names.indexOf(v) < 0) { names.push(v); } });
+    var total = sum.groups || 0;
+    replaceRows('verdict-rows', names.map(function (v) {
+      var n = verdicts[v] || { groups: 0, objects: 0 };
+      return row([v, fmt(n.groups), fmt(n.objects), bar(total ? n.groups / total : 0)]);
+    }), 4, 'no groups');
+
+    var h = sum.scan_health || {};
+    push(samples.dirty, sum.dirty_groups || 0);
+    push(samples.lag, h.scan_lag_seconds || 0);
+    $('dirty-now').textContent = fmt(sum.dirty_groups);
+    $('lag-now').textContent = fmt(h.scan_lag_seconds);
+    $('failed-now').textContent = fmt(h.failed_groups);
+    $('expired-now').textContent = fmt(h.expired_groups);
+    $('unseeded-now').textContent = fmt(h.unseeded_groups);
+    sparkline($('dirty-spark'), samples.dirty);
+    sparkline($('lag-spark'), samples.lag);
+
+    var rs = sum.ruleset;
+    fillList('ruleset-info', rs ? [
+      ['version', rs.ruleset_version], ['status', rs.status], ['proposed by', rs.proposed_by],
+      ['activated', fmtTime(rs.activated_at)], ['activated by', rs.activated_by || '–'], ['approval', rs.approval_ref || '–']
+    ] : [['version', 'none computed yet']]);
+    var snap = sum.last_snapshot;
+    fillList('snapshot-info', snap ? [['id', snap.id], ['scope', snap.scope], ['captured', fmtTime(snap.snapshot_at)]]
+      : [['id', 'none yet']]);
+    $('findings-open').textContent = fmt(sum.open_findings_total);
+  }
+
+  function fillList(id, pairs) {
+    var dl = $(id);
+    while (dl.firstChild) { dl.removeChild(dl.firstChild); }
+    pairs.forEach(function (p) { dl.appendChild(el('dt', p[0])); dl.appendChild(el('dd', p[1])); });
+  }
+
+  function renderLedger(rep) {
+    $('ledger-snapshot').textContent = rep.snapshot_id === null || rep.snapshot_id === undefined ? '–' : String(rep.snapshot_id);
+    replaceRows('ledger-rows', (rep.ledgers || []).map(function (l) {
+      var cells = [l.scope];
+      LEDGER_COLS.forEach(function (c) { cells.push(fmt(l[c])); });
+      cells.push(el('td', l.closes ? 'yes' : 'NO', l.closes ? 'yes' : 'no'));
+      return row(cells);
+    }), 11, 'no ledger yet (no full snapshot)');
+  }
+
+  function renderWorkers(rep) {
+    replaceRows('worker-rows', (rep.workers || []).map(function (w) {
+      var lease = w.lease_owner ? (w.lease_owner + (w.lease_held ? '' : ' (expired)')) : '–';
+      return row([w.executor_name, el('td', w.state, 'state-' + w.state), fmt(w.age_seconds), w.last_tick_status || '–', lease]);
+    }), 5, 'no gcos.* heartbeats yet');
+    replaceRows('cursor-rows', (rep.cursors || []).map(function (c) {
+      var pos = c.position_at ? fmtTime(c.position_at) + ' / ' + c.position_id : 'start';
+      return row([c.source, pos, fmt(c.events_seen), fmt(c.dead_lettered), fmt(c.last_run_age_seconds)]);
+    }), 5, 'no intake cursors yet');
+  }
+
+  function renderFindings(rep) {
+    replaceRows('finding-rows', (rep.findings || []).map(function (f) {
+      return row([fmtTime(f.last_seen_at), f.issue_type, el('td', f.severity, 'sev-' + f.severity),
+        el('td', f.coalesce_key, 'text'), fmt(f.occurrence_count), f.status]);
+    }), 6, 'no findings');
+  }
+
+  function poll() {
+    if (authRequired && !token()) {
+      setStatus('enter a reader token', false);
+      return;
+    }
+    var jobs = [
+      get('/v1/summary').then(renderSummary),
+      get('/v1/workers').then(renderWorkers),
+      get('/v1/findings?limit=20').then(renderFindings)
+    ];
+    if (tick % LEDGER_EVERY === 0) { jobs.push(get('/v1/invariant').then(renderLedger)); }
+    tick++;
+    Promise.all(jobs).then(function () {
+      setStatus('live · updated ' + new Date().toLocaleTimeString(), true);
+    }).catch(function (err) {
+      if (err.status === 401 || err.status === 403) {
+        setStatus('token refused: ' + err.message, false);
+      } else {
+        setStatus('error: ' + err.message, false);
+      }
+    });
+  }
+
+  function setupToken() {
+    var form = $('token-form');
+    if (!form) { return; }
+    form.addEventListener('submit', function (ev) {
+      ev.preventDefault();
+      var input = $('token');
+      try { sessionStorage.setItem(TOKEN_KEY, input.value.trim()); } catch (e) { /* storage disabled */ }
+      input.value = '';
+      tick = 0;
+      poll();
+    });
+    $('token-clear').addEventListener('click', function () {
+      try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* storage disabled */ }
+      setStatus('token forgotten', false);
+    });
+  }
+
+  document.addEventListener('DOMContentLoaded', function () {
+    setupToken();
+    poll();
+    setInterval(poll, POLL_MS);
+  });
+}());

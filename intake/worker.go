@@ -1,0 +1,281 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// Worker tails its sources and hands their rows to Apply. One Worker serves every source; several Workers (in
+// several processes) may run against one database: a source's cursor is locked per poll, so a second worker finds
+// it busy and never reads a row twice.
+type Worker struct {
+	Store   *postgres.Store
+	Config  gcos.IntakeConfig
+	Sources []postgres.TailSource // nil: postgres.DefaultTailSources(Store.Config())
+	Logger  *slog.Logger
+	Apply   postgres.ApplyFunc // runs inside each poll's transaction; see postgres.ApplyFunc
+
+	lastLag map[string]time.Time
+}
+
+// SourceTick is what one pass did for one source.
+type SourceTick struct {
+	Source       string                  `json:"source"`
+	Polls        int                     `json:"polls"`
+	Read         int                     `json:"read"`
+	Applied      int                     `json:"applied"`
+	Failed       int                     `json:"failed"` // rows sent to the retry lane
+	DeadLettered int                     `json:"dead_lettered"`
+	Retry        postgres.RetryResult    `json:"retry"`
+	Busy         bool                    `json:"busy,omitempty"`
+	PageFull     bool                    `json:"page_full"` // stopped with more rows waiting (Run's page budget)
+	Position     string                  `json:"position"`
+	Horizon      time.Time               `json:"horizon"`
+	HeldBy       *postgres.HorizonHolder `json:"held_by,omitempty"`
+	Stalled      string                  `json:"stalled,omitempty"`
+	Lag          *postgres.LagReport     `json:"lag,omitempty"`
+	Error        string                  `json:"error,omitempty"`
+}
+
+// pagesPerTick bounds how many pages Run reads from one source before turning to the next, so a backlog in one
+// source does not starve the others (Run comes straight back without sleeping).
+const pagesPerTick = 20
+
+func (w *Worker) logger() *slog.Logger {
+	if w.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return w.Logger.With("system", "intake")
+}
+
+func (w *Worker) sources() []postgres.TailSource {
+	if w.Sources != nil {
+		return w.Sources
+	}
+	return postgres.DefaultTailSources(w.Store.Config())
+}
+
+// Start checks every source's preconditions (refusing, with the store's message, when a tail could not be
+// lossless) and makes sure each has a cursor.
+func (w *Worker) Start(ctx context.Context) error {
+	if w.Store == nil {
+		return gcos.Errorf(gcos.EINVALID, "intake: no store")
+	}
+	if w.Apply == nil {
+		return gcos.Errorf(gcos.EINVALID, "intake: no apply step")
+	}
+	log := w.logger()
+	for _, src := range w.sources() {
+		check, err := w.Store.CheckTail(ctx, src, w.Config)
+		for _, it := range check.Items {
+			if it.Status == postgres.CheckWarn {
+				log.Warn("intake precondition", "source", src.Name, "check", it.Name, "detail", it.Detail)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		c, err := w.Store.EnsureCursor(ctx, src)
+		if err != nil {
+			return err
+		}
+		log.Info("intake source ready", "source", src.Name, "position", c.Position, "ts_type", c.TSType,
+			"time_zone", c.TimeZone)
+	}
+	return nil
+}
+
+// Once starts the worker and makes one full pass: every source is read until caught up with its horizon, due
+// retries are re-applied, the heartbeat ticks and the lag is checked. Per-source errors are reported in the
+// ticks and joined into the error.
+func (w *Worker) Once(ctx context.Context) ([]SourceTick, error) {
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	var ticks []SourceTick
+	var errs []error
+	for _, src := range w.sources() {
+		t, err := w.pass(ctx, src, 0, true)
+		ticks = append(ticks, t)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return ticks, errors.Join(errs...)
+}
+
+// Run starts the worker and polls until ctx ends, which it treats as a clean stop (nil). A precondition failure
+// stops it with that error; any other error (the database restarting, a failed apply) is logged, ticked into
+// the heartbeat and retried with backoff — a row is never skipped.
+func (w *Worker) Run(ctx context.Context) error {
+	log := w.logger()
+	backoff := w.pollInterval()
+	for {
+		err := w.Start(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch gcos.ErrorCode(err) {
+		case gcos.EINVALID, gcos.ECONFLICT, gcos.ENOTFOUND:
+			return err
+		}
+		log.Warn("intake start failed; retrying", "error", err, "in", backoff)
+		if !sleep(ctx, backoff) {
+			return nil
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	lagEvery := max(w.pollInterval(), min(w.Config.LagThreshold.Duration()/4, 30*time.Second))
+	w.lastLag = map[string]time.Time{}
+	errWait := w.pollInterval()
+	for {
+		busy, failed := false, false
+		for _, src := range w.sources() {
+			if ctx.Err() != nil {
+				break
+			}
+			checkLag := time.Since(w.lastLag[src.Name]) >= lagEvery
+			t, err := w.pass(ctx, src, pagesPerTick, checkLag)
+			if checkLag {
+				w.lastLag[src.Name] = time.Now()
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			switch {
+			case err != nil:
+				failed = true
+				log.Warn("intake poll failed; nothing was skipped, retrying", "source", src.Name, "error", err)
+			case t.Stalled != "":
+				log.Warn("intake stalled", "source", src.Name, "reason", t.Stalled)
+			case t.Read > 0 || t.Retry.Attempted > 0:
+				log.Debug("intake pass", "source", src.Name, "read", t.Read, "failed", t.Failed,
+					"retried", t.Retry.Attempted, "dead_lettered", t.DeadLettered+t.Retry.DeadLettered, "position", t.Position)
+			}
+			if t.Lag != nil && t.Lag.Lagging {
+				log.Warn("handoff lag", "source", src.Name, "reason", t.Lag.Reason)
+			}
+			busy = busy || t.PageFull
+		}
+		if ctx.Err() != nil {
+			w.stopped(src0(w.sources()))
+			return nil
+		}
+		wait := w.pollInterval()
+		switch {
+		case failed:
+			wait, errWait = errWait, min(errWait*2, 5*time.Second)
+		case busy:
+			wait, errWait = 0, w.pollInterval()
+		default:
+			errWait = w.pollInterval()
+		}
+		if !sleep(ctx, wait) {
+			w.stopped(src0(w.sources()))
+			return nil
+		}
+	}
+}
+
+func src0(srcs []postgres.TailSource) []string {
+	names := make([]string, len(srcs))
+	for i, s := range srcs {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// stopped records a clean stop in the heartbeat, so "stopped" and "dead" differ.
+func (w *Worker) stopped(sources []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, s := range sources {
+		_ = w.Store.IntakeHeartbeat(ctx, s, "stopped")
+	}
+}
+
+func (w *Worker) pollInterval() time.Duration {
+	if d := w.Config.PollInterval.Duration(); d > 0 {
+		return d
+	}
+	return 200 * time.Millisecond
+}
+
+// pass polls src until it is caught up with its horizon (or maxPages pages were read; 0 = no limit), re-applies
+// due retries, optionally checks the lag, and ticks the heartbeat with the outcome.
+func (w *Worker) pass(ctx context.Context, src postgres.TailSource, maxPages int, checkLag bool) (SourceTick, error) {
+	t := SourceTick{Source: src.Name}
+	err := func() error {
+		for maxPages == 0 || t.Polls < maxPages {
+			res, err := w.Store.PollTail(ctx, src, w.Config, w.Apply)
+			if err != nil {
+				return err
+			}
+			t.Polls++
+			t.Read += res.Read
+			t.Applied += res.Applied
+			t.Failed += res.Failed
+			t.DeadLettered += res.DeadLettered
+			t.Busy, t.PageFull, t.HeldBy, t.Stalled = res.Busy, res.PageFull, res.HeldBy, res.Stalled
+			if !res.Busy {
+				t.Position, t.Horizon = res.Position, res.Horizon
+			}
+			if !res.PageFull {
+				break
+			}
+		}
+		retry, err := w.Store.RetryDue(ctx, src, w.Config, w.Apply)
+		t.Retry = retry
+		if err != nil {
+			return err
+		}
+		if checkLag {
+			lag, err := w.Store.CheckTailLag(ctx, src, w.Config)
+			if err != nil {
+				return err
+			}
+			t.Lag = &lag
+		}
+		return nil
+	}()
+	status := fmt.Sprintf("ok read=%d failed=%d retried=%d", t.Read, t.Failed, t.Retry.Attempted)
+	switch {
+	case err != nil:
+		t.Error = err.Error()
+		status = "error: " + t.Error
+	case t.Stalled != "":
+		status = "stalled: " + t.Stalled
+	case t.Busy:
+		status = "busy: another worker holds the cursor"
+	}
+	if ctx.Err() == nil {
+		if herr := w.Store.IntakeHeartbeat(ctx, src.Name, status); herr != nil && err == nil {
+			err = herr
+		}
+	}
+	return t, err
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}

@@ -1,0 +1,257 @@
+package intake_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos"
+	"gcos/intake"
+	"gcos/postgres"
+	"gcos/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type env struct {
+	ctx   context.Context
+	pool  *pgxpool.Pool
+	store *postgres.Store
+	cfg   gcos.IntakeConfig
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	full := gcos.DefaultConfig()
+	cfg := full.Intake
+	cfg.PageSize = 25
+	cfg.PollInterval = gcos.Duration(20 * time.Millisecond)
+	cfg.HorizonGuard = gcos.Duration(10 * time.Millisecond)
+	cfg.BackoffBase = gcos.Duration(time.Millisecond)
+	cfg.BackoffMax = gcos.Duration(2 * time.Millisecond)
+	if _, err := pool.Exec(ctx, `CREATE TABLE intake_applied (source text NOT NULL, id bigint NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return &env{ctx: ctx, pool: pool, store: postgres.New(pool, full, nil), cfg: cfg}
+}
+
+func record(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+	sources, ids := make([]string, len(rows)), make([]int64, len(rows))
+	for i, r := range rows {
+		sources[i], ids[i] = r.Source, r.ID
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO intake_applied SELECT unnest($1::text[]), unnest($2::bigint[])`, sources, ids)
+	return nil, err
+}
+
+func (e *env) worker() *intake.Worker {
+	return &intake.Worker{Store: e.store, Config: e.cfg, Apply: record}
+}
+
+func (e *env) insert(t *testing.T, births, changes int) {
+	t.Helper()
+	if _, err := e.pool.Exec(e.ctx, `
+		INSERT INTO birth_registry (entity_code, collection_name, entity_type, status)
+		SELECT gen_random_uuid()::text, 'intake_test', 'thing', 'active' FROM generate_series(1, $1);
+	`, births); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(e.ctx, `
+		INSERT INTO registry_changelog (entity_type, entity_code, action)
+		SELECT 'collection', 'intake_test', 'update' FROM generate_series(1, $1)`, changes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// verify fails unless every row of both sources was applied exactly once.
+func (e *env) verify(t *testing.T) {
+	t.Helper()
+	var lost, dup, extra int64
+	if err := e.pool.QueryRow(e.ctx, `
+		WITH src AS (SELECT 'birth_registry' AS source, id FROM birth_registry
+		             UNION ALL SELECT 'registry_changelog', id FROM registry_changelog),
+		     got AS (SELECT source, id, count(*) AS n FROM intake_applied GROUP BY 1, 2)
+		SELECT (SELECT count(*) FROM src LEFT JOIN got USING (source, id) WHERE got.n IS NULL),
+		       (SELECT count(*) FROM got WHERE n > 1),
+		       (SELECT count(*) FROM got LEFT JOIN src USING (source, id) WHERE src.id IS NULL)`).Scan(&lost, &dup, &extra); err != nil {
+		t.Fatal(err)
+	}
+	if lost+dup+extra > 0 {
+		t.Fatalf("lost %d, applied twice %d, applied but not in the source %d", lost, dup, extra)
+	}
+}
+
+func (e *env) count(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := e.pool.QueryRow(e.ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestIntakeRunHandsOffTicksAndStopsCleanly: Run hands every row of both sources off, ticks a heartbeat per source
+// and returns nil promptly when its context ends, leaving "stopped" in the heartbeat.
+func TestIntakeRunHandsOffTicksAndStopsCleanly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.insert(t, 120, 30)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.worker().Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.count(t, `SELECT count(*) FROM intake_applied`) < 150 {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker did not hand the rows off in time")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.insert(t, 5, 5)
+	for e.count(t, `SELECT count(*) FROM intake_applied`) < 160 {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker did not pick up new rows")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name IN ('gcos.intake.birth_registry',
+		'gcos.intake.registry_changelog') AND last_tick_status LIKE 'ok%' AND last_tick_at > now() - interval '5 seconds'`); n != 2 {
+		t.Fatalf("want a fresh heartbeat per source, got %d", n)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Run did not stop on cancel")
+	}
+	if n := e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE last_tick_status = 'stopped'`); n != 2 {
+		t.Fatalf("want both heartbeats to say stopped, got %d", n)
+	}
+	e.verify(t)
+}
+
+// TestIntakeOnceCatchesUp: Once reads every source to its horizon; a second Once reads nothing.
+func TestIntakeOnceCatchesUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.insert(t, 60, 7)
+	time.Sleep(30 * time.Millisecond)
+	ticks, err := e.worker().Once(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ticks) != 2 || ticks[0].Read != 60 || ticks[1].Read != 7 || ticks[0].Polls < 3 || ticks[0].Lag == nil {
+		t.Fatalf("first pass: %+v", ticks)
+	}
+	ticks, err = e.worker().Once(e.ctx)
+	if err != nil || ticks[0].Read+ticks[1].Read != 0 {
+		t.Fatalf("second pass should read nothing: %v %+v", err, ticks)
+	}
+	e.verify(t)
+}
+
+// TestIntakeRefusesUnmetPreconditions: a source whose timestamp is not set by the database clock stops Run with a
+// clear EINVALID error instead of tailing it lossily.
+func TestIntakeRefusesUnmetPreconditions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.pool.Exec(e.ctx, `CREATE TABLE handmade_births (LIKE birth_registry); ALTER TABLE handmade_births ALTER id SET NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	w := e.worker()
+	w.Sources = []postgres.TailSource{{Name: "handmade", Kind: postgres.TailBirth, Table: "handmade_births",
+		TSColumn: "born_at", IDColumn: "id"}}
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	err := w.Run(ctx)
+	if gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), "has no default") {
+		t.Fatalf("want EINVALID naming the missing clock default, got %v", err)
+	}
+	if w.Apply = nil; true {
+		if _, err := w.Once(e.ctx); gcos.ErrorCode(err) != gcos.EINVALID {
+			t.Fatalf("a worker without an apply step must be refused: %v", err)
+		}
+	}
+}
+
+// TestIntakeKilledAtRandomPointsLosesAndDuplicatesNothing stops workers at random points at least 20 times (a
+// context deadline anywhere in a poll, a retry or a heartbeat; sometimes two workers at once) while writers keep
+// committing. The last worker catches up: every committed row was applied exactly once.
+func TestIntakeKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tx, err := e.pool.Begin(e.ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, err = tx.Exec(e.ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status)
+					VALUES (gen_random_uuid()::text, 'intake_test', 'thing', 'active')`)
+				if err == nil {
+					_, err = tx.Exec(e.ctx, `INSERT INTO registry_changelog (entity_type, entity_code, action)
+						VALUES ('collection', 'intake_test', 'update')`)
+				}
+				time.Sleep(time.Duration(rand.IntN(8)) * time.Millisecond)
+				if err == nil {
+					err = tx.Commit(e.ctx)
+				}
+				if err != nil {
+					_ = tx.Rollback(e.ctx)
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	kills := 0
+	for kills < 22 {
+		ctx, cancel := context.WithTimeout(e.ctx, time.Duration(5+rand.IntN(100))*time.Millisecond)
+		n := 1 + rand.IntN(2)
+		errs := make(chan error, n)
+		for range n {
+			go func() { errs <- e.worker().Run(ctx) }()
+		}
+		for range n {
+			if err := <-errs; err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Run: %v", err)
+			}
+		}
+		cancel()
+		kills++
+	}
+	close(stop)
+	wg.Wait()
+	before := e.count(t, `SELECT count(*) FROM intake_applied`)
+	if before == 0 {
+		t.Fatal("the killed workers never got to apply anything: the kills proved nothing")
+	}
+	time.Sleep(30 * time.Millisecond)
+	if _, err := e.worker().Once(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.verify(t)
+	t.Logf("%d kills; %d rows applied by killed workers, %d in all", kills, before, e.count(t, `SELECT count(*) FROM intake_applied`))
+}

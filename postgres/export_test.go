@@ -1,0 +1,32 @@
+package postgres
+
+import (
+	"sync"
+
+	"gcos"
+)
+
+// nondeterministicStores are the stores whose determinism self-check is perturbed. The hook is installed once, before
+// any test runs, and consults this set, so parallel tests never write a shared variable (and -race stays quiet).
+var nondeterministicStores sync.Map // *Store → struct{}
+
+func init() {
+	nondeterminismHook = func(s *Store, f gcos.Fingerprint) gcos.Fingerprint {
+		if _, ok := nondeterministicStores.Load(s); ok {
+			f.Lo++ // as if the row text depended on something other than content
+		}
+		return f
+	}
+}
+
+// SetNondeterministic makes s's captures see a determinism self-check that differs from itself (tests only).
+func SetNondeterministic(s *Store, on bool) {
+	if on {
+		nondeterministicStores.Store(s, struct{}{})
+	} else {
+		nondeterministicStores.Delete(s)
+	}
+}
+
+// BatchAggregateSQL is the statement one capture batch runs (parameters: the id range [$1, $2)), for plan tests.
+func BatchAggregateSQL(s *Store) string { return s.birthBinding().baseAggregateSQL() }

@@ -1,0 +1,476 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+)
+
+// The read side of the store: what the API, the dashboard and the status commands show. Every query here reads
+// the summary views (v_candidate_effective, v_scan_health, v_current_ruleset) or small bookkeeping tables
+// (queue_heartbeat, gov_worker_cursor, system_issues); none walks the raw candidate store row by row.
+
+// Group listing limits.
+const (
+	DefaultGroupLimit = 100 // groups per page when the filter asks for none
+	MaxGroupLimit     = 500 // larger requests are capped to this
+)
+
+// maxFilterValue bounds a filter value; dimension values are registry names, far shorter.
+const maxFilterValue = 256
+
+// GroupFilter narrows ListGroups. Empty fields do not filter. The dimension filters match exactly; a group whose
+// dimension is null never matches a non-empty filter.
+type GroupFilter struct {
+	Scope          string `json:"scope,omitempty"`
+	ObjectClass    string `json:"object_class,omitempty"`
+	SourceRegistry string `json:"source_registry,omitempty"`
+	Verdict        string `json:"verdict,omitempty"` // the effective verdict (a stored verdict, or stale)
+	Dirty          *bool  `json:"dirty,omitempty"`
+	After          string `json:"after,omitempty"` // keyset cursor: the last group_key of the previous page
+	Limit          int    `json:"limit,omitempty"` // 0 means DefaultGroupLimit; capped at MaxGroupLimit
+}
+
+// Validate checks the filter values and normalises the limit; bad values are EINVALID.
+func (f *GroupFilter) Validate() error {
+	for name, v := range map[string]string{"scope": f.Scope, "object_class": f.ObjectClass, "source_registry": f.SourceRegistry} {
+		if len(v) > maxFilterValue {
+			return gcos.Errorf(gcos.EINVALID, "%s: longer than %d bytes", name, maxFilterValue)
+		}
+		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return gcos.Errorf(gcos.EINVALID, "%s %q contains control characters", name, v)
+		}
+	}
+	if f.Verdict != "" {
+		if _, err := gcos.ParseVerdict(f.Verdict); err != nil {
+			return gcos.Errorf(gcos.EINVALID, "verdict %q: want one of %v or %q", f.Verdict, gcos.StoredVerdicts, gcos.VerdictStale)
+		}
+	}
+	if f.After != "" && !groupKeyPattern.MatchString(f.After) {
+		return gcos.Errorf(gcos.EINVALID, "after %q: want a group key (32 lowercase hex digits)", f.After)
+	}
+	switch {
+	case f.Limit < 0:
+		return gcos.Errorf(gcos.EINVALID, "limit %d: must not be negative", f.Limit)
+	case f.Limit == 0:
+		f.Limit = DefaultGroupLimit
+	case f.Limit > MaxGroupLimit:
+		f.Limit = MaxGroupLimit
+	}
+	return nil
+}
+
+// GroupView is one group as of now under the current ruleset: its dimensions, its stored candidate row (fields
+// are null when the group was never seeded under that ruleset) and its effective verdict.
+type GroupView struct {
+	GroupKey          string     `json:"group_key"`
+	ObjectClass       *string    `json:"object_class"`
+	SourceRegistry    *string    `json:"source_registry"`
+	AxisFamily        *string    `json:"axis_family"`
+	Scope             *string    `json:"scope"`
+	LifecycleStatus   *string    `json:"lifecycle_status"`
+	OwnerScope        *string    `json:"owner_scope"`
+	GroupMemberCount  int64      `json:"group_member_count"` // objects in the group (registry count)
+	SnapshotRef       *int64     `json:"source_snapshot_ref"`
+	SnapshotExists    bool       `json:"snapshot_exists"`
+	RulesetVersion    string     `json:"ruleset_version"`
+	RulesetStatus     string     `json:"ruleset_status"`
+	ScanTime          *time.Time `json:"scan_time"`
+	CandidateVerdict  *string    `json:"candidate_verdict"` // as stored
+	EffectiveVerdict  string     `json:"effective_verdict"` // as of now: the stored verdict only while clean
+	Clean             bool       `json:"clean"`
+	Reasons           []string   `json:"reasons"` // why it is not clean
+	InputQualityState *string    `json:"input_quality_state"`
+	Dirty             bool       `json:"dirty"`
+	DirtyReason       *string    `json:"dirty_reason"`
+	DirtiedAt         *time.Time `json:"dirtied_at"`
+	StaleAfter        *time.Time `json:"stale_after"`
+	RecomputeStatus   *string    `json:"recompute_status"`
+	RiskClass         *string    `json:"risk_class"`
+	CoverageRequired  *bool      `json:"coverage_required"`
+	CoverageScanRef   *string    `json:"coverage_scan_ref"`
+	CoverageOutcome   *string    `json:"coverage_outcome"`
+	IssueRef          *string    `json:"issue_ref"`
+	LastRunID         *string    `json:"last_run_id"`
+	UpdatedAt         *time.Time `json:"updated_at"`
+}
+
+// GroupPage is one page of ListGroups; Next is the After of the following page, empty on the last one.
+type GroupPage struct {
+	Groups []GroupView `json:"groups"`
+	Next   string      `json:"next"`
+}
+
+const groupViewColumns = `group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope,
+	group_member_count, source_snapshot_ref, snapshot_exists, ruleset_version, ruleset_status, scan_time,
+	candidate_verdict, effective_verdict, coalesce(clean, false), coalesce(reasons, ARRAY[]::text[]), input_quality_state, coalesce(dirty, false), dirty_reason,
+	dirtied_at, stale_after, recompute_status, risk_class, coverage_required, coverage_scan_ref, coverage_outcome,
+	issue_ref, last_run_id, updated_at`
+
+func scanGroupView(row pgx.Row) (GroupView, error) {
+	var g GroupView
+	err := row.Scan(&g.GroupKey, &g.ObjectClass, &g.SourceRegistry, &g.AxisFamily, &g.Scope, &g.LifecycleStatus,
+		&g.OwnerScope, &g.GroupMemberCount, &g.SnapshotRef, &g.SnapshotExists, &g.RulesetVersion, &g.RulesetStatus,
+		&g.ScanTime, &g.CandidateVerdict, &g.EffectiveVerdict, &g.Clean, &g.Reasons, &g.InputQualityState, &g.Dirty,
+		&g.DirtyReason, &g.DirtiedAt, &g.StaleAfter, &g.RecomputeStatus, &g.RiskClass, &g.CoverageRequired,
+		&g.CoverageScanRef, &g.CoverageOutcome, &g.IssueRef, &g.LastRunID, &g.UpdatedAt)
+	if g.Reasons == nil {
+		g.Reasons = []string{}
+	}
+	return g, err
+}
+
+// ListGroups returns one page of groups from v_candidate_effective, ordered by group_key, starting after
+// f.After (keyset pagination: pages stay consistent and cheap however deep the caller goes). Before any ruleset
+// exists there is nothing to read verdicts under, and the page is empty.
+func (s *Store) ListGroups(ctx context.Context, f GroupFilter) (GroupPage, error) {
+	page := GroupPage{Groups: []GroupView{}}
+	if err := f.Validate(); err != nil {
+		return page, err
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+groupViewColumns+`
+		FROM v_candidate_effective
+		WHERE group_key > $1
+		  AND ($2 = '' OR scope = $2)
+		  AND ($3 = '' OR object_class = $3)
+		  AND ($4 = '' OR source_registry = $4)
+		  AND ($5 = '' OR effective_verdict = $5)
+		  AND ($6::boolean IS NULL OR coalesce(dirty, false) = $6::boolean)
+		ORDER BY group_key
+		LIMIT $7`, f.After, f.Scope, f.ObjectClass, f.SourceRegistry, f.Verdict, f.Dirty, f.Limit+1)
+	if err != nil {
+		return page, fmt.Errorf("list groups: %w", err)
+	}
+	groups, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (GroupView, error) { return scanGroupView(r) })
+	if err != nil {
+		return page, fmt.Errorf("list groups: %w", err)
+	}
+	if len(groups) > f.Limit {
+		groups = groups[:f.Limit]
+		page.Next = groups[len(groups)-1].GroupKey
+	}
+	if groups != nil {
+		page.Groups = groups
+	}
+	return page, nil
+}
+
+// GetGroup returns one group as of now (ENOTFOUND when it is not in the group registry, or no ruleset exists yet).
+func (s *Store) GetGroup(ctx context.Context, key string) (GroupView, error) {
+	if !groupKeyPattern.MatchString(key) {
+		return GroupView{}, gcos.Errorf(gcos.EINVALID, "group key %q: want 32 lowercase hex digits", key)
+	}
+	g, err := scanGroupView(s.pool.QueryRow(ctx, `SELECT `+groupViewColumns+` FROM v_candidate_effective WHERE group_key = $1`, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return GroupView{}, gcos.Errorf(gcos.ENOTFOUND, "group %s: not found (not in the group registry, or no ruleset yet)", key)
+	}
+	if err != nil {
+		return GroupView{}, fmt.Errorf("get group %s: %w", key, err)
+	}
+	return g, nil
+}
+
+// VerdictCount is the size of one effective verdict: in groups, and in objects (the groups' member counts; an
+// object is counted once per scope it belongs to).
+type VerdictCount struct {
+	Groups  int64 `json:"groups"`
+	Objects int64 `json:"objects"`
+}
+
+// ScopeVerdicts is the effective-verdict distribution of one scope, where objects are counted exactly once.
+type ScopeVerdicts struct {
+	Scope    *string                 `json:"scope"`
+	Groups   int64                   `json:"groups"`
+	Objects  int64                   `json:"objects"`
+	Verdicts map[string]VerdictCount `json:"verdicts"`
+}
+
+// ScanHealth is v_scan_health plus the scan lag derived from it.
+type ScanHealth struct {
+	Groups         int64      `json:"groups"`
+	DirtyGroups    int64      `json:"dirty_groups"`
+	OldestDirtyAt  *time.Time `json:"oldest_dirty_at"`
+	ScanLagSeconds float64    `json:"scan_lag_seconds"` // how long the oldest dirty mark has waited; 0 with no dirty set
+	FailedGroups   int64      `json:"failed_groups"`
+	ExpiredGroups  int64      `json:"expired_groups"`
+	UnseededGroups int64      `json:"unseeded_groups"`
+	// LastRuns is the last scan run per mode (backfill, event, incremental, full_audit).
+	LastRuns map[string]ScanRunBrief `json:"last_runs"`
+}
+
+// ScanRunBrief is the last candidate_scan_run of one mode.
+type ScanRunBrief struct {
+	RunID         string     `json:"run_id"`
+	StartedAt     *time.Time `json:"started_at"`
+	FinishedAt    *time.Time `json:"finished_at"`
+	Status        string     `json:"status"`
+	GroupsScanned *int64     `json:"groups_scanned"`
+}
+
+// RulesetBrief is the ruleset verdicts are read under: the active one, else (before any activation) the newest
+// draft, whose status says so.
+type RulesetBrief struct {
+	Version     string     `json:"ruleset_version"`
+	Status      string     `json:"status"`
+	ProposedBy  string     `json:"proposed_by"`
+	ProposedAt  time.Time  `json:"proposed_at"`
+	ActivatedAt *time.Time `json:"activated_at"`
+	ActivatedBy *string    `json:"activated_by"`
+	ApprovalRef *string    `json:"approval_ref"`
+}
+
+// SnapshotBrief names the newest governance snapshot.
+type SnapshotBrief struct {
+	ID         int64     `json:"id"`
+	SnapshotAt time.Time `json:"snapshot_at"`
+	Scope      string    `json:"scope"`
+}
+
+// Summary is the one-read picture of GCOS the dashboard, /metrics and `gcos status` show, read in a single
+// repeatable-read transaction so its numbers agree with one another.
+type Summary struct {
+	At                time.Time               `json:"at"` // the database clock at the read
+	Groups            int64                   `json:"groups"`
+	Objects           int64                   `json:"objects"` // sum of group member counts (objects × scopes)
+	Verdicts          map[string]VerdictCount `json:"verdicts"`
+	Scopes            []ScopeVerdicts         `json:"scopes"`
+	DirtyGroups       int64                   `json:"dirty_groups"`
+	ScanHealth        ScanHealth              `json:"scan_health"`
+	Ruleset           *RulesetBrief           `json:"ruleset"` // nil before any ruleset was computed
+	LastSnapshot      *SnapshotBrief          `json:"last_snapshot"`
+	OpenFindings      map[string]int64        `json:"open_findings"` // by issue type
+	OpenFindingsTotal int64                   `json:"open_findings_total"`
+}
+
+// Summary reads the verdict distribution (groups and objects, overall and per scope), the dirty set and scan
+// health, the current ruleset, the newest snapshot and the open findings by type.
+func (s *Store) Summary(ctx context.Context) (Summary, error) {
+	sum := Summary{Verdicts: map[string]VerdictCount{}, Scopes: []ScopeVerdicts{}, OpenFindings: map[string]int64{},
+		ScanHealth: ScanHealth{LastRuns: map[string]ScanRunBrief{}}}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&sum.At); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT scope, effective_verdict, count(*), coalesce(sum(group_member_count), 0)::bigint
+			FROM v_candidate_effective GROUP BY scope, effective_verdict ORDER BY scope NULLS FIRST, effective_verdict`)
+		if err != nil {
+			return err
+		}
+		var cur *ScopeVerdicts
+		for rows.Next() {
+			var scope *string
+			var verdict string
+			var n VerdictCount
+			if err := rows.Scan(&scope, &verdict, &n.Groups, &n.Objects); err != nil {
+				rows.Close()
+				return err
+			}
+			if cur == nil || !sameScope(cur.Scope, scope) {
+				sum.Scopes = append(sum.Scopes, ScopeVerdicts{Scope: scope, Verdicts: map[string]VerdictCount{}})
+				cur = &sum.Scopes[len(sum.Scopes)-1]
+			}
+			cur.Verdicts[verdict] = n
+			cur.Groups += n.Groups
+			cur.Objects += n.Objects
+			total := sum.Verdicts[verdict]
+			total.Groups += n.Groups
+			total.Objects += n.Objects
+			sum.Verdicts[verdict] = total
+			sum.Groups += n.Groups
+			sum.Objects += n.Objects
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+
+		var lastRuns []byte
+		h := &sum.ScanHealth
+		if err := tx.QueryRow(ctx, `
+			SELECT groups, dirty_groups, oldest_dirty_at, coalesce(extract(epoch FROM now() - oldest_dirty_at), 0)::float8,
+			       failed_groups, expired_groups, unseeded_groups, last_runs
+			FROM v_scan_health`).Scan(&h.Groups, &h.DirtyGroups, &h.OldestDirtyAt, &h.ScanLagSeconds, &h.FailedGroups,
+			&h.ExpiredGroups, &h.UnseededGroups, &lastRuns); err != nil {
+			return err
+		}
+		if len(lastRuns) > 0 {
+			if err := json.Unmarshal(lastRuns, &h.LastRuns); err != nil {
+				return fmt.Errorf("scan health last runs: %w", err)
+			}
+		}
+		if h.ScanLagSeconds < 0 {
+			h.ScanLagSeconds = 0
+		}
+		sum.DirtyGroups = h.DirtyGroups
+
+		var rs RulesetBrief
+		err = tx.QueryRow(ctx, `
+			SELECT r.ruleset_version, r.status, r.proposed_by, r.proposed_at, r.activated_at, r.activated_by, r.approval_ref
+			FROM v_current_ruleset cr JOIN governance_ruleset r USING (ruleset_version)`).Scan(&rs.Version, &rs.Status,
+			&rs.ProposedBy, &rs.ProposedAt, &rs.ActivatedAt, &rs.ActivatedBy, &rs.ApprovalRef)
+		switch {
+		case err == nil:
+			sum.Ruleset = &rs
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+
+		var snap SnapshotBrief
+		err = tx.QueryRow(ctx, `SELECT id, snapshot_at, scope FROM evolution_snapshots
+			WHERE scope LIKE 'governance.%' ORDER BY id DESC LIMIT 1`).Scan(&snap.ID, &snap.SnapshotAt, &snap.Scope)
+		switch {
+		case err == nil:
+			sum.LastSnapshot = &snap
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+
+		rows, err = tx.Query(ctx, `SELECT coalesce(issue_type, ''), count(*) FROM system_issues
+			WHERE status = 'open' AND coalesce_key LIKE 'gov:%' GROUP BY 1`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var typ string
+			var n int64
+			if err := rows.Scan(&typ, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			sum.OpenFindings[typ] = n
+			sum.OpenFindingsTotal += n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return sum, fmt.Errorf("summary: %w", err)
+	}
+	return sum, nil
+}
+
+func sameScope(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// Worker heartbeat states.
+const (
+	HeartbeatOK     = "ok"     // ticked within intake.silent_gap_threshold
+	HeartbeatSilent = "silent" // last tick older than the threshold: quiet is not dead, this may be dead
+	HeartbeatNever  = "never"  // registered but never ticked
+)
+
+// WorkerView is one GCOS executor's queue_heartbeat row.
+type WorkerView struct {
+	Name           string     `json:"executor_name"`
+	Kind           *string    `json:"executor_kind"`
+	LastTickAt     *time.Time `json:"last_tick_at"`
+	AgeSeconds     *float64   `json:"age_seconds"` // since the last tick, by the database clock
+	TickStatus     *string    `json:"last_tick_status"`
+	State          string     `json:"state"` // HeartbeatOK, HeartbeatSilent or HeartbeatNever
+	LeaseOwner     *string    `json:"lease_owner"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
+	LeaseHeld      bool       `json:"lease_held"` // a lease owner is set and its lease has not expired
+}
+
+// CursorView is one intake cursor (gov_worker_cursor) as the status views show it.
+type CursorView struct {
+	WorkerName         string     `json:"worker_name"`
+	Source             string     `json:"source"`
+	PositionAt         *time.Time `json:"position_at"` // the cursor position as an instant
+	PositionID         *string    `json:"position_id"`
+	PositionAgeSeconds *float64   `json:"position_age_seconds"` // now − position_at: how old the last handed-off row is
+	LastHorizon        *time.Time `json:"last_horizon"`
+	EventsSeen         int64      `json:"events_seen"`
+	AttemptsWritten    int64      `json:"attempts_written"`
+	DeadLettered       int64      `json:"dead_lettered"`
+	LastRunAt          *time.Time `json:"last_run_at"`
+	LastRunAgeSeconds  *float64   `json:"last_run_age_seconds"`
+}
+
+// WorkersReport is every GCOS worker's heartbeat and every intake cursor.
+type WorkersReport struct {
+	At                     time.Time    `json:"at"`
+	SilentThresholdSeconds float64      `json:"silent_threshold_seconds"`
+	Workers                []WorkerView `json:"workers"`
+	Cursors                []CursorView `json:"cursors"`
+}
+
+// Workers reads queue_heartbeat rows of GCOS executors (names starting "gcos.") with their age by the database
+// clock, and the intake cursors when gov_worker_cursor exists.
+func (s *Store) Workers(ctx context.Context) (WorkersReport, error) {
+	threshold := s.cfg.Intake.SilentGapThreshold.Duration()
+	if threshold <= 0 {
+		threshold = 30 * time.Second
+	}
+	rep := WorkersReport{SilentThresholdSeconds: threshold.Seconds(), Workers: []WorkerView{}, Cursors: []CursorView{}}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var hasCursors bool
+		if err := tx.QueryRow(ctx, `SELECT now(), to_regclass('gov_worker_cursor') IS NOT NULL`).Scan(&rep.At, &hasCursors); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT executor_name, executor_kind, last_tick_at, extract(epoch FROM now() - last_tick_at)::float8,
+			       last_tick_status, lease_owner, lease_expires_at,
+			       coalesce(lease_owner IS NOT NULL AND lease_expires_at > now(), false)
+			FROM queue_heartbeat WHERE executor_name LIKE 'gcos.%' ORDER BY executor_name`)
+		if err != nil {
+			return err
+		}
+		rep.Workers, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkerView, error) {
+			var w WorkerView
+			err := r.Scan(&w.Name, &w.Kind, &w.LastTickAt, &w.AgeSeconds, &w.TickStatus, &w.LeaseOwner,
+				&w.LeaseExpiresAt, &w.LeaseHeld)
+			switch {
+			case w.AgeSeconds == nil:
+				w.State = HeartbeatNever
+			case *w.AgeSeconds > threshold.Seconds():
+				w.State = HeartbeatSilent
+			default:
+				w.State = HeartbeatOK
+			}
+			return w, err
+		})
+		if err != nil {
+			return err
+		}
+		if !hasCursors {
+			return nil
+		}
+		rows, err = tx.Query(ctx, `
+			SELECT worker_name, source, last_created_at, last_event_id, extract(epoch FROM now() - last_created_at)::float8,
+			       last_horizon, events_seen, attempts_written, dead_lettered, last_run_at,
+			       extract(epoch FROM now() - last_run_at)::float8
+			FROM gov_worker_cursor ORDER BY source`)
+		if err != nil {
+			return err
+		}
+		rep.Cursors, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (CursorView, error) {
+			var c CursorView
+			err := r.Scan(&c.WorkerName, &c.Source, &c.PositionAt, &c.PositionID, &c.PositionAgeSeconds, &c.LastHorizon,
+				&c.EventsSeen, &c.AttemptsWritten, &c.DeadLettered, &c.LastRunAt, &c.LastRunAgeSeconds)
+			return c, err
+		})
+		return err
+	})
+	if err != nil {
+		return rep, fmt.Errorf("workers: %w", err)
+	}
+	if rep.Workers == nil {
+		rep.Workers = []WorkerView{}
+	}
+	if rep.Cursors == nil {
+		rep.Cursors = []CursorView{}
+	}
+	return rep, nil
+}

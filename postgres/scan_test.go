@@ -1,0 +1,416 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// seededWorld returns a bundle whose world is backfilled under an active ruleset, every group clean.
+func seededWorld(t *testing.T, births int, tweak func(*gcos.Config)) *bundle {
+	t.Helper()
+	b := setup(t, births)
+	if tweak != nil {
+		tweak(&b.cfg)
+		b.store = postgres.New(b.pool, b.cfg, nil)
+	}
+	res := b.backfill(t)
+	b.activate(t, res.RulesetVersion)
+	return b
+}
+
+func (b *bundle) scanAll(t *testing.T, mode string) int {
+	t.Helper()
+	total := 0
+	runID := ""
+	for {
+		res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: mode, RunID: runID, Expired: true})
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		runID = res.RunID
+		total += res.Scanned + res.Seeded
+		if res.Claimed == 0 || res.Scanned+res.Seeded == 0 {
+			return total
+		}
+	}
+}
+
+// groupWhere returns one group key matching a condition on v_candidate_effective.
+func (b *bundle) groupWhere(t *testing.T, cond string) string {
+	t.Helper()
+	var key string
+	// Groups whose objects all have their own rows are skipped: the gate would consult those rows instead.
+	if err := b.pool.QueryRow(b.ctx, `SELECT group_key FROM v_candidate_effective WHERE `+cond+`
+		AND object_class NOT IN (SELECT object_type FROM governance_candidate_object)
+		ORDER BY group_member_count DESC, group_key LIMIT 1`).Scan(&key); err != nil {
+		t.Fatalf("no group where %s: %v", cond, err)
+	}
+	return key
+}
+
+// objectOf returns one object (collection:code) of a group.
+func (b *bundle) objectOf(t *testing.T, key string) string {
+	t.Helper()
+	var ref string
+	err := b.pool.QueryRow(b.ctx, `
+		SELECT br.collection_name || ':' || br.entity_code FROM birth_registry br
+		JOIN governance_group g ON g.object_class = br.entity_type AND g.source_registry = br.collection_name AND g.lifecycle_status = br.status
+		WHERE g.group_key = $1 AND br.parent_code IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM governance_candidate_object o WHERE o.object_ref = br.collection_name || ':' || br.entity_code)
+		ORDER BY br.id LIMIT 1`, key).Scan(&ref)
+	if err != nil {
+		t.Fatalf("no object in group %s: %v", key, err)
+	}
+	return ref
+}
+
+const otherRows = `SELECT * FROM governance_candidate_state WHERE group_key <> ALL($1)`
+
+func TestSB10_TargetedInvalidation(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 20000, nil)
+	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE NOT clean`); n != 0 {
+		t.Fatalf("%d groups not clean after backfill + activation", n)
+	}
+
+	t.Run("handoff dirties only its group", func(t *testing.T) {
+		key := b.groupWhere(t, `effective_verdict = 'relevant'`)
+		before := b.digestExcept(t, []string{key})
+		n, err := b.store.MarkDirty(b.ctx, []string{key}, "handoff:object_born")
+		if err != nil || n != 1 {
+			t.Fatalf("mark dirty: n=%d err=%v", n, err)
+		}
+		again, err := b.store.MarkDirty(b.ctx, []string{key}, "handoff:object_born")
+		if err != nil || again != 0 {
+			t.Fatalf("re-delivered mark changed %d rows (err %v), want a no-op", again, err)
+		}
+		if after := b.digestExcept(t, []string{key}); after != before {
+			t.Fatal("a handoff on one group changed another group's row")
+		}
+		if got := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty`); got != 1 {
+			t.Fatalf("dirty rows = %d, want 1", got)
+		}
+		if scanned := b.scanAll(t, postgres.ModeEvent); scanned != 1 {
+			t.Fatalf("event scan re-evaluated %d groups, want 1", scanned)
+		}
+		if after := b.digestExcept(t, []string{key}); after != before {
+			t.Fatal("the scan of one group changed another group's row")
+		}
+	})
+
+	t.Run("snapshot drift behind the tail's back is found only by the full audit", func(t *testing.T) {
+		// Move births from one group to a new lifecycle status with an UPDATE: no birth is added, so no tail
+		// would ever see it. Only the full audit's reconciliation can find the changed fingerprints.
+		key := b.groupWhere(t, `effective_verdict = 'relevant' AND group_member_count > 10`)
+		var class, coll, status string
+		if err := b.pool.QueryRow(b.ctx, `SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1`, key).Scan(&class, &coll, &status); err != nil {
+			t.Fatal(err)
+		}
+		b.exec(t, `UPDATE birth_registry SET status = 'retired' WHERE id IN (
+			SELECT id FROM birth_registry WHERE entity_type = $1 AND collection_name = $2 AND status = $3 ORDER BY id LIMIT 3)`, class, coll, status)
+		affected := b.keysWhere(t, `object_class = $1 AND source_registry = $2 AND lifecycle_status IN ($3, 'retired')`, class, coll, status)
+		before := b.digestExcept(t, affected)
+		if scanned := b.scanAll(t, postgres.ModeIncremental); scanned != 0 {
+			t.Fatalf("incremental scan found %d groups to scan: nothing signalled the change", scanned)
+		}
+		res, err := b.store.FullAudit(b.ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.LostSignals) == 0 {
+			t.Fatal("the full audit found no lost signal")
+		}
+		for _, k := range res.LostSignals {
+			if !contains(affected, k) {
+				t.Fatalf("lost-signal group %s is not one of the changed groups %v", k, affected)
+			}
+		}
+		if got := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open'`); got != 1 {
+			t.Fatalf("issue_event_gap findings = %d, want 1", got)
+		}
+		if after := b.digestExcept(t, affected); after != before {
+			t.Fatal("the full audit changed rows of groups whose fingerprint did not move")
+		}
+		if !res.Ledger.Closes {
+			t.Fatalf("invariant does not close after the audit: %+v", res.Ledger)
+		}
+	})
+
+	t.Run("idempotent re-seed", func(t *testing.T) {
+		b.backfill(t) // takes in the moved births
+		before := b.digest(t, `SELECT * FROM governance_candidate_state`)
+		res := b.backfill(t)
+		if res.RowsWritten != 0 {
+			t.Fatalf("re-seed wrote %d rows", res.RowsWritten)
+		}
+		if after := b.digest(t, `SELECT * FROM governance_candidate_state`); after != before {
+			t.Fatal("re-seed changed rows")
+		}
+	})
+}
+
+func (b *bundle) keysWhere(t *testing.T, cond string, args ...any) []string {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT group_key FROM governance_group WHERE `+cond, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func (b *bundle) digestExcept(t *testing.T, keys []string) string {
+	t.Helper()
+	var d string
+	if err := b.pool.QueryRow(b.ctx, `SELECT md5(string_agg(x::text, E'\n' ORDER BY x::text)) FROM (`+otherRows+`) x`, keys).Scan(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSB10_FailClosed(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 20000, nil)
+	gate := func(object, action string) postgres.GateResult { return b.store.Gate(b.ctx, object, action) }
+
+	t.Run("clean relevant covered high-risk object is allowed", func(t *testing.T) {
+		key := b.groupWhere(t, `effective_verdict = 'relevant' AND coverage_outcome = 'covered' AND risk_class = 'write_medium'`)
+		obj := b.objectOf(t, key)
+		if r := gate(obj, "write"); r.Decision != gcos.GateAllow {
+			t.Fatalf("gate %s = %s %v, want allow", obj, r.Decision, r.Reasons)
+		}
+	})
+	t.Run("unknown object blocks", func(t *testing.T) {
+		if r := gate("no_such_collection:nothing", "write"); r.Decision != gcos.GateBlock {
+			t.Fatalf("unknown object: %s", r.Decision)
+		}
+		if r := gate("not-an-object", "write"); r.Decision != gcos.GateBlock {
+			t.Fatalf("bad object reference: %s", r.Decision)
+		}
+	})
+	t.Run("high-risk stale blocks", func(t *testing.T) {
+		key := b.groupWhere(t, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
+		obj := b.objectOf(t, key)
+		if _, err := b.store.MarkDirty(b.ctx, b.keysOfObjectBase(t, key), "handoff:object_born"); err != nil {
+			t.Fatal(err)
+		}
+		r := gate(obj, "write")
+		if r.Decision != gcos.GateBlock || r.EffectiveVerdict != gcos.VerdictStale {
+			t.Fatalf("dirty high-risk group: %s %s %v", r.Decision, r.EffectiveVerdict, r.Reasons)
+		}
+	})
+	t.Run("low-risk stale allows and schedules a re-scan", func(t *testing.T) {
+		key := b.groupWhere(t, `risk_class = 'read_descriptive' AND effective_verdict = 'not_relevant' AND NOT dirty`)
+		obj := b.objectOf(t, key)
+		b.exec(t, `UPDATE governance_candidate_state SET scan_time = now() - interval '2 days', stale_after = now() - interval '1 second'
+			WHERE group_key IN (SELECT group_key FROM governance_group WHERE (object_class, source_registry, lifecycle_status) =
+			      (SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1))`, key)
+		r := gate(obj, "write")
+		if r.Decision != gcos.GateAllow || !r.RescanScheduled {
+			t.Fatalf("low-risk stale: %s rescan=%v %v", r.Decision, r.RescanScheduled, r.Reasons)
+		}
+		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND dirty AND dirty_reason = 'ttl'`, key); n != 1 {
+			t.Fatal("the re-scan was not scheduled (no ttl dirty mark)")
+		}
+	})
+	t.Run("failed recompute blocks", func(t *testing.T) {
+		key := b.groupWhere(t, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
+		obj := b.objectOf(t, key)
+		b.exec(t, `UPDATE governance_candidate_state SET recompute_status = 'failed' WHERE group_key IN (
+			SELECT group_key FROM governance_group WHERE (object_class, source_registry, lifecycle_status) =
+			      (SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1))`, key)
+		if r := gate(obj, "write"); r.Decision != gcos.GateBlock {
+			t.Fatalf("failed recompute: %s %v", r.Decision, r.Reasons)
+		}
+	})
+	t.Run("unreachable database blocks", func(t *testing.T) {
+		pool := pgtestClosedPool(t, b)
+		closed := postgres.New(pool, b.cfg, nil)
+		key := b.groupWhere(t, `effective_verdict = 'relevant'`)
+		obj := b.objectOf(t, key)
+		if r := closed.Gate(context.Background(), obj, "read"); r.Decision != gcos.GateBlock {
+			t.Fatalf("closed pool: %s", r.Decision)
+		}
+	})
+}
+
+func TestSB10_FailClosedDraftRuleset(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 5000)
+	b.backfill(t) // under a draft: nobody approved the ruleset yet
+	key := b.groupWhere(t, `risk_class = 'write_medium'`)
+	obj := b.objectOf(t, key)
+	r := b.store.Gate(b.ctx, obj, "write")
+	if r.Decision != gcos.GateBlock || r.EffectiveVerdict != gcos.VerdictUnknown {
+		t.Fatalf("verdict under a draft ruleset: %s %s %v, want block unknown", r.Decision, r.EffectiveVerdict, r.Reasons)
+	}
+}
+
+// keysOfObjectBase returns the keys of a base group in every scope.
+func (b *bundle) keysOfObjectBase(t *testing.T, key string) []string {
+	return b.keysWhere(t, `(object_class, source_registry, lifecycle_status) = (SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1)`, key)
+}
+
+func TestScanStormGuardThrottlesHighRiskFirst(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 10000, func(c *gcos.Config) { c.Scan.StormFraction = 0.2; c.Scan.StormBatch = 25 })
+	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'ruleset_bump', dirtied_at = now(), recompute_status = 'dirty'`)
+	res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Storm || res.Scanned != 25 {
+		t.Fatalf("storm tick: storm=%v scanned=%d, want storm and 25", res.Storm, res.Scanned)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'group_invalidation_storm' AND status = 'open'`); n != 1 {
+		t.Fatalf("storm findings = %d", n)
+	}
+	// The throttled tick took high-risk groups first: no low-risk group was scanned while high-risk ones wait.
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE NOT dirty AND risk_class = 'read_descriptive'`); n != 0 {
+		high := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty AND risk_class <> 'read_descriptive'`)
+		if high > 0 {
+			t.Fatalf("%d low-risk groups scanned while %d high-risk groups still dirty", n, high)
+		}
+	}
+	b.scanAll(t, postgres.ModeIncremental)
+	if _, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'group_invalidation_storm' AND status = 'open'`); n != 0 {
+		t.Fatal("storm finding still open after the dirty set drained")
+	}
+}
+
+func TestScanMultipleScannersScanEachDirtyGroupOnce(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 10000, func(c *gcos.Config) { c.Scan.BatchSize = 7; c.Scan.StormFraction = 1 })
+	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'handoff:object_born', dirtied_at = now(), recompute_status = 'dirty'
+		WHERE group_key IN (SELECT group_key FROM governance_candidate_state ORDER BY group_key LIMIT 300)`)
+	var mu sync.Mutex
+	scanned := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			store := postgres.New(b.pool, b.cfg, nil)
+			for {
+				res, err := store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				scanned += res.Scanned
+				mu.Unlock()
+				if res.Claimed == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if scanned != 300 {
+		t.Fatalf("3 scanners scanned %d groups in total, want each of the 300 dirty groups exactly once", scanned)
+	}
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty`); n != 0 {
+		t.Fatalf("%d groups still dirty", n)
+	}
+}
+
+func TestScanTTLExpiry(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 5000, func(c *gcos.Config) {
+		for k := range c.TTL {
+			c.TTL[k] = gcos.Duration(1500 * time.Millisecond)
+		}
+	})
+	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE clean`); n == 0 {
+		t.Fatal("nothing clean right after seeding")
+	}
+	time.Sleep(1600 * time.Millisecond)
+	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE clean`); n != 0 {
+		t.Fatalf("%d groups still clean past their TTL: verdicts must decay on their own", n)
+	}
+	expired, err := b.store.ExpireStale(b.ctx)
+	if err != nil || expired == 0 {
+		t.Fatalf("expire: %d %v", expired, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'`); n == 0 {
+		t.Fatal("no candidate_stale finding for expired high-risk rows")
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'
+		AND coalesce_key LIKE '%' || (SELECT group_key FROM governance_candidate_state WHERE risk_class = 'read_descriptive' LIMIT 1)`); n != 0 {
+		t.Fatal("candidate_stale raised for a low-risk row")
+	}
+	b.scanAll(t, postgres.ModeIncremental)
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'`); n != 0 {
+		t.Fatalf("%d candidate_stale findings still open after a fresh scan", n)
+	}
+}
+
+func TestScanFailureIsVisibleAndRetriedWithBackoff(t *testing.T) {
+	b := seededWorld(t, 5000, func(c *gcos.Config) { c.Scan.RetryBase = gcos.Duration(time.Hour); c.Scan.RetryMax = gcos.Duration(2 * time.Hour) })
+	key := b.groupWhere(t, `effective_verdict = 'relevant'`)
+	postgres.SetEvaluateHook(func(g gcos.Group) error {
+		if g.Key == key {
+			return errors.New("registry row unreadable")
+		}
+		return nil
+	})
+	defer postgres.SetEvaluateHook(nil)
+	if _, err := b.store.MarkDirty(b.ctx, []string{key}, "input"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	if err != nil || res.Failed != 1 {
+		t.Fatalf("tick: failed=%d err=%v", res.Failed, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND recompute_status = 'failed' AND dirty`, key); n != 1 {
+		t.Fatal("failure not visible on the row (recompute_status failed, still dirty)")
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_unknown' AND status = 'open' AND coalesce_key LIKE '%' || $1`, key); n != 1 {
+		t.Fatal("no finding for the failed re-evaluation")
+	}
+	again, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	if err != nil || again.Claimed != 0 {
+		t.Fatalf("group retried inside its backoff: claimed %d (%v)", again.Claimed, err)
+	}
+	postgres.SetEvaluateHook(nil)
+	b.exec(t, `UPDATE candidate_scan_attempt SET next_attempt_at = now() WHERE group_key = $1`, key)
+	ok, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	if err != nil || ok.Scanned != 1 {
+		t.Fatalf("retry after backoff: scanned %d (%v)", ok.Scanned, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_unknown' AND status = 'open' AND coalesce_key LIKE '%' || $1`, key); n != 0 {
+		t.Fatal("finding not auto-closed after a successful re-scan")
+	}
+}

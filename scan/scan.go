@@ -1,0 +1,247 @@
+// Package scan runs GCOS's three scan modes over one shared dirty set (doc 34 §5): event-driven scans woken by
+// LISTEN/NOTIFY (polling stays the source of truth) and debounced by the coalesce window, frequent incremental
+// scans of the whole dirty set and every expired row, and the periodic full audit, a singleton held by a lease.
+// All state lives in PostgreSQL: a scheduler killed at any point loses nothing and duplicates nothing.
+package scan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// Scheduler runs the scan modes.
+type Scheduler struct {
+	Store  *postgres.Store
+	Config gcos.ScanConfig
+	Logger *slog.Logger
+	// Owner names this process in leases; defaults to host:pid.
+	Owner string
+	// Modes selects which loops Run starts (default: all three).
+	Modes []string
+}
+
+func (s *Scheduler) logger() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger.With("system", "scan")
+}
+
+func (s *Scheduler) owner() string {
+	if s.Owner != "" {
+		return s.Owner
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+// Run runs the selected loops until ctx is cancelled.
+func (s *Scheduler) Run(ctx context.Context) error {
+	modes := s.Modes
+	if len(modes) == 0 {
+		modes = []string{postgres.ModeEvent, postgres.ModeIncremental, postgres.ModeFullAudit}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(modes))
+	for _, m := range modes {
+		var loop func(context.Context) error
+		switch m {
+		case postgres.ModeEvent:
+			loop = s.eventLoop
+		case postgres.ModeIncremental:
+			loop = s.incrementalLoop
+		case postgres.ModeFullAudit:
+			loop = s.auditLoop
+		default:
+			return gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full_audit", m)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := loop(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return errors.Join(drain(errs)...)
+}
+
+func drain(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
+
+// Once runs one pass of a mode: event and incremental scan until the dirty set they see is drained; full runs the
+// full audit.
+func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
+	switch mode {
+	case postgres.ModeEvent:
+		return s.drain(ctx, postgres.ModeEvent, true, false)
+	case postgres.ModeIncremental:
+		if _, err := s.Store.ExpireStale(ctx); err != nil {
+			return Pass{}, err
+		}
+		return s.drain(ctx, postgres.ModeIncremental, false, true)
+	case postgres.ModeFullAudit, "full":
+		res, err := s.Store.FullAudit(ctx, nil)
+		return Pass{Mode: postgres.ModeFullAudit, RunID: res.RunID, Scanned: res.Scanned, Audit: &res}, err
+	}
+	return Pass{}, gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full", mode)
+}
+
+// Pass reports one pass.
+type Pass struct {
+	Mode           string                `json:"mode"`
+	RunID          string                `json:"run_id"`
+	Ticks          int                   `json:"ticks"`
+	Scanned        int                   `json:"scanned"`
+	VerdictChanges int                   `json:"verdict_changes"`
+	Failed         int                   `json:"failed"`
+	Storm          bool                  `json:"storm"`
+	Remaining      int64                 `json:"remaining"`
+	Audit          *postgres.AuditResult `json:"audit,omitempty"`
+}
+
+// drain runs ticks of one run until a tick claims nothing (or only failures remain).
+func (s *Scheduler) drain(ctx context.Context, mode string, debounce, expired bool) (Pass, error) {
+	p := Pass{Mode: mode}
+	for {
+		res, err := s.Store.ScanTick(ctx, postgres.ScanOptions{Mode: mode, RunID: p.RunID, Debounce: debounce, Expired: expired})
+		if err != nil {
+			return p, err
+		}
+		if p.RunID == "" {
+			p.RunID = res.RunID
+		}
+		p.Ticks++
+		p.Scanned += res.Scanned + res.Seeded
+		p.VerdictChanges += res.VerdictChanges
+		p.Failed += res.Failed
+		p.Storm = p.Storm || res.Storm
+		p.Remaining = res.Remaining
+		if res.Claimed == 0 || res.Scanned+res.Seeded == 0 {
+			return p, nil
+		}
+		if ctx.Err() != nil {
+			return p, ctx.Err()
+		}
+	}
+}
+
+func (s *Scheduler) tick(ctx context.Context, name, status string) {
+	if err := s.Store.Heartbeat(ctx, "gcos.scan."+name, "scan", status); err != nil && ctx.Err() == nil {
+		s.logger().Warn("heartbeat", "worker", name, "err", err)
+	}
+}
+
+// eventLoop wakes on a dirty mark (or after the poll interval) and scans groups whose coalesce window has passed.
+func (s *Scheduler) eventLoop(ctx context.Context) error {
+	window := s.Config.CoalesceWindow.Duration()
+	poll := max(window, 50*time.Millisecond)
+	for ctx.Err() == nil {
+		p, err := s.drain(ctx, postgres.ModeEvent, true, false)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.logger().Error("event scan", "err", err)
+			s.tick(ctx, postgres.ModeEvent, "error")
+			sleep(ctx, poll)
+			continue
+		}
+		s.tick(ctx, postgres.ModeEvent, "ok")
+		if p.Scanned > 0 {
+			s.logger().Debug("event scan", "run_id", p.RunID, "scanned", p.Scanned, "remaining", p.Remaining)
+		}
+		if p.Remaining > 0 {
+			// Marks still inside their coalesce window: come back when it has passed.
+			sleep(ctx, window)
+			continue
+		}
+		if _, err := s.Store.WaitForDirty(ctx, poll*20); err != nil && ctx.Err() == nil {
+			s.logger().Warn("wait for dirty marks", "err", err)
+			sleep(ctx, poll)
+		}
+		// Let a burst of marks on one group collapse before scanning it.
+		sleep(ctx, window)
+	}
+	return ctx.Err()
+}
+
+// incrementalLoop expires rows past stale_after and scans the whole dirty set every interval.
+func (s *Scheduler) incrementalLoop(ctx context.Context) error {
+	interval := s.Config.IncrementalInterval.Duration()
+	for ctx.Err() == nil {
+		p, err := s.Once(ctx, postgres.ModeIncremental)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.logger().Error("incremental scan", "err", err)
+			s.tick(ctx, postgres.ModeIncremental, "error")
+		case err == nil:
+			s.tick(ctx, postgres.ModeIncremental, "ok")
+			if p.Scanned > 0 || p.Storm {
+				s.logger().Info("incremental scan", "run_id", p.RunID, "scanned", p.Scanned, "verdict_changes", p.VerdictChanges, "storm", p.Storm, "remaining", p.Remaining)
+			}
+		}
+		sleep(ctx, interval)
+	}
+	return ctx.Err()
+}
+
+// auditLoop runs the full audit every interval in whichever process holds the audit lease.
+func (s *Scheduler) auditLoop(ctx context.Context) error {
+	interval := s.Config.FullAuditInterval.Duration()
+	const lease = "gcos.scan.full_audit.lease"
+	owner := s.owner()
+	defer func() { _ = s.Store.ReleaseLease(context.WithoutCancel(ctx), lease, owner) }()
+	for ctx.Err() == nil {
+		held, err := s.Store.AcquireLease(ctx, lease, "lease", owner, interval+time.Minute)
+		if err != nil && ctx.Err() == nil {
+			s.logger().Error("audit lease", "err", err)
+		}
+		if held {
+			due, err := s.Store.FullAuditDue(ctx, interval)
+			if err != nil && ctx.Err() == nil {
+				s.logger().Error("audit schedule", "err", err)
+			}
+			if due {
+				res, err := s.Store.FullAudit(ctx, nil)
+				if err != nil && ctx.Err() == nil {
+					s.logger().Error("full audit", "err", err)
+					s.tick(ctx, postgres.ModeFullAudit, "error")
+				} else if err == nil {
+					s.tick(ctx, postgres.ModeFullAudit, "ok")
+					s.logger().Info("full audit", "run_id", res.RunID, "snapshot", res.SnapshotID, "changed_groups", res.ChangedGroups,
+						"lost_signals", len(res.LostSignals), "expired", res.Expired, "scanned", res.Scanned, "invariant_closes", res.Ledger.Closes,
+						"elapsed", res.Elapsed)
+				}
+			} else {
+				s.tick(ctx, postgres.ModeFullAudit, "idle")
+			}
+		}
+		sleep(ctx, min(interval, time.Minute))
+	}
+	return ctx.Err()
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
