@@ -157,16 +157,19 @@ type IntakeConfig struct {
 	// open transaction's xact_start) is already exact for timestamps set to now() inside the writing transaction; the
 	// guard only covers the instant between a backend taking its start timestamp and publishing it in
 	// pg_stat_activity. 10ms covers that with margin and costs nothing noticeable in latency.
-	HorizonGuard       Duration        `json:"horizon_guard"`
-	RoleFilter         []string        `json:"role_filter"` // only these roles' transactions hold the horizon back; empty = all
-	MaxAttempts        int             `json:"max_attempts"`
-	BackoffBase        Duration        `json:"backoff_base"`
-	BackoffMax         Duration        `json:"backoff_max"`
-	LagThreshold       Duration        `json:"lag_threshold"`        // cursor behind head longer than this ⇒ handoff_lag
-	SilentGapThreshold Duration        `json:"silent_gap_threshold"` // heartbeat older than this ⇒ handoff_silent_gap
-	HeartbeatInterval  Duration        `json:"heartbeat_interval"`
-	TrustedSources     []string        `json:"trusted_sources"` // signals from other sources are untrusted_source
-	ChangelogKinds     []ChangelogRule `json:"changelog_kinds"` // first match wins; no match means no signal
+	HorizonGuard       Duration `json:"horizon_guard"`
+	RoleFilter         []string `json:"role_filter"` // only these roles' transactions hold the horizon back; empty = all
+	MaxAttempts        int      `json:"max_attempts"`
+	BackoffBase        Duration `json:"backoff_base"`
+	BackoffMax         Duration `json:"backoff_max"`
+	LagThreshold       Duration `json:"lag_threshold"`        // cursor behind head longer than this ⇒ handoff_lag
+	SilentGapThreshold Duration `json:"silent_gap_threshold"` // heartbeat older than this ⇒ handoff_silent_gap
+	HeartbeatInterval  Duration `json:"heartbeat_interval"`
+	TrustedSources     []string `json:"trusted_sources"` // source-system globs; others are untrusted_source
+	// SignalBucket coalesces handoff events: one event per (group, kind) per bucket of this many source ids, keyed
+	// by the bucket so that a replay produces the same events and the outbox deduplicates them.
+	SignalBucket   int64           `json:"signal_bucket"`
+	ChangelogKinds []ChangelogRule `json:"changelog_kinds"` // first match wins; no match means no signal
 }
 
 // KindFor maps a registry_changelog row to its change kind with the first matching rule; ok is false when no rule
@@ -183,8 +186,19 @@ func (c IntakeConfig) KindFor(entityType, action string) (kind ChangeKind, ok bo
 	return "", false
 }
 
-// Trusted reports whether signals from source may lead to a relevant verdict.
-func (c IntakeConfig) Trusted(source string) bool { return slices.Contains(c.TrustedSources, source) }
+// Trusted reports whether a signal's source system (a birth's source_system, a changelog row's changed_by) is
+// trusted: it matches one of the trusted_sources glob patterns. An empty source system is never trusted.
+func (c IntakeConfig) Trusted(sourceSystem string) bool {
+	if sourceSystem == "" {
+		return false
+	}
+	for _, p := range c.TrustedSources {
+		if ok, err := path.Match(p, sourceSystem); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
 
 // EventsConfig configures the governance event domain.
 type EventsConfig struct {
@@ -249,7 +263,7 @@ func DefaultConfig() Config {
 		},
 		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), ObjectRiskClasses: []string{"write_high"}},
 		Snapshot: SnapshotConfig{
-			BatchSize: 200_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
+			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
 		Scan: ScanConfig{
 			BatchSize:           500,
@@ -273,8 +287,11 @@ func DefaultConfig() Config {
 			LagThreshold:       Duration(60 * time.Second),
 			SilentGapThreshold: Duration(30 * time.Second),
 			HeartbeatInterval:  Duration(5 * time.Second),
-			TrustedSources:     []string{"birth_registry", "registry_changelog"},
-			ChangelogKinds:     DefaultChangelogKinds(),
+			// Every source system of the tailed registries is trusted until an operator narrows the list; an
+			// empty source system never is.
+			TrustedSources: []string{"*"},
+			SignalBucket:   100_000,
+			ChangelogKinds: DefaultChangelogKinds(),
 		},
 		Events: EventsConfig{Domain: "governance"},
 		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080", ReaderTokens: []string{}, OperatorTokens: []string{}},
@@ -287,21 +304,31 @@ func DefaultChangelogKinds() []ChangelogRule {
 		// GCOS's own audit rows: a ruleset activation is a change once, everything else is its echo.
 		{EntityType: "governance_ruleset", Action: "activate", Kind: string(ChangeRuleset)},
 		{EntityType: "governance_*", Kind: ChangelogSkip},
-		{Action: "count_changed", Kind: string(ChangeCount)},
+		// Registry-level rows, by the registry word in entity_type.
+		{EntityType: "collection", Action: "count_changed", Kind: string(ChangeCount)},
 		{EntityType: "collection", Kind: string(ChangeCollection)},
+		{EntityType: "source", Kind: string(ChangeSource)},
+		{EntityType: "pivot", Kind: string(ChangeAxisIntroduced)},
+		{EntityType: "axis", Kind: string(ChangeAxisIntroduced)},
+		{EntityType: "law_jurisdiction", Kind: string(ChangePolicy)},
+		{EntityType: "law*", Kind: string(ChangePolicy)},
+		{EntityType: "measurement", Kind: string(ChangePolicy)},
+		{EntityType: "ownership", Kind: string(ChangeAuthority)},
+		{EntityType: "exception", Kind: string(ChangeAuthority)},
+		{EntityType: "approval", Kind: string(ChangeAuthority)},
+		// Object-level rows (entity_type is the object's class), by action.
+		{Action: "count_changed", Kind: string(ChangeCount)},
+		{Action: "source_changed", Kind: string(ChangeSource)},
+		{Action: "migrate", Kind: string(ChangeSource)},
 		{Action: "retire", Kind: string(ChangeObjectRetired)},
 		{Action: "supersede", Kind: string(ChangeObjectRetired)},
 		{Action: "merge", Kind: string(ChangeObjectRetired)},
-		{Action: "source_changed", Kind: string(ChangeSource)},
-		{Action: "migrate", Kind: string(ChangeSource)},
 		{Action: "owner_*", Kind: string(ChangeAuthority)},
 		{Action: "approval_*", Kind: string(ChangeAuthority)},
 		{Action: "exception_*", Kind: string(ChangeAuthority)},
-		{EntityType: "pivot", Kind: string(ChangeAxisIntroduced)},
-		{EntityType: "axis", Kind: string(ChangeAxisIntroduced)},
-		{Action: "law_*", Kind: string(ChangePolicy)},
-		{Action: "measurement_*", Kind: string(ChangePolicy)},
+		{Action: "create", Kind: string(ChangeObjectRegistered)},
 		{Action: "register", Kind: string(ChangeObjectRegistered)},
+		{Action: "update", Kind: string(ChangeObjectRegistered)},
 	}
 }
 
@@ -519,9 +546,12 @@ func (c Config) Validate() error {
 			in.HeartbeatInterval)
 	}
 	for i, src := range in.TrustedSources {
-		if src == "" {
-			p.add(fmt.Sprintf("intake.trusted_sources[%d]", i), "must not be empty")
+		if _, err := path.Match(src, ""); src == "" || err != nil {
+			p.add(fmt.Sprintf("intake.trusted_sources[%d]", i), "must be a non-empty glob pattern")
 		}
+	}
+	if in.SignalBucket <= 0 {
+		p.add("intake.signal_bucket", "must be > 0")
 	}
 	for i, r := range in.ChangelogKinds {
 		at := fmt.Sprintf("intake.changelog_kinds[%d]", i)

@@ -259,7 +259,12 @@ func TestKindFor(t *testing.T) {
 		{"law", "law_amended", "policy_changed", true},
 		{"measurement", "measurement_enabled", "policy_changed", true},
 		{"route", "register", "object_registered", true},
-		{"route", "update", "", false},
+		{"route", "update", "object_registered", true},
+		{"law_jurisdiction", "update", "policy_changed", true},
+		{"ownership", "owner_changed", "authority_changed", true},
+		{"exception", "exception_changed", "authority_changed", true},
+		{"source", "source_changed", "source_changed", true},
+		{"route", "archive", "", false},
 		{"", "", "", false},
 	}
 	for _, tt := range tests {
@@ -268,7 +273,11 @@ func TestKindFor(t *testing.T) {
 			t.Errorf("KindFor(%q, %q) = %q, %v; want %q, %v", tt.entityType, tt.action, got, ok, tt.want, tt.ok)
 		}
 	}
-	if !in.Trusted("birth_registry") || in.Trusted("somewhere_else") {
-		t.Error("Trusted: want birth_registry trusted and unknown sources not")
+	if !in.Trusted("birth-api") || in.Trusted("") {
+		t.Error("Trusted: by default every named source system is trusted and an empty one never")
+	}
+	in.TrustedSources = []string{"birth-*", "registry-sync"}
+	if !in.Trusted("birth-api") || !in.Trusted("registry-sync") || in.Trusted("import-2024") {
+		t.Error("Trusted: a narrowed list must trust only matching source systems")
 	}
 }

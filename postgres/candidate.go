@@ -314,8 +314,8 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		SELECT c.group_key, c.source_snapshot_ref, $2, c.scan_time, c.candidate_verdict,
 		    c.input_quality_state, c.input_quality_ref,
 		    c.dirty OR c.group_key = ANY($3), 
-		    CASE WHEN c.dirty THEN c.dirty_reason WHEN c.group_key = ANY($3) THEN 'ruleset_bump' END,
-		    CASE WHEN c.dirty THEN c.dirtied_at WHEN c.group_key = ANY($3) THEN now() END,
+		    CASE WHEN c.dirty THEN c.dirty_reason WHEN c.group_key = ANY($3) THEN 'ruleset_bump' ELSE c.dirty_reason END,
+		    CASE WHEN c.dirty THEN c.dirtied_at WHEN c.group_key = ANY($3) THEN now() ELSE c.dirtied_at END,
 		    c.depends_on, c.stale_after,
 		    CASE WHEN c.group_key = ANY($3) AND c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END,
 		    c.risk_class, c.coverage_required, c.coverage_scan_ref, c.issue_ref, c.last_run_id, c.evidence_fingerprint,
@@ -332,6 +332,24 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		FROM governance_candidate_coverage WHERE ruleset_version = $1
 		ON CONFLICT DO NOTHING`, from, to); err != nil {
 		return fmt.Errorf("rebase coverage %s → %s: %w", from, to, err)
+	}
+	// Materialized objects follow their group: carried unchanged, or dirty when the group is in the impact set.
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO governance_candidate_object (candidate_key, object_type, object_ref, materialization_reason, group_key,
+		    source_snapshot_ref, ruleset_version, scan_time, candidate_verdict, input_quality_state, input_quality_ref, dirty,
+		    dirty_reason, dirtied_at, depends_on, stale_after, recompute_status, risk_class, coverage_required,
+		    coverage_scan_ref, issue_ref, last_run_id, evidence_fingerprint, lifecycle_status, audit_ref, owner_scope)
+		SELECT o.candidate_key, o.object_type, o.object_ref, o.materialization_reason, o.group_key, o.source_snapshot_ref, $2,
+		    o.scan_time, o.candidate_verdict, o.input_quality_state, o.input_quality_ref, o.dirty OR o.group_key = ANY($3),
+		    CASE WHEN o.dirty THEN o.dirty_reason WHEN o.group_key = ANY($3) THEN 'ruleset_bump' ELSE o.dirty_reason END,
+		    CASE WHEN o.dirty THEN o.dirtied_at WHEN o.group_key = ANY($3) THEN now() ELSE o.dirtied_at END,
+		    o.depends_on, o.stale_after,
+		    CASE WHEN o.group_key = ANY($3) AND o.recompute_status = 'ok' THEN 'dirty' ELSE o.recompute_status END,
+		    o.risk_class, o.coverage_required, o.coverage_scan_ref, o.issue_ref, o.last_run_id, o.evidence_fingerprint,
+		    o.lifecycle_status, 'carried:' || $1, o.owner_scope
+		FROM governance_candidate_object o WHERE o.ruleset_version = $1
+		ON CONFLICT (candidate_key, ruleset_version) DO NOTHING`, from, to, dirty); err != nil {
+		return fmt.Errorf("rebase objects %s → %s: %w", from, to, err)
 	}
 	res.DirtiedGroups = len(dirty)
 	res.CarriedGroups = int(tag.RowsAffected()) - len(dirty)

@@ -117,7 +117,7 @@ func (s *Store) EmitSignal(ctx context.Context, e Emit) (EmitResult, error) {
 	return res, err
 }
 
-const emitLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('gcos.emit:' || $1 || chr(31) || $2 || chr(31) || $3, 0))`
+const emitKeySQL = `INSERT INTO governance_signal_key (source_system, event_type, correlation_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 
 // promoteLockSQL serialises every promoter (PromotePending and the backlog flush of an emit) so the outbox order of
 // a type follows its capture order.
@@ -221,10 +221,18 @@ func emitSignal(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
 		return EmitResult{}, gcos.Errorf(gcos.EINVALID, "emit %s: payload: %v", e.EventType, err)
 	}
 
-	if _, err := tx.Exec(ctx, emitLockSQL, e.SourceSystem, e.EventType, e.CorrelationID); err != nil {
-		return EmitResult{}, fmt.Errorf("emit %s: lock: %w", e.EventType, err)
+	// The key table's primary key decides first-seen: a concurrent emit of the same key waits for this
+	// transaction and then conflicts, so a signal is enqueued at most once however often it is replayed.
+	tag, err := tx.Exec(ctx, emitKeySQL, e.SourceSystem, e.EventType, e.CorrelationID)
+	if err != nil {
+		return EmitResult{}, fmt.Errorf("emit %s: key: %w", e.EventType, err)
 	}
+	fresh := tag.RowsAffected() == 1
 	var eventID string
+	var pendingID int64
+	if fresh {
+		goto enqueue
+	}
 	switch err := tx.QueryRow(ctx, emitOutboxDupSQL, e.CorrelationID, e.SourceSystem, e.EventType, events.Domain).Scan(&eventID); err {
 	case nil:
 		return EmitResult{Outcome: EmitOutcomeDuplicate, EventID: eventID, Reason: "already in event_outbox"}, nil
@@ -232,7 +240,6 @@ func emitSignal(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
 	default:
 		return EmitResult{}, fmt.Errorf("emit %s: dedup: %w", e.EventType, err)
 	}
-	var pendingID int64
 	switch err := tx.QueryRow(ctx, emitPendingDupSQL, e.CorrelationID, e.SourceSystem, e.EventType, events.Domain).Scan(&pendingID); err {
 	case nil:
 		return EmitResult{Outcome: EmitOutcomeDuplicate, PendingID: pendingID, Reason: "already captured in event_pending"}, nil
@@ -240,7 +247,9 @@ func emitSignal(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
 	default:
 		return EmitResult{}, fmt.Errorf("emit %s: dedup: %w", e.EventType, err)
 	}
+	return EmitResult{Outcome: EmitOutcomeDuplicate, Reason: "already emitted or captured"}, nil
 
+enqueue:
 	rt, err := lookupType(ctx, tx, e.EventType)
 	if err != nil {
 		return EmitResult{}, err

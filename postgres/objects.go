@@ -141,6 +141,24 @@ WHERE ruleset_version = $1 AND lifecycle_status = 'active' AND materialization_r
   AND candidate_key <> ALL($2)`
 
 func upsertObjects(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []objectCandidate) (int64, int64, error) {
+	n, err := upsertObjectRows(ctx, tx, snapshotID, ruleset, runID, objs)
+	if err != nil {
+		return 0, 0, err
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.key
+	}
+	slices.Sort(keys)
+	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, ruleset, keys, runID)
+	if err != nil {
+		return 0, 0, fmt.Errorf("retire lapsed objects: %w", err)
+	}
+	return n, ret.RowsAffected(), nil
+}
+
+// upsertObjectRows writes object rows (and the coverage of relevant ones) without retiring anything.
+func upsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []objectCandidate) (int64, error) {
 	n := len(objs)
 	keys, otypes, orefs, reasons, gkeys, verdicts, quals, risks, evid := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	deps, required, owners := make([]string, n), make([]bool, n), make([]*string, n)
@@ -157,17 +175,12 @@ func upsertObjects(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, ru
 	}
 	tag, err := tx.Exec(ctx, upsertObjectsSQL, snapshotID, ruleset, runID, keys, otypes, orefs, reasons, gkeys, verdicts, quals, deps, ttls, risks, required, evid, owners)
 	if err != nil {
-		return 0, 0, fmt.Errorf("materialize objects: %w", err)
+		return 0, fmt.Errorf("materialize objects: %w", err)
 	}
 	if err := recordCoverage(ctx, tx, ruleset, runID, cov); err != nil {
-		return 0, 0, err
+		return 0, err
 	}
-	slices.Sort(keys)
-	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, ruleset, keys, runID)
-	if err != nil {
-		return 0, 0, fmt.Errorf("retire lapsed objects: %w", err)
-	}
-	return tag.RowsAffected(), ret.RowsAffected(), nil
+	return tag.RowsAffected(), nil
 }
 
 func deref(p *string) string {

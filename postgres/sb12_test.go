@@ -37,7 +37,7 @@ func sb12World(t *testing.T, births int) *bundle {
 	return &bundle{ctx: ctx, pool: pool, store: postgres.New(pool, cfg, nil), cfg: cfg}
 }
 
-func (b *bundle) capture(t *testing.T, opts postgres.CaptureOptions) postgres.Snapshot {
+func (b *bundle) sb12Capture(t *testing.T, opts postgres.CaptureOptions) postgres.Snapshot {
 	t.Helper()
 	snap, err := b.store.CaptureSnapshot(b.ctx, opts)
 	if err != nil {
@@ -46,7 +46,7 @@ func (b *bundle) capture(t *testing.T, opts postgres.CaptureOptions) postgres.Sn
 	return snap
 }
 
-func (b *bundle) compute(t *testing.T, proposer string) (postgres.RulesetRow, bool) {
+func (b *bundle) sb12Compute(t *testing.T, proposer string) (postgres.RulesetRow, bool) {
 	t.Helper()
 	rs, created, err := b.store.ComputeRuleset(b.ctx, proposer)
 	if err != nil {
@@ -55,7 +55,7 @@ func (b *bundle) compute(t *testing.T, proposer string) (postgres.RulesetRow, bo
 	return rs, created
 }
 
-func (b *bundle) strings(t *testing.T, sql string, args ...any) []string {
+func (b *bundle) sb12Strings(t *testing.T, sql string, args ...any) []string {
 	t.Helper()
 	rows, err := b.pool.Query(b.ctx, sql, args...)
 	if err != nil {
@@ -68,35 +68,35 @@ func (b *bundle) strings(t *testing.T, sql string, args ...any) []string {
 	return out
 }
 
-// openFinding counts open findings of (type, subject).
-func (b *bundle) openFinding(t *testing.T, typ gcos.IssueType, subject string) int64 {
+// sb12OpenFindings counts open findings of (type, subject).
+func (b *bundle) sb12OpenFindings(t *testing.T, typ gcos.IssueType, subject string) int64 {
 	t.Helper()
 	return b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, gcos.CoalesceKey(typ, subject))
 }
 
-// addMeasurement enables a new rule row for law.
-func (b *bundle) addMeasurement(t *testing.T, id, law string) {
+// sb12AddRule enables a new rule row for law.
+func (b *bundle) sb12AddRule(t *testing.T, id, law string) {
 	t.Helper()
 	b.exec(t, `INSERT INTO measurement_registry (measurement_id, measurement_name, law_code, method, source_query, target_query,
 		comparison, severity, enabled, auto_generated)
 		VALUES ($1, 'sb12 acceptance rule', $2, 1, 'SELECT 1', 'SELECT 1', 'strict_equals', 'high', true, false)`, id, law)
 }
 
-// auditRowsSince lists the GCOS audit rows written after id, as "entity_type entity_code action".
-func (b *bundle) auditRowsSince(t *testing.T, id int64) []string {
+// sb12AuditSince lists the GCOS audit rows written after id, as "entity_type entity_code action".
+func (b *bundle) sb12AuditSince(t *testing.T, id int64) []string {
 	t.Helper()
-	return b.strings(t, `SELECT entity_type || ' ' || entity_code || ' ' || action FROM registry_changelog
+	return b.sb12Strings(t, `SELECT entity_type || ' ' || entity_code || ' ' || action FROM registry_changelog
 		WHERE id > $1 AND entity_type LIKE 'governance\_%' ORDER BY id`, id)
 }
 
-func (b *bundle) lastChangelogID(t *testing.T) int64 {
+func (b *bundle) sb12LastAudit(t *testing.T) int64 {
 	t.Helper()
 	return b.count(t, `SELECT coalesce(max(id), 0) FROM registry_changelog`)
 }
 
-// lawDigest proves the law tables untouched: content, and the physical row versions (xmin, ctid), so even a
+// sb12LawDigest proves the law tables untouched: content, and the physical row versions (xmin, ctid), so even a
 // rewrite with identical values would show.
-func (b *bundle) lawDigest(t *testing.T) string {
+func (b *bundle) sb12LawDigest(t *testing.T) string {
 	t.Helper()
 	var parts []string
 	for _, table := range []string{"normative_registry", "law_catalog", "governance_docs"} {
@@ -110,8 +110,8 @@ func (b *bundle) lawDigest(t *testing.T) string {
 	return strings.Join(parts, "|")
 }
 
-// digestOf is digest with query arguments.
-func (b *bundle) digestOf(t *testing.T, query string, args ...any) string {
+// sb12Digest is digest with query arguments.
+func (b *bundle) sb12Digest(t *testing.T, query string, args ...any) string {
 	t.Helper()
 	var d string
 	if err := b.pool.QueryRow(b.ctx, `SELECT coalesce(md5(string_agg(x::text, E'\n' ORDER BY x::text)), '') FROM (`+query+`) x`, args...).Scan(&d); err != nil {
@@ -120,7 +120,7 @@ func (b *bundle) digestOf(t *testing.T, query string, args ...any) string {
 	return d
 }
 
-func sqlState(err error) string {
+func sb12SQLState(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code
@@ -128,8 +128,8 @@ func sqlState(err error) string {
 	return ""
 }
 
-// groupsDiffer lists the group keys whose entries differ between two snapshot group maps.
-func groupsDiffer(a, b map[string]postgres.SnapshotGroup) []string {
+// sb12GroupsDiffer lists the group keys whose entries differ between two snapshot group maps.
+func sb12GroupsDiffer(a, b map[string]postgres.SnapshotGroup) []string {
 	var out []string
 	for k, x := range a {
 		y, ok := b[k]
@@ -147,23 +147,23 @@ func groupsDiffer(a, b map[string]postgres.SnapshotGroup) []string {
 	return out
 }
 
-type baseTuple struct{ class, registry, lifecycle string }
+type sb12Base struct{ class, registry, lifecycle string }
 
-func baseOf(g gcos.Group) baseTuple {
+func sb12BaseOf(g gcos.Group) sb12Base {
 	d := func(p *string) string {
 		if p == nil {
 			return "<nil>"
 		}
 		return *p
 	}
-	return baseTuple{d(g.ObjectClass), d(g.SourceRegistry), d(g.LifecycleStatus)}
+	return sb12Base{d(g.ObjectClass), d(g.SourceRegistry), d(g.LifecycleStatus)}
 }
 
-// keysOf returns the sorted keys of the snapshot's groups whose base is base (one per scope).
-func keysOf(snap postgres.Snapshot, base baseTuple) []string {
+// sb12KeysOf returns the sorted keys of the snapshot's groups whose base is base (one per scope).
+func sb12KeysOf(snap postgres.Snapshot, base sb12Base) []string {
 	var out []string
 	for _, g := range snap.Groups {
-		if baseOf(g) == base {
+		if sb12BaseOf(g) == base {
 			out = append(out, g.Key)
 		}
 	}
@@ -171,7 +171,7 @@ func keysOf(snap postgres.Snapshot, base baseTuple) []string {
 	return out
 }
 
-func changedKeys(d postgres.SnapshotDelta) []string {
+func sb12Changed(d postgres.SnapshotDelta) []string {
 	var out []string
 	for k, g := range d.Groups {
 		if g.FingerprintChanged {
@@ -188,7 +188,7 @@ func changedKeys(d postgres.SnapshotDelta) []string {
 func TestSB12_Reproducibility(t *testing.T) {
 	t.Parallel()
 	b := sb12World(t, 5000)
-	first, created := b.compute(t, "proposer-a")
+	first, created := b.sb12Compute(t, "proposer-a")
 	if !created || first.Status != gcos.RulesetDraft {
 		t.Fatalf("first compute: created=%v status=%s, want a new draft", created, first.Status)
 	}
@@ -199,7 +199,7 @@ func TestSB12_Reproducibility(t *testing.T) {
 		t.Fatalf("the stored components hash to %s, not to their version %s", got, first.Version)
 	}
 	for i := range 3 {
-		again, created := b.compute(t, fmt.Sprintf("proposer-%d", i))
+		again, created := b.sb12Compute(t, fmt.Sprintf("proposer-%d", i))
 		if again.Version != first.Version || again.ContentHash != first.ContentHash || created {
 			t.Fatalf("repeat %d: %s (created=%v), want %s unchanged", i, again.Version, created, first.Version)
 		}
@@ -225,14 +225,14 @@ func TestSB12_Reproducibility(t *testing.T) {
 
 	// A second database generated from the same seed.
 	b2 := sb12World(t, 5000)
-	rs3, created := b2.compute(t, "proposer-c")
+	rs3, created := b2.sb12Compute(t, "proposer-c")
 	if rs3.Version != first.Version || rs3.ContentHash != first.ContentHash || !created {
 		t.Fatalf("second database: %s (created=%v), want a new row for %s", rs3.Version, created, first.Version)
 	}
 
 	// Reordering the physical rows of every hashed registry changes nothing.
 	firstPhysical := func() string {
-		return b.strings(t, `SELECT measurement_id FROM measurement_registry LIMIT 1`)[0]
+		return b.sb12Strings(t, `SELECT measurement_id FROM measurement_registry LIMIT 1`)[0]
 	}
 	before := firstPhysical()
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
@@ -254,7 +254,7 @@ func TestSB12_Reproducibility(t *testing.T) {
 	if after := firstPhysical(); after == before {
 		t.Fatalf("reordering left %s first: the test would prove nothing", after)
 	}
-	rs4, created := b.compute(t, "proposer-d")
+	rs4, created := b.sb12Compute(t, "proposer-d")
 	if rs4.Version != first.Version || created {
 		t.Fatalf("after reordering rows: %s (created=%v), want %s", rs4.Version, created, first.Version)
 	}
@@ -270,7 +270,7 @@ func TestSB12_Reproducibility(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := groupsDiffer(s1.Metrics.Groups, s2.Metrics.Groups); len(d) > 0 || len(s1.Metrics.Groups) == 0 {
+	if d := sb12GroupsDiffer(s1.Metrics.Groups, s2.Metrics.Groups); len(d) > 0 || len(s1.Metrics.Groups) == 0 {
 		t.Fatalf("same seed, different snapshot groups: %d differ (of %d), e.g. %v", len(d), len(s1.Metrics.Groups), d[:min(3, len(d))])
 	}
 	if res.RulesetVersion != first.Version {
@@ -279,7 +279,7 @@ func TestSB12_Reproducibility(t *testing.T) {
 
 	// The human-readable statement resolves: the ruleset and the snapshot it names exist.
 	b.activate(t, first.Version)
-	object := b.strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 1`)[0]
+	object := b.sb12Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 1`)[0]
 	ex, err := b.store.ExplainObject(b.ctx, object)
 	if err != nil {
 		t.Fatal(err)
@@ -314,37 +314,37 @@ func TestSB12_TargetedSnapshotInvalidation(t *testing.T) {
 	t.Parallel()
 	t.Run("drift", func(t *testing.T) {
 		t.Parallel()
-		testSnapshotDrift(t)
+		sb12SnapshotDrift(t)
 	})
 	t.Run("combinable", func(t *testing.T) {
 		t.Parallel()
-		testFingerprintsCombine(t)
+		sb12FingerprintsCombine(t)
 	})
 	t.Run("inherited_children", func(t *testing.T) {
 		t.Parallel()
-		testChildrenDriftTheirAnchor(t)
+		sb12ChildrenDriftTheirAnchor(t)
 	})
 }
 
-// testChildrenDriftTheirAnchor: an inherited child belongs to its anchor's group whatever its own class or status,
+// sb12ChildrenDriftTheirAnchor: an inherited child belongs to its anchor's group whatever its own class or status,
 // so a new child flags exactly the anchor's group, in any batching.
-func testChildrenDriftTheirAnchor(t *testing.T) {
+func sb12ChildrenDriftTheirAnchor(t *testing.T) {
 	b := sb12World(t, 5000)
 	container, err := world.AddChildren(b.ctx, b.pool, 300, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var base baseTuple
+	var base sb12Base
 	if err := b.pool.QueryRow(b.ctx, `SELECT entity_type, collection_name, status FROM birth_registry WHERE id = $1`, container.ID).
 		Scan(&base.class, &base.registry, &base.lifecycle); err != nil {
 		t.Fatal(err)
 	}
-	single := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 1 << 40, Workers: 1})
-	batched := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 97, Workers: 2})
-	if d := groupsDiffer(single.Metrics.Groups, batched.Metrics.Groups); len(d) > 0 {
+	single := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 1 << 40, Workers: 1})
+	batched := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 97, Workers: 2})
+	if d := sb12GroupsDiffer(single.Metrics.Groups, batched.Metrics.Groups); len(d) > 0 {
 		t.Fatalf("with children, %d groups differ between one batch and batches of 97", len(d))
 	}
-	keys := keysOf(single, base)
+	keys := sb12KeysOf(single, base)
 	want := b.count(t, `SELECT count(*) FROM birth_registry WHERE (entity_type, collection_name, status) = ($1, $2, $3) AND parent_code IS NULL`,
 		base.class, base.registry, base.lifecycle) + b.count(t, `SELECT count(*) FROM birth_registry WHERE collection_name = $1 AND parent_code = $2`,
 		container.Collection, container.EntityCode)
@@ -358,8 +358,8 @@ func testChildrenDriftTheirAnchor(t *testing.T) {
 		container.Collection, container.EntityCode).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	after := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 97})
-	if got := changedKeys(after.Delta); !slices.Equal(got, keys) {
+	after := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 97})
+	if got := sb12Changed(after.Delta); !slices.Equal(got, keys) {
 		t.Fatalf("a new child flagged %v, want its anchor's keys %v", got, keys)
 	}
 	for _, k := range keys {
@@ -372,7 +372,7 @@ func testChildrenDriftTheirAnchor(t *testing.T) {
 	}
 }
 
-func testSnapshotDrift(t *testing.T) {
+func sb12SnapshotDrift(t *testing.T) {
 	b := sb12World(t, 6000)
 	res := b.backfill(t)
 	seed, err := b.store.GetSnapshot(b.ctx, res.SnapshotID)
@@ -382,17 +382,17 @@ func testSnapshotDrift(t *testing.T) {
 	scopes := b.count(t, `SELECT count(*) FROM governance_responsibility_scope`)
 
 	// One base group: the class, registry and lifecycle of an existing birth.
-	var base baseTuple
+	var base sb12Base
 	if err := b.pool.QueryRow(b.ctx, `SELECT entity_type, collection_name, status FROM birth_registry WHERE parent_code IS NULL ORDER BY id LIMIT 1`).
 		Scan(&base.class, &base.registry, &base.lifecycle); err != nil {
 		t.Fatal(err)
 	}
-	rows := b.strings(t, `SELECT group_key FROM governance_group WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status = $3 ORDER BY group_key`,
+	rows := b.sb12Strings(t, `SELECT group_key FROM governance_group WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status = $3 ORDER BY group_key`,
 		base.class, base.registry, base.lifecycle)
 	if int64(len(rows)) != scopes {
 		t.Fatalf("base group %v has %d group keys, want one per scope (%d)", base, len(rows), scopes)
 	}
-	othersBefore := b.digestOf(t, `SELECT * FROM governance_candidate_state WHERE NOT (group_key = ANY($1))`, rows)
+	othersBefore := b.sb12Digest(t, `SELECT * FROM governance_candidate_state WHERE NOT (group_key = ANY($1))`, rows)
 
 	var newIDs []int64
 	for i := range 3 {
@@ -414,12 +414,12 @@ func testSnapshotDrift(t *testing.T) {
 	if audit.ChangedGroups != len(rows) || !slices.Equal(lost, rows) {
 		t.Fatalf("full audit: %d changed groups, lost signals %v; want exactly %v", audit.ChangedGroups, lost, rows)
 	}
-	if after := b.digestOf(t, `SELECT * FROM governance_candidate_state WHERE NOT (group_key = ANY($1))`, rows); after != othersBefore {
+	if after := b.sb12Digest(t, `SELECT * FROM governance_candidate_state WHERE NOT (group_key = ANY($1))`, rows); after != othersBefore {
 		t.Fatal("the full audit touched candidate rows of groups whose fingerprint did not change")
 	}
 
 	// The next snapshot of the same scope flags exactly that group, in every scope.
-	snap := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotBackfill, RunID: "sb12-drift-1"})
+	snap := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotBackfill, RunID: "sb12-drift-1"})
 	stored, err := b.store.GetSnapshot(b.ctx, snap.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -427,8 +427,8 @@ func testSnapshotDrift(t *testing.T) {
 	if stored.Delta.PreviousSnapshotID == nil || *stored.Delta.PreviousSnapshotID != seed.ID {
 		t.Fatalf("delta_previous.previous_snapshot_id = %v, want %d", stored.Delta.PreviousSnapshotID, seed.ID)
 	}
-	flagged := changedKeys(stored.Delta)
-	if want := keysOf(snap, base); !slices.Equal(flagged, want) || !slices.Equal(flagged, rows) {
+	flagged := sb12Changed(stored.Delta)
+	if want := sb12KeysOf(snap, base); !slices.Equal(flagged, want) || !slices.Equal(flagged, rows) {
 		t.Fatalf("flagged %v, want exactly the base group's keys %v", flagged, want)
 	}
 	if len(stored.Delta.Groups) != len(flagged) {
@@ -439,7 +439,7 @@ func testSnapshotDrift(t *testing.T) {
 		byKey[g.Key] = g
 	}
 	for _, k := range flagged {
-		if got := baseOf(byKey[k]); got != base {
+		if got := sb12BaseOf(byKey[k]); got != base {
 			t.Fatalf("flagged group %s is %v, want %v", k, got, base)
 		}
 		d := stored.Delta.Groups[k]
@@ -461,7 +461,7 @@ func testSnapshotDrift(t *testing.T) {
 			unchangedBefore[k] = g
 		}
 	}
-	if d := groupsDiffer(unchangedBefore, unchangedNow); len(d) > 0 {
+	if d := sb12GroupsDiffer(unchangedBefore, unchangedNow); len(d) > 0 {
 		t.Fatalf("%d groups changed though nothing was born in them, e.g. %s", len(d), d[0])
 	}
 
@@ -472,11 +472,11 @@ func testSnapshotDrift(t *testing.T) {
 		VALUES ('SB12-NEW-GROUP', $1, $2, $3, 'sb12-test', 'tester') RETURNING id`, base.registry, base.class, newStatus).Scan(&appearedID); err != nil {
 		t.Fatal(err)
 	}
-	snap2 := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotBackfill, RunID: "sb12-drift-2"})
-	newBase := baseTuple{base.class, base.registry, newStatus}
-	appeared := keysOf(snap2, newBase)
-	if int64(len(appeared)) != scopes || !slices.Equal(changedKeys(snap2.Delta), appeared) {
-		t.Fatalf("flagged %v, want the new group's %d keys %v", changedKeys(snap2.Delta), scopes, appeared)
+	snap2 := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotBackfill, RunID: "sb12-drift-2"})
+	newBase := sb12Base{base.class, base.registry, newStatus}
+	appeared := sb12KeysOf(snap2, newBase)
+	if int64(len(appeared)) != scopes || !slices.Equal(sb12Changed(snap2.Delta), appeared) {
+		t.Fatalf("flagged %v, want the new group's %d keys %v", sb12Changed(snap2.Delta), scopes, appeared)
 	}
 	for _, k := range appeared {
 		if d := snap2.Delta.Groups[k]; !d.Appeared || d.Vanished || d.CountDelta != 1 || d.NewMaxID != appearedID {
@@ -485,17 +485,17 @@ func testSnapshotDrift(t *testing.T) {
 	}
 
 	// Deleting every birth of a group: vanished.
-	var gone baseTuple
+	var gone sb12Base
 	var goneCount int64
 	if err := b.pool.QueryRow(b.ctx, `SELECT entity_type, collection_name, status, count(*) FROM birth_registry WHERE status <> $1
 		GROUP BY 1, 2, 3 ORDER BY 4, 1, 2, 3 LIMIT 1`, newStatus).Scan(&gone.class, &gone.registry, &gone.lifecycle, &goneCount); err != nil {
 		t.Fatal(err)
 	}
-	vanishing := keysOf(snap2, gone)
+	vanishing := sb12KeysOf(snap2, gone)
 	b.exec(t, `DELETE FROM birth_registry WHERE entity_type = $1 AND collection_name = $2 AND status = $3`, gone.class, gone.registry, gone.lifecycle)
-	snap3 := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotBackfill, RunID: "sb12-drift-3"})
-	if int64(len(vanishing)) != scopes || !slices.Equal(changedKeys(snap3.Delta), vanishing) {
-		t.Fatalf("flagged %v, want the deleted group's keys %v", changedKeys(snap3.Delta), vanishing)
+	snap3 := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotBackfill, RunID: "sb12-drift-3"})
+	if int64(len(vanishing)) != scopes || !slices.Equal(sb12Changed(snap3.Delta), vanishing) {
+		t.Fatalf("flagged %v, want the deleted group's keys %v", sb12Changed(snap3.Delta), vanishing)
 	}
 	for _, k := range vanishing {
 		if d := snap3.Delta.Groups[k]; !d.Vanished || d.Appeared || d.CountDelta != -goneCount {
@@ -507,11 +507,11 @@ func testSnapshotDrift(t *testing.T) {
 	}
 }
 
-// sqlGroupSums fingerprints the births of [lo, hi) per base group in one plain SQL statement: the oracle the
+// sb12GroupSums fingerprints the births of [lo, hi) per base group in one plain SQL statement: the oracle the
 // capture must agree with (every world here is childless, so a birth's base group is its own row's).
-func sqlGroupSums(t *testing.T, b *bundle, lo, hi int64) map[baseTuple]gcos.Fingerprint {
+func sb12GroupSums(t *testing.T, b *bundle, lo, hi int64) map[sb12Base]gcos.Fingerprint {
 	t.Helper()
-	out := map[baseTuple]gcos.Fingerprint{}
+	out := map[sb12Base]gcos.Fingerprint{}
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(b.ctx, `SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'`); err != nil {
 			return err
@@ -526,7 +526,7 @@ func sqlGroupSums(t *testing.T, b *bundle, lo, hi int64) map[baseTuple]gcos.Fing
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var k baseTuple
+			var k sb12Base
 			var l, h string
 			if err := rows.Scan(&k.class, &k.registry, &k.lifecycle, &l, &h); err != nil {
 				return err
@@ -545,7 +545,7 @@ func sqlGroupSums(t *testing.T, b *bundle, lo, hi int64) map[baseTuple]gcos.Fing
 	return out
 }
 
-func testFingerprintsCombine(t *testing.T) {
+func sb12FingerprintsCombine(t *testing.T) {
 	b := sb12World(t, 5000)
 	if n := b.count(t, `SELECT count(*) FROM birth_registry WHERE parent_code IS NOT NULL`); n != 0 {
 		t.Fatalf("world has %d children; the SQL oracle assumes none", n)
@@ -558,24 +558,24 @@ func testFingerprintsCombine(t *testing.T) {
 	t.Logf("random seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 38))
 
-	ref := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 1 << 40, Workers: 1})
+	ref := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 1 << 40, Workers: 1})
 	if ref.Metrics.Totals.Batches != 1 {
 		t.Fatalf("reference capture took %d batches, want 1", ref.Metrics.Totals.Batches)
 	}
 	// Full recomputation in one SQL statement equals the capture.
-	whole := sqlGroupSums(t, b, minID, maxID+1)
-	check := func(what string, snap postgres.Snapshot, sums map[baseTuple]gcos.Fingerprint) {
+	whole := sb12GroupSums(t, b, minID, maxID+1)
+	check := func(what string, snap postgres.Snapshot, sums map[sb12Base]gcos.Fingerprint) {
 		t.Helper()
 		if len(snap.Groups) == 0 {
 			t.Fatalf("%s: no groups", what)
 		}
 		for _, g := range snap.Groups {
-			want, ok := sums[baseOf(g)]
+			want, ok := sums[sb12BaseOf(g)]
 			if !ok {
-				t.Fatalf("%s: group %v has no births in SQL", what, baseOf(g))
+				t.Fatalf("%s: group %v has no births in SQL", what, sb12BaseOf(g))
 			}
 			if got := snap.Metrics.Groups[g.Key].ContentHash; got != want.String() {
-				t.Fatalf("%s: group %v content_hash %s, SQL says %s", what, baseOf(g), got, want)
+				t.Fatalf("%s: group %v content_hash %s, SQL says %s", what, sb12BaseOf(g), got, want)
 			}
 		}
 	}
@@ -583,10 +583,10 @@ func testFingerprintsCombine(t *testing.T) {
 
 	// Any split of the id range combines to the same fingerprints: random cut points in SQL ...
 	for range 3 {
-		split := map[baseTuple]gcos.Fingerprint{}
+		split := map[sb12Base]gcos.Fingerprint{}
 		for lo := minID; lo <= maxID; {
 			hi := min(lo+1+rng.Int64N(1500), maxID+1)
-			for k, f := range sqlGroupSums(t, b, lo, hi) {
+			for k, f := range sb12GroupSums(t, b, lo, hi) {
 				split[k] = split[k].Add(f)
 			}
 			lo = hi
@@ -604,11 +604,11 @@ func testFingerprintsCombine(t *testing.T) {
 	for i := range 6 {
 		size := 1 + rng.Int64N(2500)
 		workers := 1 + i%2
-		snap := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: size, Workers: workers})
+		snap := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: size, Workers: workers})
 		if want := int((maxID - minID + size) / size); snap.Metrics.Totals.Batches != want {
 			t.Fatalf("batch size %d: %d batches, want %d", size, snap.Metrics.Totals.Batches, want)
 		}
-		if d := groupsDiffer(ref.Metrics.Groups, snap.Metrics.Groups); len(d) > 0 {
+		if d := sb12GroupsDiffer(ref.Metrics.Groups, snap.Metrics.Groups); len(d) > 0 {
 			t.Fatalf("batch size %d, %d workers: %d groups differ from the single batch, e.g. %s: %+v vs %+v",
 				size, workers, len(d), d[0], ref.Metrics.Groups[d[0]], snap.Metrics.Groups[d[0]])
 		}
@@ -619,7 +619,7 @@ func testFingerprintsCombine(t *testing.T) {
 
 	// One new birth moves its group's fingerprint by exactly its row fingerprint (the O(1) update), and deleting it
 	// moves it back.
-	var base baseTuple
+	var base sb12Base
 	if err := b.pool.QueryRow(b.ctx, `SELECT entity_type, collection_name, status FROM birth_registry ORDER BY id DESC LIMIT 1`).
 		Scan(&base.class, &base.registry, &base.lifecycle); err != nil {
 		t.Fatal(err)
@@ -640,10 +640,10 @@ func testFingerprintsCombine(t *testing.T) {
 		t.Fatalf("row fingerprint of a missing birth: %v, want ENOTFOUND", err)
 	}
 	size := 1 + rng.Int64N(2500)
-	plus := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: size})
-	keys := keysOf(plus, base)
-	if len(keys) == 0 || !slices.Equal(changedKeys(plus.Delta), keys) {
-		t.Fatalf("after one birth: flagged %v, want %v", changedKeys(plus.Delta), keys)
+	plus := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: size})
+	keys := sb12KeysOf(plus, base)
+	if len(keys) == 0 || !slices.Equal(sb12Changed(plus.Delta), keys) {
+		t.Fatalf("after one birth: flagged %v, want %v", sb12Changed(plus.Delta), keys)
 	}
 	for _, k := range keys {
 		old, err := gcos.ParseFingerprint(ref.Metrics.Groups[k].ContentHash)
@@ -657,10 +657,10 @@ func testFingerprintsCombine(t *testing.T) {
 			t.Fatalf("group %s after one birth: %+v", k, g)
 		}
 	}
-	check("after one birth", plus, sqlGroupSums(t, b, minID, id+1))
+	check("after one birth", plus, sb12GroupSums(t, b, minID, id+1))
 	b.exec(t, `DELETE FROM birth_registry WHERE id = $1`, id)
-	minus := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: size})
-	if d := groupsDiffer(ref.Metrics.Groups, minus.Metrics.Groups); len(d) > 0 {
+	minus := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: size})
+	if d := sb12GroupsDiffer(ref.Metrics.Groups, minus.Metrics.Groups); len(d) > 0 {
 		t.Fatalf("deleting the birth again did not restore the fingerprints: %v", d)
 	}
 }
@@ -686,13 +686,17 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 
 	// History the carry must preserve: a group outside S that was dirtied and re-scanned (clean, dirtied_at set),
 	// and one that is dirty right now.
-	outside := b.strings(t, `SELECT group_key FROM governance_group WHERE scope <> $1 ORDER BY group_key LIMIT 2`, scope)
+	outside := b.sb12Strings(t, `SELECT group_key FROM governance_group WHERE scope <> $1 ORDER BY group_key LIMIT 2`, scope)
 	if _, err := b.store.MarkDirty(b.ctx, outside[:1], gcos.DirtyInput); err != nil {
 		t.Fatal(err)
 	}
 	tick, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental, Limit: 10})
 	if err != nil || tick.Scanned != 1 {
 		t.Fatalf("scan tick: %+v, %v; want the one dirty group scanned", tick, err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND ruleset_version = $2
+		AND NOT dirty AND dirtied_at IS NOT NULL AND recompute_status = 'ok'`, outside[0], v1); n != 1 {
+		t.Fatalf("group %s is not clean with a dirty history after its re-scan", outside[0])
 	}
 	if _, err := b.store.MarkDirty(b.ctx, outside[1:], "handoff:"+string(gcos.ChangeObjectBorn)); err != nil {
 		t.Fatal(err)
@@ -718,18 +722,18 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 		return out
 	}
 	oldRows := rowsOf(v1)
-	oldDigest := b.digestOf(t, `SELECT * FROM governance_candidate_state WHERE ruleset_version = $1`, v1)
+	oldDigest := b.sb12Digest(t, `SELECT * FROM governance_candidate_state WHERE ruleset_version = $1`, v1)
 	total := b.count(t, `SELECT count(*) FROM governance_group`)
 	if int64(len(oldRows)) != total {
 		t.Fatalf("%d candidate rows under %s, %d groups", len(oldRows), v1, total)
 	}
-	inScope := b.strings(t, `SELECT group_key FROM governance_group WHERE scope = $1 ORDER BY group_key`, scope)
+	inScope := b.sb12Strings(t, `SELECT group_key FROM governance_group WHERE scope = $1 ORDER BY group_key`, scope)
 	if len(inScope) == 0 || int64(len(inScope)) == total {
 		t.Fatalf("scope %s has %d of %d groups: the test would prove nothing", scope, len(inScope), total)
 	}
 
-	b.addMeasurement(t, "MSR-SB12-TARGET", law)
-	v2row, created := b.compute(t, "sb12-proposer")
+	b.sb12AddRule(t, "MSR-SB12-TARGET", law)
+	v2row, created := b.sb12Compute(t, "sb12-proposer")
 	v2 := v2row.Version
 	if !created || v2 == v1 {
 		t.Fatalf("enabling a rule: %s (created=%v), want a new version", v2, created)
@@ -755,7 +759,7 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 	if act.DirtiedGroups != len(inScope) || act.CarriedGroups != int(total)-len(inScope) || act.Superseded == nil || *act.Superseded != v1 || len(act.Unresolved) != 0 {
 		t.Fatalf("activation: %+v; want %d dirtied, %d carried, superseding %s", act, len(inScope), int(total)-len(inScope), v1)
 	}
-	dirty := b.strings(t, `SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1 AND dirty_reason = 'ruleset_bump' ORDER BY group_key`, v2)
+	dirty := b.sb12Strings(t, `SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1 AND dirty_reason = 'ruleset_bump' ORDER BY group_key`, v2)
 	if !slices.Equal(dirty, inScope) {
 		t.Fatalf("%d groups dirtied with ruleset_bump, want the %d of scope %s", len(dirty), len(inScope), scope)
 	}
@@ -780,16 +784,16 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 	if carried != act.CarriedGroups {
 		t.Fatalf("compared %d carried rows, activation reports %d", carried, act.CarriedGroups)
 	}
-	if after := b.digestOf(t, `SELECT * FROM governance_candidate_state WHERE ruleset_version = $1`, v1); after != oldDigest {
+	if after := b.sb12Digest(t, `SELECT * FROM governance_candidate_state WHERE ruleset_version = $1`, v1); after != oldDigest {
 		t.Fatal("rows under the superseded ruleset changed")
 	}
-	if n := b.openFinding(t, gcos.IssueRulesetDrift, v2); n != 0 {
+	if n := b.sb12OpenFindings(t, gcos.IssueRulesetDrift, v2); n != 0 {
 		t.Fatal("ruleset_drift raised for a resolvable rule")
 	}
 
 	// A rule whose law has no jurisdiction row: every group, and ruleset_drift.
-	b.addMeasurement(t, "MSR-SB12-UNSCOPED", "SB12-NO-JURISDICTION")
-	v3row, _ := b.compute(t, "sb12-proposer")
+	b.sb12AddRule(t, "MSR-SB12-UNSCOPED", "SB12-NO-JURISDICTION")
+	v3row, _ := b.sb12Compute(t, "sb12-proposer")
 	v3 := v3row.Version
 	diff3, err := b.store.DiffRulesets(b.ctx, v2, v3)
 	if err != nil {
@@ -805,7 +809,7 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE ruleset_version = $1 AND dirty`, v3); n != total {
 		t.Fatalf("%d of %d rows dirty under %s", n, total, v3)
 	}
-	if n := b.openFinding(t, gcos.IssueRulesetDrift, v3); n != 1 {
+	if n := b.sb12OpenFindings(t, gcos.IssueRulesetDrift, v3); n != 1 {
 		t.Fatal("no open ruleset_drift finding for the unresolvable rule")
 	}
 	// Auto-close is keyed by (coalesce_key, ruleset_version): a clean result under the old ruleset cannot close it.
@@ -818,10 +822,10 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 func TestSB12_NoLawBump(t *testing.T) {
 	t.Parallel()
 	b := sb12World(t, 5000)
-	laws := b.lawDigest(t)
+	laws := b.sb12LawDigest(t)
 	check := func(step string) {
 		t.Helper()
-		if got := b.lawDigest(t); got != laws {
+		if got := b.sb12LawDigest(t); got != laws {
 			t.Fatalf("%s changed the law tables:\n before %s\n after  %s", step, laws, got)
 		}
 	}
@@ -830,8 +834,8 @@ func TestSB12_NoLawBump(t *testing.T) {
 	b.activate(t, res.RulesetVersion)
 	check("first activation")
 
-	b.addMeasurement(t, "MSR-SB12-BUMP-1", "DIEU-01")
-	v2, created := b.compute(t, "sb12-proposer")
+	b.sb12AddRule(t, "MSR-SB12-BUMP-1", "DIEU-01")
+	v2, created := b.sb12Compute(t, "sb12-proposer")
 	if !created {
 		t.Fatal("no new ruleset after enabling a rule")
 	}
@@ -840,7 +844,7 @@ func TestSB12_NoLawBump(t *testing.T) {
 	check("activation of a bump")
 
 	b.exec(t, `UPDATE measurement_registry SET enabled = false WHERE measurement_id = (SELECT min(measurement_id) FROM measurement_registry WHERE enabled AND measurement_id NOT LIKE 'MSR-SB12%')`)
-	v3, created := b.compute(t, "sb12-proposer")
+	v3, created := b.sb12Compute(t, "sb12-proposer")
 	if !created {
 		t.Fatal("no new ruleset after disabling a rule")
 	}
@@ -852,28 +856,29 @@ func TestSB12_NoLawBump(t *testing.T) {
 	}
 }
 
-// scaleBirths, scaleTimeout and scaleBatch size TestSB12_ScaleBatches. They were chosen from measurements on the
-// project's 2-core machine while other test runs loaded it (load average 6):
+// The sizes of TestSB12_ScaleBatches were chosen from measurements on the project's 2-core machine while other
+// test runs loaded it (load average 6):
 //   - one 500-id batch costs about 3 ms of server CPU; its wall time was 7 ms at the median, 37 ms at p99 and up to
 //     300 ms in rare stalls (I/O, scheduling) over 1,200 batches;
 //   - the single batch over 100,000 births costs about 330 ms of server CPU (3.3 µs a row: the row text is
 //     formatted and hashed twice), so even on an idle machine it needs more than 3× the timeout.
 //
-// The brief's example (50,000 births, 20 ms) does not hold here: a 500-id batch already exceeds 20 ms at p90 under
+// A smaller setting (50,000 births, 20 ms) does not hold here: a 500-id batch already exceeds 20 ms at p90 under
 // load, and 50,000 births take only ~165 ms of CPU, too close to any timeout the batches survive. With 100 ms the
 // single batch fails by a wide margin whatever the load, while a batched capture passes at the median with >10×
 // margin; a rare stall can still time one batch out, which is exactly the fail-closed path (no row, a finding), so
-// the batched capture is retried a few times, and only on a statement timeout.
+// the batched capture is retried a few times, and only on a statement timeout. The timing-free check of the same
+// property (a batch reads only its own rows) is sb12BatchRowsRead.
 const (
-	scaleBirths   = 100_000
-	scaleTimeout  = 100 * time.Millisecond
-	scaleBatch    = 500
-	scaleAttempts = 8
+	sb12ScaleBirths   = 100_000
+	sb12ScaleTimeout  = 100 * time.Millisecond
+	sb12ScaleBatch    = 500
+	sb12ScaleAttempts = 8
 )
 
-// batchRowsRead runs one capture batch over [lo, hi) under EXPLAIN ANALYZE and returns how many rows its plan read
+// sb12BatchRowsRead runs one capture batch over [lo, hi) under EXPLAIN ANALYZE and returns how many rows its plan read
 // from birth_registry, over all scan nodes and loops.
-func batchRowsRead(t *testing.T, b *bundle, lo, hi int64) int64 {
+func sb12BatchRowsRead(t *testing.T, b *bundle, lo, hi int64) int64 {
 	t.Helper()
 	var plan []byte
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
@@ -917,60 +922,60 @@ func batchRowsRead(t *testing.T, b *bundle, lo, hi int64) int64 {
 // snapshot_capture_failed, which the next successful capture resolves.
 func TestSB12_ScaleBatches(t *testing.T) {
 	t.Parallel()
-	b := sb12World(t, scaleBirths)
+	b := sb12World(t, sb12ScaleBirths)
 	// Warm the pool's connections (catalog caches), as a long-running daemon's are.
-	warm := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: "sb12-warm", BatchSize: scaleBatch})
+	warm := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: "sb12-warm", BatchSize: sb12ScaleBatch})
 	batched := func(runID string) postgres.Snapshot {
 		t.Helper()
 		for attempt := 1; ; attempt++ {
 			start := time.Now()
 			snap, err := b.store.CaptureSnapshot(b.ctx, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: runID,
-				BatchSize: scaleBatch, StatementTimeout: scaleTimeout})
+				BatchSize: sb12ScaleBatch, StatementTimeout: sb12ScaleTimeout})
 			if err == nil {
 				t.Logf("%s: %d batches in %v (attempt %d)", runID, snap.Metrics.Totals.Batches, time.Since(start), attempt)
 				return snap
 			}
-			if sqlState(err) != "57014" || attempt == scaleAttempts {
-				t.Fatalf("%s: batched capture under a %v statement timeout failed (attempt %d): %v", runID, scaleTimeout, attempt, err)
+			if sb12SQLState(err) != "57014" || attempt == sb12ScaleAttempts {
+				t.Fatalf("%s: batched capture under a %v statement timeout failed (attempt %d): %v", runID, sb12ScaleTimeout, attempt, err)
 			}
 			t.Logf("%s: attempt %d hit the timeout under load, retrying: %v", runID, attempt, err)
 		}
 	}
 	ok := batched("sb12-batched-1")
-	if want := (scaleBirths + scaleBatch - 1) / scaleBatch; ok.Metrics.Totals.Batches != want || ok.Metrics.Totals.Births != scaleBirths {
-		t.Fatalf("batched capture: %+v, want %d batches over %d births", ok.Metrics.Totals, want, scaleBirths)
+	if want := (sb12ScaleBirths + sb12ScaleBatch - 1) / sb12ScaleBatch; ok.Metrics.Totals.Batches != want || ok.Metrics.Totals.Births != sb12ScaleBirths {
+		t.Fatalf("batched capture: %+v, want %d batches over %d births", ok.Metrics.Totals, want, sb12ScaleBirths)
 	}
-	if d := groupsDiffer(warm.Metrics.Groups, ok.Metrics.Groups); len(d) > 0 {
+	if d := sb12GroupsDiffer(warm.Metrics.Groups, ok.Metrics.Groups); len(d) > 0 {
 		t.Fatalf("%d groups differ between two captures of unchanged births", len(d))
 	}
 	// Timing aside, a batch's work is proportional to the batch: the rows its plan reads from the birth table are
 	// the batch's own (plus one anchor probe per inherited-child group), never the whole inventory. A plan that
 	// hashed the whole table per batch made a live-size capture (1,037,724 births, batches of 200,000) cost 5.3 s
 	// per batch, over the 5 s statement timeout.
-	for _, size := range []int64{scaleBatch, 5_000, 20_000} {
-		if read := batchRowsRead(t, b, 1, 1+size); read > size {
+	for _, size := range []int64{sb12ScaleBatch, 5_000, 20_000} {
+		if read := sb12BatchRowsRead(t, b, 1, 1+size); read > size {
 			t.Fatalf("a batch of %d ids reads %d rows of birth_registry: its cost depends on the inventory, not the batch", size, read)
 		}
 	}
 
 	snaps := b.count(t, `SELECT count(*) FROM evolution_snapshots`)
-	audits := b.lastChangelogID(t)
+	audits := b.sb12LastAudit(t)
 	start := time.Now()
 	_, err := b.store.CaptureSnapshot(b.ctx, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: "sb12-single",
-		BatchSize: 1 << 40, StatementTimeout: scaleTimeout, Workers: 1})
+		BatchSize: 1 << 40, StatementTimeout: sb12ScaleTimeout, Workers: 1})
 	if err == nil {
-		t.Fatalf("one batch over %d births finished under a %v statement timeout (in %v): the test needs a bigger world", scaleBirths, scaleTimeout, time.Since(start))
+		t.Fatalf("one batch over %d births finished under a %v statement timeout (in %v): the test needs a bigger world", sb12ScaleBirths, sb12ScaleTimeout, time.Since(start))
 	}
-	if sqlState(err) != "57014" {
+	if sb12SQLState(err) != "57014" {
 		t.Fatalf("single batch failed, but not on the statement timeout: %v", err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM evolution_snapshots`); n != snaps {
 		t.Fatalf("the failed capture left %d snapshot rows", n-snaps)
 	}
-	if rows := b.auditRowsSince(t, audits); len(rows) != 0 {
+	if rows := b.sb12AuditSince(t, audits); len(rows) != 0 {
 		t.Fatalf("the failed capture wrote audit rows %v", rows)
 	}
-	if n := b.openFinding(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotAudit); n != 1 {
+	if n := b.sb12OpenFindings(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotAudit); n != 1 {
 		t.Fatalf("%d open snapshot_capture_failed findings, want 1", n)
 	}
 	latest, err := b.store.LatestSnapshot(b.ctx, postgres.SnapshotAudit)
@@ -979,7 +984,7 @@ func TestSB12_ScaleBatches(t *testing.T) {
 	}
 
 	again := batched("sb12-batched-2")
-	if n := b.openFinding(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotAudit); n != 0 {
+	if n := b.sb12OpenFindings(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotAudit); n != 0 {
 		t.Fatal("a successful capture did not resolve snapshot_capture_failed")
 	}
 	if again.Delta.PreviousSnapshotID == nil || *again.Delta.PreviousSnapshotID != ok.ID || len(again.Delta.Groups) != 0 {
@@ -1020,11 +1025,11 @@ func TestSB12_FailClosed(t *testing.T) {
 		if n := b.count(t, `SELECT count(*) FROM candidate_scan_run WHERE mode = 'backfill' AND status = 'failed' AND source_snapshot_ref IS NULL`); n != 1 {
 			t.Fatalf("%d failed backfill runs without a snapshot, want 1", n)
 		}
-		if n := b.openFinding(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotBackfill); n != 1 {
+		if n := b.sb12OpenFindings(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotBackfill); n != 1 {
 			t.Fatal("no open snapshot_capture_failed")
 		}
 		res := b.backfill(t)
-		if n := b.openFinding(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotBackfill); n != 0 {
+		if n := b.sb12OpenFindings(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotBackfill); n != 0 {
 			t.Fatal("the retry did not resolve snapshot_capture_failed")
 		}
 		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state c WHERE NOT EXISTS (SELECT 1 FROM evolution_snapshots s WHERE s.id = c.source_snapshot_ref)`); n != 0 {
@@ -1038,7 +1043,7 @@ func TestSB12_FailClosed(t *testing.T) {
 		snaps := b.count(t, `SELECT count(*) FROM evolution_snapshots`)
 		_, err = b.store.CaptureSnapshot(b.ctx, postgres.CaptureOptions{Scope: postgres.SnapshotScan, BatchSize: 1 << 40, Workers: 1,
 			StatementTimeout: 500 * time.Microsecond})
-		if sqlState(err) != "57014" {
+		if sb12SQLState(err) != "57014" {
 			t.Fatalf("capture under a 500µs statement timeout: %v, want a statement timeout", err)
 		}
 		// Bad input is refused without a finding or a row.
@@ -1068,7 +1073,7 @@ func TestSB12_FailClosed(t *testing.T) {
 		if n := b.count(t, `SELECT count(*) FROM evolution_snapshots`); n != snaps {
 			t.Fatal("a nondeterministic capture wrote a snapshot")
 		}
-		if n := b.openFinding(t, gcos.IssueSnapshotNondeterministic, postgres.SnapshotAudit); n != 1 {
+		if n := b.sb12OpenFindings(t, gcos.IssueSnapshotNondeterministic, postgres.SnapshotAudit); n != 1 {
 			t.Fatal("no open snapshot_nondeterministic")
 		}
 		// Frozen in the database, not in this process: another store refuses too.
@@ -1081,8 +1086,8 @@ func TestSB12_FailClosed(t *testing.T) {
 		if rs, err := b.store.GetRuleset(b.ctx, res.RulesetVersion); err != nil || rs.Status != gcos.RulesetDraft {
 			t.Fatalf("refused activation changed the ruleset: %+v, %v", rs, err)
 		}
-		b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: "sb12-det"})
-		if n := b.openFinding(t, gcos.IssueSnapshotNondeterministic, postgres.SnapshotAudit); n != 0 {
+		b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: "sb12-det"})
+		if n := b.sb12OpenFindings(t, gcos.IssueSnapshotNondeterministic, postgres.SnapshotAudit); n != 0 {
 			t.Fatal("a deterministic recapture did not resolve snapshot_nondeterministic")
 		}
 		b.activate(t, res.RulesetVersion)
@@ -1091,7 +1096,7 @@ func TestSB12_FailClosed(t *testing.T) {
 	t.Run("missing_source_registry", func(t *testing.T) {
 		t.Parallel()
 		b := sb12World(t, 5000)
-		missing := b.strings(t, `SELECT DISTINCT collection_name FROM birth_registry b
+		missing := b.sb12Strings(t, `SELECT DISTINCT collection_name FROM birth_registry b
 			WHERE NOT EXISTS (SELECT 1 FROM collection_registry c WHERE c.collection_name = b.collection_name) ORDER BY 1`)
 		if len(missing) != 1 {
 			t.Fatalf("births in collections missing from collection_registry: %v, want exactly one", missing)
@@ -1101,15 +1106,15 @@ func TestSB12_FailClosed(t *testing.T) {
 		if !slices.Equal(res.InventoryGaps, missing) {
 			t.Fatalf("inventory gaps %v, want %v", res.InventoryGaps, missing)
 		}
-		if n := b.openFinding(t, gcos.IssueBackfillInventoryGap, missing[0]); n != 1 {
+		if n := b.sb12OpenFindings(t, gcos.IssueBackfillInventoryGap, missing[0]); n != 1 {
 			t.Fatal("no open backfill_inventory_gap")
 		}
-		verdicts := b.strings(t, `SELECT DISTINCT c.candidate_verdict || '/' || c.input_quality_state FROM governance_candidate_state c
+		verdicts := b.sb12Strings(t, `SELECT DISTINCT c.candidate_verdict || '/' || c.input_quality_state FROM governance_candidate_state c
 			JOIN governance_group g USING (group_key) WHERE g.source_registry = $1`, missing[0])
 		if !slices.Equal(verdicts, []string{"needs_input/birth_or_registry_missing"}) {
 			t.Fatalf("groups of the missing registry: %v, want needs_input only", verdicts)
 		}
-		object := b.strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry WHERE collection_name = $1 ORDER BY id LIMIT 1`, missing[0])[0]
+		object := b.sb12Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry WHERE collection_name = $1 ORDER BY id LIMIT 1`, missing[0])[0]
 		g := b.store.Gate(b.ctx, object, gcos.ActionWrite)
 		if g.Decision != gcos.GateBlock || g.EffectiveVerdict == gcos.VerdictRelevant || g.EffectiveVerdict == gcos.VerdictNotRelevant {
 			t.Fatalf("gate write on %s: %s (%s), want block: %v", object, g.Decision, g.EffectiveVerdict, g.Reasons)
@@ -1122,7 +1127,7 @@ func TestSB12_FailClosed(t *testing.T) {
 		res := b.backfill(t)
 		b.activate(t, res.RulesetVersion)
 		// A high-risk object the gate allows while its snapshot exists, so the block below has one cause.
-		objects := b.strings(t, `
+		objects := b.sb12Strings(t, `
 			SELECT b.collection_name || ':' || b.entity_code FROM birth_registry b
 			JOIN governance_group g ON g.object_class = b.entity_type AND g.source_registry = b.collection_name AND g.lifecycle_status = b.status
 			JOIN governance_candidate_state c ON c.group_key = g.group_key
@@ -1177,17 +1182,17 @@ func TestSB12_FailClosed(t *testing.T) {
 		if _, err := b.store.ActivateRuleset(b.ctx, v1, "APR-SB12", "test-approver"); gcos.ErrorCode(err) != gcos.ECONFLICT {
 			t.Fatalf("activating the active ruleset again: %v, want ECONFLICT", err)
 		}
-		b.addMeasurement(t, "MSR-SB12-GUARD", "DIEU-02")
-		v2, _ := b.compute(t, "sb12-proposer")
+		b.sb12AddRule(t, "MSR-SB12-GUARD", "DIEU-02")
+		v2, _ := b.sb12Compute(t, "sb12-proposer")
 		// The partial unique index refuses a second active ruleset written behind GCOS's back.
 		_, err := b.pool.Exec(b.ctx, `UPDATE governance_ruleset SET status = 'active', approval_ref = 'APR-ROGUE', activated_by = 'rogue',
 			activated_at = now() WHERE ruleset_version = $1`, v2.Version)
-		if sqlState(err) != "23505" {
+		if sb12SQLState(err) != "23505" {
 			t.Fatalf("a second active ruleset written directly: %v, want a unique violation", err)
 		}
 		_, err = b.pool.Exec(b.ctx, `INSERT INTO governance_ruleset (ruleset_version, content_hash, components, document, status, proposed_by,
 			activated_at, activated_by, approval_ref) VALUES ('gov-rs-000000000000', repeat('0', 64), '{}', '{}', 'active', 'rogue', now(), 'other', 'APR-ROGUE')`)
-		if sqlState(err) != "23505" {
+		if sb12SQLState(err) != "23505" {
 			t.Fatalf("a second active ruleset inserted directly: %v, want a unique violation", err)
 		}
 		if n := b.count(t, `SELECT count(*) FROM governance_ruleset WHERE status = 'active'`); n != 1 {
@@ -1201,30 +1206,30 @@ func TestSB12_FailClosed(t *testing.T) {
 func TestSB12_AuditCompleteness(t *testing.T) {
 	t.Parallel()
 	b := sb12World(t, 5000)
-	laws := b.lawDigest(t)
+	laws := b.sb12LawDigest(t)
 	expect := func(step string, since int64, want ...string) {
 		t.Helper()
-		got := b.auditRowsSince(t, since)
+		got := b.sb12AuditSince(t, since)
 		if !slices.Equal(got, want) {
 			t.Fatalf("%s wrote audit rows %q, want %q", step, got, want)
 		}
 	}
-	mark := b.lastChangelogID(t)
+	mark := b.sb12LastAudit(t)
 	res := b.backfill(t)
 	expect("backfill", mark, fmt.Sprintf("governance_snapshot %d capture", res.SnapshotID))
 
-	mark = b.lastChangelogID(t)
+	mark = b.sb12LastAudit(t)
 	again := b.backfill(t)
 	if !again.SnapshotReused {
 		t.Fatal("re-run did not reuse the snapshot")
 	}
 	expect("a backfill reusing its snapshot", mark)
 
-	mark = b.lastChangelogID(t)
-	snap := b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: "sb12-audit-1"})
+	mark = b.sb12LastAudit(t)
+	snap := b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: "sb12-audit-1"})
 	expect("an audit capture", mark, fmt.Sprintf("governance_snapshot %d capture", snap.ID))
 
-	mark = b.lastChangelogID(t)
+	mark = b.sb12LastAudit(t)
 	act := b.activate(t, res.RulesetVersion)
 	expect("activation", mark, "governance_ruleset "+res.RulesetVersion+" activate")
 	var changedBy, detail string
@@ -1235,13 +1240,13 @@ func TestSB12_AuditCompleteness(t *testing.T) {
 		t.Fatalf("activation audit row: changed_by %q, detail %s", changedBy, detail)
 	}
 
-	b.addMeasurement(t, "MSR-SB12-AUDIT", "DIEU-03")
-	v2, _ := b.compute(t, "sb12-proposer")
-	mark = b.lastChangelogID(t)
+	b.sb12AddRule(t, "MSR-SB12-AUDIT", "DIEU-03")
+	v2, _ := b.sb12Compute(t, "sb12-proposer")
+	mark = b.sb12LastAudit(t)
 	b.activate(t, v2.Version)
 	expect("a second activation", mark, "governance_ruleset "+v2.Version+" activate")
 
-	mark = b.lastChangelogID(t)
+	mark = b.sb12LastAudit(t)
 	ctx, cancel := context.WithCancel(b.ctx)
 	cancel()
 	if _, err := b.store.CaptureSnapshot(ctx, postgres.CaptureOptions{Scope: postgres.SnapshotAudit}); err == nil {
@@ -1250,12 +1255,12 @@ func TestSB12_AuditCompleteness(t *testing.T) {
 	expect("a failed capture", mark)
 
 	for i := range 3 {
-		b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, RunID: fmt.Sprintf("sb12-scan-%d", i)})
+		b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, RunID: fmt.Sprintf("sb12-scan-%d", i)})
 	}
 	cfg := b.cfg
 	cfg.Snapshot.RetentionCycles = 1
 	pruner := postgres.New(b.pool, cfg, nil)
-	mark = b.lastChangelogID(t)
+	mark = b.sb12LastAudit(t)
 	pr, err := pruner.PruneSnapshots(b.ctx, false)
 	if err != nil {
 		t.Fatal(err)
@@ -1278,7 +1283,7 @@ func TestSB12_AuditCompleteness(t *testing.T) {
 		WHERE r.entity_type = 'governance_ruleset' AND r.action = 'activate' AND r.entity_code = g.ruleset_version) <> 1`); n != 0 {
 		t.Fatalf("%d approved rulesets without exactly one activation audit row", n)
 	}
-	if got := b.lawDigest(t); got != laws {
+	if got := b.sb12LawDigest(t); got != laws {
 		t.Fatal("the law tables changed")
 	}
 }
@@ -1303,14 +1308,14 @@ func TestSB12_PruneRetention(t *testing.T) {
 
 	res := b.backfill(t) // B1: referenced by every candidate row
 	audit := func(i int) int64 {
-		return b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: fmt.Sprintf("sb12-prune-a%d", i)}).ID
+		return b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: fmt.Sprintf("sb12-prune-a%d", i)}).ID
 	}
 	scan := func(i int) int64 {
-		return b.capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, RunID: fmt.Sprintf("sb12-prune-s%d", i)}).ID
+		return b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, RunID: fmt.Sprintf("sb12-prune-s%d", i)}).ID
 	}
 	a1, a2 := audit(1), audit(2)
 	// A scan re-evaluates one group under the latest full snapshot, a2: a candidate row now references it.
-	key := b.strings(t, `SELECT group_key FROM governance_candidate_state ORDER BY group_key LIMIT 1`)[0]
+	key := b.sb12Strings(t, `SELECT group_key FROM governance_candidate_state ORDER BY group_key LIMIT 1`)[0]
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyInput); err != nil {
 		t.Fatal(err)
 	}
@@ -1328,7 +1333,7 @@ func TestSB12_PruneRetention(t *testing.T) {
 	wantKept := []int64{res.SnapshotID, a2, a4, s2, a5}
 	total := b.count(t, `SELECT count(*) FROM evolution_snapshots`)
 
-	mark := b.lastChangelogID(t)
+	mark := b.sb12LastAudit(t)
 	dry, err := b.store.PruneSnapshots(b.ctx, true)
 	if err != nil {
 		t.Fatal(err)
@@ -1339,7 +1344,7 @@ func TestSB12_PruneRetention(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM evolution_snapshots`); n != total {
 		t.Fatalf("dry run removed %d snapshots", total-n)
 	}
-	if rows := b.auditRowsSince(t, mark); len(rows) != 0 {
+	if rows := b.sb12AuditSince(t, mark); len(rows) != 0 {
 		t.Fatalf("dry run wrote audit rows %v", rows)
 	}
 
@@ -1370,7 +1375,7 @@ func TestSB12_PruneRetention(t *testing.T) {
 	if got := b.digest(t, `SELECT * FROM evolution_snapshots WHERE scope NOT LIKE 'governance.%'`); got != others {
 		t.Fatalf("prune touched snapshots %d/%d of other scopes", global, nightly)
 	}
-	if audits := b.auditRowsSince(t, mark); !slices.Equal(audits, []string{"governance_snapshot prune prune"}) {
+	if audits := b.sb12AuditSince(t, mark); !slices.Equal(audits, []string{"governance_snapshot prune prune"}) {
 		t.Fatalf("prune audit rows %v, want one summary", audits)
 	}
 	var detail map[string]any
@@ -1386,11 +1391,11 @@ func TestSB12_PruneRetention(t *testing.T) {
 	}
 
 	// Nothing left to prune: no removal, no audit row.
-	mark = b.lastChangelogID(t)
+	mark = b.sb12LastAudit(t)
 	if again, err := b.store.PruneSnapshots(b.ctx, false); err != nil || len(again.Removed) != 0 {
 		t.Fatalf("second prune: %+v, %v", again, err)
 	}
-	if rows := b.auditRowsSince(t, mark); len(rows) != 0 {
+	if rows := b.sb12AuditSince(t, mark); len(rows) != 0 {
 		t.Fatalf("an empty prune wrote %v", rows)
 	}
 }

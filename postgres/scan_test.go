@@ -378,7 +378,10 @@ func TestScanTTLExpiry(t *testing.T) {
 }
 
 func TestScanFailureIsVisibleAndRetriedWithBackoff(t *testing.T) {
-	b := seededWorld(t, 5000, func(c *gcos.Config) { c.Scan.RetryBase = gcos.Duration(time.Hour); c.Scan.RetryMax = gcos.Duration(2 * time.Hour) })
+	b := seededWorld(t, 5000, func(c *gcos.Config) {
+		c.Scan.RetryBase = gcos.Duration(time.Hour)
+		c.Scan.RetryMax = gcos.Duration(2 * time.Hour)
+	})
 	key := b.groupWhere(t, `effective_verdict = 'relevant'`)
 	postgres.SetEvaluateHook(func(g gcos.Group) error {
 		if g.Key == key {

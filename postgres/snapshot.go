@@ -110,26 +110,29 @@ func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
 // child (parent_code set) is counted in its anchor's base group; its own row content still enters the hash. The
 // per-row hash covers every bound column including the id; the two seeds give two 64-bit lanes. Rows are first
 // aggregated with their parent code, so anchors are looked up once per (parent, group), never per row. OFFSET 0
-// keeps the anchor lookup a per-row index probe on the unique (collection, code) index: flattened into a join, the
-// planner hashed the whole inventory for every batch, so a batch cost O(all births) instead of O(batch).
+// keeps the anchor lookup an index probe on the unique (collection, code) index per aggregate row: flattened into a
+// join, the planner hashed the whole inventory for every batch, so a batch cost O(all births) instead of O(batch).
 func (b birthBinding) baseAggregateSQL() string {
 	r := strings.NewReplacer(
 		"{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
 		"{type}", ident(b.Type), "{status}", ident(b.Status), "{born}", ident(b.BornAt), "{parent}", ident(b.Parent),
 		"{canon}", ident(b.Canonical), "{src}", ident(b.SourceSystem), "{actor}", ident(b.Actor))
 	return r.Replace(`
-WITH agg AS MATERIALIZED (
-    SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, count(*) AS n,
-           max(b.{born}) AS max_born, max(b.{id}) AS max_id,
-           sum(hashtextextended(row(b.{id}, b.{code}, b.{coll}, b.{type}, b.{status}, b.{born}, b.{canon}, b.{parent}, b.{src}, b.{actor})::text, 0)) AS h0,
-           sum(hashtextextended(row(b.{id}, b.{code}, b.{coll}, b.{type}, b.{status}, b.{born}, b.{canon}, b.{parent}, b.{src}, b.{actor})::text, 1)) AS h1
-    FROM {t} b
-    WHERE b.{id} >= $1 AND b.{id} < $2
-    GROUP BY 1, 2, 3, 4
-)
 SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.coll), coalesce(p.{status}, a.status),
        sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text
-FROM agg a
+FROM (
+    SELECT b.type, b.coll, b.status, b.parent, count(*) AS n, max(b.born) AS max_born, max(b.id) AS max_id,
+           sum(b.h) AS h0, sum(hashint8extended(b.h, 1)) AS h1
+    FROM (
+        SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, b.{born} AS born, b.{id} AS id,
+               ` + rowHashExpr + ` AS h
+        FROM {t} b
+        WHERE b.{id} >= $1 AND b.{id} < $2
+        OFFSET 0
+    ) b
+    GROUP BY 1, 2, 3, 4
+    OFFSET 0
+) a
 LEFT JOIN LATERAL (
     SELECT p.{type}, p.{coll}, p.{status} FROM {t} p
     WHERE a.parent IS NOT NULL AND p.{coll} = a.coll AND p.{code} = a.parent
@@ -138,15 +141,24 @@ LEFT JOIN LATERAL (
 GROUP BY 1, 2, 3`)
 }
 
+// rowHashExpr is one birth's 64-bit content hash: its text columns joined with a unit separator (NULL as a
+// record-separator marker), mixed non-linearly with the id and the birth instant (epoch microseconds, independent
+// of any session setting). It is computed once per row (the OFFSET 0 subquery keeps it from being inlined twice)
+// and the second lane is derived from it; formatting the whole row as a record was 2× slower, because timestamp
+// output is the costliest step.
+const rowHashExpr = `hashint8extended(
+               hashtextextended(concat_ws(chr(31), b.{code}, b.{coll}, b.{type}, b.{status}, coalesce(b.{canon}, chr(30)),
+                                          coalesce(b.{parent}, chr(30)), coalesce(b.{src}, chr(30)), coalesce(b.{actor}, chr(30))), 0)
+               # hashint8extended(b.{id}, 0) # hashfloat8extended(date_part('epoch', b.{born}), 0), 0)`
+
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
 func (b birthBinding) rowHashSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
 		"{type}", ident(b.Type), "{status}", ident(b.Status), "{born}", ident(b.BornAt), "{parent}", ident(b.Parent),
 		"{canon}", ident(b.Canonical), "{src}", ident(b.SourceSystem), "{actor}", ident(b.Actor))
 	return r.Replace(`
-SELECT hashtextextended(row(b.{id}, b.{code}, b.{coll}, b.{type}, b.{status}, b.{born}, b.{canon}, b.{parent}, b.{src}, b.{actor})::text, 0),
-       hashtextextended(row(b.{id}, b.{code}, b.{coll}, b.{type}, b.{status}, b.{born}, b.{canon}, b.{parent}, b.{src}, b.{actor})::text, 1)
-FROM {t} b WHERE b.{id} = $1`)
+SELECT h, hashint8extended(h, 1) FROM (SELECT ` + rowHashExpr + ` AS h
+FROM {t} b WHERE b.{id} = $1) x`)
 }
 
 // RowFingerprint returns the fingerprint contribution of one birth (by id); adding it to a group's fingerprint is
@@ -191,6 +203,7 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, minID, maxID int6
 	total := maxID - minID + 1
 	worker := func(ctx context.Context, q pgx.Tx) error {
 		for b := range batches {
+			bt := time.Now()
 			rows, err := q.Query(ctx, sql, b.lo, b.hi)
 			if err != nil {
 				return fmt.Errorf("batch [%d,%d): %w", b.lo, b.hi, err)
@@ -212,6 +225,7 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, minID, maxID int6
 			if err := rows.Err(); err != nil {
 				return fmt.Errorf("batch [%d,%d): %w", b.lo, b.hi, err)
 			}
+			s.logger.Debug("snapshot: batch", "lo", b.lo, "hi", b.hi, "groups", len(part), "elapsed", time.Since(bt))
 			mu.Lock()
 			for _, g := range part {
 				k := baseKey{g.ObjectClass, g.SourceRegistry, g.LifecycleStatus}
@@ -371,7 +385,8 @@ func sessionSettings(ctx context.Context, tx pgx.Tx, timeout time.Duration) erro
 	// PostgreSQL reads as "no timeout" (fail open).
 	ms := max(1, (timeout+time.Millisecond-1)/time.Millisecond)
 	_, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; SET LOCAL statement_timeout = %d;
-		SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '64MB'`, int64(ms)))
+		SET LOCAL jit = off; SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL work_mem = '64MB';
+		SET LOCAL plan_cache_mode = force_custom_plan`, int64(ms)))
 	if err != nil {
 		return fmt.Errorf("session settings: %w", err)
 	}
@@ -446,11 +461,13 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	}
 	bases := map[baseKey]*gcos.BaseGroup{}
 	var batches int
+	t0 := time.Now()
 	if minID != nil {
 		if bases, batches, err = s.captureBatches(ctx, tx, *minID, *maxID, opts); err != nil {
 			return Snapshot{}, err
 		}
 	}
+	s.logger.Debug("snapshot: batches read", "scope", opts.Scope, "batches", batches, "elapsed", time.Since(t0))
 	snap := Snapshot{Scope: opts.Scope, Registries: regs, Metrics: SnapshotMetrics{
 		RunID: opts.RunID, RulesetVersion: opts.RulesetVersion, Groups: map[string]SnapshotGroup{},
 	}}
@@ -480,6 +497,8 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 		return Snapshot{}, fmt.Errorf("finish read: %w", err)
 	}
 
+	s.logger.Debug("snapshot: groups built", "groups", len(snap.Groups), "elapsed", time.Since(t0))
+	defer func() { s.logger.Debug("snapshot: written", "elapsed", time.Since(t0)) }()
 	err = s.inTx(ctx, func(wtx pgx.Tx) error {
 		// Serialise writers of one scope so "previous snapshot" is well defined.
 		if _, err := wtx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.snapshot:' || $1, 0))`, opts.Scope); err != nil {

@@ -17,9 +17,10 @@ import (
 
 // Store is GCOS's handle on its PostgreSQL database.
 type Store struct {
-	pool   *pgxpool.Pool
-	logger *slog.Logger
-	cfg    gcos.Config
+	pool     *pgxpool.Pool
+	logger   *slog.Logger
+	cfg      gcos.Config
+	regCache registryCache
 }
 
 // Open connects to dsn. The caller closes the Store.

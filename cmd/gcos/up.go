@@ -3,68 +3,184 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"gcos"
+	"gcos/httpapi"
+	"gcos/postgres"
+	"gcos/scan"
 	"gcos/world"
 )
 
+// version is stamped by the build (-ldflags "-X main.version=...").
+var version = "dev"
+
 func (a *app) upCommand() *cobra.Command {
-	var demo bool
+	var demo, insecure bool
 	var listen string
+	var birthsPerSecond, changesPerSecond float64
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "run the daemon: intake, scans, gate API and dashboard (--demo: embedded world, live churn)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if listen != "" {
+				a.cfg.HTTP.Listen = listen
+			}
+			if insecure {
+				a.cfg.HTTP.InsecureNoAuth = true
+			}
+			if err := httpapi.CheckListen(a.cfg.HTTP.Listen, a.cfg.HTTP.InsecureNoAuth); err != nil {
+				return err
+			}
+			if demo && len(a.cfg.HTTP.ReaderTokens) == 0 && len(a.cfg.HTTP.OperatorTokens) == 0 {
+				// The demo runs on loopback without tokens so an evaluator can open the dashboard at once.
+				a.cfg.HTTP.InsecureNoAuth = true
+			}
 			store, err := a.openPrepared(ctx, demo)
 			if err != nil {
 				return err
 			}
 			if demo {
-				var births int64
-				if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM birth_registry LIMIT 1) x`).Scan(&births); err != nil {
-					return err
-				}
-				if births == 0 {
-					a.logger.Info("demo: generating the synthetic world (1,037,724 births)")
-					sum, err := world.Generate(ctx, store.Pool(), world.Options{Progress: a.stderr, Logger: a.logger})
-					if err != nil {
-						return err
-					}
-					a.logger.Info("demo: world loaded", "births", sum.Births, "elapsed", sum.Elapsed)
-				}
-			}
-			if listen == "" {
-				listen = a.cfg.HTTP.Listen
-			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return err
-			}
-			mux := http.NewServeMux()
-			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-			a.logger.Info("gcos up", "listen", ln.Addr().String(), "demo", demo)
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
-			select {
-			case <-ctx.Done():
-			case err := <-errc:
-				if !errors.Is(err, http.ErrServerClosed) {
+				if err := a.demoWorld(ctx, store); err != nil {
 					return err
 				}
 			}
-			shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			return srv.Shutdown(shutdown)
+			return a.serve(ctx, store, demo, birthsPerSecond, changesPerSecond)
 		},
 	}
-	cmd.Flags().BoolVar(&demo, "demo", false, "embedded demo: greenfield substrate, synthetic world, live churn")
+	cmd.Flags().BoolVar(&demo, "demo", false, "embedded demo: greenfield substrate, synthetic world, backfill, live churn")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address (default from config, 127.0.0.1:8080)")
+	cmd.Flags().BoolVar(&insecure, "insecure-no-auth", false, "serve without tokens (loopback only)")
+	cmd.Flags().Float64Var(&birthsPerSecond, "demo-births-per-second", 50, "demo churn: new births per second")
+	cmd.Flags().Float64Var(&changesPerSecond, "demo-changes-per-second", 5, "demo churn: registry changes per second")
 	return cmd
+}
+
+// demoWorld loads the synthetic world into an empty database, seeds it and activates its ruleset as a demo
+// approver (never the proposer), and registers and activates the governance event vocabulary.
+func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
+	var births int64
+	if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM birth_registry LIMIT 1) x`).Scan(&births); err != nil {
+		return err
+	}
+	if births == 0 {
+		a.logger.Info("demo: generating the synthetic world (1,037,724 births over 78 registries)")
+		sum, err := world.Generate(ctx, store.Pool(), world.Options{Progress: a.stderr, Logger: a.logger})
+		if err != nil {
+			return err
+		}
+		a.logger.Info("demo: world loaded", "births", sum.Births, "elapsed", sum.Elapsed.Round(time.Millisecond))
+	}
+	res, err := store.Backfill(ctx, postgres.BackfillOptions{Progress: a.progressFunc("snapshot")})
+	if err != nil {
+		return err
+	}
+	a.logger.Info("demo: backfill", "run_id", res.RunID, "births", res.Births, "groups", res.Groups, "rows_written", res.RowsWritten,
+		"snapshot", res.SnapshotID, "ruleset", res.RulesetVersion, "elapsed", res.Elapsed.Round(time.Millisecond))
+	if res.RulesetStatus == gcos.RulesetDraft {
+		act, err := store.ActivateRuleset(ctx, res.RulesetVersion, "DEMO-APPROVAL", "demo-approver")
+		if err != nil {
+			return err
+		}
+		a.logger.Info("demo: ruleset activated by demo-approver", "ruleset", act.Version, "approval", "DEMO-APPROVAL")
+	}
+	if _, err := store.RegisterVocabulary(ctx); err != nil {
+		return err
+	}
+	types, err := store.ListEventTypes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range types {
+		if !t.Active {
+			if _, err := store.ActivateEventType(ctx, t.EventType, "DEMO-APPROVAL", "demo-approver"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// serve runs intake, scans, event promotion, the API and (demo) churn until ctx ends.
+func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birthsPerSecond, changesPerSecond float64) error {
+	handler, err := httpapi.New(httpapi.Config{Store: store, HTTP: a.cfg.HTTP, Logger: a.logger, Version: version})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", a.cfg.HTTP.Listen, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	run := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	w := a.intakeWorker(store)
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	run("intake", w.Run)
+	run("scan", (&scan.Scheduler{Store: store, Config: a.cfg.Scan, Logger: a.logger}).Run)
+	run("events", func(ctx context.Context) error { return a.promoteLoop(ctx, store) })
+	if demo {
+		churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: birthsPerSecond, ChangesPerSecond: changesPerSecond, Seed: uint64(time.Now().UnixNano()), Logger: a.logger}
+		run("demo churn", churn.Run)
+	}
+	run("http", func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			shutdown, c := context.WithTimeout(context.Background(), 10*time.Second)
+			defer c()
+			_ = srv.Shutdown(shutdown)
+		}()
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	a.logger.Info("gcos up", "listen", "http://"+ln.Addr().String(), "demo", demo, "auth", !a.cfg.HTTP.InsecureNoAuth)
+	<-ctx.Done()
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	a.logger.Info("gcos stopped")
+	return errors.Join(all...)
+}
+
+// promoteLoop moves captured signals whose type became active to the outbox, in order.
+func (a *app) promoteLoop(ctx context.Context, store *postgres.Store) error {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if _, err := store.PromotePending(ctx); err != nil && ctx.Err() == nil {
+				a.logger.Warn("promote pending signals", "err", err)
+			}
+		}
+	}
 }

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"gcos/intake"
+	"gcos/postgres"
+)
+
+func init() {
+	extraCommands = append(extraCommands, (*app).intakeCommand, (*app).cursorCommand)
+}
+
+// intakeWorker wires the lossless tail to the handoff apply step.
+func (a *app) intakeWorker(store *postgres.Store) *intake.Worker {
+	return &intake.Worker{
+		Store:  store,
+		Config: a.cfg.Intake,
+		Logger: a.logger,
+		Apply: func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+			failures, _, err := store.ApplyHandoff(ctx, tx, rows)
+			return failures, err
+		},
+	}
+}
+
+func (a *app) intakeCommand() *cobra.Command {
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "intake",
+		Short: "tail the source registries losslessly and dirty the groups each change provably affects",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			store, err := a.openPrepared(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			w := a.intakeWorker(store)
+			if err := w.Start(cmd.Context()); err != nil {
+				return err
+			}
+			if !once {
+				return w.Run(cmd.Context())
+			}
+			ticks, err := w.Once(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			for _, t := range ticks {
+				fmt.Fprintf(&b, "%-20s read %d, applied %d, retry %d, dead-lettered %d, position %s\n", t.Source, t.Read, t.Applied, t.Failed, t.DeadLettered, t.Position)
+			}
+			return a.print(ticks, b.String())
+		},
+	}
+	cmd.Flags().BoolVar(&once, "once", false, "catch up once and exit")
+	return cmd
+}
+
+func (a *app) cursorCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "cursor", Short: "intake cursors"}
+	list := &cobra.Command{
+		Use: "list", Short: "list cursors", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			store, err := a.openPrepared(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			cs, err := store.ListCursors(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			for _, c := range cs {
+				fmt.Fprintf(&b, "%-20s %-20s seen %d, dead-lettered %d\n", c.Source, c.Position, c.EventsSeen, c.DeadLettered)
+			}
+			return a.print(cs, b.String())
+		},
+	}
+	var to string
+	reset := &cobra.Command{
+		Use: "reset SOURCE", Short: "move a cursor back to a watermark (start | RFC3339 | RFC3339/id) to replay", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := a.openPrepared(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			c, err := store.ResetCursor(cmd.Context(), args[0], to)
+			if err != nil {
+				return err
+			}
+			return a.print(c, fmt.Sprintf("%s reset to %s", c.Source, c.Position))
+		},
+	}
+	reset.Flags().StringVar(&to, "to", "", "watermark: start, an RFC3339 instant, or instant/id")
+	_ = reset.MarkFlagRequired("to")
+	cmd.AddCommand(list, reset)
+	return cmd
+}
