@@ -517,10 +517,13 @@ func sb12GroupSums(t *testing.T, b *bundle, lo, hi int64) map[sb12Base]gcos.Fing
 			return err
 		}
 		rows, err := tx.Query(b.ctx, `
-			SELECT entity_type, collection_name, status,
-			       sum(hashtextextended(row(id, entity_code, collection_name, entity_type, status, born_at, canonical_address, parent_code, source_system, actor_ref)::text, 0))::text,
-			       sum(hashtextextended(row(id, entity_code, collection_name, entity_type, status, born_at, canonical_address, parent_code, source_system, actor_ref)::text, 1))::text
-			FROM birth_registry WHERE id >= $1 AND id < $2 GROUP BY 1, 2, 3`, lo, hi)
+			SELECT entity_type, collection_name, status, sum(h)::text, sum(hashint8extended(h, 1))::text
+			FROM (SELECT entity_type, collection_name, status,
+			             hashint8extended(hashtextextended(concat_ws(chr(31), entity_code, collection_name, entity_type, status,
+			                 coalesce(canonical_address, chr(30)), coalesce(parent_code, chr(30)), coalesce(source_system, chr(30)),
+			                 coalesce(actor_ref, chr(30))), 0) # hashint8extended(id, 0) # hashfloat8extended(date_part('epoch', born_at), 0), 0) AS h
+			      FROM birth_registry WHERE id >= $1 AND id < $2) r
+			GROUP BY 1, 2, 3`, lo, hi)
 		if err != nil {
 			return err
 		}
