@@ -228,7 +228,8 @@ func TestIntakeKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	kills := 0
 	for kills < 22 {
-		ctx, cancel := context.WithTimeout(e.ctx, time.Duration(5+rand.IntN(100))*time.Millisecond)
+		// Long enough on a loaded machine under -race for a worker to get past its start-up checks and apply rows.
+		ctx, cancel := context.WithTimeout(e.ctx, time.Duration(20+rand.IntN(400))*time.Millisecond)
 		n := 1 + rand.IntN(2)
 		errs := make(chan error, n)
 		for range n {

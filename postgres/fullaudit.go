@@ -24,6 +24,7 @@ type AuditResult struct {
 	Pending         int           `json:"pending_groups"`   // changed groups whose new births the tail has not reached yet
 	LostSignals     []string      `json:"lost_signal_groups"`
 	Expired         int64         `json:"expired_rows"`
+	Dangling        []int64       `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
 	Scanned         int           `json:"scanned"`
 	Ledger          LedgerReport  `json:"ledger"`
 	Elapsed         time.Duration `json:"elapsed_ns"`
@@ -117,6 +118,9 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 	if err != nil {
 		return err
 	}
+	if res.Dangling, err = s.checkDangling(ctx, res.RunID); err != nil {
+		return err
+	}
 	if res.Expired, err = s.ExpireStale(ctx); err != nil {
 		return err
 	}
@@ -183,4 +187,54 @@ func (s *Store) FullAuditDue(ctx context.Context, interval time.Duration) (bool,
 		return false, fmt.Errorf("full audit schedule: %w", err)
 	}
 	return due, nil
+}
+
+// checkDangling finds candidate rows under the current ruleset whose source snapshot no longer exists (pruned or
+// deleted behind GCOS's back): each missing snapshot raises snapshot_ref_dangling, and its rows are dirtied so a
+// re-scan re-qualifies them under the current snapshot. Until then they read as stale (fail closed).
+func (s *Store) checkDangling(ctx context.Context, runID string) ([]int64, error) {
+	var missing []int64
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT c.source_snapshot_ref, array_agg(c.group_key ORDER BY c.group_key)
+			FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
+			WHERE NOT EXISTS (SELECT 1 FROM evolution_snapshots s WHERE s.id = c.source_snapshot_ref)
+			GROUP BY 1 ORDER BY 1`)
+		if err != nil {
+			return fmt.Errorf("find dangling snapshot references: %w", err)
+		}
+		groups := map[int64][]string{}
+		for rows.Next() {
+			var id int64
+			var keys []string
+			if err := rows.Scan(&id, &keys); err != nil {
+				rows.Close()
+				return err
+			}
+			missing = append(missing, id)
+			groups[id] = keys
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range missing {
+			if _, err := markDirty(ctx, tx, groups[id], gcos.DirtySnapshotDrift); err != nil {
+				return err
+			}
+			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueSnapshotRefDangling, Subject: fmt.Sprint(id), RunID: runID,
+				Evidence: map[string]any{"snapshot_id": id, "groups": len(groups[id]), "effect": "rows read as stale until re-scanned"}}); err != nil {
+				return err
+			}
+		}
+		// References that no longer dangle (re-scanned rows) close their findings.
+		keys := make([]string, len(missing))
+		for i, id := range missing {
+			keys[i] = gcos.CoalesceKey(gcos.IssueSnapshotRefDangling, fmt.Sprint(id))
+		}
+		_, err = tx.Exec(ctx, `UPDATE system_issues SET status = 'resolved', resolved_at = now()
+			WHERE issue_type = $1 AND status = 'open' AND coalesce_key LIKE 'gov:%' AND coalesce_key <> ALL($2)`,
+			string(gcos.IssueSnapshotRefDangling), keys)
+		return err
+	})
+	return missing, err
 }

@@ -69,46 +69,60 @@ type candidateRead struct {
 	snapshotAt     *time.Time
 }
 
-const gateObjectSQL = `
-SELECT o.candidate_key, coalesce(g.scope, ''), o.source_snapshot_ref, o.ruleset_version, o.scan_time, o.candidate_verdict,
-       o.input_quality_state, o.dirty, o.dirty_reason, o.stale_after, o.recompute_status, o.risk_class,
-       o.coverage_required, o.coverage_scan_ref, o.owner_scope, o.lifecycle_status, o.member_count,
-       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
-       s.id IS NOT NULL, s.snapshot_at
-FROM governance_candidate_object o
-JOIN v_current_ruleset cr ON cr.ruleset_version = o.ruleset_version
-JOIN governance_ruleset r ON r.ruleset_version = o.ruleset_version
-JOIN governance_group g ON g.group_key = o.group_key
-LEFT JOIN evolution_snapshots s ON s.id = o.source_snapshot_ref
-WHERE o.object_ref = $1 AND o.lifecycle_status = 'active'`
-
-// gateGroupSQL finds the object's base group (its anchor's, for an inherited child) in every scope, with the row
-// under the current ruleset when there is one.
-func (b birthBinding) gateGroupSQL() string {
+// gateSQL reads, in one statement (one round trip, one consistent snapshot), the object's materialized row under
+// the current ruleset when there is one, otherwise the object's base group (its anchor's, for an inherited child)
+// in every scope with the row under the current ruleset when there is one.
+func (b birthBinding) gateSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
 		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent))
 	return r.Replace(`
-WITH obj AS (
+WITH cr AS (SELECT ruleset_version FROM v_current_ruleset),
+active AS (SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '') AS v),
+objrow AS (
+    SELECT 'object'::text AS source, o.candidate_key AS key, coalesce(g.scope, '') AS scope, o.source_snapshot_ref,
+           o.ruleset_version, o.scan_time, o.candidate_verdict, o.input_quality_state, o.dirty, o.dirty_reason,
+           o.stale_after, o.recompute_status, o.risk_class, o.coverage_required, o.coverage_scan_ref, o.owner_scope,
+           o.lifecycle_status, 1::bigint AS member_count
+    FROM governance_candidate_object o
+    JOIN cr ON cr.ruleset_version = o.ruleset_version
+    JOIN governance_group g ON g.group_key = o.group_key
+    WHERE o.object_ref = $1 || ':' || $2 AND o.lifecycle_status = 'active'
+),
+obj AS (
     SELECT coalesce(p.{type}, b.{type}) AS cls, coalesce(p.{coll}, b.{coll}) AS reg, coalesce(p.{status}, b.{status}) AS st
     FROM {t} b
     LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
-    WHERE b.{coll} = $1 AND b.{code} = $2
+    WHERE b.{coll} = $1 AND b.{code} = $2 AND NOT EXISTS (SELECT 1 FROM objrow)
+),
+grprow AS (
+    SELECT 'group'::text AS source, g.group_key AS key, coalesce(g.scope, '') AS scope, c.source_snapshot_ref,
+           c.ruleset_version, c.scan_time, c.candidate_verdict, c.input_quality_state, c.dirty, c.dirty_reason,
+           c.stale_after, c.recompute_status, c.risk_class, c.coverage_required, c.coverage_scan_ref, c.owner_scope,
+           c.lifecycle_status, c.member_count
+    FROM obj
+    LEFT JOIN governance_group g ON g.object_class = obj.cls AND g.source_registry = obj.reg AND g.lifecycle_status = obj.st
+    LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM cr)
 )
-SELECT g.group_key, coalesce(g.scope, ''), c.source_snapshot_ref, c.ruleset_version, c.scan_time, c.candidate_verdict,
-       c.input_quality_state, c.dirty, c.dirty_reason, c.stale_after, c.recompute_status, c.risk_class,
-       c.coverage_required, c.coverage_scan_ref, c.owner_scope, c.lifecycle_status, c.member_count,
-       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
-       s.id IS NOT NULL, s.snapshot_at, (SELECT count(*) FROM obj)
-FROM obj
-LEFT JOIN governance_group g ON g.object_class = obj.cls AND g.source_registry = obj.reg AND g.lifecycle_status = obj.st
-LEFT JOIN v_current_ruleset cr ON true
-LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = cr.ruleset_version
-LEFT JOIN governance_ruleset r ON r.ruleset_version = c.ruleset_version
-LEFT JOIN evolution_snapshots s ON s.id = c.source_snapshot_ref`)
+SELECT x.source, now(), x.key, x.scope, x.source_snapshot_ref, x.ruleset_version, x.scan_time, x.candidate_verdict,
+       x.input_quality_state, x.dirty, x.dirty_reason, x.stale_after, x.recompute_status, x.risk_class,
+       x.coverage_required, x.coverage_scan_ref, x.owner_scope, x.lifecycle_status, x.member_count,
+       r.status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at
+FROM (SELECT * FROM objrow UNION ALL SELECT * FROM grprow) x
+LEFT JOIN governance_ruleset r ON r.ruleset_version = x.ruleset_version
+LEFT JOIN evolution_snapshots s ON s.id = x.source_snapshot_ref`)
+}
+
+// scanCandidateFrom reads a row that starts with the given leading columns, then the common ones.
+func scanCandidateFrom(rows pgx.Rows, lead ...any) (candidateRead, bool, error) {
+	return scanCandidateLead(rows, "", lead, nil)
 }
 
 // scanCandidate reads the common columns; found is false when the LEFT JOIN produced no candidate row.
 func scanCandidate(rows pgx.Rows, source string, extra ...any) (candidateRead, bool, error) {
+	return scanCandidateLead(rows, source, nil, extra)
+}
+
+func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candidateRead, bool, error) {
 	var cr candidateRead
 	var snapRef *int64
 	var ruleset, verdict, recompute, risk, lifecycle, rsStatus *string
@@ -119,7 +133,7 @@ func scanCandidate(rows pgx.Rows, source string, extra ...any) (candidateRead, b
 	dest := []any{&key, &cr.scope, &snapRef, &ruleset, &scanTime, &verdict, &cr.row.InputQualityState, &dirty,
 		&cr.row.DirtyReason, &cr.row.StaleAfter, &recompute, &risk, &required, &cr.row.CoverageScanRef,
 		&cr.row.OwnerScope, &lifecycle, &members, &rsStatus, &cr.activeVersion, &cr.snapshotExists, &cr.snapshotAt}
-	if err := rows.Scan(append(dest, extra...)...); err != nil {
+	if err := rows.Scan(append(append(lead, dest...), extra...)...); err != nil {
 		return cr, false, err
 	}
 	cr.source = source
@@ -238,48 +252,34 @@ func worse(a, b gcos.Verdict) bool {
 	return ra < rb
 }
 
-// gateReads reads the object's materialized row, else its groups, in one read-only transaction.
+// gateReads reads the object's materialized row, else its groups, in one statement.
 func (s *Store) gateReads(ctx context.Context, ref ObjectRef) ([]candidateRead, time.Time, error) {
+	rows, err := s.pool.Query(ctx, s.gateSQLText, ref.Collection, ref.Code)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer rows.Close()
 	var out []candidateRead
 	var now time.Time
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, gateObjectSQL, ref.String())
+	for rows.Next() {
+		var source string
+		r, _, err := scanCandidateFrom(rows, &source, &now)
 		if err != nil {
-			return err
+			return nil, now, err
 		}
-		for rows.Next() {
-			r, _, err := scanCandidate(rows, gcos.GateSourceObject)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			out = append(out, r)
+		r.source = source
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, now, err
+	}
+	if len(out) == 0 {
+		// No row: the object has no birth. Read the clock for the decision time.
+		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return nil, now, err
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(out) > 0 {
-			return nil
-		}
-		rows, err = tx.Query(ctx, s.birthBinding().gateGroupSQL(), ref.Collection, ref.Code)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var births int64
-			r, _, err := scanCandidate(rows, gcos.GateSourceGroup, &births)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			out = append(out, r)
-		}
-		return rows.Err()
-	})
-	return out, now, err
+	}
+	return out, now, nil
 }
 
 // gateFollowUp dirties stale low-risk groups for a re-scan (reason ttl) and raises candidate_unknown.

@@ -21,6 +21,8 @@ type Store struct {
 	logger   *slog.Logger
 	cfg      gcos.Config
 	regCache registryCache
+	// gateSQLText is built once from the source binding: the gate is the hot path.
+	gateSQLText string
 }
 
 // Open connects to dsn. The caller closes the Store.
@@ -46,7 +48,9 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, logger: logger, cfg: cfg}
+	s := &Store{pool: pool, logger: logger, cfg: cfg}
+	s.gateSQLText = s.birthBinding().gateSQL()
+	return s
 }
 
 // Pool exposes the connection pool to sibling packages that run their own SQL (workers, tests).
