@@ -348,15 +348,22 @@ func TestScanMultipleScannersScanEachDirtyGroupOnce(t *testing.T) {
 
 func TestScanTTLExpiry(t *testing.T) {
 	t.Parallel()
+	const ttl = 2 * time.Second
 	b := seededWorld(t, 5000, func(c *gcos.Config) {
 		for k := range c.TTL {
-			c.TTL[k] = gcos.Duration(1500 * time.Millisecond)
+			c.TTL[k] = gcos.Duration(ttl)
 		}
 	})
-	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE clean`); n == 0 {
-		t.Fatal("nothing clean right after seeding")
+	// Every verdict carries the configured TTL as its own expiry.
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE stale_after - scan_time <> $1::interval`, ttl); n != 0 {
+		t.Fatalf("%d rows do not expire exactly one TTL after their scan", n)
 	}
-	time.Sleep(1600 * time.Millisecond)
+	// Wait (at most one TTL) until the newest verdict has expired: no write happens in between.
+	var wait float64
+	if err := b.pool.QueryRow(b.ctx, `SELECT greatest(extract(epoch FROM max(stale_after) - now()), 0)::float8 FROM governance_candidate_state`).Scan(&wait); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Duration(wait*float64(time.Second)) + 100*time.Millisecond)
 	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE clean`); n != 0 {
 		t.Fatalf("%d groups still clean past their TTL: verdicts must decay on their own", n)
 	}
