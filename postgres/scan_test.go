@@ -424,3 +424,45 @@ func TestScanFailureIsVisibleAndRetriedWithBackoff(t *testing.T) {
 		t.Fatal("finding not auto-closed after a successful re-scan")
 	}
 }
+
+// TestScanKilledAtRandomPointsLosesAndDuplicatesNothing cancels scan ticks at random points (≥ 20 times, sometimes
+// two scanners at once): a claim lives in the transaction that writes the verdicts, so a killed tick leaves its
+// groups dirty (nothing lost) and a finished one is committed once (nothing duplicated).
+func TestScanKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 5000, func(c *gcos.Config) { c.Scan.BatchSize = 40; c.Scan.StormFraction = 1 })
+	rows := b.count(t, `SELECT count(*) FROM governance_candidate_state`)
+	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'input', dirtied_at = now(), recompute_status = 'dirty'`)
+	var mu sync.Mutex
+	killed := 0
+	for i := 0; killed < 24 && i < 200; i++ {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Duration(1+i%25)*time.Millisecond)
+		var wg sync.WaitGroup
+		for range 1 + i%2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := b.store.ScanTick(ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
+					mu.Lock()
+					killed++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		cancel()
+	}
+	if killed < 20 {
+		t.Fatalf("only %d ticks were killed", killed)
+	}
+	b.scanAll(t, postgres.ModeIncremental)
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty OR recompute_status <> 'ok'`); n != 0 {
+		t.Fatalf("%d groups lost their re-scan", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state`); n != rows {
+		t.Fatalf("candidate rows %d → %d: a killed scan duplicated or lost rows", rows, n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE NOT clean`); n != 0 {
+		t.Fatalf("%d groups not clean after the kills and a final scan", n)
+	}
+}
