@@ -102,7 +102,9 @@ type GateConfig struct {
 	LowRiskClasses []string `json:"low_risk_classes"` // every other risk class (and unknown) is high risk
 	Timeout        Duration `json:"timeout"`          // past it the gate blocks
 	// ObjectRiskClasses are the risk classes whose write-path objects get their own candidate row for the gate to
-	// consult (doc 40 §40.6, fourth criterion); other write-path objects are represented by their group.
+	// consult (doc 40 §40.6, fourth criterion); other write-path objects are represented by their group. Empty by
+	// default: a high-volume write class (orders, invoices) would turn the group grain back into per-row state, so an
+	// operator opts a risk class in knowingly.
 	ObjectRiskClasses []string `json:"object_risk_classes"`
 }
 
@@ -261,7 +263,7 @@ func DefaultConfig() Config {
 			UnknownRisk:        Duration(time.Hour),
 			TTLDefaultKey:      Duration(24 * time.Hour),
 		},
-		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), ObjectRiskClasses: []string{"write_high"}},
+		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), ObjectRiskClasses: []string{}},
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},

@@ -97,7 +97,9 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		return err
 	}
 	res.SnapshotID, res.SnapshotReused, res.Births, res.Groups = snap.ID, reused, snap.Metrics.Totals.Births, len(snap.Groups)
+	t0 := time.Now()
 	return s.inTx(ctx, func(tx pgx.Tx) error {
+		defer func() { s.logger.Debug("backfill: seeded", "elapsed", time.Since(t0)) }()
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.seed', 0))`); err != nil {
 			return err
 		}
@@ -133,6 +135,7 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 				return err
 			}
 		}
+		s.logger.Debug("backfill: groups seeded", "rows", res.RowsWritten, "elapsed", time.Since(t0))
 		mat, ret, err := s.materializeObjects(ctx, tx, ev, snap, res.RunID)
 		if err != nil {
 			return err

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"time"
@@ -57,7 +59,7 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		SELECT b.%[2]s, b.%[3]s, coalesce(a.%[4]s, b.%[4]s), coalesce(a.%[5]s, b.%[5]s), coalesce(a.%[2]s, b.%[2]s), b.%[6]s
 		FROM %[1]s b
 		LEFT JOIN LATERAL (SELECT p.%[4]s, p.%[5]s, p.%[2]s FROM %[1]s p
-		                   WHERE b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s) a ON true
+		                   WHERE b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s OFFSET 0) a ON true
 		WHERE b.%[4]s = ANY($1)
 		   OR (b.%[2]s, b.%[3]s) IN (SELECT * FROM unnest($2::text[], $3::text[]))`,
 		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Canonical), ident(b.Parent)),
@@ -73,6 +75,7 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		}
 	}
 	var objs []objectCandidate
+	byGroup := map[string]candidateValues{}
 	for rows.Next() {
 		var coll, code, class, status, anchorColl string
 		var canonical *string
@@ -93,13 +96,21 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		if _, ok := excepted[[2]string{coll, code}]; ok {
 			reason = "exception"
 		}
-		one := g
-		one.MemberCount = 1
-		v, err := ev.evaluate(one, key)
-		if err != nil {
-			rows.Close()
-			return 0, 0, err
+		// Objects share their group's verdict inputs: evaluate each group once, and key the object's evidence by
+		// its candidate key.
+		gv, ok := byGroup[g.Key]
+		if !ok {
+			one := g
+			one.MemberCount = 1
+			if gv, err = ev.evaluate(one, ""); err != nil {
+				rows.Close()
+				return 0, 0, err
+			}
+			byGroup[g.Key] = gv
 		}
+		v := gv
+		sum := sha256.Sum256([]byte(gv.Evidence + "\x00" + key))
+		v.Evidence = hex.EncodeToString(sum[:16])
 		if reason == "exception" && v.Verdict == gcos.VerdictRelevant {
 			x := excepted[[2]string{coll, code}]
 			v.Coverage, v.ExceptionID = gcos.CoverageApprovedException, &x.ExceptionID
@@ -138,7 +149,7 @@ WHERE o.lifecycle_status <> 'active' OR o.evidence_fingerprint IS DISTINCT FROM 
 const tombstoneObjectsSQL = `
 UPDATE governance_candidate_object SET lifecycle_status = 'retired', updated_at = now(), last_run_id = $3
 WHERE ruleset_version = $1 AND lifecycle_status = 'active' AND materialization_reason <> 'open_finding'
-  AND candidate_key <> ALL($2)`
+  AND candidate_key NOT IN (SELECT unnest($2::text[]))`
 
 func upsertObjects(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []objectCandidate) (int64, int64, error) {
 	n, err := upsertObjectRows(ctx, tx, snapshotID, ruleset, runID, objs)

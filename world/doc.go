@@ -33,7 +33,7 @@
 //     approval GOV-APR, audit GOV-AUDIT.
 //   - governance_coverage_profile: all 169 types; risk_class write_high, write_medium or read_descriptive, NULL for
 //     5 types ("unknown risk"); coverage_required; privacy shared (most), private, user, session; 5 independently
-//     authoritative types (order, invoice, payment, contract, account); write_path for write_high types and base
+//     authoritative types (contract, policy_doc, control, role, jurisdiction: about 7,000 objects); write_path for write_high types and base
 //     write_medium types.
 //   - governance_object_ownership: owners ("team-<domain>") for about 60% of the (scope, BIRTH_REQUIRED or
 //     deferred-in-scope collection) pairs, plus entity-type owners of authoritative and some write_high types in the

@@ -124,9 +124,11 @@ func metaCatalogTable() table {
 var highRiskDomains = map[string]bool{"commerce": true, "billing": true, "payments": true, "finance": true,
 	"identity": true, "legal": true, "compliance": true, "risk": true}
 
-// independentlyAuthoritative are the classes whose objects are their own candidates (M-DEF-10).
-var independentlyAuthoritative = map[string]bool{"order": true, "invoice": true, "payment": true, "contract": true,
-	"account": true}
+// independentlyAuthoritative are the classes whose objects are their own candidates (M-DEF-10): few, long-lived
+// objects each of which is a source of truth on its own (about 7,000 objects at the live size), never a
+// high-volume transactional class, whose objects the group grain represents.
+var independentlyAuthoritative = map[string]bool{"contract": true, "policy_doc": true, "control": true, "role": true,
+	"jurisdiction": true}
 
 // unknownRisk are the classes without a risk class, to exercise "risk unknown ⇒ treated as high".
 var unknownRisk = map[string]bool{"runbook_run": true, "runbook_run_line": true, "anchor": true,
