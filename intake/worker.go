@@ -20,8 +20,11 @@ type Worker struct {
 	Sources []postgres.TailSource // nil: postgres.DefaultTailSources(Store.Config())
 	Logger  *slog.Logger
 	Apply   postgres.ApplyFunc // runs inside each poll's transaction; see postgres.ApplyFunc
+	// DisableMonitor keeps Run from running the silent-gap Monitor next to the tail (a process that runs its own).
+	DisableMonitor bool
 
 	lastLag map[string]time.Time
+	counts  map[string]int64 // since the last governance.handoff.heartbeat
 }
 
 // SourceTick is what one pass did for one source.
@@ -103,16 +106,58 @@ func (w *Worker) Once(ctx context.Context) ([]SourceTick, error) {
 	for _, src := range w.sources() {
 		t, err := w.pass(ctx, src, 0, true)
 		ticks = append(ticks, t)
+		w.count(t)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
+	w.heartbeat(ctx)
 	return ticks, errors.Join(errs...)
+}
+
+// count adds a pass to the counts the next heartbeat event reports.
+func (w *Worker) count(t SourceTick) {
+	if w.counts == nil {
+		w.counts = map[string]int64{}
+	}
+	w.counts["seen"] += int64(t.Read)
+	w.counts["enqueued"] += int64(t.Applied + t.Retry.Succeeded)
+	w.counts["failed"] += int64(t.Failed + t.Retry.Failed)
+	w.counts["dlq"] += int64(t.DeadLettered + t.Retry.DeadLettered)
+}
+
+// heartbeat emits governance.handoff.heartbeat (through the one emit path: captured while the type is not active)
+// carrying the number of source rows seen since the last one, and resets the counts. A failure is logged, never
+// fatal: the queue_heartbeat ticks, not this event, are what the silent-gap monitor reads.
+func (w *Worker) heartbeat(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	c := w.counts
+	res, err := w.Store.EmitHeartbeat(ctx, "handoff", map[string]int64{"seen": c["seen"]})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.logger().Warn("heartbeat event", "error", err)
+		}
+		return
+	}
+	w.logger().Debug("heartbeat", "outcome", res.Outcome, "seen", c["seen"], "enqueued", c["enqueued"],
+		"failed", c["failed"], "dlq", c["dlq"])
+	w.counts = nil
+}
+
+func (w *Worker) heartbeatInterval() time.Duration {
+	if d := w.Config.HeartbeatInterval.Duration(); d > 0 {
+		return d
+	}
+	return 5 * time.Second
 }
 
 // Run starts the worker and polls until ctx ends, which it treats as a clean stop (nil). A precondition failure
 // stops it with that error; any other error (the database restarting, a failed apply) is logged, ticked into
-// the heartbeat and retried with backoff — a row is never skipped.
+// the heartbeat and retried with backoff — a row is never skipped. Every source's queue_heartbeat row ticks after
+// each pass (also an empty one: quiet is not dead), governance.handoff.heartbeat is emitted once per
+// intake.heartbeat_interval, and, unless DisableMonitor, the silent-gap Monitor runs beside the tail.
 func (w *Worker) Run(ctx context.Context) error {
 	log := w.logger()
 	backoff := w.pollInterval()
@@ -134,9 +179,19 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+	if !w.DisableMonitor {
+		mctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = (&Monitor{Store: w.Store, Config: w.Config, Logger: w.Logger}).Run(mctx)
+		}()
+		defer func() { stop(); <-done }()
+	}
 	lagEvery := max(w.pollInterval(), min(w.Config.LagThreshold.Duration()/4, 30*time.Second))
 	w.lastLag = map[string]time.Time{}
 	errWait := w.pollInterval()
+	lastBeat := time.Now()
 	for {
 		busy, failed := false, false
 		for _, src := range w.sources() {
@@ -151,6 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
+			w.count(t)
 			switch {
 			case err != nil:
 				failed = true
@@ -169,6 +225,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			w.stopped(src0(w.sources()))
 			return nil
+		}
+		if time.Since(lastBeat) >= w.heartbeatInterval() {
+			w.heartbeat(ctx)
+			lastBeat = time.Now()
 		}
 		wait := w.pollInterval()
 		switch {

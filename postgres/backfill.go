@@ -130,6 +130,18 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		}
 		sort.Strings(res.InventoryGaps)
 		for _, coll := range res.InventoryGaps {
+			if reused {
+				// A re-run over unchanged sources observes nothing new: an open finding for the gap stands as it
+				// is (a re-run is a no-op); one an operator closed is re-opened, never hidden.
+				var open bool
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues WHERE coalesce_key = $1 AND status = 'open')`,
+					gcos.CoalesceKey(gcos.IssueBackfillInventoryGap, coll)).Scan(&open); err != nil {
+					return fmt.Errorf("read inventory gap finding: %w", err)
+				}
+				if open {
+					continue
+				}
+			}
 			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueBackfillInventoryGap, Subject: coll, RunID: res.RunID, RulesetVersion: rs.Version,
 				Evidence: map[string]any{"collection_name": coll, "reason": "births exist but the collection (or its class) is missing from its registry", "snapshot_id": snap.ID}}); err != nil {
 				return err

@@ -14,20 +14,22 @@ import (
 
 // AuditResult reports a periodic full audit.
 type AuditResult struct {
-	RunID           string        `json:"run_id"`
-	SnapshotID      int64         `json:"snapshot_id"`
-	PreviousID      *int64        `json:"previous_snapshot_id"`
-	RulesetVersion  string        `json:"ruleset_version"`
-	ProposedRuleset string        `json:"proposed_ruleset,omitempty"`
-	ChangedGroups   int           `json:"changed_groups"`
-	Signalled       int           `json:"signalled_groups"` // changed groups a handoff had already dirtied
-	Pending         int           `json:"pending_groups"`   // changed groups whose new births the tail has not reached yet
-	LostSignals     []string      `json:"lost_signal_groups"`
-	Expired         int64         `json:"expired_rows"`
-	Dangling        []int64       `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
-	Scanned         int           `json:"scanned"`
-	Ledger          LedgerReport  `json:"ledger"`
-	Elapsed         time.Duration `json:"elapsed_ns"`
+	RunID               string        `json:"run_id"`
+	SnapshotID          int64         `json:"snapshot_id"`
+	PreviousID          *int64        `json:"previous_snapshot_id"`
+	RulesetVersion      string        `json:"ruleset_version"`
+	ProposedRuleset     string        `json:"proposed_ruleset,omitempty"`
+	ChangedGroups       int           `json:"changed_groups"`
+	Signalled           int           `json:"signalled_groups"` // changed groups a handoff had already dirtied
+	Pending             int           `json:"pending_groups"`   // changed groups whose new births the tail has not reached yet
+	LostSignals         []string      `json:"lost_signal_groups"`
+	Expired             int64         `json:"expired_rows"`
+	Dangling            []int64       `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
+	Scanned             int           `json:"scanned"`
+	ObjectsMaterialized int64         `json:"objects_materialized"`
+	ObjectsRetired      int64         `json:"objects_retired"`
+	Ledger              LedgerReport  `json:"ledger"`
+	Elapsed             time.Duration `json:"elapsed_ns"`
 }
 
 // FullAudit is the periodic safety net (doc 34 §5): a fresh snapshot and ruleset hash, a reconciliation that
@@ -65,6 +67,15 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 	res.SnapshotID = snap.ID
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := upsertGroups(ctx, tx, snap.Groups); err != nil {
+			return err
+		}
+		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never
+		// outlives its TTL in a running daemon, and lapsed reasons become tombstones.
+		ev, err := s.newEvaluator(ctx, tx, rs)
+		if err != nil {
+			return err
+		}
+		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.materializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
 			return err
 		}
 		if prev == nil {

@@ -2,7 +2,11 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -83,9 +87,10 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 	var failures []RowFailure
 	var births []TailRow
 	var sigs []*signal
+	birthSource := BirthTailSource(s.cfg.SourceBinding).Name
 	for _, r := range rows {
 		switch {
-		case r.Source == s.birthSourceName():
+		case r.Source == birthSource:
 			if r.EntityType == "" || r.CollectionName == "" || r.EntityCode == "" || r.Status == "" {
 				failures = append(failures, RowFailure{ID: r.ID, Kind: gcos.ChangeObjectBorn, Err: gcos.Errorf(gcos.EINVALID, "birth %d: class, collection, code and status are required", r.ID)})
 				continue
@@ -148,67 +153,83 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 	return failures, st, nil
 }
 
-func (s *Store) birthSourceName() string { return s.cfg.SourceBinding.Birth.Table }
+// birthBase is one (class, registry, lifecycle) base group of births.
+type birthBase struct{ class, coll, status string }
 
 // mapBirths resolves each birth's group (its anchor's, for an inherited child) in every scope, records new groups,
-// and returns one signal per base group. Untrusted source systems materialize an object row with needs_input.
+// and returns one signal per (base group, id bucket, source system): each key is a function of one row alone, so
+// however a replay splits the rows into pages it produces exactly the keys the first delivery did, and the signal
+// key table deduplicates them. Births from an untrusted source system dirty nothing and signal nothing: they are
+// quarantined (quarantineUntrusted) and cannot inject governance work until their source is trusted.
 func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, regs gcos.Registries, births []TailRow) ([]*signal, int, error) {
 	anchors, err := s.anchors(ctx, tx, births)
 	if err != nil {
 		return nil, 0, err
 	}
-	type base struct{ class, coll, status string }
-	bases := map[base]*signal{}
-	var order []base
-	counts := map[base]int64{}
-	untrusted := 0
+	type sigKey struct {
+		base   birthBase
+		bucket int64
+		source string
+	}
+	bucket := max(s.cfg.Intake.SignalBucket, 1)
+	table := s.birthBinding().Table
+	sigs := map[sigKey]*signal{}
+	var order []sigKey
+	var bases []birthBase
+	counts := map[birthBase]int64{}
 	var untrustedRows []TailRow
 	for _, r := range births {
-		b := base{r.EntityType, r.CollectionName, r.Status}
+		b := birthBase{r.EntityType, r.CollectionName, r.Status}
 		if r.ParentCode != "" {
 			if a, ok := anchors[[2]string{r.CollectionName, r.ParentCode}]; ok {
 				b = a
 			}
 		}
 		if !s.cfg.Intake.Trusted(r.SourceSystem) {
-			untrusted++
 			untrustedRows = append(untrustedRows, r)
+			continue
+		}
+		if _, ok := counts[b]; !ok {
+			bases = append(bases, b)
 		}
 		counts[b]++
-		if sig, ok := bases[b]; ok {
+		k := sigKey{b, r.ID / bucket, r.SourceSystem}
+		if sig, ok := sigs[k]; ok {
 			if r.ID < sig.firstID {
 				sig.firstID = r.ID
 			}
 			continue
 		}
-		bases[b] = &signal{kind: gcos.ChangeObjectBorn, subject: b.coll, coll: r.CollectionName, code: r.EntityCode,
-			actor: nonEmpty(r.ActorRef, "unknown"), source: nonEmpty(r.SourceSystem, s.birthSourceName()), firstID: r.ID,
-			occurred: r.TS, table: s.birthSourceName(), objectTyp: b.class}
-		order = append(order, b)
+		sigs[k] = &signal{kind: gcos.ChangeObjectBorn, subject: b.coll, coll: r.CollectionName, code: r.EntityCode,
+			actor: nonEmpty(r.ActorRef, "unknown"), source: nonEmpty(r.SourceSystem, table), firstID: r.ID,
+			occurred: r.TS, table: table, objectTyp: b.class}
+		order = append(order, k)
 	}
 	var groups []gcos.Group
-	for _, b := range order {
+	keysOf := map[birthBase][]string{}
+	for _, b := range bases {
 		for _, d := range regs.Dimensions(gcos.BaseGroup{ObjectClass: b.class, SourceRegistry: b.coll, LifecycleStatus: b.status}) {
 			g := gcos.NewGroup(d, counts[b])
 			groups = append(groups, g)
-			bases[b].groups = append(bases[b].groups, g.Key)
+			keysOf[b] = append(keysOf[b], g.Key)
 		}
 	}
 	if err := recordNewGroups(ctx, tx, groups); err != nil {
 		return nil, 0, err
 	}
-	if err := s.quarantineUntrusted(ctx, tx, regs, untrustedRows, anchors); err != nil {
+	if err := s.quarantineUntrusted(ctx, tx, regs, untrustedRows, anchors, counts); err != nil {
 		return nil, 0, err
 	}
 	out := make([]*signal, 0, len(order))
-	for _, b := range order {
-		out = append(out, bases[b])
+	for _, k := range order {
+		sigs[k].groups = keysOf[k.base]
+		out = append(out, sigs[k])
 	}
-	return out, untrusted, nil
+	return out, len(untrustedRows), nil
 }
 
 // anchors looks up the parents of inherited children: (collection, parent_code) → the anchor's base group.
-func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []TailRow) (map[[2]string]struct{ class, coll, status string }, error) {
+func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []TailRow) (map[[2]string]birthBase, error) {
 	var colls, codes []string
 	seen := map[[2]string]bool{}
 	for _, r := range births {
@@ -218,7 +239,7 @@ func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []TailRow) (map[[
 			colls, codes = append(colls, r.CollectionName), append(codes, r.ParentCode)
 		}
 	}
-	out := map[[2]string]struct{ class, coll, status string }{}
+	out := map[[2]string]birthBase{}
 	if len(colls) == 0 {
 		return out, nil
 	}
@@ -235,13 +256,13 @@ func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []TailRow) (map[[
 		if err := rows.Scan(&coll, &code, &class, &status); err != nil {
 			return nil, err
 		}
-		out[[2]string{coll, code}] = struct{ class, coll, status string }{class, coll, status}
+		out[[2]string{coll, code}] = birthBase{class, coll, status}
 	}
 	return out, rows.Err()
 }
 
-// recordNewGroups adds groups the registry has not seen; their member count is corrected by the next full
-// snapshot (member counts are the snapshot's truth, never incremented per signal, so a replay cannot inflate them).
+// recordNewGroups adds groups the registry has not seen and leaves known ones alone; member counts (and
+// last_seen_at) are the snapshot's truth, never touched per signal, so a replay changes nothing.
 func recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
 	if len(groups) == 0 {
 		return nil
@@ -258,53 +279,167 @@ func recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error 
 		SELECT u.k, u.c, u.r, u.a, u.s, u.l, u.o, u.n,
 		       jsonb_build_object('collections', jsonb_build_array(u.r), 'rule_scopes', jsonb_build_array(u.s), 'axis_families', CASE WHEN u.a IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(u.a) END)
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[]) AS u(k, c, r, a, s, l, o, n)
-		ON CONFLICT (group_key) DO UPDATE SET last_seen_at = now()`, keys, classes, regs, axes, scopes, lifecycles, owners, counts)
+		ON CONFLICT (group_key) DO NOTHING`, keys, classes, regs, axes, scopes, lifecycles, owners, counts)
 	if err != nil {
 		return fmt.Errorf("record groups: %w", err)
 	}
 	return nil
 }
 
-// quarantineUntrusted materializes an object row (needs_input, untrusted_source) and an input finding for every
-// birth from an untrusted source system: it cannot produce a relevant verdict until trusted.
-func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Registries, rows []TailRow, anchors map[[2]string]struct{ class, coll, status string }) error {
+// quarantineUntrusted materializes an object row (needs_input, untrusted_source, held by an open finding) and raises
+// an input.untrusted_source finding for every birth from an untrusted source system: the gate consults that row
+// before the group's, so the object is blocked until its source is trusted. The birth dirties no group. A group
+// the registry has never seen and that only untrusted births name is recorded (the object row refers to it) with a
+// needs_input row of its own, so no scan can seed it into a verdict off an untrusted signal; a trusted birth or
+// the full audit re-evaluates it like any group. The finding is raised once per birth: a replayed row finds it
+// and leaves it alone. Before the first backfill there is no candidate store to write into: the finding alone
+// records the birth.
+func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Registries, rows []TailRow,
+	anchors map[[2]string]birthBase, trusted map[birthBase]int64) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	rs, err := s.currentRuleset(ctx)
-	if err != nil {
-		return err
+	type quarantined struct {
+		row  TailRow
+		base birthBase
+		key  string // the finding's coalesce key
 	}
-	snapshotID, err := latestFullSnapshotID(ctx, tx)
-	if err != nil {
-		return err
-	}
-	var objs []objectCandidate
+	var qs []quarantined
+	var keys []string
 	for _, r := range rows {
-		class, coll, status := r.EntityType, r.CollectionName, r.Status
+		b := birthBase{r.EntityType, r.CollectionName, r.Status}
 		if a, ok := anchors[[2]string{r.CollectionName, r.ParentCode}]; ok && r.ParentCode != "" {
-			class, coll, status = a.class, a.coll, a.status
+			b = a
 		}
-		dims := regs.Dimensions(gcos.BaseGroup{ObjectClass: class, SourceRegistry: coll, LifecycleStatus: status})
-		g := gcos.NewGroup(dims[0], 1)
-		ref := r.ObjectRef()
-		key := r.CanonicalRef()
-		issueID, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.InputIssue(gcos.InputUntrustedSource), Subject: ref, RulesetVersion: rs.Version,
-			Evidence: map[string]any{"object_ref": ref, "source_system": r.SourceSystem, "source": r.Source, "id": r.ID}})
-		if err != nil {
+		k := gcos.CoalesceKey(gcos.InputIssue(gcos.InputUntrustedSource), r.ObjectRef())
+		qs = append(qs, quarantined{r, b, k})
+		keys = append(keys, k)
+	}
+	rows2, err := tx.Query(ctx, `SELECT DISTINCT coalesce_key FROM system_issues WHERE coalesce_key = ANY($1)`, keys)
+	if err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	known, err := pgx.CollectRows(rows2, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, k := range known {
+		seen[k] = true
+	}
+	rs, err := s.currentRuleset(ctx)
+	noStore := gcos.ErrorCode(err) == gcos.ENOTFOUND
+	if err != nil && !noStore {
+		return err
+	}
+	var snapshotID int64
+	if !noStore {
+		snapshotID, err = latestFullSnapshotID(ctx, tx)
+		if noStore = gcos.ErrorCode(err) == gcos.ENOTFOUND; err != nil && !noStore {
 			return err
 		}
-		_ = issueID
-		objs = append(objs, objectCandidate{key: key, objectType: class, objectRef: ref, reason: "open_finding", groupKey: g.Key,
-			values: candidateValues{GroupKey: "object:" + key, Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
+	}
+	var objs []objectCandidate
+	newBases := map[birthBase]int64{}
+	var baseOrder []birthBase
+	for _, q := range qs {
+		if seen[q.key] {
+			continue // already quarantined (a replay of the same birth)
+		}
+		seen[q.key] = true
+		r := q.row
+		ref := r.ObjectRef()
+		evidence := map[string]any{"object_ref": ref, "source_system": r.SourceSystem, "source": r.Source, "id": r.ID,
+			"trusted_sources": s.cfg.Intake.TrustedSources}
+		if noStore {
+			evidence["candidate_store"] = "none yet (no backfill): the finding alone records the birth"
+		}
+		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.InputIssue(gcos.InputUntrustedSource), Subject: ref,
+			RulesetVersion: rs.Version, Evidence: evidence}); err != nil {
+			return err
+		}
+		if noStore {
+			continue
+		}
+		if _, ok := trusted[q.base]; !ok {
+			if _, ok := newBases[q.base]; !ok {
+				baseOrder = append(baseOrder, q.base)
+			}
+			newBases[q.base]++
+		}
+		class := q.base.class
+		dims := regs.Dimensions(gcos.BaseGroup{ObjectClass: class, SourceRegistry: q.base.coll, LifecycleStatus: q.base.status})
+		g := gcos.NewGroup(dims[0], 1)
+		objs = append(objs, objectCandidate{key: r.CanonicalRef(), objectType: class, objectRef: ref, reason: "open_finding", groupKey: g.Key,
+			values: candidateValues{GroupKey: "object:" + r.CanonicalRef(), Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
 				InputQuality: string(gcos.InputUntrustedSource), RiskClass: regs.RiskClass(class), CoverageRequired: regs.CoverageRequired(class),
 				DependsOn: []byte(`{}`), TTL: s.cfg.TTL.TTLFor(regs.RiskClass(class)), Evidence: "untrusted:" + r.SourceSystem, MemberCount: 1}})
+	}
+	if len(objs) == 0 {
+		return nil
+	}
+	if err := s.holdUntrustedGroups(ctx, tx, regs, snapshotID, rs.Version, baseOrder, newBases); err != nil {
+		return err
 	}
 	_, err = upsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs)
 	return err
 }
 
+// holdUntrustedGroups records the groups of bases only untrusted births name that the registry does not know yet,
+// each with a needs_input (untrusted_source) row under the current ruleset. Known groups are left as they are.
+func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Registries, snapshotID int64, ruleset string,
+	bases []birthBase, counts map[birthBase]int64) error {
+	if len(bases) == 0 {
+		return nil
+	}
+	var all []gcos.Group
+	var keys []string
+	for _, b := range bases {
+		for _, d := range regs.Dimensions(gcos.BaseGroup{ObjectClass: b.class, SourceRegistry: b.coll, LifecycleStatus: b.status}) {
+			g := gcos.NewGroup(d, counts[b])
+			all, keys = append(all, g), append(keys, g.Key)
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE group_key = ANY($1)`, keys)
+	if err != nil {
+		return fmt.Errorf("quarantine groups: %w", err)
+	}
+	existing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("quarantine groups: %w", err)
+	}
+	var fresh []gcos.Group
+	var held []candidateValues
+	for _, g := range all {
+		if slices.Contains(existing, g.Key) {
+			continue
+		}
+		fresh = append(fresh, g)
+		class := deref(g.ObjectClass)
+		deps, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256([]byte("untrusted:" + g.Key + ":" + ruleset))
+		held = append(held, candidateValues{GroupKey: g.Key, Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
+			InputQuality: string(gcos.InputUntrustedSource), RiskClass: regs.RiskClass(class),
+			CoverageRequired: regs.CoverageRequired(class), OwnerScope: g.OwnerScope, DependsOn: deps,
+			TTL: s.cfg.TTL.TTLFor(regs.RiskClass(class)), Evidence: hex.EncodeToString(sum[:16]), MemberCount: g.MemberCount})
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	if err := recordNewGroups(ctx, tx, fresh); err != nil {
+		return err
+	}
+	_, err = seedCandidates(ctx, tx, snapshotID, ruleset, "intake", held)
+	return err
+}
+
 // mapChangelog maps one registry_changelog row to a signal (nil: no rule selects it, or it is GCOS's own echo).
+// entity_type is either a registry word (the row is about a collection, pivot, rule, owner…) or an object class
+// (the row is about one object of that class, named by entity_code); a row that is neither cannot be mapped and is
+// returned as an error, which sends it to the retry lane.
 func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, regs gcos.Registries, r TailRow) (*signal, error) {
 	kind, ok := s.cfg.Intake.KindFor(r.EntityType, r.Action)
 	if !ok {
@@ -315,13 +450,22 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, regs gcos.Registrie
 	}
 	sig := &signal{kind: kind, subject: r.EntityCode, actor: nonEmpty(r.ChangedBy, "unknown"), source: nonEmpty(r.ChangedBy, "registry_changelog"),
 		firstID: r.ID, occurred: r.TS, table: "registry_changelog", objectTyp: r.EntityType, coll: r.EntityType, code: nonEmpty(r.EntityCode, fmt.Sprint(r.ID))}
+	classColl, isClass := regs.Classes[r.EntityType]
+	if isClass && classColl != nil {
+		sig.coll = *classColl
+	}
 	var cond string
 	var args []any
-	switch kind {
-	case gcos.ChangeCollection, gcos.ChangeCount, gcos.ChangeSource:
-		cond, args = `source_registry = $1`, []any{r.EntityCode}
-	case gcos.ChangeAxisIntroduced:
-		// A pivot names its class and family: dirty that class's groups and the family's.
+	switch {
+	case kind == gcos.ChangePolicy || kind == gcos.ChangeRuleset:
+		// Rule changes reach groups through a ruleset bump: the diff of the activation dirties exactly the changed
+		// rules' scope. The signal still travels (and is audited); nothing is dirtied twice.
+		return sig, nil
+	case kind == gcos.ChangeAuthority:
+		scope, class, coll := s.authoritySubject(ctx, tx, r)
+		cond, args = `($1 = '' OR scope = $1) AND (($2 <> '' AND object_class = $2) OR ($3 <> '' AND source_registry = $3) OR ($2 = '' AND $3 = ''))`, []any{scope, class, coll}
+	case kind == gcos.ChangeAxisIntroduced && !isClass:
+		// A pivot names its class and family: dirty that class's groups (an axis row names the family itself).
 		class := ""
 		for _, p := range regs.Pivots {
 			if p.PivotCode == r.EntityCode && p.EntityType != nil {
@@ -329,21 +473,26 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, regs gcos.Registrie
 			}
 		}
 		cond, args = `object_class = $1 OR axis_family = $2 OR object_class = $2`, []any{class, r.EntityCode}
-	case gcos.ChangeAuthority:
-		scope, class, coll := s.authoritySubject(ctx, tx, r)
-		cond, args = `($1 = '' OR scope = $1) AND (($2 <> '' AND object_class = $2) OR ($3 <> '' AND source_registry = $3) OR ($2 = '' AND $3 = ''))`, []any{scope, class, coll}
-	case gcos.ChangePolicy, gcos.ChangeRuleset:
-		// Rule changes reach groups through a ruleset bump: the diff of the activation dirties exactly the changed
-		// rules' scope. The signal still travels (and is audited); nothing is dirtied twice.
-		return sig, nil
-	default: // object-level kinds: entity_type is the object's class
-		if _, ok := regs.Classes[r.EntityType]; !ok {
-			return nil, gcos.Errorf(gcos.EINVALID, "changelog %d: %s %q is neither a registry word nor a known class", r.ID, r.Action, r.EntityType)
-		}
+	case !isClass && (kind == gcos.ChangeCollection || kind == gcos.ChangeCount || kind == gcos.ChangeSource):
+		cond, args = `source_registry = $1`, []any{r.EntityCode}
+	case !isClass:
+		return nil, gcos.Errorf(gcos.EINVALID, "changelog %d: %s %q is neither a registry word nor a known class", r.ID, r.Action, r.EntityType)
+	case kind == gcos.ChangeObjectRegistered || kind == gcos.ChangeObjectBorn:
+		// One object (re)registered: its own group in every scope — its anchor's for an inherited child. An object
+		// the inventory does not hold (yet) cannot be placed: every group of its class, fail closed.
+		b := s.birthBinding()
+		cond = fmt.Sprintf(`(CASE WHEN EXISTS (SELECT 1 FROM %[1]s o WHERE o.%[2]s = $2 AND o.%[3]s = $3)
+			THEN (object_class, source_registry, lifecycle_status) IN (
+			    SELECT coalesce(p.%[4]s, o.%[4]s), coalesce(p.%[2]s, o.%[2]s), coalesce(p.%[5]s, o.%[5]s)
+			    FROM %[1]s o LEFT JOIN %[1]s p ON o.%[6]s IS NOT NULL AND p.%[2]s = o.%[2]s AND p.%[3]s = o.%[6]s
+			    WHERE o.%[2]s = $2 AND o.%[3]s = $3)
+			ELSE object_class = $1 END)`,
+			ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Parent))
+		args = []any{r.EntityType, sig.coll, r.EntityCode}
+	default:
+		// The object's status moved (retired, superseded, merged) or its count or source changed: the group it left
+		// is not named by the row, so every group of its class.
 		cond, args = `object_class = $1`, []any{r.EntityType}
-		if c := regs.Classes[r.EntityType]; c != nil {
-			sig.coll = *c
-		}
 	}
 	rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE `+cond, args...)
 	if err != nil {
@@ -379,7 +528,7 @@ func (s *Store) authoritySubject(ctx context.Context, tx pgx.Tx, r TailRow) (sco
 // (whose groups in every scope it names by the first), or a changelog subject. The correlation id is built from the
 // bucket, so a replay of the same rows produces the same ids; keys already seen are skipped before emitting.
 func (s *Store) emitHandoffs(ctx context.Context, tx pgx.Tx, sigs []*signal, st *HandoffStats) error {
-	bucket := s.cfg.Intake.SignalBucket
+	bucket := max(s.cfg.Intake.SignalBucket, 1)
 	type pending struct {
 		sig  *signal
 		corr string

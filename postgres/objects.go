@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,9 +14,10 @@ import (
 	"gcos"
 )
 
-// Object rows are materialized only for the four reasons of doc 40 §40.6. The backfill and the full audit own
-// three of them (independently authoritative class, exception on the object, high-risk write-path class); the
-// fourth (an open finding on the object) is owned by whoever raises the finding.
+// Object rows are materialized only for the four reasons of doc 40 §40.6: an independently authoritative class,
+// an open (input) finding on the object, an exception on the object, a high-risk write-path class. The backfill
+// derives all four from the registries and system_issues; the intake also writes a quarantined birth's row at once
+// (quarantineUntrusted), which the backfill then leaves as it is while its finding stays open.
 
 type objectCandidate struct {
 	key, objectType, objectRef, reason, groupKey string
@@ -50,20 +52,64 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 	for c := range classes {
 		classList = append(classList, c)
 	}
-	var excColls, excCodes []string
+	held, err := openObjectFindings(ctx, tx)
+	if err != nil {
+		return 0, 0, err
+	}
+	// Rows an open finding already holds (an untrusted birth's quarantine) stay as their raiser wrote them.
+	kept := map[string]bool{}
+	rows, err := tx.Query(ctx, `SELECT candidate_key, object_ref FROM governance_candidate_object
+		WHERE ruleset_version = $1 AND lifecycle_status = 'active' AND materialization_reason = 'open_finding'`, ev.ruleset.Version)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read held objects: %w", err)
+	}
+	for rows.Next() {
+		var key, ref string
+		if err := rows.Scan(&key, &ref); err != nil {
+			rows.Close()
+			return 0, 0, fmt.Errorf("read held objects: %w", err)
+		}
+		if _, ok := held[key]; ok {
+			kept[key], kept[ref] = true, true
+		} else if _, ok := held[ref]; ok {
+			kept[key], kept[ref] = true, true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("read held objects: %w", err)
+	}
+	// Objects named one by one: under an exception, or targeted by an open finding.
+	named := map[[2]string]bool{}
+	var namedColls, namedCodes []string
+	addNamed := func(coll, code string) {
+		if k := [2]string{coll, code}; !named[k] {
+			named[k] = true
+			namedColls, namedCodes = append(namedColls, coll), append(namedCodes, code)
+		}
+	}
 	for k := range excepted {
-		excColls, excCodes = append(excColls, k[0]), append(excCodes, k[1])
+		addNamed(k[0], k[1])
+	}
+	for subject := range held {
+		if coll, code, ok := strings.Cut(subject, ":"); ok && coll != "" && code != "" && !kept[subject] {
+			addNamed(coll, code)
+		}
 	}
 	b := s.birthBinding()
-	rows, err := tx.Query(ctx, fmt.Sprintf(`
-		SELECT b.%[2]s, b.%[3]s, coalesce(a.%[4]s, b.%[4]s), coalesce(a.%[5]s, b.%[5]s), coalesce(a.%[2]s, b.%[2]s), b.%[6]s
+	// A class criterion never selects an inherited child: the child is represented by its anchor's group (doc 40
+	// §40.6 criterion 1, M-DEF-7), so children added under a container of such a class add no row. A child named
+	// by an exception or a finding is placed in its anchor's group.
+	rows, err = tx.Query(ctx, fmt.Sprintf(`
+		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s
 		FROM %[1]s b
-		LEFT JOIN LATERAL (SELECT p.%[4]s, p.%[5]s, p.%[2]s FROM %[1]s p
-		                   WHERE b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s OFFSET 0) a ON true
-		WHERE b.%[4]s = ANY($1)
-		   OR (b.%[2]s, b.%[3]s) IN (SELECT * FROM unnest($2::text[], $3::text[]))`,
+		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL
+		UNION ALL
+		SELECT b.%[2]s, b.%[3]s, coalesce(p.%[4]s, b.%[4]s), coalesce(p.%[5]s, b.%[5]s), coalesce(p.%[2]s, b.%[2]s), b.%[6]s
+		FROM unnest($2::text[], $3::text[]) AS k(coll, code)
+		JOIN %[1]s b ON b.%[2]s = k.coll AND b.%[3]s = k.code
+		LEFT JOIN %[1]s p ON b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s`,
 		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Canonical), ident(b.Parent)),
-		classList, excColls, excCodes)
+		classList, namedColls, namedCodes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
 	}
@@ -75,6 +121,7 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		}
 	}
 	var objs []objectCandidate
+	seen := map[string]bool{}
 	byGroup := map[string]candidateValues{}
 	for rows.Next() {
 		var coll, code, class, status, anchorColl string
@@ -83,19 +130,33 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 			rows.Close()
 			return 0, 0, fmt.Errorf("read object: %w", err)
 		}
-		g, ok := byBase[[3]string{class, anchorColl, status}]
-		if !ok {
-			continue // born after the snapshot: the next audit materializes it
-		}
 		ref := coll + ":" + code
 		key := ref
 		if canonical != nil && *canonical != "" {
 			key = *canonical
 		}
+		if seen[key] || kept[key] || kept[ref] {
+			continue // selected twice (a class and a name), or held by its finding as it is
+		}
+		g, ok := byBase[[3]string{class, anchorColl, status}]
+		if !ok {
+			continue // born after the snapshot: the next audit materializes it
+		}
+		finding, hasFinding := held[key]
+		if !hasFinding {
+			finding, hasFinding = held[ref]
+		}
 		reason := classes[class]
 		if _, ok := excepted[[2]string{coll, code}]; ok {
 			reason = "exception"
 		}
+		if hasFinding {
+			reason = "open_finding"
+		}
+		if reason == "" {
+			continue
+		}
+		seen[key] = true
 		// Objects share their group's verdict inputs: evaluate each group once, and key the object's evidence by
 		// its candidate key.
 		gv, ok := byGroup[g.Key]
@@ -109,19 +170,67 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 			byGroup[g.Key] = gv
 		}
 		v := gv
-		sum := sha256.Sum256([]byte(gv.Evidence + "\x00" + key))
-		v.Evidence = hex.EncodeToString(sum[:16])
-		if reason == "exception" && v.Verdict == gcos.VerdictRelevant {
-			x := excepted[[2]string{coll, code}]
-			v.Coverage, v.ExceptionID = gcos.CoverageApprovedException, &x.ExceptionID
+		evidence := gv.Evidence + "\x00" + key
+		switch reason {
+		case "open_finding":
+			// An open input finding on the object: needs_input until the finding closes (SPEC §7).
+			v.Verdict, v.Rule, v.InputQuality = gcos.VerdictNeedsInput, "open_finding", finding.state
+			v.CoverageRequired, v.Coverage, v.CoverageOwner, v.ExceptionID = ev.regs.CoverageRequired(class), "", nil, nil
+			evidence += fmt.Sprintf("\x00finding:%d:%s", finding.id, finding.state)
+		case "exception":
+			if v.Verdict == gcos.VerdictRelevant {
+				x := excepted[[2]string{coll, code}]
+				v.Coverage, v.ExceptionID = gcos.CoverageApprovedException, &x.ExceptionID
+				evidence += "\x00exception:" + x.ExceptionID
+			}
 		}
+		sum := sha256.Sum256([]byte(evidence))
+		v.Evidence = hex.EncodeToString(sum[:16])
 		v.GroupKey = "object:" + key
 		objs = append(objs, objectCandidate{key: key, objectType: class, objectRef: ref, reason: reason, groupKey: g.Key, values: v})
 	}
 	if err := rows.Err(); err != nil {
 		return 0, 0, fmt.Errorf("read objects: %w", err)
 	}
-	return upsertObjects(ctx, tx, snap.ID, ev.ruleset.Version, runID, objs)
+	keep := make([]string, 0, len(kept))
+	for k := range kept {
+		keep = append(keep, k)
+	}
+	return upsertObjects(ctx, tx, snap.ID, ev.ruleset.Version, runID, objs, keep)
+}
+
+// heldFinding is an open input finding on one object.
+type heldFinding struct {
+	id    int64
+	state string
+}
+
+// openObjectFindings returns the open input findings (gov:input:<state>:<subject>) by subject: an object's
+// candidate key or collection:code.
+func openObjectFindings(ctx context.Context, tx pgx.Tx) (map[string]heldFinding, error) {
+	const prefix = "gov:input:"
+	rows, err := tx.Query(ctx, `SELECT id, coalesce_key FROM system_issues
+		WHERE status = 'open' AND coalesce_key LIKE 'gov:input:%' ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("read open input findings: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]heldFinding{}
+	for rows.Next() {
+		var id int64
+		var key string
+		if err := rows.Scan(&id, &key); err != nil {
+			return nil, fmt.Errorf("read open input findings: %w", err)
+		}
+		state, subject, ok := strings.Cut(strings.TrimPrefix(key, prefix), ":")
+		if q, err := gcos.ParseInputQuality(state); !ok || subject == "" || err != nil || q == gcos.InputAccepted {
+			continue
+		}
+		if _, dup := out[subject]; !dup {
+			out[subject] = heldFinding{id: id, state: state}
+		}
+	}
+	return out, rows.Err()
 }
 
 const upsertObjectsSQL = `
@@ -143,23 +252,32 @@ ON CONFLICT (candidate_key, ruleset_version) DO UPDATE SET
     evidence_fingerprint = EXCLUDED.evidence_fingerprint, owner_scope = EXCLUDED.owner_scope,
     lifecycle_status = 'active', updated_at = now()
 WHERE o.lifecycle_status <> 'active' OR o.evidence_fingerprint IS DISTINCT FROM EXCLUDED.evidence_fingerprint
-   OR o.materialization_reason IS DISTINCT FROM EXCLUDED.materialization_reason`
+   OR o.materialization_reason IS DISTINCT FROM EXCLUDED.materialization_reason
+   -- no scan re-evaluates object rows: a row that is no longer clean (expired, dirty, failed) is re-derived here,
+   -- or it would stay stale for good once its TTL passed
+   OR o.dirty OR o.recompute_status <> 'ok' OR o.stale_after <= now()`
 
-// Rows whose reason lapsed become tombstones; rows held by an open finding are released by the finding's owner.
+// Rows whose reason lapsed become tombstones. A row held by an open finding lapses when the finding closes; the
+// recheck keeps a row whose finding was raised (and the row written) after this run read the findings.
 const tombstoneObjectsSQL = `
-UPDATE governance_candidate_object SET lifecycle_status = 'retired', updated_at = now(), last_run_id = $3
-WHERE ruleset_version = $1 AND lifecycle_status = 'active' AND materialization_reason <> 'open_finding'
-  AND candidate_key NOT IN (SELECT unnest($2::text[]))`
+UPDATE governance_candidate_object o SET lifecycle_status = 'retired', updated_at = now(), last_run_id = $3
+WHERE o.ruleset_version = $1 AND o.lifecycle_status = 'active'
+  AND o.candidate_key NOT IN (SELECT unnest($2::text[]))
+  AND (o.materialization_reason <> 'open_finding' OR NOT EXISTS (
+        SELECT 1 FROM system_issues i WHERE i.status = 'open'
+          AND i.coalesce_key IN ('gov:input:' || o.input_quality_state || ':' || o.candidate_key,
+                                 'gov:input:' || o.input_quality_state || ':' || o.object_ref)))`
 
-func upsertObjects(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []objectCandidate) (int64, int64, error) {
+func upsertObjects(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []objectCandidate, keep []string) (int64, int64, error) {
 	n, err := upsertObjectRows(ctx, tx, snapshotID, ruleset, runID, objs)
 	if err != nil {
 		return 0, 0, err
 	}
-	keys := make([]string, len(objs))
-	for i, o := range objs {
-		keys[i] = o.key
+	keys := make([]string, 0, len(objs)+len(keep))
+	for _, o := range objs {
+		keys = append(keys, o.key)
 	}
+	keys = append(keys, keep...)
 	slices.Sort(keys)
 	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, ruleset, keys, runID)
 	if err != nil {

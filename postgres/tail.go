@@ -1499,23 +1499,21 @@ func (s *Store) EnsureCursor(ctx context.Context, src TailSource) (Cursor, error
 			}
 			zone, meta["time_zone_from"] = &z, how
 		}
-		var existing *tailCursorRow
-		cur, err := tailScanCursor(tx.QueryRow(ctx, `SELECT `+tailCursorCols+` FROM gov_worker_cursor c
+		// Workers starting together race to create the cursor: the insert yields to a row another one committed (or
+		// waits for one it has not committed yet), and the row is then read locked either way.
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO gov_worker_cursor (worker_name, source, source_table, ts_column, id_column, ts_type, time_zone, metadata)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`, tailWorkerPrefix+src.Name, src.Name,
+			src.qualifiedTable(), src.TSColumn, src.IDColumn, tsType, zone, meta)
+		if err != nil {
+			return mapError(err, "ensure cursor "+src.Name)
+		}
+		existing, err := tailScanCursor(tx.QueryRow(ctx, `SELECT `+tailCursorCols+` FROM gov_worker_cursor c
 			WHERE c.source = $1 FOR UPDATE OF c`, src.Name))
-		switch {
-		case err == nil:
-			existing = &cur
-		case !errors.Is(err, pgx.ErrNoRows):
+		if err != nil {
 			return fmt.Errorf("ensure cursor %s: %w", src.Name, err)
 		}
-		if existing == nil {
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO gov_worker_cursor (worker_name, source, source_table, ts_column, id_column, ts_type, time_zone, metadata)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, tailWorkerPrefix+src.Name, src.Name, src.qualifiedTable(),
-				src.TSColumn, src.IDColumn, tsType, zone, meta); err != nil {
-				return mapError(err, "ensure cursor "+src.Name)
-			}
-		} else {
+		if tag.RowsAffected() == 0 {
 			rebind := existing.table != src.qualifiedTable() || existing.tsColumn != src.TSColumn ||
 				existing.idColumn != src.IDColumn || existing.noTZ != (tsType == "timestamp")
 			if rebind && !existing.pos.start {

@@ -102,13 +102,16 @@ LANGUAGE sql IMMUTABLE AS $$
         WHEN effective IN ('stale', 'unknown', 'needs_input') THEN 'stale'
         WHEN effective = 'deferred_birth' THEN 'deferred_birth'
         WHEN effective = 'class_0' THEN 'class_0'
+        ELSE 'stale' -- an unrecognised verdict never looks better than the data (as gcos.BucketFor)
     END
 $$;
 
 -- The coverage invariant per scope, in objects, against the latest full snapshot (backfill or audit): total is
 -- the snapshot's birth count (every object belongs to one group per scope); each snapshot group's objects land in
 -- the bucket of its candidate row, except materialized objects, which land in their own. A group of the snapshot
--- with no candidate row under the current ruleset lands nowhere, so the ledger does not close.
+-- with no candidate row under the current ruleset lands nowhere, so the ledger does not close; so does a relevant
+-- group or object with no coverage outcome under it (every scan writes the outcome with the verdict, so a missing
+-- one is drift, never an orphan to be counted quietly).
 CREATE VIEW v_invariant_ledger AS
 WITH snap AS (
     SELECT id, snapshot_at, metrics FROM evolution_snapshots
@@ -118,11 +121,15 @@ WITH snap AS (
 ), scopes AS (
     SELECT DISTINCT g.scope FROM snap_groups sg JOIN governance_group g USING (group_key)
 ), objects AS (
-    SELECT o.group_key, gcos_invariant_bucket(o.effective_verdict, o.coverage_outcome) AS bucket, count(*) AS n
+    -- bucket NULL: a relevant object with no coverage outcome, taken out of its group but placed nowhere
+    SELECT o.group_key, CASE WHEN o.effective_verdict = 'relevant' AND o.coverage_outcome IS NULL THEN NULL
+                             ELSE gcos_invariant_bucket(o.effective_verdict, o.coverage_outcome) END AS bucket,
+           count(*) AS n
     FROM v_candidate_object_effective o WHERE o.lifecycle_status = 'active'
     GROUP BY 1, 2
 ), placed AS (
-    SELECT e.scope, gcos_invariant_bucket(e.effective_verdict, e.coverage_outcome) AS bucket,
+    SELECT e.scope, CASE WHEN e.effective_verdict = 'relevant' AND e.coverage_outcome IS NULL THEN NULL
+                         ELSE gcos_invariant_bucket(e.effective_verdict, e.coverage_outcome) END AS bucket,
            sg.objects - coalesce((SELECT sum(n) FROM objects o WHERE o.group_key = sg.group_key), 0) AS n
     FROM snap_groups sg
     JOIN v_candidate_effective e ON e.group_key = sg.group_key AND e.source_snapshot_ref IS NOT NULL

@@ -1,0 +1,102 @@
+package intake_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/intake"
+	"gcos/postgres"
+)
+
+// TestMonitorRunsUnderLease: two monitors (two processes) share the silent-gap monitor through its lease: a dead
+// intake executor is reported, one lease holder at a time, and a stopped monitor gives its lease up.
+func TestMonitorRunsUnderLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cfg := e.cfg
+	cfg.SilentGapThreshold = gcos.Duration(300 * time.Millisecond)
+	cfg.HeartbeatInterval = gcos.Duration(50 * time.Millisecond)
+	if _, err := e.pool.Exec(e.ctx, `INSERT INTO queue_heartbeat (executor_name, executor_kind, last_tick_at, last_tick_status)
+		VALUES ('gcos.intake.birth_registry', 'gcos.intake', now() - interval '1 minute', 'ok read=0 failed=0 retried=0')`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	for _, owner := range []string{"host-a:1", "host-b:2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := &intake.Monitor{Store: e.store, Config: cfg, Owner: owner}
+			if err := m.Run(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'handoff_silent_gap' AND status = 'open'`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead executor was never reported")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name = $1 AND lease_owner IN ('host-a:1', 'host-b:2')
+		AND lease_expires_at > now()`, intake.MonitorLease); n != 1 {
+		t.Fatalf("%d live monitor leases, want 1", n)
+	}
+	cancel()
+	wg.Wait()
+	if n := e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name = $1 AND lease_owner IS NOT NULL`, intake.MonitorLease); n != 0 {
+		t.Fatal("a stopped monitor kept its lease")
+	}
+	// A fresh tick resolves the finding at the next check.
+	if err := e.store.IntakeHeartbeat(e.ctx, "birth_registry", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := (&intake.Monitor{Store: e.store, Config: cfg}).Check(e.ctx)
+	if err != nil || len(rep.Resolved) != 1 || len(rep.Raised) != 0 {
+		t.Fatalf("check after a fresh tick: %+v (%v)", rep, err)
+	}
+}
+
+// TestWorkerEmitsHeartbeatEvent: Once emits governance.handoff.heartbeat once, counting the rows it saw, through the
+// one emit path (captured while the vocabulary is not active); Run emits one per heartbeat interval and ticks
+// queue_heartbeat per source after every pass, also when there is nothing to do.
+func TestWorkerEmitsHeartbeatEvent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.insert(t, 7, 3)
+	time.Sleep(30 * time.Millisecond)
+	if _, err := e.worker().Once(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	heartbeats := `SELECT count(*) FROM event_pending WHERE event_type_hint = 'governance.handoff.heartbeat'`
+	if n := e.count(t, heartbeats); n != 1 {
+		t.Fatalf("%d heartbeat events after Once, want 1", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM event_pending WHERE event_type_hint = 'governance.handoff.heartbeat'
+		AND (capture_payload -> 'safe_payload' ->> 'count')::int = 10`); n != 1 {
+		t.Fatal("the heartbeat should count the 10 rows seen")
+	}
+	w := e.worker()
+	w.Config.HeartbeatInterval = gcos.Duration(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(e.ctx, 400*time.Millisecond)
+	defer cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(t, heartbeats); n < 3 {
+		t.Fatalf("%d heartbeat events after a 400 ms run with a 50 ms interval", n)
+	}
+	rep, err := e.store.CheckSilence(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rep.Executors {
+		if x.State != postgres.ExecutorAlive {
+			t.Fatalf("a quiet worker's executor %+v", x)
+		}
+	}
+}

@@ -1,0 +1,686 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+	"gcos/intake"
+	"gcos/postgres"
+	"gcos/postgres/pgtest"
+	"gcos/world"
+)
+
+// The handoff apply step (postgres.ApplyHandoff) driven by the real intake worker over a small synthetic world: every
+// expectation about which groups a change dirties is an independent selection from the source rows (births and the
+// registries), never the group-registry filter the implementation itself uses.
+
+const hoGuard = 5 * time.Millisecond
+
+// hoEnv is a small world backfilled under an active ruleset, with the governance vocabulary registered and every
+// governance.handoff.* type active; newHandoffEnv also has the intake caught up with the world's history and every
+// group clean.
+type hoEnv struct {
+	*bundle
+	w     *intake.Worker
+	mu    sync.Mutex
+	stats []postgres.HandoffStats
+}
+
+func newHandoffEnv(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
+	t.Helper()
+	e := newHandoffWorld(t, births, tweak)
+	e.catchUp(t)
+	e.scanAll(t, postgres.ModeIncremental)
+	if d := e.dirty(t); len(d) != 0 {
+		t.Fatalf("%d groups still dirty after the baseline scan", len(d))
+	}
+	return e
+}
+
+// newHandoffWorld is newHandoffEnv before the intake has read anything (its cursors are created at "start").
+func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	if _, err := world.Generate(ctx, pool, world.Options{Births: births, Changes: 100, Seed: 11}); err != nil {
+		t.Fatalf("generate world: %v", err)
+	}
+	cfg := gcos.DefaultConfig()
+	in := &cfg.Intake
+	in.PageSize = 500
+	in.PollInterval = gcos.Duration(20 * time.Millisecond)
+	in.HorizonGuard = gcos.Duration(hoGuard)
+	in.BackoffBase, in.BackoffMax = gcos.Duration(time.Millisecond), gcos.Duration(4*time.Millisecond)
+	in.MaxAttempts = 3
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{ctx: ctx, pool: pool, store: postgres.New(pool, cfg, nil), cfg: cfg}
+	res := b.backfill(t)
+	b.activate(t, res.RulesetVersion)
+	e := &hoEnv{bundle: b}
+	e.activateTypes(t, "governance.handoff.")
+	e.w = &intake.Worker{Store: b.store, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}
+	return e
+}
+
+// activateTypes registers the governance vocabulary and activates every type whose name starts with prefix.
+func (e *hoEnv) activateTypes(t *testing.T, prefix string) {
+	t.Helper()
+	if _, err := e.store.RegisterVocabulary(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	types, err := e.store.ListEventTypes(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ty := range types {
+		if strings.HasPrefix(ty.EventType, prefix) && !ty.Active {
+			if _, err := e.store.ActivateEventType(e.ctx, ty.EventType, "APR-TEST-EVENTS", "test-approver"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// apply is the worker's apply step: the store's handoff apply, with its stats kept for the test.
+func (e *hoEnv) apply(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+	failures, st, err := e.store.ApplyHandoff(ctx, tx, rows)
+	if err == nil {
+		e.mu.Lock()
+		e.stats = append(e.stats, st)
+		e.mu.Unlock()
+	}
+	return failures, err
+}
+
+// takeStats returns the stats of the apply calls since the last takeStats.
+func (e *hoEnv) takeStats() []postgres.HandoffStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.stats
+	e.stats = nil
+	return out
+}
+
+// catchUp lets the rows committed so far fall below the horizon and runs one full intake pass.
+func (e *hoEnv) catchUp(t *testing.T) []intake.SourceTick {
+	t.Helper()
+	time.Sleep(4 * hoGuard)
+	ticks, err := e.w.Once(e.ctx)
+	if err != nil {
+		t.Fatalf("intake: %v", err)
+	}
+	return ticks
+}
+
+// dirty returns the dirty groups under the current ruleset and their reasons.
+func (e *hoEnv) dirty(t *testing.T) map[string]string {
+	t.Helper()
+	return e.pairs(t, `SELECT c.group_key, c.dirty_reason FROM governance_candidate_state c
+		JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`)
+}
+
+func (e *hoEnv) pairs(t *testing.T, sql string, args ...any) map[string]string {
+	t.Helper()
+	rows, err := e.pool.Query(e.ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (e *hoEnv) strs(t *testing.T, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := e.pool.Query(e.ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// hoBases is every birth with the base group it belongs to (its anchor's, for an inherited child), read straight
+// from birth_registry: the independent source of "which groups does this change affect".
+const hoBases = `
+WITH x AS (
+    SELECT b.id, b.entity_code AS code, b.source_system AS src,
+           coalesce(p.entity_type, b.entity_type) AS c, coalesce(p.collection_name, b.collection_name) AS k,
+           coalesce(p.status, b.status) AS s
+    FROM birth_registry b
+    LEFT JOIN birth_registry p ON b.parent_code IS NOT NULL AND p.collection_name = b.collection_name
+                              AND p.entity_code = b.parent_code)
+`
+
+// groupsOfBirths returns the group keys (every scope) of the base groups of the births selected by cond on x.
+func (e *hoEnv) groupsOfBirths(t *testing.T, cond string, args ...any) []string {
+	t.Helper()
+	return e.strs(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
+		JOIN x ON (g.object_class, g.source_registry, g.lifecycle_status) = (x.c, x.k, x.s) WHERE `+cond, args...)
+}
+
+// signalIDs returns the ids of the handoff signals (heartbeats aside) in the outbox.
+func (e *hoEnv) signalIDs(t *testing.T) []string {
+	t.Helper()
+	return e.strs(t, `SELECT id::text FROM event_outbox WHERE event_type LIKE 'governance.handoff.%'
+		AND event_type <> 'governance.handoff.heartbeat'`)
+}
+
+type hoSignal struct {
+	eventType, kind, groupKey, subject, source, corr string
+}
+
+// newSignals returns the handoff signals emitted since before (a signalIDs result).
+func (e *hoEnv) newSignals(t *testing.T, before []string) []hoSignal {
+	t.Helper()
+	rows, err := e.pool.Query(e.ctx, `SELECT event_type, coalesce(safe_payload->>'change_kind', ''),
+		coalesce(safe_payload->>'group_key', ''), coalesce(event_subject_ref, ''), source_system, correlation_id
+		FROM event_outbox WHERE event_type LIKE 'governance.handoff.%' AND event_type <> 'governance.handoff.heartbeat'
+		  AND NOT (id::text = ANY($1)) ORDER BY created_at, id`, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hoSignal, error) {
+		var s hoSignal
+		err := r.Scan(&s.eventType, &s.kind, &s.groupKey, &s.subject, &s.source, &s.corr)
+		return s, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// clean re-scans the dirty set so the next case starts from a clean store.
+func (e *hoEnv) clean(t *testing.T) {
+	t.Helper()
+	e.scanAll(t, postgres.ModeIncremental)
+	if d := e.dirty(t); len(d) != 0 {
+		t.Fatalf("%d groups still dirty after the scan", len(d))
+	}
+}
+
+func sameSet(got map[string]string, want []string) (missing, extra []string) {
+	w := map[string]bool{}
+	for _, k := range want {
+		w[k] = true
+		if _, ok := got[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	for k := range got {
+		if !w[k] {
+			extra = append(extra, k)
+		}
+	}
+	slices.Sort(missing)
+	slices.Sort(extra)
+	return missing, extra
+}
+
+// expectDirty fails unless exactly want is dirty, every group with reason.
+func (e *hoEnv) expectDirty(t *testing.T, what string, want []string, reason string) {
+	t.Helper()
+	got := e.dirty(t)
+	if missing, extra := sameSet(got, want); len(missing)+len(extra) > 0 {
+		t.Fatalf("%s: dirtied %d groups, want %d: %d missing %v, %d not affected but dirtied %v", what, len(got),
+			len(want), len(missing), head(missing), len(extra), head(extra))
+	}
+	for k, r := range got {
+		if r != reason {
+			t.Fatalf("%s: group %s dirty_reason %q, want %q", what, k, r, reason)
+		}
+	}
+}
+
+func head(xs []string) []string {
+	if len(xs) > 5 {
+		return xs[:5]
+	}
+	return xs
+}
+
+// TestHandoffApply drives the handoff apply step through the intake worker: births and every changelog kind of the
+// default mapping dirty exactly the groups they provably affect with the right reason, GCOS's own audit rows are
+// skipped except a ruleset activation, and an unmappable row is retried and dead-lettered while later rows flow.
+func TestHandoffApply(t *testing.T) {
+	t.Parallel()
+	const bucket = 20
+	e := newHandoffEnv(t, 800, func(c *gcos.Config) { c.Intake.SignalBucket = bucket })
+	scopes := e.count(t, `SELECT count(*) FROM governance_responsibility_scope`)
+	if scopes < 2 {
+		t.Fatalf("the world has %d scopes; the test needs several", scopes)
+	}
+
+	t.Run("births map to their group in every scope, a child to its anchor's, coalesced per page", func(t *testing.T) {
+		var c1, k1, c2, k2 string
+		if err := e.pool.QueryRow(e.ctx, `SELECT a.object_class, a.source_registry, b.object_class, b.source_registry
+			FROM (SELECT object_class, source_registry FROM governance_group WHERE lifecycle_status = 'active'
+			      GROUP BY 1, 2 ORDER BY sum(member_count) DESC, 1 LIMIT 2) a
+			CROSS JOIN LATERAL (SELECT object_class, source_registry FROM governance_group
+			      WHERE lifecycle_status = 'active' AND object_class <> a.object_class GROUP BY 1, 2 ORDER BY 1 LIMIT 1) b
+			LIMIT 1`).Scan(&c1, &k1, &c2, &k2); err != nil {
+			t.Fatal(err)
+		}
+		// A container whose class and collection have no 'pending' group: its pending children must land in the
+		// container's (active) group, never in a group of their own.
+		var c3, k3, container string
+		if err := e.pool.QueryRow(e.ctx, `SELECT b.entity_type, b.collection_name, b.entity_code FROM birth_registry b
+			WHERE b.parent_code IS NULL AND b.status = 'active' AND b.entity_type NOT IN ($1, $2)
+			  AND NOT EXISTS (SELECT 1 FROM governance_group g WHERE g.object_class = b.entity_type
+			                  AND g.source_registry = b.collection_name AND g.lifecycle_status = 'pending')
+			ORDER BY b.id LIMIT 1`, c1, c2).Scan(&c3, &k3, &container); err != nil {
+			t.Fatal(err)
+		}
+		// Start the new births on a fresh signal bucket.
+		var first int64
+		if err := e.pool.QueryRow(e.ctx, `SELECT setval(pg_get_serial_sequence('birth_registry', 'id'),
+			(SELECT (max(id) / $1 + 1) * $1 + $1 - 1 FROM birth_registry)) + 1`, bucket).Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		before := e.signalIDs(t)
+		cur, err := e.store.GetCursor(e.ctx, "birth_registry")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos := cur.Position
+		e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+			SELECT 'ho-b-' || g, CASE WHEN g % 3 = 0 THEN $3 ELSE $1 END, CASE WHEN g % 3 = 0 THEN $4 ELSE $2 END,
+			       'active', 'birth-api', 'birth-gateway'
+			FROM generate_series(1, 70) g`, k1, c1, k2, c2)
+		e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, parent_code, source_system, actor_ref)
+			SELECT $3 || '-c' || g, $1, $2, 'pending', $3, 'birth-api', 'birth-gateway' FROM generate_series(1, 3) g`, k3, c3, container)
+		e.takeStats()
+		e.catchUp(t)
+
+		want := e.groupsOfBirths(t, `x.id >= $1`, first)
+		if int64(len(want)) != 3*scopes {
+			t.Fatalf("independent selection found %d groups for 3 base groups in %d scopes", len(want), scopes)
+		}
+		e.expectDirty(t, "births", want, "handoff:object_born")
+		anchor := e.groupsOfBirths(t, `x.k = $1 AND x.code = $2`, k3, container)
+		for _, k := range anchor {
+			if !slices.Contains(want, k) {
+				t.Fatalf("the children's groups %v do not include their anchor's group %s", want, k)
+			}
+		}
+		if n := e.count(t, `SELECT count(*) FROM governance_group WHERE object_class = $1 AND source_registry = $2
+			AND lifecycle_status = 'pending'`, c3, k3); n != 0 {
+			t.Fatalf("inherited children created %d groups of their own", n)
+		}
+
+		// One page: one dirty mark per group, one signal per (base group, id bucket).
+		var page *postgres.HandoffStats
+		for _, st := range e.takeStats() {
+			if st.Kinds[string(gcos.ChangeObjectBorn)] > 0 {
+				if page != nil {
+					t.Fatalf("the births were applied over several pages: %+v and %+v", *page, st)
+				}
+				page = &st
+			}
+		}
+		wantSignals := e.count(t, hoBases+`SELECT count(DISTINCT (x.c, x.k, x.s, x.id / $2, x.src)) FROM x WHERE x.id >= $1`, first, bucket)
+		if page == nil || page.Dirtied != int64(len(want)) || int64(page.Signals) != wantSignals || int64(page.Emitted) != wantSignals {
+			t.Fatalf("page stats %+v: want %d groups dirtied, %d signals emitted", page, len(want), wantSignals)
+		}
+		sigs := e.newSignals(t, before)
+		if int64(len(sigs)) != wantSignals {
+			t.Fatalf("%d new signals in the outbox, want %d", len(sigs), wantSignals)
+		}
+		corrs := map[string]bool{}
+		for _, s := range sigs {
+			if s.eventType != gcos.ChangeObjectBorn.EventType() || s.kind != string(gcos.ChangeObjectBorn) ||
+				!slices.Contains(want, s.groupKey) || s.source != "birth-api" || corrs[s.corr] {
+				t.Fatalf("signal %+v", s)
+			}
+			corrs[s.corr] = true
+		}
+
+		// Re-delivering the same page (a replay) marks nothing again and emits nothing again.
+		dirtyBefore := e.digest(t, `SELECT * FROM governance_candidate_state`)
+		if _, err := e.store.ResetCursor(e.ctx, "birth_registry", pos); err != nil {
+			t.Fatal(err)
+		}
+		e.takeStats()
+		e.catchUp(t)
+		if got := e.newSignals(t, before); len(got) != len(sigs) {
+			t.Fatalf("replay emitted %d more signals", len(got)-len(sigs))
+		}
+		if e.digest(t, `SELECT * FROM governance_candidate_state`) != dirtyBefore {
+			t.Fatal("replaying the page changed candidate state")
+		}
+		for _, st := range e.takeStats() {
+			if st.Dirtied != 0 || st.Emitted+st.Captured != 0 {
+				t.Fatalf("replayed page: %+v, want nothing dirtied or emitted again", st)
+			}
+		}
+		e.clean(t)
+	})
+
+	var coll, otherColl string
+	if err := e.pool.QueryRow(e.ctx, `SELECT (SELECT collection_name FROM birth_registry GROUP BY 1 ORDER BY count(*) DESC, 1 OFFSET 1 LIMIT 1),
+		(SELECT collection_name FROM birth_registry GROUP BY 1 ORDER BY count(*) DESC, 1 OFFSET 2 LIMIT 1)`).Scan(&coll, &otherColl); err != nil {
+		t.Fatal(err)
+	}
+	var pivot, pivotClass string
+	if err := e.pool.QueryRow(e.ctx, `SELECT pivot_code, entity_type FROM pivot_definitions ORDER BY pivot_code LIMIT 1`).Scan(&pivot, &pivotClass); err != nil {
+		t.Fatal(err)
+	}
+	var objID int64
+	var objClass, objCode string
+	if err := e.pool.QueryRow(e.ctx, `SELECT id, entity_type, entity_code FROM birth_registry
+		WHERE parent_code IS NULL AND status = 'active' AND entity_type <> $1 ORDER BY id DESC LIMIT 1`, pivotClass).Scan(&objID, &objClass, &objCode); err != nil {
+		t.Fatal(err)
+	}
+	var ownerID string
+	if err := e.pool.QueryRow(e.ctx, `SELECT o.id::text FROM governance_object_ownership o
+		WHERE o.collection_name IS NOT NULL AND EXISTS (SELECT 1 FROM birth_registry b WHERE b.collection_name = o.collection_name)
+		ORDER BY o.id LIMIT 1`).Scan(&ownerID); err != nil {
+		t.Fatal(err)
+	}
+	var exceptionID string
+	if err := e.pool.QueryRow(e.ctx, `SELECT x.exception_id FROM governance_exception x
+		WHERE EXISTS (SELECT 1 FROM birth_registry b WHERE b.collection_name = x.collection_name OR b.entity_type = x.entity_type)
+		ORDER BY x.exception_id LIMIT 1`).Scan(&exceptionID); err != nil {
+		t.Fatal(err)
+	}
+	type row struct{ entityType, code, action string }
+	for i, tc := range []struct {
+		name   string
+		rows   []row
+		kind   gcos.ChangeKind
+		reason string
+		want   func(t *testing.T) []string
+	}{
+		{"collection update", []row{{"collection", coll, "update"}}, gcos.ChangeCollection, "handoff:collection_changed",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, coll) }},
+		{"collection create", []row{{"collection", otherColl, "create"}}, gcos.ChangeCollection, "handoff:collection_changed",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, otherColl) }},
+		{"collection count_changed", []row{{"collection", coll, "count_changed"}}, gcos.ChangeCount, "handoff:count_changed",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, coll) }},
+		{"source source_changed", []row{{"source", otherColl, "source_changed"}}, gcos.ChangeSource, "handoff:source_changed",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, otherColl) }},
+		{"pivot axis_introduced", []row{{"pivot", pivot, "axis_introduced"}}, gcos.ChangeAxisIntroduced, gcos.DirtyAxis,
+			func(t *testing.T) []string {
+				return e.groupsOfBirths(t, `x.c = (SELECT entity_type FROM pivot_definitions WHERE pivot_code = $1)`, pivot)
+			}},
+		{"pivot update", []row{{"pivot", pivot, "update"}}, gcos.ChangeAxisIntroduced, gcos.DirtyAxis,
+			func(t *testing.T) []string {
+				return e.groupsOfBirths(t, `x.c = (SELECT entity_type FROM pivot_definitions WHERE pivot_code = $1)`, pivot)
+			}},
+		// A rule change dirties nothing at intake: the verdicts stand under the active ruleset until a new one is
+		// activated, whose diff dirties exactly the changed rules' scope (TestSB12_TargetedRulesetInvalidation).
+		{"law_jurisdiction policy_changed", []row{{"law_jurisdiction", "DIEU-01", "policy_changed"}}, gcos.ChangePolicy, "",
+			func(t *testing.T) []string { return nil }},
+		{"measurement update", []row{{"measurement", "MSR-0001", "update"}}, gcos.ChangePolicy, "",
+			func(t *testing.T) []string { return nil }},
+		{"ownership owner_changed", []row{{"ownership", ownerID, "owner_changed"}}, gcos.ChangeAuthority, gcos.DirtyAuthority,
+			func(t *testing.T) []string {
+				return e.strs(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
+					JOIN x ON (g.object_class, g.source_registry, g.lifecycle_status) = (x.c, x.k, x.s)
+					JOIN governance_object_ownership o ON o.id::text = $1
+					WHERE g.scope = o.scope_code AND (x.k = o.collection_name OR x.c = o.entity_type)`, ownerID)
+			}},
+		{"exception exception_changed", []row{{"exception", exceptionID, "exception_changed"}}, gcos.ChangeAuthority, gcos.DirtyAuthority,
+			func(t *testing.T) []string {
+				return e.strs(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
+					JOIN x ON (g.object_class, g.source_registry, g.lifecycle_status) = (x.c, x.k, x.s)
+					JOIN governance_exception o ON o.exception_id = $1
+					WHERE g.scope = o.scope_code AND (x.k = o.collection_name OR x.c = o.entity_type)`, exceptionID)
+			}},
+		{"<class> retire", []row{{objClass, objCode, "retire"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }},
+		{"<class> supersede", []row{{objClass, objCode, "supersede"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }},
+		{"<class> merge", []row{{objClass, objCode, "merge"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }},
+		{"<class> create", []row{{objClass, objCode, "create"}}, gcos.ChangeObjectRegistered, "handoff:object_registered",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }},
+		{"<class> register", []row{{objClass, objCode, "register"}}, gcos.ChangeObjectRegistered, "handoff:object_registered",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }},
+		{"<class> update", []row{{objClass, objCode, "update"}}, gcos.ChangeObjectRegistered, "handoff:object_registered",
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }},
+		// An object the inventory does not hold cannot be placed in a group: fail closed, every group of its class.
+		{"<class> register of an unborn object", []row{{objClass, "not-born-yet", "register"}}, gcos.ChangeObjectRegistered,
+			"handoff:object_registered", func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }},
+	} {
+		t.Run("changelog "+tc.name, func(t *testing.T) {
+			before := e.signalIDs(t)
+			actor := fmt.Sprintf("ops:case-%d", i)
+			for _, r := range tc.rows {
+				e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, $3, $4)`,
+					r.entityType, r.code, r.action, actor)
+			}
+			e.catchUp(t)
+			want := tc.want(t)
+			if tc.reason != "" && len(want) == 0 {
+				t.Fatal("the independent selection is empty: the case proves nothing")
+			}
+			e.expectDirty(t, tc.name, want, tc.reason)
+			sigs := e.newSignals(t, before)
+			if len(sigs) != len(tc.rows) {
+				t.Fatalf("%d signals, want %d: %+v", len(sigs), len(tc.rows), sigs)
+			}
+			for _, s := range sigs {
+				if s.eventType != tc.kind.EventType() || s.kind != string(tc.kind) || s.source != actor ||
+					(len(want) > 0) != (s.groupKey != "") || (s.groupKey != "" && !slices.Contains(want, s.groupKey)) {
+					t.Fatalf("signal %+v, want kind %s from %s naming one of the %d groups", s, tc.kind, actor, len(want))
+				}
+			}
+			e.clean(t)
+		})
+	}
+
+	t.Run("GCOS's own audit rows are skipped, a ruleset activation maps to ruleset_changed once", func(t *testing.T) {
+		before := e.signalIDs(t)
+		var pos string
+		if c, err := e.store.GetCursor(e.ctx, "registry_changelog"); err != nil {
+			t.Fatal(err)
+		} else {
+			pos = c.Position
+		}
+		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES
+			('governance_snapshot', '42', 'capture', 'gcos:snapshot'),
+			('governance_dlq', 'birth_registry:7', 'dead_letter', 'gcos:intake'),
+			('collection', $1, 'update', 'gcos:intake'),
+			('governance_ruleset', 'gov-rs-test000000', 'activate', 'gcos:test-approver')`, coll)
+		e.catchUp(t)
+		e.expectDirty(t, "own audit rows", nil, "")
+		check := func(what string) {
+			t.Helper()
+			sigs := e.newSignals(t, before)
+			if len(sigs) != 1 || sigs[0].kind != string(gcos.ChangeRuleset) || sigs[0].subject != "gov-rs-test000000" {
+				t.Fatalf("%s: signals %+v, want one ruleset_changed", what, sigs)
+			}
+		}
+		check("first delivery")
+		if _, err := e.store.ResetCursor(e.ctx, "registry_changelog", pos); err != nil {
+			t.Fatal(err)
+		}
+		e.catchUp(t)
+		check("replay")
+		e.expectDirty(t, "own audit rows replayed", nil, "")
+	})
+
+	t.Run("an unmappable row is retried, dead-lettered and visible while later rows flow", func(t *testing.T) {
+		var poison int64
+		if err := e.pool.QueryRow(e.ctx, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by)
+			VALUES ('mystery_registry', 'M-1', 'update', 'ops:poison') RETURNING id`).Scan(&poison); err != nil {
+			t.Fatal(err)
+		}
+		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ('collection', $1, 'update', 'ops:after-poison')`, coll)
+		ticks := e.catchUp(t)
+		if ticks[1].Failed != 1 {
+			t.Fatalf("changelog pass: %+v, want the poison row on the retry lane", ticks[1])
+		}
+		e.expectDirty(t, "the row after the poison row", e.groupsOfBirths(t, `x.k = $1`, coll), "handoff:collection_changed")
+		deadline := time.Now().Add(10 * time.Second)
+		for e.count(t, `SELECT count(*) FROM event_pending WHERE entity_table = 'registry_changelog' AND entity_ref = ($1::bigint)::text
+			AND dead_lettered_at IS NOT NULL`, poison) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the poison row was never dead-lettered")
+			}
+			time.Sleep(10 * time.Millisecond)
+			e.catchUp(t)
+		}
+		var attempts int
+		var lastErr, hint string
+		if err := e.pool.QueryRow(e.ctx, `SELECT error_count, last_error, event_type_hint FROM event_pending
+			WHERE entity_table = 'registry_changelog' AND entity_ref = ($1::bigint)::text`, poison).Scan(&attempts, &lastErr, &hint); err != nil {
+			t.Fatal(err)
+		}
+		if attempts != e.cfg.Intake.MaxAttempts || !strings.Contains(lastErr, "neither a registry word nor a known class") ||
+			hint != "governance.handoff.retry" {
+			t.Fatalf("dead letter: %d attempts, last error %q, hint %q", attempts, lastErr, hint)
+		}
+		if open, err := e.store.OpenFindingExists(e.ctx, gcos.IssueHandoffDLQ); err != nil || !open {
+			t.Fatalf("handoff_dlq open = %v (%v)", open, err)
+		}
+		if n := e.count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_dlq' AND entity_code = $1`,
+			fmt.Sprintf("registry_changelog:%d", poison)); n != 1 {
+			t.Fatalf("%d audit rows for the dead letter, want 1", n)
+		}
+		if c, err := e.store.GetCursor(e.ctx, "registry_changelog"); err != nil || c.DeadLettered != 1 {
+			t.Fatalf("cursor %+v (%v), want one dead letter counted", c, err)
+		}
+		e.clean(t)
+		// Intake continues after the dead letter.
+		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ('source', $1, 'source_changed', 'ops:after-dlq')`, otherColl)
+		e.catchUp(t)
+		e.expectDirty(t, "a row after the dead letter", e.groupsOfBirths(t, `x.k = $1`, otherColl), "handoff:source_changed")
+		e.clean(t)
+	})
+}
+
+// TestHandoffUntrustedSource: with trusted_sources narrowed, a birth from another source system is quarantined — a
+// needs_input object row (untrusted_source) held by an open input finding — and dirties, signals and seeds nothing:
+// its group cannot become relevant through that signal, while the same birth from a trusted source would make a new
+// group relevant. A replay quarantines nothing twice.
+func TestHandoffUntrustedSource(t *testing.T) {
+	t.Parallel()
+	e := newHandoffEnv(t, 800, func(c *gcos.Config) {
+		c.Intake.TrustedSources = []string{"import-*", "birth-api", "registry-sync"}
+	})
+	// Two classes whose active group is relevant and that have no 'pending' group yet.
+	rows, err := e.pool.Query(e.ctx, `SELECT object_class, source_registry FROM v_candidate_effective v
+		WHERE effective_verdict = 'relevant' AND lifecycle_status = 'active'
+		  AND NOT EXISTS (SELECT 1 FROM governance_group g WHERE g.object_class = v.object_class
+		                  AND g.source_registry = v.source_registry AND g.lifecycle_status = 'pending')
+		GROUP BY 1, 2 ORDER BY 1 LIMIT 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cls struct{ class, coll string }
+	picks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cls, error) {
+		var c cls
+		return c, r.Scan(&c.class, &c.coll)
+	})
+	if err != nil || len(picks) != 2 {
+		t.Fatalf("need two relevant classes without a pending group: %v %v", picks, err)
+	}
+	rogue, trusted := picks[0], picks[1]
+	activeRows := `SELECT c.* FROM governance_candidate_state c JOIN governance_group g USING (group_key)
+		WHERE g.object_class = '` + rogue.class + `' AND g.lifecycle_status = 'active'`
+	activeBefore := e.digest(t, activeRows)
+	before := e.signalIDs(t)
+	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref) VALUES
+		('rogue-1', $1, $2, 'pending', 'rogue-loader', 'mallory'),
+		('rogue-2', $1, $2, 'active', 'rogue-loader', 'mallory'),
+		('rogue-3', $1, $2, 'active', NULL, 'mallory'),
+		('trusted-1', $3, $4, 'pending', 'birth-api', 'birth-gateway')`, rogue.coll, rogue.class, trusted.coll, trusted.class)
+	e.catchUp(t)
+
+	e.expectDirty(t, "untrusted births", nil, "")
+	sigs := e.newSignals(t, before)
+	if len(sigs) != 1 || sigs[0].kind != string(gcos.ChangeObjectBorn) {
+		t.Fatalf("signals %+v, want only the trusted birth's", sigs)
+	}
+	if e.digest(t, activeRows) != activeBefore {
+		t.Fatal("an untrusted birth touched the rows of its (existing) group")
+	}
+	objects := `SELECT candidate_key, candidate_verdict || '/' || input_quality_state || '/' || materialization_reason
+		FROM governance_candidate_object WHERE object_ref LIKE $1 || ':rogue-%'`
+	got := e.pairs(t, objects, rogue.coll)
+	if len(got) != 3 {
+		t.Fatalf("object rows %v, want one per untrusted birth", got)
+	}
+	for k, v := range got {
+		if v != "needs_input/untrusted_source/open_finding" {
+			t.Fatalf("object %s: %s", k, v)
+		}
+		f := e.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'input.untrusted_source' AND status = 'open'
+			AND occurrence_count = 1 AND coalesce_key = $1`, gcos.CoalesceKey(gcos.InputIssue(gcos.InputUntrustedSource), k))
+		if f != 1 {
+			t.Fatalf("object %s: want one open input.untrusted_source finding", k)
+		}
+	}
+	objectDigest := e.digest(t, `SELECT * FROM governance_candidate_object`)
+
+	e.scanAll(t, postgres.ModeIncremental)
+	verdicts := func(c cls) map[string]string {
+		return e.pairs(t, `SELECT group_key, effective_verdict FROM v_candidate_effective
+			WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status = 'pending'`, c.class, c.coll)
+	}
+	rv, tv := verdicts(rogue), verdicts(trusted)
+	if len(rv) == 0 || len(tv) == 0 {
+		t.Fatalf("pending groups: untrusted %v, trusted %v", rv, tv)
+	}
+	for k, v := range rv {
+		if v != string(gcos.VerdictNeedsInput) {
+			t.Fatalf("the untrusted-only group %s became %s", k, v)
+		}
+	}
+	relevant := 0
+	for _, v := range tv {
+		if v == string(gcos.VerdictRelevant) {
+			relevant++
+		}
+	}
+	if relevant == 0 {
+		t.Fatalf("control: the trusted birth's new group never became relevant (%v), so the test proves nothing", tv)
+	}
+	for _, obj := range []string{rogue.coll + ":rogue-1", rogue.coll + ":rogue-2"} {
+		if g := e.store.Gate(e.ctx, obj, "write"); g.Decision != "block" {
+			t.Fatalf("gate %s: %s (%v), want block", obj, g.Decision, g.Reasons)
+		}
+	}
+
+	// A replay of the same births quarantines nothing twice.
+	if _, err := e.store.ResetCursor(e.ctx, "birth_registry", "start"); err != nil {
+		t.Fatal(err)
+	}
+	e.catchUp(t)
+	if n := e.count(t, `SELECT max(occurrence_count) FROM system_issues WHERE issue_type = 'input.untrusted_source'`); n != 1 {
+		t.Fatalf("a replay raised the untrusted-source findings again (occurrences %d)", n)
+	}
+	if e.digest(t, `SELECT * FROM governance_candidate_object`) != objectDigest {
+		t.Fatal("a replay rewrote the quarantined object rows")
+	}
+}

@@ -1,0 +1,134 @@
+package postgres_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// TestMonitorCheckSilence: CheckSilence reads queue_heartbeat by the database clock. Against a 2 s threshold an
+// intake executor that ticked 1 s ago is alive, one that ticked 10 s ago is dead (handoff_silent_gap), one that
+// stopped cleanly 10 s ago is reported as stopped; a scan executor 10 s silent raises candidate_scan_lag, but the
+// full audit's, which ticks once per interval by design, is allowed its cadence; leases and other systems'
+// executors are not watched. A fresh tick resolves the finding.
+func TestMonitorCheckSilence(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.cfg.Intake.SilentGapThreshold = gcos.Duration(2 * time.Second)
+	b.cfg.Scan.FullAuditInterval = gcos.Duration(30 * time.Second)
+	b.store = postgres.New(b.pool, b.cfg, nil)
+	b.exec(t, `INSERT INTO queue_heartbeat (executor_name, executor_kind, last_tick_at, last_tick_status) VALUES
+		('gcos.intake.birth_registry', 'gcos.intake', now() - interval '1 second', 'ok read=0 failed=0 retried=0'),
+		('gcos.intake.registry_changelog', 'gcos.intake', now() - interval '10 seconds', 'ok read=3 failed=0 retried=0'),
+		('gcos.intake.other_source', 'gcos.intake', now() - interval '10 seconds', 'stopped'),
+		('gcos.intake.never', 'gcos.intake', NULL, NULL),
+		('gcos.scan.incremental', 'scan', now() - interval '10 seconds', 'ok'),
+		('gcos.scan.full_audit', 'scan', now() - interval '20 seconds', 'idle'),
+		('gcos.scan.full_audit.lease', 'lease', now() - interval '1 hour', 'leased'),
+		('dieu45_phase3_pilot', 'pilot', now() - interval '1 day', 'ok')`)
+	rep, err := b.store.CheckSilence(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]string{}
+	for _, e := range rep.Executors {
+		states[e.Name] = e.State
+	}
+	want := map[string]string{
+		"gcos.intake.birth_registry":     postgres.ExecutorAlive,
+		"gcos.intake.registry_changelog": postgres.ExecutorDead,
+		"gcos.intake.other_source":       postgres.ExecutorStopped,
+		"gcos.intake.never":              postgres.ExecutorNever,
+		"gcos.scan.incremental":          postgres.ExecutorDead,
+		"gcos.scan.full_audit":           postgres.ExecutorAlive, // 20 s < 2 s threshold + 30 s cadence
+	}
+	if len(states) != len(want) {
+		t.Fatalf("watched executors %v, want %v", states, want)
+	}
+	for name, st := range want {
+		if states[name] != st {
+			t.Fatalf("%s: state %q, want %q (all: %v)", name, states[name], st, states)
+		}
+	}
+	raised := []string{
+		gcos.CoalesceKey(gcos.IssueHandoffSilentGap, "gcos.intake.registry_changelog"),
+		gcos.CoalesceKey(gcos.IssueHandoffSilentGap, "gcos.intake.other_source"),
+		gcos.CoalesceKey(gcos.IssueHandoffSilentGap, "gcos.intake.never"),
+		gcos.CoalesceKey(gcos.IssueCandidateScanLag, "gcos.scan.incremental"),
+	}
+	slices.Sort(raised)
+	got := slices.Sorted(slices.Values(rep.Raised))
+	if !slices.Equal(got, raised) || !rep.Silent() || rep.DirtySet.Lagging {
+		t.Fatalf("raised %v, want %v (dirty set %+v)", got, raised, rep.DirtySet)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE status = 'open' AND severity = 'high'
+		AND issue_type = 'handoff_silent_gap'`); n != 3 {
+		t.Fatalf("%d open handoff_silent_gap findings, want 3", n)
+	}
+	var state string
+	if err := b.pool.QueryRow(b.ctx, `SELECT evidence_snapshot::jsonb ->> 'state' FROM system_issues WHERE coalesce_key = $1`,
+		gcos.CoalesceKey(gcos.IssueHandoffSilentGap, "gcos.intake.other_source")).Scan(&state); err != nil || state != postgres.ExecutorStopped {
+		t.Fatalf("a clean stop's evidence says %q (%v)", state, err)
+	}
+
+	// Still silent: raised again (the occurrence counts and the severity grow); ticking again resolves.
+	if _, err := b.store.CheckSilence(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT max(occurrence_count) FROM system_issues WHERE issue_type = 'handoff_silent_gap'`); n != 2 {
+		t.Fatalf("occurrences %d after a second check, want 2", n)
+	}
+	for _, name := range []string{"gcos.intake.registry_changelog", "gcos.intake.other_source", "gcos.intake.never"} {
+		if err := b.store.IntakeHeartbeat(b.ctx, name[len("gcos.intake."):], "ok read=0 failed=0 retried=0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.store.Heartbeat(b.ctx, "gcos.scan.incremental", "scan", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = b.store.CheckSilence(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Raised) != 0 || len(rep.Resolved) != len(raised) {
+		t.Fatalf("after fresh ticks: raised %v, resolved %v", rep.Raised, rep.Resolved)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE status = 'open'`); n != 0 {
+		t.Fatalf("%d findings still open", n)
+	}
+}
+
+// TestMonitorDirtySetLag: candidate_scan_lag (subject dirty_set) while the oldest pending dirty mark is older than
+// the threshold; resolved once the scan has drained it. A failed re-evaluation waits on its own backoff and does not
+// count.
+func TestMonitorDirtySetLag(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 400, func(c *gcos.Config) { c.Intake.SilentGapThreshold = gcos.Duration(time.Second) })
+	keys := b.keysWhere(t, `true ORDER BY group_key LIMIT 3`)
+	if _, err := b.store.MarkDirty(b.ctx, keys, "handoff:object_born"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := b.store.CheckSilence(b.ctx)
+	if err != nil || rep.DirtySet.Lagging || rep.DirtySet.DirtyGroups != 3 {
+		t.Fatalf("fresh marks: %+v (%v)", rep.DirtySet, err)
+	}
+	b.exec(t, `UPDATE governance_candidate_state SET dirtied_at = now() - interval '5 seconds' WHERE dirty`)
+	rep, err = b.store.CheckSilence(b.ctx)
+	if err != nil || !rep.DirtySet.Lagging || rep.DirtySet.AgeSeconds < 5 {
+		t.Fatalf("old marks: %+v (%v)", rep.DirtySet, err)
+	}
+	if open, _ := b.store.OpenFindingExists(b.ctx, gcos.IssueCandidateScanLag); !open {
+		t.Fatal("candidate_scan_lag should be open")
+	}
+	b.exec(t, `UPDATE governance_candidate_state SET recompute_status = 'failed' WHERE group_key = $1 AND dirty`, keys[0])
+	b.scanAll(t, postgres.ModeIncremental)
+	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'input', dirtied_at = now() - interval '1 hour',
+		recompute_status = 'failed' WHERE group_key = $1`, keys[0])
+	rep, err = b.store.CheckSilence(b.ctx)
+	if err != nil || rep.DirtySet.Lagging || len(rep.Resolved) != 1 {
+		t.Fatalf("after the scan (one failed group left): %+v resolved %v (%v)", rep.DirtySet, rep.Resolved, err)
+	}
+}
