@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos"
+	"gcos/httpapi"
+	"gcos/intake"
+	"gcos/postgres"
+	"gcos/scan"
+)
+
+// memReport is what a memory child prints.
+type memReport struct {
+	RSSKiB int64  `json:"rss_kib"` // VmRSS at the end
+	HWMKiB int64  `json:"hwm_kib"` // VmHWM: the peak
+	Detail string `json:"detail"`
+}
+
+// procStatus reads VmRSS and VmHWM of this process in KiB.
+func procStatus() (rss, hwm int64, err error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(fields[1], 10, 64)
+		switch fields[0] {
+		case "VmRSS:":
+			rss = v
+		case "VmHWM:":
+			hwm = v
+		}
+	}
+	return rss, hwm, sc.Err()
+}
+
+// memoryChild runs one memory workload in this (fresh) process and prints its memReport as JSON.
+func memoryChild(ctx context.Context, o *options, stdout io.Writer) error {
+	if o.databaseURL == "" {
+		return fmt.Errorf("-memory-child needs -database-url")
+	}
+	var detail string
+	var err error
+	switch o.memoryChild {
+	case "ours":
+		detail, err = memoryOurs(ctx, o)
+	case "naive":
+		detail, err = memoryNaive(ctx, o)
+	default:
+		return fmt.Errorf("-memory-child %q: want ours or naive", o.memoryChild)
+	}
+	if err != nil {
+		return err
+	}
+	rss, hwm, err := procStatus()
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(memReport{RSSKiB: rss, HWMKiB: hwm, Detail: detail})
+}
+
+// memoryOurs does what `gcos up --demo` does on a freshly loaded world, in one process: open the store, backfill
+// and activate, serve the API, run the intake over the whole world from the start, the event and incremental scans
+// and a full audit, and answer gate calls over HTTP.
+func memoryOurs(ctx context.Context, o *options) (string, error) {
+	cfg := benchConfig(o)
+	store, err := postgres.Open(ctx, o.databaseURL, cfg, nil)
+	if err != nil {
+		return "", err
+	}
+	defer store.Close()
+	if _, err := prepare(ctx, store); err != nil {
+		return "", err
+	}
+	handler, err := httpapi.New(httpapi.Config{Store: store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", InsecureNoAuth: true}})
+	if err != nil {
+		return "", err
+	}
+	srv := httptest.NewServer(handler)
+	defer srv.Close()
+	h := &handoffApply{store: store}
+	w := &intake.Worker{Store: store, Config: cfg.Intake, Apply: h.apply}
+	ticks, err := w.Once(ctx)
+	if err != nil {
+		return "", fmt.Errorf("intake: %w", err)
+	}
+	read := 0
+	for _, t := range ticks {
+		read += t.Read
+	}
+	sched := &scan.Scheduler{Store: store, Config: cfg.Scan}
+	time.Sleep(cfg.Scan.CoalesceWindow.Duration())
+	scanned := 0
+	for _, mode := range []string{postgres.ModeEvent, postgres.ModeIncremental, postgres.ModeFullAudit} {
+		p, err := sched.Once(ctx, mode)
+		if err != nil {
+			return "", fmt.Errorf("scan %s: %w", mode, err)
+		}
+		scanned += p.Scanned
+	}
+	refs, err := store.Pool().Query(ctx, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY hashint8(id) LIMIT 1000`)
+	if err != nil {
+		return "", err
+	}
+	var objs []string
+	for refs.Next() {
+		var s string
+		if err := refs.Scan(&s); err != nil {
+			refs.Close()
+			return "", err
+		}
+		objs = append(objs, s)
+	}
+	refs.Close()
+	for _, obj := range objs {
+		resp, err := http.Get(srv.URL + "/v1/gate?object=" + url.QueryEscape(obj) + "&action=write")
+		if err != nil {
+			return "", err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return fmt.Sprintf("intake read %d rows, scans evaluated %d groups, %d gate calls over HTTP", read, scanned, len(objs)), nil
+}
+
+// memoryNaive keeps the whole inventory in memory and re-derives every object's verdict in process: the
+// "everything in RAM" daemon the naive design implies.
+func memoryNaive(ctx context.Context, o *options) (string, error) {
+	p, err := pgxpool.New(ctx, o.databaseURL)
+	if err != nil {
+		return "", err
+	}
+	defer p.Close()
+	type coll struct{ coverage, scope string }
+	type profile struct {
+		risk, privacy string
+		required      bool
+	}
+	colls := map[string]coll{}
+	profiles := map[string]profile{}
+	rows, err := p.Query(ctx, `SELECT collection_name, coalesce(coverage_status, ''), coalesce(scope_class, '') FROM collection_registry`)
+	if err != nil {
+		return "", err
+	}
+	for rows.Next() {
+		var n string
+		var c coll
+		if err := rows.Scan(&n, &c.coverage, &c.scope); err != nil {
+			rows.Close()
+			return "", err
+		}
+		colls[n] = c
+	}
+	rows.Close()
+	rows, err = p.Query(ctx, `SELECT entity_type, coalesce(risk_class, ''), coalesce(privacy, ''), coalesce(coverage_required, false) FROM governance_coverage_profile`)
+	if err != nil {
+		return "", err
+	}
+	for rows.Next() {
+		var n string
+		var pr profile
+		if err := rows.Scan(&n, &pr.risk, &pr.privacy, &pr.required); err != nil {
+			rows.Close()
+			return "", err
+		}
+		profiles[n] = pr
+	}
+	rows.Close()
+	type object struct{ class, coll, status, verdict string }
+	objects := map[string]*object{}
+	rows, err = p.Query(ctx, `SELECT entity_code, collection_name, entity_type, status FROM birth_registry`)
+	if err != nil {
+		return "", err
+	}
+	for rows.Next() {
+		ob := &object{}
+		var code string
+		if err := rows.Scan(&code, &ob.coll, &ob.class, &ob.status); err != nil {
+			rows.Close()
+			return "", err
+		}
+		c, okc := colls[ob.coll]
+		pr, okp := profiles[ob.class]
+		switch {
+		case !okc || !okp:
+			ob.verdict = "needs_input"
+		case ob.status == "retired" || ob.status == "superseded" || ob.status == "merged" || strings.HasPrefix(c.coverage, "BIRTH_EXEMPT_"):
+			ob.verdict = "retired"
+		case pr.privacy == "private" || pr.privacy == "user" || pr.privacy == "session" || c.scope == "USER_EXCLUDED":
+			ob.verdict = "class_0"
+		case c.scope == "FUTURE_SCOPE" || c.scope == "ORPHAN_REGISTRY" || c.coverage == "BIRTH_DEFERRED_NEEDS_REVIEW":
+			ob.verdict = "deferred_birth"
+		case !pr.required:
+			ob.verdict = "not_relevant"
+		default:
+			ob.verdict = "relevant"
+		}
+		objects[ob.coll+":"+code] = ob
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d objects held in memory with their verdicts", len(objects)), nil
+}
+
+// runMemoryChild re-executes this binary as a memory child on database db and returns its report.
+func runMemoryChild(ctx context.Context, r *runner, mode, db string) (memReport, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return memReport{}, err
+	}
+	args := []string{"-memory-child", mode, "-database-url", r.env.dsnFor(db)}
+	if r.opts.coalesceWindow > 0 {
+		args = append(args, "-coalesce-window", r.opts.coalesceWindow.String())
+	}
+	if r.opts.intakePoll > 0 {
+		args = append(args, "-intake-poll", r.opts.intakePoll.String())
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return memReport{}, fmt.Errorf("memory child %s: %w: %s", mode, err, strings.TrimSpace(errOut.String()))
+	}
+	var rep memReport
+	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &rep); err != nil {
+		return rep, fmt.Errorf("memory child %s output %q: %w", mode, out.String(), err)
+	}
+	return rep, nil
+}
+
+func benchMemory(ctx context.Context, r *runner) ([]row, error) {
+	tmpl, err := r.env.worldDB(ctx, "memory", r.opts.births)
+	defer func() {
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = r.env.dropDB(c, tmpl)
+	}()
+	if err != nil {
+		return nil, err
+	}
+	var oursHWM, oursRSS, naiveHWM, naiveRSS []float64
+	var detail, naiveDetail string
+	for i := 0; i < r.opts.reps; i++ {
+		if err := func() error {
+			clone, err := r.env.createDB(ctx, "memory_rep", tmpl)
+			if err != nil {
+				return err
+			}
+			defer func() {
+				c, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = r.env.dropDB(c, clone)
+			}()
+			ours, err := runMemoryChild(ctx, r, "ours", clone)
+			if err != nil {
+				return err
+			}
+			naive, err := runMemoryChild(ctx, r, "naive", clone)
+			if err != nil {
+				return err
+			}
+			oursHWM, oursRSS = append(oursHWM, float64(ours.HWMKiB)/1024), append(oursRSS, float64(ours.RSSKiB)/1024)
+			naiveHWM, naiveRSS = append(naiveHWM, float64(naive.HWMKiB)/1024), append(naiveRSS, float64(naive.RSSKiB)/1024)
+			detail, naiveDetail = ours.Detail, naive.Detail
+			r.log.Info("memory rep", "rep", i+1, "ours_peak_mib", oursHWM[i], "naive_peak_mib", naiveHWM[i])
+			return nil
+		}(); err != nil {
+			return nil, err
+		}
+	}
+	return []row{{
+		Bench: "memory", Metric: fmt.Sprintf("peak RSS (VmHWM) at %s births", thousands(int64(r.opts.births))), Unit: "MiB", Better: lower,
+		Ours: median(oursHWM), Naive: fptr(median(naiveHWM)), Target: &target{Op: "<=", Value: 200, Text: "≤ 200 MiB"}, Reps: r.opts.reps,
+		OursSamples: oursHWM, NaiveSamples: naiveHWM,
+		Note: "a fresh process per repetition on a fresh clone of the world: backfill + activation, API server, " + detail +
+			"; naive: " + naiveDetail,
+	}, {
+		Bench: "memory", Metric: "RSS at the end (VmRSS)", Unit: "MiB", Better: lower,
+		Ours: median(oursRSS), Naive: fptr(median(naiveRSS)), Reps: r.opts.reps, OursSamples: oursRSS, NaiveSamples: naiveRSS,
+	}}, nil
+}
