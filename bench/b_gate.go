@@ -66,7 +66,7 @@ func (g *gateFigures) add(rate float64, lat []float64) {
 }
 
 func benchGate(ctx context.Context, r *runner) ([]row, error) {
-	// The store's pool has pgxpool's default size, as `gcos up` opens it.
+	// The store's pool has pgxpool's default size, as `gcos up` opens it (unless -pool-conns).
 	ws, done, err := r.openWorld(ctx, "gate", r.opts.births, 0)
 	if err != nil {
 		return nil, err
@@ -178,7 +178,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	total := allowed.Load() + blocked.Load()
 	return []row{
 		mk("in-process decisions/s (8 goroutines)", "decisions/s", higher, in.rate, nv.rate, rate,
-			fmt.Sprintf("Store.Gate over %d random objects, action write; %.1f%% allowed; store pool as gcos up opens it (pgxpool default, %d conns)",
+			fmt.Sprintf("Store.Gate over %d random objects, action write; %.1f%% allowed; store pool of %d conns (pgxpool's default unless -pool-conns)",
 				len(objs), 100*float64(allowed.Load())/float64(max(total, 1)), ws.pool.Config().MaxConns)),
 		mk("in-process p50", "ms", lower, in.p50, nv.p50, nil, ""),
 		mk("in-process p99", "ms", lower, in.p99, nv.p99, p99, ""),
