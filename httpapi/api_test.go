@@ -129,13 +129,16 @@ func (e *env) call(t *testing.T, method, path, token, body string, headers ...st
 
 func (e *env) get(t *testing.T, path string) answer { return e.call(t, "GET", path, readerToken, "") }
 
-// addCursor inserts an intake cursor row so the reset route has something to reset.
+// addCursor puts an intake cursor at a known position (the backfill may have created it) so the reset route has
+// something to reset.
 func (e *env) addCursor(t *testing.T, source string) {
 	t.Helper()
 	if _, err := e.pool.Exec(e.ctx, `INSERT INTO gov_worker_cursor (worker_name, source, source_table, ts_column, id_column, ts_type,
 		position_tstz, position_id, last_created_at, last_event_id)
 		VALUES ('gcos.intake.' || $1, $1, 'birth_registry', 'born_at', 'id', 'timestamptz', now() - interval '1 minute', 7,
-		        now() - interval '1 minute', '7')`, source); err != nil {
+		        now() - interval '1 minute', '7')
+		ON CONFLICT (worker_name) DO UPDATE SET position_tstz = excluded.position_tstz, position_id = excluded.position_id,
+		    last_created_at = excluded.last_created_at, last_event_id = excluded.last_event_id`, source); err != nil {
 		t.Fatal(err)
 	}
 }

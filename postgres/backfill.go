@@ -41,6 +41,7 @@ type BackfillResult struct {
 	ObjectsMaterialized int64         `json:"objects_materialized"`
 	ObjectsRetired      int64         `json:"objects_retired"`
 	InventoryGaps       []string      `json:"inventory_gaps"`
+	CursorsAtHorizon    []string      `json:"cursors_started_at_horizon"` // tail sources that start after the seed (handshake)
 	Elapsed             time.Duration `json:"elapsed_ns"`
 }
 
@@ -92,6 +93,15 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		return err
 	}
 	res.RulesetVersion, res.RulesetStatus, res.ProposedRuleset = rs.Version, rs.Status, proposed
+	// The handshake's horizon is read before the snapshot, so every row below it is in the snapshot.
+	sources, err := s.ensureSeedCursors(ctx)
+	if err != nil {
+		return err
+	}
+	horizon, err := s.readSeedHorizon(ctx)
+	if err != nil {
+		return err
+	}
 	snap, reused, err := s.captureOrReuse(ctx, CaptureOptions{Scope: SnapshotBackfill, RunID: res.RunID, RulesetVersion: rs.Version, Progress: opts.Progress})
 	if err != nil {
 		return err
@@ -153,7 +163,8 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 			return err
 		}
 		res.ObjectsMaterialized, res.ObjectsRetired = mat, ret
-		return nil
+		res.CursorsAtHorizon, err = startCursorsAtHorizon(ctx, tx, sources, horizon, res.RunID)
+		return err
 	})
 }
 

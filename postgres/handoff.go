@@ -526,55 +526,31 @@ func (s *Store) authoritySubject(ctx context.Context, tx pgx.Tx, r TailRow) (sco
 
 // emitHandoffs emits one governance.handoff.<kind> signal per coalesced change and id bucket: a base group's births
 // (whose groups in every scope it names by the first), or a changelog subject. The correlation id is built from the
-// bucket, so a replay of the same rows produces the same ids; keys already seen are skipped before emitting.
+// bucket, so a replay of the same rows produces the same ids and emits nothing new.
 func (s *Store) emitHandoffs(ctx context.Context, tx pgx.Tx, sigs []*signal, st *HandoffStats) error {
 	bucket := max(s.cfg.Intake.SignalBucket, 1)
-	type pending struct {
-		sig  *signal
-		corr string
-	}
-	var todo []pending
-	var srcs, types, corrs []string
+	es := make([]Emit, 0, len(sigs))
 	for _, sig := range sigs {
 		subject := sig.subject
 		if len(sig.groups) > 0 && sig.kind == gcos.ChangeObjectBorn {
 			subject = sig.groups[0]
-		}
-		corr := fmt.Sprintf("%s:%s:%s:%d", sig.table, sig.kind, subject, sig.firstID/bucket)
-		todo = append(todo, pending{sig, corr})
-		srcs, types, corrs = append(srcs, sig.source), append(types, sig.kind.EventType()), append(corrs, corr)
-	}
-	seen := map[string]bool{}
-	rows, err := tx.Query(ctx, `SELECT k.source_system || chr(31) || k.event_type || chr(31) || k.correlation_id
-		FROM governance_signal_key k JOIN unnest($1::text[], $2::text[], $3::text[]) AS u(s, t, c)
-		ON k.source_system = u.s AND k.event_type = u.t AND k.correlation_id = u.c`, srcs, types, corrs)
-	if err != nil {
-		return fmt.Errorf("check signal keys: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("check signal keys: %w", err)
-	}
-	for _, k := range keys {
-		seen[k] = true
-	}
-	for _, p := range todo {
-		sig := p.sig
-		if seen[sig.source+"\x1f"+sig.kind.EventType()+"\x1f"+p.corr] {
-			continue // coalesced into a signal already emitted for this bucket
 		}
 		payload := map[string]any{"change_kind": string(sig.kind), "source": sig.table, "occurred_at": sig.occurred.UTC().Format(time.RFC3339Nano),
 			"object_type": sig.objectTyp, "collection_name": nonEmpty(sig.coll, sig.subject), "count": len(sig.groups)}
 		if len(sig.groups) > 0 {
 			payload["group_key"] = sig.groups[0]
 		}
-		res, err := emitSignal(ctx, tx, Emit{EventType: sig.kind.EventType(), SubjectTable: sig.table, SubjectRef: sig.subject,
+		es = append(es, Emit{EventType: sig.kind.EventType(), SubjectTable: sig.table, SubjectRef: sig.subject,
 			CollectionName: nonEmpty(sig.coll, sig.table), EntityCode: nonEmpty(sig.code, sig.subject), ActorRef: sig.actor,
-			SourceSystem: sig.source, CorrelationID: p.corr, OccurredAt: sig.occurred, Payload: payload})
-		if err != nil {
-			return fmt.Errorf("emit %s: %w", sig.kind, err)
-		}
-		seen[sig.source+"\x1f"+sig.kind.EventType()+"\x1f"+p.corr] = true
+			SourceSystem: sig.source, CorrelationID: fmt.Sprintf("%s:%s:%s:%d", sig.table, sig.kind, subject, sig.firstID/bucket),
+			OccurredAt: sig.occurred, Payload: payload})
+	}
+	// A signal already emitted for its bucket (an earlier page, a replay) is a duplicate and writes nothing.
+	results, err := emitSignals(ctx, tx, es)
+	if err != nil {
+		return fmt.Errorf("emit handoff signals: %w", err)
+	}
+	for _, res := range results {
 		switch res.Outcome {
 		case EmitOutcomeEmitted:
 			st.Emitted++

@@ -69,6 +69,12 @@ func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv 
 	b := &bundle{ctx: ctx, pool: pool, store: postgres.New(pool, cfg, nil), cfg: cfg}
 	res := b.backfill(t)
 	b.activate(t, res.RulesetVersion)
+	// These tests hand off the whole history: undo the backfill's handshake (TestBackfillHandshake covers it).
+	for _, src := range res.CursorsAtHorizon {
+		if _, err := b.store.ResetCursor(ctx, src, "start"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e := &hoEnv{bundle: b}
 	e.activateTypes(t, "governance.handoff.")
 	e.w = &intake.Worker{Store: b.store, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}

@@ -54,29 +54,54 @@ func (s *Store) Heartbeat(ctx context.Context, name, kind, status string) error 
 	return nil
 }
 
-// WaitForDirty blocks until a dirty mark is committed (LISTEN/NOTIFY) or timeout passes. It returns true when
-// woken by a notification. Polling stays the source of truth: callers scan after a timeout too.
-func (s *Store) WaitForDirty(ctx context.Context, timeout time.Duration) (bool, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return false, err
+// DirtyListener keeps one connection of its own LISTENing for dirty marks for as long as it is open, so a mark
+// committed while its owner is busy scanning waits on the connection instead of being missed. It is not safe for
+// concurrent use.
+type DirtyListener struct {
+	store *Store
+	conn  *pgx.Conn
+}
+
+// ListenDirty returns a listener; it connects on the first Wait.
+func (s *Store) ListenDirty() *DirtyListener { return &DirtyListener{store: s} }
+
+// Wait blocks until a dirty mark is committed (true) or timeout passes (false). A notification that arrived since
+// the previous Wait returns at once. After (re)connecting it returns true without waiting: marks committed while
+// nobody listened are only found by scanning. Polling stays the source of truth either way.
+func (l *DirtyListener) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
+	if l.conn == nil || l.conn.IsClosed() {
+		l.Close()
+		conn, err := pgx.ConnectConfig(ctx, l.store.pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return false, fmt.Errorf("listen for dirty marks: connect: %w", err)
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return false, fmt.Errorf("listen for dirty marks: %w", err)
+		}
+		l.conn = conn
+		return true, nil
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return false, fmt.Errorf("listen: %w", err)
-	}
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "UNLISTEN "+NotifyChannel) }()
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err = conn.Conn().WaitForNotification(wctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		if wctx.Err() != nil {
-			return false, nil
-		}
-		return false, fmt.Errorf("wait for notification: %w", err)
+	_, err := l.conn.WaitForNotification(wctx)
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case wctx.Err() != nil:
+		return false, nil
+	default:
+		l.Close()
+		return false, fmt.Errorf("wait for dirty marks: %w", err)
 	}
-	return true, nil
+}
+
+// Close drops the listening connection.
+func (l *DirtyListener) Close() {
+	if l.conn != nil {
+		_ = l.conn.Close(context.Background())
+		l.conn = nil
+	}
 }

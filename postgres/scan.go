@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -27,7 +28,7 @@ type ScanOptions struct {
 	Mode     string
 	RunID    string // one run may span several ticks; empty starts a new run
 	Limit    int    // groups per tick; 0 = configured batch size
-	Debounce bool   // only groups dirty for at least the coalesce window (event mode)
+	Debounce bool   // event mode: a group scanned within the coalesce window waits out the window (see claimSQL)
 	Expired  bool   // also groups past stale_after
 }
 
@@ -47,11 +48,15 @@ type ScanResult struct {
 
 // claimSQL claims dirty (and optionally expired) groups under the current ruleset, skipping rows another scanner
 // holds and rows waiting out a retry backoff. High-risk groups go first, so a storm cannot starve them.
+// claimSQL claims dirty (and, when asked, expired) groups. With a debounce window ($2) a dirty group is claimed
+// at once when its last scan is older than the window (leading edge: an isolated change is re-scanned without
+// waiting) and otherwise once its mark is as old as the window (trailing edge), so one group is re-scanned at most
+// once per window however many marks arrive.
 const claimSQL = `
 SELECT c.group_key, c.candidate_verdict, c.dirty, c.dirtied_at, c.stale_after <= now() AS expired
 FROM governance_candidate_state c
 WHERE c.ruleset_version = $1
-  AND ((c.dirty AND c.dirtied_at <= now() - $2::interval)
+  AND ((c.dirty AND (c.dirtied_at <= now() - $2::interval OR c.scan_time <= now() - $2::interval))
        OR ($3 AND c.stale_after <= now() AND c.last_run_id IS DISTINCT FROM $6)) -- one pass re-scans an expired row once
   AND NOT EXISTS (SELECT 1 FROM candidate_scan_attempt a
                   WHERE a.group_key = c.group_key AND a.ruleset_version = c.ruleset_version AND a.next_attempt_at > now())
@@ -107,33 +112,17 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		res.Storm = true
 		limit = min(limit, s.cfg.Scan.StormBatch)
 	}
-	if res.RunID == "" {
+	// A tick that claims nothing leaves no trace; the first tick of a run that claims something records the run
+	// (candidate_scan_run) in the transaction that writes its verdicts, and every tick adds its counts to it.
+	newRun := res.RunID == ""
+	if newRun {
 		res.RunID = NewRunID("gov-" + opts.Mode)
-		phase := "scanning"
-		if opts.Mode == ModeFullAudit {
-			phase = "auditing"
-		}
-		if err := s.startRun(ctx, res.RunID, opts.Mode, phase); err != nil {
-			return res, err
-		}
-		defer func() {
-			_ = s.finishRun(context.WithoutCancel(ctx), res.RunID, runCounts{ruleset: rs.Version, scanned: int64(res.Scanned + res.Seeded),
-				changed: int64(res.VerdictChanges)}, err)
-		}()
 	}
 	var debounce time.Duration
 	if opts.Debounce {
 		debounce = s.cfg.Scan.CoalesceWindow.Duration()
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		snapshotID, err := latestFullSnapshotID(ctx, tx)
-		if err != nil {
-			return err
-		}
-		ev, err := s.newEvaluator(ctx, tx, rs)
-		if err != nil {
-			return err
-		}
 		rows, err := tx.Query(ctx, claimSQL, rs.Version, debounce, opts.Expired, s.cfg.Gate.LowRiskClasses, limit, res.RunID)
 		if err != nil {
 			return fmt.Errorf("claim dirty groups: %w", err)
@@ -167,6 +156,24 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		res.Claimed = len(keys) + len(unseeded)
 		if res.Claimed == 0 {
 			return nil
+		}
+		if newRun {
+			phase := "scanning"
+			if opts.Mode == ModeFullAudit {
+				phase = "auditing"
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO candidate_scan_run (run_id, mode, phase, ruleset_version) VALUES ($1, $2, $3, $4)`,
+				res.RunID, opts.Mode, phase, rs.Version); err != nil {
+				return fmt.Errorf("record run %s: %w", res.RunID, err)
+			}
+		}
+		snapshotID, err := latestFullSnapshotID(ctx, tx)
+		if err != nil {
+			return err
+		}
+		ev, err := s.newEvaluator(ctx, tx, rs)
+		if err != nil {
+			return err
 		}
 		// Visible to this transaction only, but it documents the state machine ok → scanning → ok | failed.
 		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'scanning' WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, keys); err != nil {
@@ -223,10 +230,22 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			return err
 		}
 		res.Scanned, res.Seeded, res.Failed = len(ok), len(seeds), len(failed)
+		if _, err := tx.Exec(ctx, `UPDATE candidate_scan_run SET groups_scanned = groups_scanned + $2,
+			verdict_changes = verdict_changes + $3, status = 'succeeded', finished_at = now(), source_snapshot_ref = $4
+			WHERE run_id = $1`, res.RunID, res.Scanned+res.Seeded, res.VerdictChanges, snapshotID); err != nil {
+			return fmt.Errorf("account run %s: %w", res.RunID, err)
+		}
 		return nil
 	})
 	if err != nil {
+		// The tick's writes are gone with its transaction; the failure is recorded on the run, never hidden.
+		if ferr := s.recordRunFailure(context.WithoutCancel(ctx), res.RunID, opts.Mode, rs.Version, err); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
 		return res, err
+	}
+	if newRun && res.Claimed == 0 {
+		res.RunID = ""
 	}
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`).Scan(&res.Remaining); err != nil {
 		return res, fmt.Errorf("count dirty set: %w", err)
@@ -312,6 +331,19 @@ func (s *Store) stormGuard(ctx context.Context, ruleset string) (bool, error) {
 	}
 	_, err := s.ResolveFinding(ctx, gcos.IssueGroupInvalidationStorm, "groups", "")
 	return false, err
+}
+
+// recordRunFailure marks a run failed with its error, creating the row when the failed tick was the run's first.
+func (s *Store) recordRunFailure(ctx context.Context, runID, mode, ruleset string, runErr error) error {
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO candidate_scan_run (run_id, mode, phase, ruleset_version, status, finished_at, error)
+		VALUES ($1, $2, CASE WHEN $2 = 'full_audit' THEN 'auditing' ELSE 'scanning' END, $3, 'failed', now(), $4)
+		ON CONFLICT (run_id) DO UPDATE SET status = 'failed', finished_at = now(), error = excluded.error`,
+		runID, mode, ruleset, runErr.Error())
+	if err != nil {
+		return fmt.Errorf("record failed run %s: %w", runID, err)
+	}
+	return nil
 }
 
 // currentRuleset is the ruleset scans evaluate under: the active one, else the newest draft.

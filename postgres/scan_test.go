@@ -466,3 +466,53 @@ func TestScanKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 		t.Fatalf("%d groups not clean after the kills and a final scan", n)
 	}
 }
+
+// TestEventDebounce: in event mode a group whose last scan is older than the coalesce window is re-scanned as soon
+// as it is marked (leading edge), while a group scanned within the window waits until its mark is as old as the
+// window (trailing edge): however many marks arrive, one group is scanned at most once per window.
+func TestEventDebounce(t *testing.T) {
+	t.Parallel()
+	const window = 2 * time.Second
+	b := seededWorld(t, 3000, func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(window); c.Scan.StormFraction = 1 })
+	var cold, hot string
+	if err := b.pool.QueryRow(b.ctx, `SELECT min(group_key), max(group_key) FROM governance_candidate_state`).Scan(&cold, &hot); err != nil {
+		t.Fatal(err)
+	}
+	// hot was scanned just now; cold's last scan is older than the window.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE governance_candidate_state SET scan_time = now() - interval '1 hour', stale_after = now() + interval '1 day'
+		WHERE group_key = $1`, cold); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `UPDATE governance_candidate_state SET scan_time = now() WHERE group_key = $1`, hot); err != nil {
+		t.Fatal(err)
+	}
+	event := func() postgres.ScanResult {
+		t.Helper()
+		res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeEvent, Debounce: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for range 3 { // repeated marks collapse into the one pending mark
+		if _, err := b.store.MarkDirty(b.ctx, []string{cold, hot}, "handoff:object_born"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if res := event(); res.Scanned != 1 || res.Remaining != 1 {
+		t.Fatalf("first tick: scanned %d, remaining %d; want the cold group at once and the hot one held", res.Scanned, res.Remaining)
+	}
+	if dirty := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty AND group_key = '`+hot+`'`); dirty != 1 {
+		t.Fatalf("the hot group was scanned inside its window")
+	}
+	if time.Since(start) < window-200*time.Millisecond {
+		if res := event(); res.Scanned != 0 {
+			t.Fatalf("a second tick inside the window scanned %d groups", res.Scanned)
+		}
+	}
+	time.Sleep(time.Until(start.Add(window + 100*time.Millisecond)))
+	if res := event(); res.Scanned != 1 || res.Remaining != 0 {
+		t.Fatalf("after the window: scanned %d, remaining %d; want the hot group", res.Scanned, res.Remaining)
+	}
+}

@@ -151,6 +151,8 @@ func (s *Scheduler) tick(ctx context.Context, name, status string) {
 func (s *Scheduler) eventLoop(ctx context.Context) error {
 	window := s.Config.CoalesceWindow.Duration()
 	poll := max(window, 50*time.Millisecond)
+	listener := s.Store.ListenDirty()
+	defer listener.Close()
 	for ctx.Err() == nil {
 		p, err := s.drain(ctx, postgres.ModeEvent, true, false)
 		if err != nil {
@@ -167,16 +169,16 @@ func (s *Scheduler) eventLoop(ctx context.Context) error {
 			s.logger().Debug("event scan", "run_id", p.RunID, "scanned", p.Scanned, "remaining", p.Remaining)
 		}
 		if p.Remaining > 0 {
-			// Marks still inside their coalesce window: come back when it has passed.
-			sleep(ctx, window)
+			// Groups re-scanned within their coalesce window: their next mark waits out the window.
+			sleep(ctx, max(window/4, 5*time.Millisecond))
 			continue
 		}
-		if _, err := s.Store.WaitForDirty(ctx, poll*20); err != nil && ctx.Err() == nil {
+		// A group not re-scanned within the window is claimed as soon as its mark arrives; the claim itself makes
+		// marks on a hot group collapse (claimSQL).
+		if _, err := listener.Wait(ctx, poll*20); err != nil && ctx.Err() == nil {
 			s.logger().Warn("wait for dirty marks", "err", err)
 			sleep(ctx, poll)
 		}
-		// Let a burst of marks on one group collapse before scanning it.
-		sleep(ctx, window)
 	}
 	return ctx.Err()
 }
