@@ -65,7 +65,7 @@ func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 	var st postgres.HandoffStats
 	for i := 0; i < r.opts.reps; i++ {
 		// Each repetition is a first pass over the whole inventory on a fresh clone of the world, prepared as the
-		// daemon would be (backfilled, ruleset and event types active): a replay of the same rows would be cheaper
+		// daemon would be (backfilled, ruleset and event types active), its cursor reset to start: a replay of the same rows would be cheaper
 		// (its signals are deduplicated), so it would not measure the intake's real work.
 		if err := func() error {
 			clone, err := r.env.createDB(ctx, "intake_rep", tmpl)
@@ -95,6 +95,11 @@ func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 				return err
 			}
 			if _, err := ws.store.EnsureCursor(ctx, src); err != nil {
+				return err
+			}
+			// The backfill started the cursor at its seed horizon (nothing left to hand off): measure a first pass
+			// over the whole inventory instead.
+			if _, err := ws.store.ResetCursor(ctx, src.Name, "start"); err != nil {
 				return err
 			}
 			page = cfg.Intake.PageSize

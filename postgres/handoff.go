@@ -26,24 +26,72 @@ import (
 // every page. A registry change reaches GCOS as a changelog signal that dirties the affected groups anyway.
 type registryCache struct {
 	mu     sync.Mutex
-	regs   gcos.Registries
+	cur    *registrySet
 	loaded time.Time
+	known  map[string]struct{} // group keys known to be committed to governance_group (groups are never deleted)
+}
+
+// registrySet is one load of the registries with the groups derived from it, so each base group's key in every
+// scope is computed once per load rather than once per page.
+type registrySet struct {
+	regs   gcos.Registries
+	mu     sync.Mutex
+	groups map[birthBase][]gcos.Group // member counts unset
+}
+
+func (rs *registrySet) groupsOf(b birthBase) []gcos.Group {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if g, ok := rs.groups[b]; ok {
+		return g
+	}
+	var out []gcos.Group
+	for _, d := range rs.regs.Dimensions(gcos.BaseGroup{ObjectClass: b.class, SourceRegistry: b.coll, LifecycleStatus: b.status}) {
+		out = append(out, gcos.NewGroup(d, 0))
+	}
+	rs.groups[b] = out
+	return out
 }
 
 const registryCacheTTL = time.Second
 
-func (s *Store) cachedRegistries(ctx context.Context, q querier) (gcos.Registries, error) {
+func (s *Store) cachedRegistries(ctx context.Context, q querier) (*registrySet, error) {
 	s.regCache.mu.Lock()
 	defer s.regCache.mu.Unlock()
-	if time.Since(s.regCache.loaded) < registryCacheTTL {
-		return s.regCache.regs, nil
+	if s.regCache.cur != nil && time.Since(s.regCache.loaded) < registryCacheTTL {
+		return s.regCache.cur, nil
 	}
 	regs, err := loadRegistries(ctx, q)
 	if err != nil {
-		return regs, err
+		return nil, err
 	}
-	s.regCache.regs, s.regCache.loaded = regs, time.Now()
-	return regs, nil
+	s.regCache.cur, s.regCache.loaded = &registrySet{regs: regs, groups: map[birthBase][]gcos.Group{}}, time.Now()
+	return s.regCache.cur, nil
+}
+
+// unknownGroups returns the groups not yet known to be recorded.
+func (s *Store) unknownGroups(groups []gcos.Group) []gcos.Group {
+	s.regCache.mu.Lock()
+	defer s.regCache.mu.Unlock()
+	var out []gcos.Group
+	for _, g := range groups {
+		if _, ok := s.regCache.known[g.Key]; !ok {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// rememberGroups notes group keys that are committed to governance_group.
+func (s *Store) rememberGroups(keys []string) {
+	s.regCache.mu.Lock()
+	defer s.regCache.mu.Unlock()
+	if s.regCache.known == nil {
+		s.regCache.known = map[string]struct{}{}
+	}
+	for _, k := range keys {
+		s.regCache.known[k] = struct{}{}
+	}
 }
 
 // HandoffStats counts what one apply did.
@@ -80,15 +128,17 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 	if len(rows) == 0 {
 		return nil, st, nil
 	}
-	regs, err := s.cachedRegistries(ctx, tx)
+	rset, err := s.cachedRegistries(ctx, tx)
 	if err != nil {
 		return nil, st, err
 	}
+	regs := rset.regs
 	var failures []RowFailure
-	var births []TailRow
+	births := make([]*TailRow, 0, len(rows))
 	var sigs []*signal
 	birthSource := BirthTailSource(s.cfg.SourceBinding).Name
-	for _, r := range rows {
+	for i := range rows {
+		r := &rows[i] // rows are large: never copied
 		switch {
 		case r.Source == birthSource:
 			if r.EntityType == "" || r.CollectionName == "" || r.EntityCode == "" || r.Status == "" {
@@ -97,7 +147,7 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 			}
 			births = append(births, r)
 		default:
-			sig, err := s.mapChangelog(ctx, tx, regs, r)
+			sig, err := s.mapChangelog(ctx, tx, regs, *r)
 			if err != nil {
 				failures = append(failures, RowFailure{ID: r.ID, Err: err})
 				continue
@@ -110,7 +160,7 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 		}
 	}
 	if len(births) > 0 {
-		bs, untrusted, err := s.mapBirths(ctx, tx, regs, births)
+		bs, untrusted, err := s.mapBirths(ctx, tx, rset, births)
 		if err != nil {
 			return nil, st, err
 		}
@@ -161,7 +211,7 @@ type birthBase struct{ class, coll, status string }
 // however a replay splits the rows into pages it produces exactly the keys the first delivery did, and the signal
 // key table deduplicates them. Births from an untrusted source system dirty nothing and signal nothing: they are
 // quarantined (quarantineUntrusted) and cannot inject governance work until their source is trusted.
-func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, regs gcos.Registries, births []TailRow) ([]*signal, int, error) {
+func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, births []*TailRow) ([]*signal, int, error) {
 	anchors, err := s.anchors(ctx, tx, births)
 	if err != nil {
 		return nil, 0, err
@@ -177,7 +227,7 @@ func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, regs gcos.Registries, 
 	var order []sigKey
 	var bases []birthBase
 	counts := map[birthBase]int64{}
-	var untrustedRows []TailRow
+	var untrustedRows []*TailRow
 	for _, r := range births {
 		b := birthBase{r.EntityType, r.CollectionName, r.Status}
 		if r.ParentCode != "" {
@@ -206,18 +256,18 @@ func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, regs gcos.Registries, 
 		order = append(order, k)
 	}
 	var groups []gcos.Group
-	keysOf := map[birthBase][]string{}
+	keysOf := make(map[birthBase][]string, len(bases))
 	for _, b := range bases {
-		for _, d := range regs.Dimensions(gcos.BaseGroup{ObjectClass: b.class, SourceRegistry: b.coll, LifecycleStatus: b.status}) {
-			g := gcos.NewGroup(d, counts[b])
+		for _, g := range rset.groupsOf(b) {
+			g.MemberCount = counts[b]
 			groups = append(groups, g)
 			keysOf[b] = append(keysOf[b], g.Key)
 		}
 	}
-	if err := recordNewGroups(ctx, tx, groups); err != nil {
+	if err := s.recordNewGroups(ctx, tx, groups); err != nil {
 		return nil, 0, err
 	}
-	if err := s.quarantineUntrusted(ctx, tx, regs, untrustedRows, anchors, counts); err != nil {
+	if err := s.quarantineUntrusted(ctx, tx, rset.regs, untrustedRows, anchors, counts); err != nil {
 		return nil, 0, err
 	}
 	out := make([]*signal, 0, len(order))
@@ -229,7 +279,7 @@ func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, regs gcos.Registries, 
 }
 
 // anchors looks up the parents of inherited children: (collection, parent_code) → the anchor's base group.
-func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []TailRow) (map[[2]string]birthBase, error) {
+func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []*TailRow) (map[[2]string]birthBase, error) {
 	var colls, codes []string
 	seen := map[[2]string]bool{}
 	for _, r := range births {
@@ -262,8 +312,10 @@ func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []TailRow) (map[[
 }
 
 // recordNewGroups adds groups the registry has not seen and leaves known ones alone; member counts (and
-// last_seen_at) are the snapshot's truth, never touched per signal, so a replay changes nothing.
-func recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
+// last_seen_at) are the snapshot's truth, never touched per signal, so a replay changes nothing. Keys this process
+// already knows to be recorded are not sent again.
+func (s *Store) recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
+	groups = s.unknownGroups(groups)
 	if len(groups) == 0 {
 		return nil
 	}
@@ -274,15 +326,34 @@ func recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error 
 		keys[i], classes[i], regs[i], axes[i], scopes[i], lifecycles[i], owners[i] = g.Key, g.ObjectClass, g.SourceRegistry, g.AxisFamily, g.Scope, g.LifecycleStatus, g.OwnerScope
 		counts[i] = g.MemberCount
 	}
-	_, err := tx.Exec(ctx, `
+	rows, err := tx.Query(ctx, `
 		INSERT INTO governance_group (group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count, depends_on)
 		SELECT u.k, u.c, u.r, u.a, u.s, u.l, u.o, u.n,
 		       jsonb_build_object('collections', jsonb_build_array(u.r), 'rule_scopes', jsonb_build_array(u.s), 'axis_families', CASE WHEN u.a IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(u.a) END)
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[]) AS u(k, c, r, a, s, l, o, n)
-		ON CONFLICT (group_key) DO NOTHING`, keys, classes, regs, axes, scopes, lifecycles, owners, counts)
+		ON CONFLICT (group_key) DO NOTHING
+		RETURNING group_key`, keys, classes, regs, axes, scopes, lifecycles, owners, counts)
 	if err != nil {
 		return fmt.Errorf("record groups: %w", err)
 	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("record groups: %w", err)
+	}
+	// A key that was not inserted was already committed (a concurrent insert of it was waited for): it is known
+	// from now on. Keys inserted here are known only once this transaction commits, so they are sent again next
+	// time, which costs one conflict.
+	fresh := make(map[string]bool, len(inserted))
+	for _, k := range inserted {
+		fresh[k] = true
+	}
+	var known []string
+	for _, k := range keys {
+		if !fresh[k] {
+			known = append(known, k)
+		}
+	}
+	s.rememberGroups(known)
 	return nil
 }
 
@@ -294,13 +365,13 @@ func recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error 
 // the full audit re-evaluates it like any group. The finding is raised once per birth: a replayed row finds it
 // and leaves it alone. Before the first backfill there is no candidate store to write into: the finding alone
 // records the birth.
-func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Registries, rows []TailRow,
+func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Registries, rows []*TailRow,
 	anchors map[[2]string]birthBase, trusted map[birthBase]int64) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	type quarantined struct {
-		row  TailRow
+		row  *TailRow
 		base birthBase
 		key  string // the finding's coalesce key
 	}
@@ -429,7 +500,7 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if len(fresh) == 0 {
 		return nil
 	}
-	if err := recordNewGroups(ctx, tx, fresh); err != nil {
+	if err := s.recordNewGroups(ctx, tx, fresh); err != nil {
 		return err
 	}
 	_, err = seedCandidates(ctx, tx, snapshotID, ruleset, "intake", held)
