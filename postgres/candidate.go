@@ -35,7 +35,8 @@ func (s *Store) newEvaluator(ctx context.Context, q querier, rs RulesetRow) (*ev
 	for _, p := range c.CoverageProfile {
 		regs.Profile[p.EntityType] = p
 	}
-	regs.Pivots, regs.Jurisdictions, regs.Scopes = c.Pivots, c.Jurisdictions, c.Scopes
+	// The ruleset's components are shared (cached per version): Finish sorts what it is given, so give it copies.
+	regs.Pivots, regs.Jurisdictions, regs.Scopes = slices.Clone(c.Pivots), slices.Clone(c.Jurisdictions), slices.Clone(c.Scopes)
 	regs.Absent = nil
 	for _, name := range []string{gcos.TableExceptions, gcos.TableOwnership} {
 		if ok, err := tableExists(ctx, q, name); err != nil {

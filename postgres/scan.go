@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"gcos"
 )
@@ -28,7 +30,7 @@ type ScanOptions struct {
 	Mode     string
 	RunID    string // one run may span several ticks; empty starts a new run
 	Limit    int    // groups per tick; 0 = configured batch size
-	Debounce bool   // event mode: a group scanned within the coalesce window waits out the window (see claimSQL)
+	Debounce bool   // event mode: a group scanned within the coalesce window waits out the window (see claimDirtySQL)
 	Expired  bool   // also groups past stale_after
 }
 
@@ -46,28 +48,43 @@ type ScanResult struct {
 	Remaining      int64  `json:"remaining"` // dirty groups left after this tick
 }
 
-// claimSQL claims dirty (and optionally expired) groups under the current ruleset, skipping rows another scanner
-// holds and rows waiting out a retry backoff. High-risk groups go first, so a storm cannot starve them.
-// claimSQL claims dirty (and, when asked, expired) groups. With a debounce window ($2) a dirty group is claimed
-// at once when its last scan is older than the window (leading edge: an isolated change is re-scanned without
-// waiting) and otherwise once its mark is as old as the window (trailing edge), so one group is re-scanned at most
-// once per window however many marks arrive.
-const claimSQL = `
-SELECT c.group_key, c.candidate_verdict, c.dirty, c.dirtied_at, c.stale_after <= now() AS expired
+// claimDirtySQL claims dirty groups under the current ruleset (through the partial index on dirty rows), skipping
+// rows another scanner holds and rows waiting out a retry backoff; high-risk groups go first, so a storm cannot
+// starve them. With a debounce window ($2) a dirty group is claimed at once when its last scan is older than the
+// window (leading edge: an isolated change is re-scanned without waiting) and otherwise once its mark is as old as
+// the window (trailing edge), so one group is re-scanned at most once per window however many marks arrive.
+const claimDirtySQL = `
+SELECT c.group_key, c.candidate_verdict
 FROM governance_candidate_state c
-WHERE c.ruleset_version = $1
-  AND ((c.dirty AND (c.dirtied_at <= now() - $2::interval OR c.scan_time <= now() - $2::interval))
-       OR ($3 AND c.stale_after <= now() AND c.last_run_id IS DISTINCT FROM $6)) -- one pass re-scans an expired row once
+WHERE c.dirty AND c.ruleset_version = $1
+  AND (c.dirtied_at <= now() - $2::interval OR c.scan_time <= now() - $2::interval)
   AND NOT EXISTS (SELECT 1 FROM candidate_scan_attempt a
                   WHERE a.group_key = c.group_key AND a.ruleset_version = c.ruleset_version AND a.next_attempt_at > now())
-ORDER BY (c.risk_class = ANY($4)), c.dirtied_at NULLS LAST, c.group_key
-LIMIT $5
+ORDER BY (c.risk_class = ANY($3)), c.dirtied_at, c.group_key
+LIMIT $4
 FOR UPDATE OF c SKIP LOCKED`
 
-// claimUnseededSQL claims groups of the registry that have no row under the current ruleset (new groups).
+// claimExpiredSQL claims rows past stale_after (through the stale_after index); one pass re-scans an expired row
+// once ($4 is the run).
+const claimExpiredSQL = `
+SELECT c.group_key, c.candidate_verdict
+FROM governance_candidate_state c
+WHERE c.stale_after <= now() AND c.ruleset_version = $1 AND c.last_run_id IS DISTINCT FROM $4
+  AND NOT (c.group_key = ANY($5))
+  AND NOT EXISTS (SELECT 1 FROM candidate_scan_attempt a
+                  WHERE a.group_key = c.group_key AND a.ruleset_version = c.ruleset_version AND a.next_attempt_at > now())
+ORDER BY (c.risk_class = ANY($2)), c.stale_after, c.group_key
+LIMIT $3
+FOR UPDATE OF c SKIP LOCKED`
+
+// claimUnseededSQL claims groups of the registry that have no row under the current ruleset (new groups). Only
+// groups first seen at or after $3 are considered: the event mode passes the moment the current ruleset took
+// effect (its activation carried a row for every group seen before, so only later groups can lack one), the
+// incremental and full passes pass -infinity and sweep every group.
 const claimUnseededSQL = `
 SELECT g.group_key FROM governance_group g
-WHERE NOT EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = g.group_key AND c.ruleset_version = $1)
+WHERE g.first_seen_at >= $3
+  AND NOT EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = g.group_key AND c.ruleset_version = $1)
 ORDER BY g.group_key
 LIMIT $2
 FOR UPDATE OF g SKIP LOCKED`
@@ -123,29 +140,45 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		debounce = s.cfg.Scan.CoalesceWindow.Duration()
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, claimSQL, rs.Version, debounce, opts.Expired, s.cfg.Gate.LowRiskClasses, limit, res.RunID)
-		if err != nil {
-			return fmt.Errorf("claim dirty groups: %w", err)
-		}
 		previous := map[string]string{}
 		var keys []string
-		for rows.Next() {
-			var key, verdict string
-			var dirty, expired bool
-			var dirtiedAt *time.Time
-			if err := rows.Scan(&key, &verdict, &dirty, &dirtiedAt, &expired); err != nil {
-				rows.Close()
+		claim := func(what, sql string, args ...any) error {
+			rows, err := tx.Query(ctx, sql, args...)
+			if err != nil {
+				return fmt.Errorf("claim %s groups: %w", what, err)
+			}
+			for rows.Next() {
+				var key, verdict string
+				if err := rows.Scan(&key, &verdict); err != nil {
+					rows.Close()
+					return err
+				}
+				previous[key] = verdict
+				keys = append(keys, key)
+			}
+			if err := rows.Err(); err != nil {
+				return fmt.Errorf("claim %s groups: %w", what, err)
+			}
+			return nil
+		}
+		if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.Gate.LowRiskClasses, limit); err != nil {
+			return err
+		}
+		if room := limit - len(keys); opts.Expired && room > 0 {
+			if err := claim("expired", claimExpiredSQL, rs.Version, s.cfg.Gate.LowRiskClasses, room, res.RunID, append([]string{}, keys...)); err != nil {
 				return err
 			}
-			previous[key] = verdict
-			keys = append(keys, key)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("claim dirty groups: %w", err)
 		}
 		var unseeded []string
 		if room := limit - len(keys); room > 0 {
-			rows, err := tx.Query(ctx, claimUnseededSQL, rs.Version, room)
+			since := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
+			if opts.Mode == ModeEvent {
+				since = pgtype.Timestamptz{Valid: true, Time: rs.ProposedAt}
+				if rs.ActivatedAt != nil {
+					since.Time = *rs.ActivatedAt
+				}
+			}
+			rows, err := tx.Query(ctx, claimUnseededSQL, rs.Version, room, since)
 			if err != nil {
 				return fmt.Errorf("claim unseeded groups: %w", err)
 			}
@@ -247,7 +280,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	if newRun && res.Claimed == 0 {
 		res.RunID = ""
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`).Scan(&res.Remaining); err != nil {
+	if err := s.pool.QueryRow(ctx, dirtyCountSQL, rs.Version).Scan(&res.Remaining); err != nil {
 		return res, fmt.Errorf("count dirty set: %w", err)
 	}
 	return res, nil
@@ -317,21 +350,42 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 // stormGuard raises group_invalidation_storm when the dirty set exceeds the configured share of all groups, and
 // resolves it when the share drops back; the caller throttles to the storm batch while it holds.
 func (s *Store) stormGuard(ctx context.Context, ruleset string) (bool, error) {
-	var dirty, total int64
-	if err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE dirty), count(*) FROM governance_candidate_state WHERE ruleset_version = $1`, ruleset).Scan(&dirty, &total); err != nil {
+	var dirty int64
+	if err := s.pool.QueryRow(ctx, dirtyCountSQL, ruleset).Scan(&dirty); err != nil {
+		return false, fmt.Errorf("storm guard: %w", err)
+	}
+	total, err := s.totalGroups(ctx, ruleset)
+	if err != nil {
 		return false, fmt.Errorf("storm guard: %w", err)
 	}
 	storm := total > 0 && float64(dirty) > s.cfg.Scan.StormFraction*float64(total)
 	if storm {
+		s.stormOpen.Store(stormFindingOpen)
 		_, err := s.RaiseFinding(ctx, gcos.Finding{Type: gcos.IssueGroupInvalidationStorm, Subject: "groups", RulesetVersion: ruleset,
 			Evidence: map[string]any{"dirty": dirty, "groups": total, "fraction": float64(dirty) / float64(total), "threshold": s.cfg.Scan.StormFraction,
 				"throttled_to": s.cfg.Scan.StormBatch}})
 		return true, err
 	}
-	_, err := s.ResolveFinding(ctx, gcos.IssueGroupInvalidationStorm, "groups", "")
-	return false, err
+	if s.stormOpen.Load() == stormFindingClosed {
+		return false, nil // nothing to resolve: this store closed it (or found none) and has not raised one since
+	}
+	if _, err := s.ResolveFinding(ctx, gcos.IssueGroupInvalidationStorm, "groups", ""); err != nil {
+		return false, err
+	}
+	s.stormOpen.Store(stormFindingClosed)
+	return false, nil
 }
+
+// What a store knows about the storm finding: unknown at start (another process may have raised it), open once
+// it raised it, closed once it resolved it.
+const (
+	stormFindingUnknown int32 = iota
+	stormFindingOpen
+	stormFindingClosed
+)
+
+// dirtyCountSQL counts the dirty groups of ruleset $1 through the partial index on dirty rows.
+const dirtyCountSQL = `SELECT count(*) FROM governance_candidate_state WHERE dirty AND ruleset_version = $1`
 
 // recordRunFailure marks a run failed with its error, creating the row when the failed tick was the run's first.
 func (s *Store) recordRunFailure(ctx context.Context, runID, mode, ruleset string, runErr error) error {
@@ -346,13 +400,69 @@ func (s *Store) recordRunFailure(ctx context.Context, runID, mode, ruleset strin
 	return nil
 }
 
-// currentRuleset is the ruleset scans evaluate under: the active one, else the newest draft.
+// currentRuleset is the ruleset scans evaluate under: the active one, else the newest draft. A version's content
+// never changes (it is its hash), so the components are decoded once per version and only the lifecycle columns
+// are read each time.
 func (s *Store) currentRuleset(ctx context.Context) (RulesetRow, error) {
-	r, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`))
+	var head RulesetRow
+	err := s.pool.QueryRow(ctx, `SELECT ruleset_version, status, activated_at, activated_by, approval_ref, supersedes
+		FROM governance_ruleset WHERE ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`).Scan(
+		&head.Version, &head.Status, &head.ActivatedAt, &head.ActivatedBy, &head.ApprovalRef, &head.Supersedes)
 	if err != nil {
 		return RulesetRow{}, mapError(err, "current ruleset (run gcos backfill first)")
 	}
-	return r, nil
+	s.rulesetCache.mu.Lock()
+	cached, ok := s.rulesetCache.rows[head.Version]
+	s.rulesetCache.mu.Unlock()
+	if !ok {
+		cached, err = scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, head.Version))
+		if err != nil {
+			return RulesetRow{}, mapError(err, "current ruleset "+head.Version)
+		}
+		s.rulesetCache.mu.Lock()
+		if s.rulesetCache.rows == nil || len(s.rulesetCache.rows) > 16 {
+			s.rulesetCache.rows = map[string]RulesetRow{}
+		}
+		s.rulesetCache.rows[head.Version] = cached
+		s.rulesetCache.mu.Unlock()
+	}
+	cached.Status, cached.ActivatedAt, cached.ActivatedBy, cached.ApprovalRef, cached.Supersedes =
+		head.Status, head.ActivatedAt, head.ActivatedBy, head.ApprovalRef, head.Supersedes
+	return cached, nil
+}
+
+// totalGroups is the number of candidate rows under ruleset, re-counted at most every groupCountTTL: the storm
+// guard's denominator, which moves only when groups are born.
+func (s *Store) totalGroups(ctx context.Context, ruleset string) (int64, error) {
+	s.rulesetCache.mu.Lock()
+	c := s.rulesetCache.total
+	s.rulesetCache.mu.Unlock()
+	if c.ruleset == ruleset && time.Since(c.at) < groupCountTTL {
+		return c.n, nil
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state WHERE ruleset_version = $1`, ruleset).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count groups: %w", err)
+	}
+	s.rulesetCache.mu.Lock()
+	s.rulesetCache.total = groupCount{ruleset: ruleset, n: n, at: time.Now()}
+	s.rulesetCache.mu.Unlock()
+	return n, nil
+}
+
+const groupCountTTL = 10 * time.Second
+
+// rulesetCache holds decoded ruleset versions (immutable) and the storm guard's group count.
+type rulesetCache struct {
+	mu    sync.Mutex
+	rows  map[string]RulesetRow
+	total groupCount
+}
+
+type groupCount struct {
+	ruleset string
+	n       int64
+	at      time.Time
 }
 
 func latestFullSnapshotID(ctx context.Context, q querier) (int64, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,10 +18,13 @@ import (
 
 // Store is GCOS's handle on its PostgreSQL database.
 type Store struct {
-	pool     *pgxpool.Pool
-	logger   *slog.Logger
-	cfg      gcos.Config
-	regCache registryCache
+	pool         *pgxpool.Pool
+	logger       *slog.Logger
+	cfg          gcos.Config
+	regCache     registryCache
+	rulesetCache rulesetCache
+	// stormOpen is what this store knows about the group_invalidation_storm finding (stormFinding*).
+	stormOpen atomic.Int32
 	// gateSQLText is built once from the source binding: the gate is the hot path.
 	gateSQLText string
 }

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS governance_group_first_seen_idx;
