@@ -271,7 +271,7 @@ func DefaultConfig() Config {
 		},
 		Scan: ScanConfig{
 			BatchSize:           500,
-			CoalesceWindow:      Duration(200 * time.Millisecond),
+			CoalesceWindow:      Duration(100 * time.Millisecond),
 			IncrementalInterval: Duration(5 * time.Second),
 			FullAuditInterval:   Duration(24 * time.Hour),
 			StormFraction:       0.25,
@@ -282,7 +282,7 @@ func DefaultConfig() Config {
 		},
 		Intake: IntakeConfig{
 			PageSize:           50_000,
-			PollInterval:       Duration(200 * time.Millisecond),
+			PollInterval:       Duration(100 * time.Millisecond),
 			HorizonGuard:       Duration(10 * time.Millisecond),
 			RoleFilter:         []string{},
 			MaxAttempts:        5,

@@ -330,6 +330,12 @@ func (s *Store) scanBackoff(attempts int) time.Duration {
 // candidateFindings raises candidate_unknown for groups the scan could not decide and auto-closes candidate_unknown
 // and candidate_stale for groups it settled, keyed by the current ruleset.
 func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues) error {
+	type pending struct {
+		t       gcos.IssueType
+		subject string
+	}
+	var settled []pending
+	var keys []string
 	for _, v := range vs {
 		if v.Verdict == gcos.VerdictUnknown {
 			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
@@ -339,9 +345,32 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 			continue
 		}
 		for _, t := range []gcos.IssueType{gcos.IssueCandidateUnknown, gcos.IssueCandidateStale} {
-			if _, err := resolveFinding(ctx, tx, t, v.GroupKey, ""); err != nil {
-				return err
-			}
+			settled = append(settled, pending{t, v.GroupKey})
+			keys = append(keys, gcos.CoalesceKey(t, v.GroupKey))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	// One look for the open ones (usually none), then the locked resolve for each of those only.
+	rows, err := tx.Query(ctx, `SELECT DISTINCT coalesce_key FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open'`, keys)
+	if err != nil {
+		return fmt.Errorf("read open candidate findings: %w", err)
+	}
+	open, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read open candidate findings: %w", err)
+	}
+	isOpen := make(map[string]bool, len(open))
+	for _, k := range open {
+		isOpen[k] = true
+	}
+	for i, p := range settled {
+		if !isOpen[keys[i]] {
+			continue
+		}
+		if _, err := resolveFinding(ctx, tx, p.t, p.subject, ""); err != nil {
+			return err
 		}
 	}
 	return nil
