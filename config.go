@@ -154,7 +154,7 @@ func (r ChangelogRule) matches(entityType, action string) bool {
 // IntakeConfig configures the handoff intake worker (SPEC §9).
 type IntakeConfig struct {
 	// PageSize is source rows per keyset page, each applied in one transaction: larger pages amortize the per-page
-	// mapping, dirty marks and signal claims (BENCHMARKS.md: 10,000 ≈ 220k rows/s, 50,000 ≈ 375k rows/s).
+	// mapping, dirty marks and signal claims, smaller ones bound the daemon's memory (measured in BENCHMARKS.md).
 	PageSize     int      `json:"page_size"`
 	PollInterval Duration `json:"poll_interval"` // between polls when caught up
 	// HorizonGuard is subtracted from the visibility horizon. The horizon (least of clock_timestamp() and the oldest
@@ -281,7 +281,7 @@ func DefaultConfig() Config {
 			MaxAttempts:         5,
 		},
 		Intake: IntakeConfig{
-			PageSize:           50_000,
+			PageSize:           25_000,
 			PollInterval:       Duration(100 * time.Millisecond),
 			HorizonGuard:       Duration(10 * time.Millisecond),
 			RoleFilter:         []string{},

@@ -82,7 +82,8 @@ func memoryChild(ctx context.Context, o *options, stdout io.Writer) error {
 }
 
 // memoryOurs does what `gcos up --demo` does on a freshly loaded world, in one process: open the store, backfill
-// and activate, serve the API, run the intake over the whole world from the start, the event and incremental scans
+// and activate, serve the API, run the intake over the whole world from the start (cursors reset: the worst case),
+// the event and incremental scans
 // and a full audit, and answer gate calls over HTTP.
 func memoryOurs(ctx context.Context, o *options) (string, error) {
 	cfg := benchConfig(o)
@@ -91,8 +92,16 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 		return "", err
 	}
 	defer store.Close()
-	if _, err := prepare(ctx, store); err != nil {
+	bf, err := prepare(ctx, store)
+	if err != nil {
 		return "", err
+	}
+	// The heaviest intake a daemon can face: the whole history handed off again (the backfill started the cursors
+	// at its horizon, so reset them to start).
+	for _, src := range bf.CursorsAtHorizon {
+		if _, err := store.ResetCursor(ctx, src, "start"); err != nil {
+			return "", err
+		}
 	}
 	handler, err := httpapi.New(httpapi.Config{Store: store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", InsecureNoAuth: true}})
 	if err != nil {

@@ -600,12 +600,37 @@ func (s *Store) authoritySubject(ctx context.Context, tx pgx.Tx, r TailRow) (sco
 // bucket, so a replay of the same rows produces the same ids and emits nothing new.
 func (s *Store) emitHandoffs(ctx context.Context, tx pgx.Tx, sigs []*signal, st *HandoffStats) error {
 	bucket := max(s.cfg.Intake.SignalBucket, 1)
-	es := make([]Emit, 0, len(sigs))
+	seen := make(map[[3]string]bool, len(sigs))
+	es := make([]Emit, 0, min(len(sigs), emitChunk))
+	// A signal already emitted for its bucket (an earlier page, a replay) is a duplicate and writes nothing.
+	flush := func() error {
+		results, err := emitSignals(ctx, tx, es)
+		if err != nil {
+			return fmt.Errorf("emit handoff signals: %w", err)
+		}
+		for _, res := range results {
+			switch res.Outcome {
+			case EmitOutcomeEmitted:
+				st.Emitted++
+			case EmitOutcomeCaptured:
+				st.Captured++
+			}
+		}
+		es = es[:0]
+		return nil
+	}
 	for _, sig := range sigs {
 		subject := sig.subject
 		if len(sig.groups) > 0 && sig.kind == gcos.ChangeObjectBorn {
 			subject = sig.groups[0]
 		}
+		corr := fmt.Sprintf("%s:%s:%s:%d", sig.table, sig.kind, subject, sig.firstID/bucket)
+		// Many rows of a page share a signal (same kind, subject and bucket): build each one once.
+		k := [3]string{sig.source, sig.kind.EventType(), corr}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
 		payload := map[string]any{"change_kind": string(sig.kind), "source": sig.table, "occurred_at": sig.occurred.UTC().Format(time.RFC3339Nano),
 			"object_type": sig.objectTyp, "collection_name": nonEmpty(sig.coll, sig.subject), "count": len(sig.groups)}
 		if len(sig.groups) > 0 {
@@ -613,24 +638,23 @@ func (s *Store) emitHandoffs(ctx context.Context, tx pgx.Tx, sigs []*signal, st 
 		}
 		es = append(es, Emit{EventType: sig.kind.EventType(), SubjectTable: sig.table, SubjectRef: sig.subject,
 			CollectionName: nonEmpty(sig.coll, sig.table), EntityCode: nonEmpty(sig.code, sig.subject), ActorRef: sig.actor,
-			SourceSystem: sig.source, CorrelationID: fmt.Sprintf("%s:%s:%s:%d", sig.table, sig.kind, subject, sig.firstID/bucket),
+			SourceSystem: sig.source, CorrelationID: corr,
 			OccurredAt: sig.occurred, Payload: payload})
-	}
-	// A signal already emitted for its bucket (an earlier page, a replay) is a duplicate and writes nothing.
-	results, err := emitSignals(ctx, tx, es)
-	if err != nil {
-		return fmt.Errorf("emit handoff signals: %w", err)
-	}
-	for _, res := range results {
-		switch res.Outcome {
-		case EmitOutcomeEmitted:
-			st.Emitted++
-		case EmitOutcomeCaptured:
-			st.Captured++
+		if len(es) == emitChunk {
+			if err := flush(); err != nil {
+				return err
+			}
 		}
 	}
-	return nil
+	if len(es) == 0 {
+		return nil
+	}
+	return flush()
 }
+
+// emitChunk bounds the signals emitted per statement, so a page of one-signal-per-row changes (a registry history)
+// does not build one huge statement in memory.
+const emitChunk = 2_000
 
 func nonEmpty(s, def string) string {
 	if s == "" {

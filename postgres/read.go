@@ -377,7 +377,8 @@ type WorkerView struct {
 	LastTickAt     *time.Time `json:"last_tick_at"`
 	AgeSeconds     *float64   `json:"age_seconds"` // since the last tick, by the database clock
 	TickStatus     *string    `json:"last_tick_status"`
-	State          string     `json:"state"` // HeartbeatOK, HeartbeatSilent or HeartbeatNever
+	State          string     `json:"state"`                // HeartbeatOK, HeartbeatSilent or HeartbeatNever
+	SilentAfter    float64    `json:"silent_after_seconds"` // SilenceLimit: the threshold plus this executor's tick cadence
 	LeaseOwner     *string    `json:"lease_owner"`
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
 	LeaseHeld      bool       `json:"lease_held"` // a lease owner is set and its lease has not expired
@@ -431,10 +432,11 @@ func (s *Store) Workers(ctx context.Context) (WorkersReport, error) {
 			var w WorkerView
 			err := r.Scan(&w.Name, &w.Kind, &w.LastTickAt, &w.AgeSeconds, &w.TickStatus, &w.LeaseOwner,
 				&w.LeaseExpiresAt, &w.LeaseHeld)
+			w.SilentAfter = s.SilenceLimit(w.Name).Seconds()
 			switch {
 			case w.AgeSeconds == nil:
 				w.State = HeartbeatNever
-			case *w.AgeSeconds > threshold.Seconds():
+			case *w.AgeSeconds > s.SilenceLimit(w.Name).Seconds(): // the same limit the silent-gap monitor uses
 				w.State = HeartbeatSilent
 			default:
 				w.State = HeartbeatOK

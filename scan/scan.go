@@ -168,14 +168,13 @@ func (s *Scheduler) eventLoop(ctx context.Context) error {
 		if p.Scanned > 0 {
 			s.logger().Debug("event scan", "run_id", p.RunID, "scanned", p.Scanned, "remaining", p.Remaining)
 		}
+		// What is left is inside its coalesce window (claimable within one window) or waiting out a retry backoff;
+		// a group not re-scanned within the window is claimed as soon as its mark arrives (claimDirtySQL).
+		wait := poll * 20
 		if p.Remaining > 0 {
-			// Groups re-scanned within their coalesce window: their next mark waits out the window.
-			sleep(ctx, max(window/4, 5*time.Millisecond))
-			continue
+			wait = window
 		}
-		// A group not re-scanned within the window is claimed as soon as its mark arrives; the claim itself makes
-		// marks on a hot group collapse (claimSQL).
-		if _, err := listener.Wait(ctx, poll*20); err != nil && ctx.Err() == nil {
+		if _, err := listener.Wait(ctx, wait); err != nil && ctx.Err() == nil {
 			s.logger().Warn("wait for dirty marks", "err", err)
 			sleep(ctx, poll)
 		}

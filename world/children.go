@@ -38,9 +38,10 @@ type childResult struct {
 // parent-less birth of a BIRTH_REQUIRED / IN_SCOPE collection chosen deterministically from seed (or, when there is
 // none, a container born here in such a collection); each child is a birth of the container's collection and entity
 // type with parent_code = the container's entity_code and entity_code = "<container code>-c<id>". The children are
-// written with COPY in one transaction, with ids after the largest id (and the id sequence) and born_at after the
-// latest born_at, one microsecond apart; the id sequence is then moved past them. Concurrent inserts into
-// birth_registry wait for the transaction.
+// written with COPY in one transaction, with ids after the largest id (and the id sequence) and born_at after both
+// the latest born_at and the database clock, one microsecond apart: they are new births, as a tail sees new births
+// (the synthetic world's history ends before today). The id sequence is then moved past them. Concurrent inserts
+// into birth_registry wait for the transaction.
 func AddChildren(ctx context.Context, pool *pgxpool.Pool, n int, seed uint64) (container Ref, err error) {
 	if n <= 0 {
 		return Ref{}, fmt.Errorf("world: children must be positive, got %d", n)
@@ -51,7 +52,7 @@ func AddChildren(ctx context.Context, pool *pgxpool.Pool, n int, seed uint64) (c
 	var res *childResult
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = addChildren(ctx, tx, n, seed, nil)
+		res, err = addChildren(ctx, tx, n, seed, true, nil)
 		return err
 	})
 	if err != nil {
@@ -72,7 +73,9 @@ const (
 	childActor          = "birth-gateway"
 )
 
-func addChildren(ctx context.Context, tx pgx.Tx, n int, seed uint64, progress func(int)) (*childResult, error) {
+// addChildren writes the children; born now puts them after the database clock too (AddChildren), otherwise right
+// after the world's history (Generate, which stays deterministic).
+func addChildren(ctx context.Context, tx pgx.Tx, n int, seed uint64, bornNow bool, progress func(int)) (*childResult, error) {
 	if _, err := tx.Exec(ctx, "LOCK TABLE birth_registry IN SHARE ROW EXCLUSIVE MODE"); err != nil {
 		return nil, fmt.Errorf("world: lock birth_registry: %w", err)
 	}
@@ -84,8 +87,8 @@ func addChildren(ctx context.Context, tx pgx.Tx, n int, seed uint64, progress fu
 	err := tx.QueryRow(ctx, `
 		SELECT greatest(coalesce(max(id), 0),
 		                coalesce(pg_sequence_last_value(pg_get_serial_sequence('birth_registry', 'id')::regclass), 0)),
-		       max(born_at)
-		FROM birth_registry`).Scan(&maxID, &maxBorn)
+		       CASE WHEN $1 THEN greatest(max(born_at), clock_timestamp()) ELSE max(born_at) END
+		FROM birth_registry`, bornNow).Scan(&maxID, &maxBorn)
 	if err != nil {
 		return nil, fmt.Errorf("world: read the end of birth_registry: %w", err)
 	}

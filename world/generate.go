@@ -173,7 +173,7 @@ func Generate(ctx context.Context, pool *pgxpool.Pool, opts Options) (Summary, e
 		t0 := time.Now()
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			children, err = addChildren(ctx, tx, opts.Children, opts.Seed, prog.add)
+			children, err = addChildren(ctx, tx, opts.Children, opts.Seed, false, prog.add)
 			return err
 		})
 		if err != nil {
