@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -282,9 +283,15 @@ func (s *Store) gateReads(ctx context.Context, ref ObjectRef) ([]candidateRead, 
 	return out, now, nil
 }
 
-// gateFollowUp dirties stale low-risk groups for a re-scan (reason ttl) and raises candidate_unknown.
+// gateFollowUp dirties stale low-risk groups for a re-scan (reason ttl) and raises candidate_unknown. A group
+// followed up within the coalesce window is not written again: a busy caller asking about the same object must not
+// turn every blocked read into a write (the mark is idempotent and the finding coalesced anyway).
 func (s *Store) gateFollowUp(ctx context.Context, rescan, unknown []string) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	rescan, unknown = s.followUps.due("rescan", rescan), s.followUps.due("unknown", unknown)
+	if len(rescan) == 0 && len(unknown) == 0 {
+		return nil
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := markDirty(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
 			return err
 		}
@@ -296,9 +303,50 @@ func (s *Store) gateFollowUp(ctx context.Context, rescan, unknown []string) erro
 		}
 		return nil
 	})
+	if err == nil {
+		s.followUps.done("rescan", rescan, s.cfg.Scan.CoalesceWindow.Duration())
+		s.followUps.done("unknown", unknown, s.cfg.Scan.CoalesceWindow.Duration())
+	}
+	return err
 }
 
-// statement is the reproducible statement of SPEC §12, built from stored values only.
+// followUpLog remembers until when each group's gate follow-up needs no repeat.
+type followUpLog struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func (l *followUpLog) due(kind string, keys []string) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	var out []string
+	for _, k := range keys {
+		if now.After(l.until[kind+":"+k]) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (l *followUpLog) done(kind string, keys []string, window time.Duration) {
+	if len(keys) == 0 || window <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.until == nil || len(l.until) > 100_000 {
+		l.until = map[string]time.Time{} // bounded: forgetting only costs a repeated idempotent write
+	}
+	until := time.Now().Add(window)
+	for _, k := range keys {
+		l.until[kind+":"+k] = until
+	}
+}
+
 func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveState) string {
 	if !r.found() {
 		if r.key == "" {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"gcos"
 	"gcos/postgres"
 )
@@ -514,5 +516,59 @@ func TestEventDebounce(t *testing.T) {
 	time.Sleep(time.Until(start.Add(window + 100*time.Millisecond)))
 	if res := event(); res.Scanned != 1 || res.Remaining != 0 {
 		t.Fatalf("after the window: scanned %d, remaining %d; want the hot group", res.Scanned, res.Remaining)
+	}
+}
+
+// TestGateFollowUpsCoalesce: the gate's follow-up writes (candidate_unknown for a never-seeded group) are made once
+// per coalesce window however often the same object is asked about, and again after the window.
+func TestGateFollowUpsCoalesce(t *testing.T) {
+	t.Parallel()
+	const window = 400 * time.Millisecond
+	b := seededWorld(t, 3000, func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(window) })
+	// A birth in a lifecycle its class has never had: the intake records its groups, nothing seeds them.
+	var coll, class string
+	if err := b.pool.QueryRow(b.ctx, `SELECT collection_name, entity_type FROM birth_registry WHERE parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class); err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		VALUES ('followup-1', $1, $2, 'quarantined_test', 'followup-test', 'tester')`, coll, class)
+	src := postgres.BirthTailSource(b.cfg.SourceBinding)
+	for i := 0; i < 200; i++ {
+		res, err := b.store.PollTail(b.ctx, src, b.cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+			f, _, err := b.store.ApplyHandoff(ctx, tx, rows)
+			return f, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Read > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	occurrences := func() int64 {
+		return b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE issue_type = 'candidate_unknown'
+			AND status = 'open' AND evidence_snapshot->>'raised_by' = 'gate'`)
+	}
+	obj := coll + ":followup-1"
+	start := time.Now()
+	r := b.store.Gate(b.ctx, obj, gcos.ActionRead)
+	if r.Decision != gcos.GateBlock || len(r.Consulted) == 0 {
+		t.Fatalf("never-seeded groups: %s %v", r.Decision, r.Reasons)
+	}
+	first := occurrences()
+	if first == 0 {
+		t.Fatal("the gate raised no candidate_unknown for never-seeded groups")
+	}
+	for range 5 {
+		b.store.Gate(b.ctx, obj, gcos.ActionRead)
+	}
+	if n := occurrences(); time.Since(start) < window && n != first {
+		t.Fatalf("repeated gate calls inside the window wrote the finding again: %d occurrences, want %d", n, first)
+	}
+	time.Sleep(time.Until(start.Add(window + 50*time.Millisecond)))
+	b.store.Gate(b.ctx, obj, gcos.ActionRead)
+	if n := occurrences(); n != 2*first {
+		t.Fatalf("after the window: %d occurrences, want %d", n, 2*first)
 	}
 }

@@ -23,6 +23,7 @@ type Store struct {
 	cfg          gcos.Config
 	regCache     registryCache
 	rulesetCache rulesetCache
+	followUps    followUpLog // gate follow-ups recently written
 	// stormOpen is what this store knows about the group_invalidation_storm finding (stormFinding*).
 	stormOpen atomic.Int32
 	// gateSQLText is built once from the source binding: the gate is the hot path.
