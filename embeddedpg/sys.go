@@ -51,10 +51,11 @@ func lockDataDir(path, shownDir string) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("record pid in lock file: %w", err)
 	}
-	if err != nil {
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("record pid in lock file: %w", err)
 	}
