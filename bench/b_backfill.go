@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"gcos/postgres"
 )
@@ -23,11 +22,7 @@ func backfillAt(ctx context.Context, r *runner, births, reps int) (backfillFigur
 	var f backfillFigures
 	label := fmt.Sprintf("backfill%d", births)
 	tmpl, err := r.env.worldDB(ctx, label, births)
-	defer func() {
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = r.env.dropDB(c, tmpl)
-	}()
+	defer r.env.dropLater(tmpl)
 	if err != nil {
 		return f, err
 	}
@@ -37,11 +32,7 @@ func backfillAt(ctx context.Context, r *runner, births, reps int) (backfillFigur
 			if err != nil {
 				return err
 			}
-			defer func() {
-				c, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				_ = r.env.dropDB(c, clone)
-			}()
+			defer r.env.dropLater(clone)
 			ws, closeStore, err := r.openStore(ctx, clone, 0)
 			if err != nil {
 				return err

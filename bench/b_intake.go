@@ -52,11 +52,7 @@ func naiveTail(ctx context.Context, p *pgxpool.Pool, page int) (int, time.Durati
 
 func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 	tmpl, err := r.env.worldDB(ctx, "intake", r.opts.births)
-	defer func() {
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = r.env.dropDB(c, tmpl)
-	}()
+	defer r.env.dropLater(tmpl)
 	if err != nil {
 		return nil, err
 	}
@@ -65,18 +61,14 @@ func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 	var st postgres.HandoffStats
 	for i := 0; i < r.opts.reps; i++ {
 		// Each repetition is a first pass over the whole inventory on a fresh clone of the world, prepared as the
-		// daemon would be (backfilled, ruleset and event types active), its cursor reset to start: a replay of the same rows would be cheaper
-		// (its signals are deduplicated), so it would not measure the intake's real work.
+		// daemon would be (backfilled, ruleset and event types active), its cursor reset to start: a replay of the
+		// same rows would be cheaper (its signals are deduplicated), so it would not measure the intake's real work.
 		if err := func() error {
 			clone, err := r.env.createDB(ctx, "intake_rep", tmpl)
 			if err != nil {
 				return err
 			}
-			defer func() {
-				c, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				_ = r.env.dropDB(c, clone)
-			}()
+			defer r.env.dropLater(clone)
 			ws, closeStore, err := r.openStore(ctx, clone, 0)
 			if err != nil {
 				return err

@@ -263,11 +263,7 @@ func runMemoryChild(ctx context.Context, r *runner, mode, db string) (memReport,
 
 func benchMemory(ctx context.Context, r *runner) ([]row, error) {
 	tmpl, err := r.env.worldDB(ctx, "memory", r.opts.births)
-	defer func() {
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = r.env.dropDB(c, tmpl)
-	}()
+	defer r.env.dropLater(tmpl)
 	if err != nil {
 		return nil, err
 	}
@@ -279,11 +275,7 @@ func benchMemory(ctx context.Context, r *runner) ([]row, error) {
 			if err != nil {
 				return err
 			}
-			defer func() {
-				c, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				_ = r.env.dropDB(c, clone)
-			}()
+			defer r.env.dropLater(clone)
 			ours, err := runMemoryChild(ctx, r, "ours", clone)
 			if err != nil {
 				return err

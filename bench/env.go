@@ -135,6 +135,13 @@ func (e *env) forget(name string) {
 }
 
 // dropDB drops a database created by createDB (WITH FORCE ends sessions a failed benchmark left behind).
+// dropLater drops name with a deadline of its own, so a deferred cleanup still runs after the run was cancelled.
+func (e *env) dropLater(name string) {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = e.dropDB(c, name)
+}
+
 func (e *env) dropDB(ctx context.Context, name string) error {
 	if name == "" {
 		return nil

@@ -118,9 +118,9 @@ func (s *Store) EmitSignal(ctx context.Context, e Emit) (EmitResult, error) {
 	return res, err
 }
 
-const emitKeySQL = `INSERT INTO governance_signal_key (source_system, event_type, correlation_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
-
-// emitKeysSQL claims many keys at once and returns those that were new (source, type and id joined by chr(31)).
+// emitKeysSQL claims keys and returns those that were new (source, type and id joined by chr(31)). The key table's
+// primary key decides first-seen: a concurrent emit of the same key waits for the other transaction and then
+// conflicts, so a signal is enqueued at most once however often it is replayed.
 const emitKeysSQL = `
 INSERT INTO governance_signal_key (source_system, event_type, correlation_id)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
@@ -216,59 +216,34 @@ func lookupType(ctx context.Context, tx pgx.Tx, eventType string) (registryType,
 //  5. any other type is captured in event_pending and the unregistered-type finding is raised (coalesced: the
 //     first capture opens it, later ones bump occurrence_count).
 func emitSignal(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
-	if err := e.validate(); err != nil {
+	res, err := emitSignals(ctx, tx, []Emit{e})
+	if err != nil {
 		return EmitResult{}, err
 	}
-	addr := e.CanonicalAddress()
-	if err := gcos.ValidateSafePayload(e.Payload); err != nil {
-		id, ferr := raiseFinding(ctx, tx, gcos.NewFinding(gcos.InputIssue(gcos.InputInvalidSchema), addr, "", "", map[string]any{
-			"reason":            "signal, not data: the payload carries more than addresses, refs and counts",
-			"event_type":        e.EventType,
-			"canonical_address": addr,
-			"source_system":     e.SourceSystem,
-			"actor_ref":         e.ActorRef,
-			"correlation_id":    e.CorrelationID,
-			"rejected_keys":     unsafeKeys(e.Payload),
-			"error":             gcos.ErrorMessage(err),
-		}))
-		if ferr != nil {
-			return EmitResult{}, fmt.Errorf("emit %s: %w", e.EventType, ferr)
-		}
-		return EmitResult{Outcome: EmitOutcomeRejected, FindingID: id, Reason: gcos.ErrorMessage(err)}, nil
-	}
-	payload, err := json.Marshal(nonNilPayload(e.Payload))
-	if err != nil {
-		return EmitResult{}, gcos.Errorf(gcos.EINVALID, "emit %s: payload: %v", e.EventType, err)
-	}
-
-	// The key table's primary key decides first-seen: a concurrent emit of the same key waits for this
-	// transaction and then conflicts, so a signal is enqueued at most once however often it is replayed.
-	tag, err := tx.Exec(ctx, emitKeySQL, e.SourceSystem, e.EventType, e.CorrelationID)
-	if err != nil {
-		return EmitResult{}, fmt.Errorf("emit %s: key: %w", e.EventType, err)
-	}
-	if tag.RowsAffected() == 0 {
+	if res[0].Outcome == EmitOutcomeDuplicate {
 		return emitDuplicate(ctx, tx, e)
 	}
-	rt, err := lookupType(ctx, tx, e.EventType)
+	return res[0], nil
+}
+
+// rejectSignal raises the input.invalid_schema finding for a signal whose payload is not safe metadata; nothing is
+// enqueued.
+func rejectSignal(ctx context.Context, tx pgx.Tx, e Emit, cause error) (EmitResult, error) {
+	addr := e.CanonicalAddress()
+	id, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.InputIssue(gcos.InputInvalidSchema), addr, "", "", map[string]any{
+		"reason":            "signal, not data: the payload carries more than addresses, refs and counts",
+		"event_type":        e.EventType,
+		"canonical_address": addr,
+		"source_system":     e.SourceSystem,
+		"actor_ref":         e.ActorRef,
+		"correlation_id":    e.CorrelationID,
+		"rejected_keys":     unsafeKeys(e.Payload),
+		"error":             gcos.ErrorMessage(cause),
+	}))
 	if err != nil {
-		return EmitResult{}, err
+		return EmitResult{}, fmt.Errorf("emit %s: %w", e.EventType, err)
 	}
-	if rt.registered && e.Stream != "" && events.NormalizeStream(e.Stream) != rt.stream {
-		return EmitResult{}, gcos.Errorf(gcos.EINVALID, "emit %s: stream %q differs from the registered stream %q",
-			e.EventType, e.Stream, rt.stream)
-	}
-	if rt.active {
-		if err := flushBacklog(ctx, tx, e.EventType); err != nil {
-			return EmitResult{}, err
-		}
-		ids, err := insertOutbox(ctx, tx, rt, []Emit{e}, [][]byte{payload})
-		if err != nil {
-			return EmitResult{}, err
-		}
-		return EmitResult{Outcome: EmitOutcomeEmitted, EventID: ids[0]}, nil
-	}
-	return captureSignal(ctx, tx, e, payload, rt)
+	return EmitResult{Outcome: EmitOutcomeRejected, FindingID: id, Reason: gcos.ErrorMessage(cause)}, nil
 }
 
 // emitDuplicate reports where an already-seen signal went (event_outbox or event_pending).
@@ -346,7 +321,7 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, rt registryType, es []Emit, pa
 
 // emitSignals is emitSignal for many signals in one transaction, with the same outcomes (a duplicate's result does
 // not name the earlier row): the keys are claimed in one statement and each active type's new signals are written
-// in one more, instead of four round trips per signal. The intake emits thousands of signals per page.
+// in one more. The intake emits thousands of signals per page.
 func emitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error) {
 	out := make([]EmitResult, len(es))
 	payloads := make([][]byte, len(es))
@@ -356,8 +331,8 @@ func emitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error
 		if err := e.validate(); err != nil {
 			return nil, err
 		}
-		if gcos.ValidateSafePayload(e.Payload) != nil {
-			r, err := emitSignal(ctx, tx, e) // rejects it and raises the input finding
+		if cause := gcos.ValidateSafePayload(e.Payload); cause != nil {
+			r, err := rejectSignal(ctx, tx, e, cause)
 			if err != nil {
 				return nil, err
 			}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Backfill seeds, handoff sustains (doc 32 §6, "boundary handshake"). The seed evaluates every group from a
@@ -32,34 +31,20 @@ func (s *Store) readSeedHorizon(ctx context.Context) (seedHorizon, error) {
 		return seedHorizon{}, fmt.Errorf("seed horizon: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	roles := s.cfg.Intake.RoleFilter
-	if roles == nil {
-		roles = []string{}
-	}
-	guard := max(s.cfg.Intake.HorizonGuard.Duration(), 0)
-	var (
-		h                   seedHorizon
-		hPID                *int32
-		hRole, hApp, hState *string
-		hType               *string
-		hStart              pgtype.Timestamptz
-		hAge                *float64
-		inRecovery, seesAll bool
-		prepared            int64
-	)
-	if err := tx.QueryRow(ctx, tailHorizonSQL, roles, guard.Microseconds()).Scan(
-		&h.at, &hPID, &hRole, &hApp, &hState, &hType, &hStart, &hAge, &inRecovery, &seesAll); err != nil {
+	read, err := readHorizon(ctx, tx, s.cfg.Intake)
+	if err != nil {
 		return seedHorizon{}, fmt.Errorf("seed horizon: %w", err)
 	}
+	var prepared int64
 	// Counted after pg_stat_activity was read, as a poll does: a transaction gone from it by then has ended or
 	// is prepared.
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()`).Scan(&prepared); err != nil {
 		return seedHorizon{}, fmt.Errorf("seed horizon: %w", err)
 	}
-	h.ok = !inRecovery && seesAll && prepared == 0
+	h := seedHorizon{at: read.at, ok: !read.inRecovery && read.seesAll && prepared == 0}
 	if !h.ok {
 		s.logger.Warn("backfill: the tail horizon cannot be trusted here; intake cursors stay at start and will re-hand-off the history",
-			"standby", inRecovery, "sees_all_sessions", seesAll, "prepared_transactions", prepared)
+			"standby", read.inRecovery, "sees_all_sessions", read.seesAll, "prepared_transactions", prepared)
 	}
 	return h, nil
 }

@@ -488,6 +488,39 @@ UPDATE gov_worker_cursor
 SET last_run_at = now(), last_run_summary = $2, last_horizon = coalesce($3, last_horizon), updated_at = now()
 WHERE source = $1`
 
+// horizonRead is what tailHorizonSQL reports.
+type horizonRead struct {
+	at                  time.Time
+	heldBy              *HorizonHolder // the open transaction that bounded the horizon; nil: the clock did
+	inRecovery, seesAll bool
+}
+
+// readHorizon reads the tail horizon (tailHorizonSQL) with the intake's role filter and guard.
+func readHorizon(ctx context.Context, q querier, cfg gcos.IntakeConfig) (horizonRead, error) {
+	roles := cfg.RoleFilter
+	if roles == nil {
+		roles = []string{}
+	}
+	var (
+		h                   horizonRead
+		hPID                *int32
+		hRole, hApp, hState *string
+		hType               *string
+		hStart              pgtype.Timestamptz
+		hAge                *float64
+	)
+	guard := max(cfg.HorizonGuard.Duration(), 0) // a negative guard would read above the horizon
+	if err := q.QueryRow(ctx, tailHorizonSQL, roles, guard.Microseconds()).Scan(
+		&h.at, &hPID, &hRole, &hApp, &hState, &hType, &hStart, &hAge, &h.inRecovery, &h.seesAll); err != nil {
+		return h, err
+	}
+	if hPID != nil && hStart.Valid && !hStart.Time.After(h.at.Add(guard)) {
+		h.heldBy = &HorizonHolder{PID: *hPID, Role: tailDeref(hRole), ApplicationName: tailDeref(hApp), State: tailDeref(hState),
+			BackendType: tailDeref(hType), XactStart: hStart.Time, AgeSeconds: tailDerefF(hAge)}
+	}
+	return h, nil
+}
+
 // tailCursorExists distinguishes "locked by another worker" from "no cursor".
 func tailCursorExists(ctx context.Context, q querier, source string) (bool, error) {
 	var ok bool
@@ -521,37 +554,20 @@ func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
 	// 1. The horizon, as the transaction's first statement.
-	roles := cfg.RoleFilter
-	if roles == nil {
-		roles = []string{}
-	}
-	var (
-		horizon             time.Time
-		hPID                *int32
-		hRole, hApp, hState *string
-		hType               *string
-		hStart              pgtype.Timestamptz
-		hAge                *float64
-		inRecovery, seesAll bool
-	)
-	guard := max(cfg.HorizonGuard.Duration(), 0) // a negative guard would read above the horizon
-	if err := tx.QueryRow(ctx, tailHorizonSQL, roles, guard.Microseconds()).Scan(
-		&horizon, &hPID, &hRole, &hApp, &hState, &hType, &hStart, &hAge, &inRecovery, &seesAll); err != nil {
+	h, err := readHorizon(ctx, tx, cfg)
+	if err != nil {
 		return res, fmt.Errorf("poll %s: horizon: %w", src.Name, err)
 	}
-	if inRecovery {
+	if h.inRecovery {
 		return res, gcos.Errorf(gcos.EINVALID, "poll %s refused: the server is a standby (pg_is_in_recovery); "+
 			"the tail must read the primary", src.Name)
 	}
-	if !seesAll {
+	if !h.seesAll {
 		return res, gcos.Errorf(gcos.EINVALID, "poll %s refused: this role cannot see other sessions' transactions "+
 			"in pg_stat_activity; grant it pg_read_all_stats", src.Name)
 	}
-	res.Horizon = horizon
-	if hPID != nil && hStart.Valid && !hStart.Time.After(horizon.Add(guard)) {
-		res.HeldBy = &HorizonHolder{PID: *hPID, Role: tailDeref(hRole), ApplicationName: tailDeref(hApp), State: tailDeref(hState),
-			BackendType: tailDeref(hType), XactStart: hStart.Time, AgeSeconds: tailDerefF(hAge)}
-	}
+	horizon := h.at
+	res.Horizon, res.HeldBy = h.at, h.heldBy
 
 	// 2. The cursor.
 	var prepared int64
