@@ -52,6 +52,7 @@ const (
 	IssueBackfillInventoryGap     IssueType = "backfill_inventory_gap"
 	IssueGovernanceSchemaDrift    IssueType = "governance_schema_drift"
 	IssueIssueEventGap            IssueType = "issue_event_gap"
+	IssueCoverageOrphan           IssueType = "coverage_orphan" // a high-risk relevant group with no owner in its scope
 )
 
 // inputIssuePrefix starts every input-quality finding type ("input.<state>").
@@ -96,6 +97,7 @@ var IssueSpecs = []IssueSpec{
 	{IssueBackfillInventoryGap, "backfill", "inventory_gap", SeverityHigh, SeverityHigh, DefaultEscalateAfter},
 	{IssueGovernanceSchemaDrift, "coverage", "schema_drift", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
 	{IssueIssueEventGap, "coverage", "issue_event_gap", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
+	{IssueCoverageOrphan, "coverage", "orphan", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 }
 
 // inputEventState maps an input-quality state to its doc 41 event name where the two differ.

@@ -43,7 +43,11 @@ type GateInput struct {
 	HighRisk       bool           // IsHighRisk(Row.RiskClass, cfg.Gate.LowRiskClasses)
 	RulesetStatus  string         // status of Row.RulesetVersion (Ruleset*)
 	SnapshotExists bool           // Row.SnapshotRef still resolves
-	Err            error          // any error met while gathering the input
+	Scope          string         // the scope the row judges the object in (its group's scope)
+	// Coverage is the recorded coverage outcome of the row under its ruleset ("" when none is recorded): a scan
+	// records one for every relevant row.
+	Coverage CoverageOutcome
+	Err      error // any error met while gathering the input
 }
 
 // GateDecision is the gate's answer.
@@ -54,6 +58,7 @@ type GateDecision struct {
 	RiskClass        string   `json:"risk_class"`
 	Reasons          []string `json:"reasons"`       // human-readable, never empty
 	RaiseUnknown     bool     `json:"raise_unknown"` // the caller raises candidate_unknown
+	RaiseOrphan      bool     `json:"raise_orphan"`  // the caller raises coverage_orphan for the row's group
 }
 
 // Allowed reports whether the action may proceed.
@@ -63,6 +68,8 @@ func (d GateDecision) Allowed() bool { return d.Decision == GateAllow }
 //   - an error, an unknown action, or no candidate state ⇒ block (no state means unknown, and unknown is never safe);
 //   - high (or unknown) risk with an effective verdict unknown, stale or needs_input, a dangling snapshot, a failed
 //     recompute, a draft ruleset, or coverage required without a closing coverage scan ⇒ block;
+//   - high risk, relevant, coverage required and no owner in the row's scope (an orphan), or no coverage outcome
+//     recorded at all ⇒ block, naming the scope;
 //   - low risk with a stale verdict ⇒ allow and schedule a re-scan, except a write whose stored verdict was itself
 //     unknown or needs_input;
 //   - low risk with an unknown or needs_input verdict ⇒ allow a read but block a write. SPEC §12 mandates the block
@@ -129,9 +136,20 @@ func Gate(in GateInput) GateDecision {
 		if in.RulesetStatus == RulesetDraft {
 			why = append(why, fmt.Sprintf("it was computed under the draft ruleset %s", in.Row.RulesetVersion))
 		}
-		if in.Row.CoverageRequired && in.Row.CoverageScanRef == nil {
+		switch {
+		case in.Row.CoverageRequired && in.Row.CoverageScanRef == nil:
 			d.RaiseUnknown = true
-			why = append(why, "coverage is required but no coverage scan has closed it")
+			why = append(why, fmt.Sprintf("coverage is required in scope %s but no coverage scan has closed it", scopeName(in.Scope)))
+		case eff == VerdictRelevant && in.Row.CoverageRequired:
+			switch in.Coverage {
+			case CoverageCovered, CoverageApprovedException:
+			case CoverageOrphan:
+				d.RaiseOrphan = true
+				why = append(why, fmt.Sprintf("no owner resolves in scope %s (orphan)", scopeName(in.Scope)))
+			default:
+				d.RaiseUnknown = true
+				why = append(why, fmt.Sprintf("no coverage outcome is recorded in scope %s", scopeName(in.Scope)))
+			}
 		}
 		if len(why) > 0 {
 			d.Reasons = append(d.Reasons, fmt.Sprintf("blocked: risk class %s is high risk and %s",
@@ -173,4 +191,130 @@ func allow(d GateDecision, in GateInput) GateDecision {
 	d.Reasons = append(d.Reasons, fmt.Sprintf("allowed: the %s verdict %s is clean under ruleset %s, snapshot %d",
 		src, d.EffectiveVerdict, in.Row.RulesetVersion, in.Row.SnapshotRef))
 	return d
+}
+
+// scopeName names a scope in a reason; a row without one says so rather than printing nothing.
+func scopeName(scope string) string {
+	if scope == "" {
+		return "(none)"
+	}
+	return scope
+}
+
+// ObjectGateInput is everything the gate judges one object on: the candidate rows that represent it (its
+// materialized object row, if any, and its group in each scope) and the scopes every object belongs to under the
+// current ruleset.
+type ObjectGateInput struct {
+	Action string
+	Rows   []GateInput
+	Scopes []string
+	Err    error // any error met while gathering the input
+}
+
+// ObjectGateDecision is the gate's answer for one object.
+type ObjectGateDecision struct {
+	Decision         string         `json:"decision"`
+	EffectiveVerdict Verdict        `json:"effective_verdict"` // the reported row's; unknown when a scope is missing
+	RiskClass        string         `json:"risk_class"`
+	Reasons          []string       `json:"reasons"`        // blocking rows first; never empty
+	Rows             []GateDecision `json:"rows"`           // each input row's own decision, in input order
+	Worst            int            `json:"worst"`          // index of the row reported on, -1 when none
+	MissingScopes    []string       `json:"missing_scopes"` // scopes in which no group represents the object
+}
+
+// Allowed reports whether the action may proceed.
+func (d ObjectGateDecision) Allowed() bool { return d.Decision == GateAllow }
+
+// GateObject judges an object on the worst of its rows (SPEC §12): every row is gated on its own (Gate) and the
+// object is allowed only if every row allows and a group represents it in every scope of the current ruleset.
+// An object row never stands in for its groups: it links to one scope's group, and the object is governed in all.
+// The row reported on is the first blocking one, least settled verdict first (unknown, needs_input, stale, then
+// the rest), or the least settled row when all allow.
+func GateObject(in ObjectGateInput) ObjectGateDecision {
+	out := ObjectGateDecision{Decision: GateBlock, Reasons: []string{}, Rows: []GateDecision{}, Worst: -1,
+		MissingScopes: []string{}}
+	if in.Err != nil || (in.Action != ActionWrite && in.Action != ActionRead) {
+		d := Gate(GateInput{Action: in.Action, Err: in.Err})
+		out.Reasons = d.Reasons
+		return out
+	}
+	if len(in.Rows) == 0 {
+		out.EffectiveVerdict = VerdictUnknown
+		out.Reasons = append(out.Reasons, "no candidate state exists for this object: it was never scanned, and "+
+			"unknown is never safe")
+		return out
+	}
+	allowed := true
+	var blocking, passing []string
+	for i, row := range in.Rows {
+		d := Gate(row)
+		out.Rows = append(out.Rows, d)
+		if !d.Allowed() {
+			allowed = false
+		}
+		prefix := ""
+		if len(in.Rows) > 1 {
+			prefix = "[" + scopeName(row.Scope) + "] "
+			if row.Source == GateSourceObject {
+				prefix = "[object row, scope " + scopeName(row.Scope) + "] "
+			}
+		}
+		for _, r := range d.Reasons {
+			if d.Allowed() {
+				passing = append(passing, prefix+r)
+			} else {
+				blocking = append(blocking, prefix+r)
+			}
+		}
+		if out.Worst < 0 || worseRow(d, out.Rows[out.Worst]) {
+			out.Worst = i
+		}
+	}
+	for _, scope := range in.Scopes {
+		found := false
+		for _, row := range in.Rows {
+			if row.Source == GateSourceGroup && row.Scope == scope {
+				found = true
+				break
+			}
+		}
+		if !found {
+			out.MissingScopes = append(out.MissingScopes, scope)
+			blocking = append(blocking, fmt.Sprintf("[%s] blocked: no group represents the object in scope %s, so it "+
+				"was never judged there, and unknown is never safe", scope, scope))
+		}
+	}
+	w := out.Rows[out.Worst]
+	out.EffectiveVerdict, out.RiskClass = w.EffectiveVerdict, w.RiskClass
+	if len(out.MissingScopes) > 0 {
+		allowed = false
+		out.EffectiveVerdict = VerdictUnknown
+	}
+	if allowed {
+		out.Decision = GateAllow
+	}
+	out.Reasons = append(blocking, passing...)
+	return out
+}
+
+// worseRow reports whether decision a is reported in preference to b: a block before an allow, then the least
+// settled effective verdict.
+func worseRow(a, b GateDecision) bool {
+	if a.Allowed() != b.Allowed() {
+		return !a.Allowed()
+	}
+	return verdictRank(a.EffectiveVerdict) < verdictRank(b.EffectiveVerdict)
+}
+
+// verdictRank orders effective verdicts from least settled (unknown) to decided.
+func verdictRank(v Verdict) int {
+	switch v {
+	case VerdictUnknown, "":
+		return 0
+	case VerdictNeedsInput:
+		return 1
+	case VerdictStale:
+		return 2
+	}
+	return 3
 }

@@ -2,6 +2,7 @@ package gcos_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,9 +47,11 @@ type gateCase struct {
 	rulesets    gcos.RulesetState
 	snapshot    bool
 	override    func(*gcos.GateInput)
+	coverage    gcos.CoverageOutcome
 	decision    string
 	rescan      bool
 	raise       bool
+	orphan      bool
 	effective   gcos.Verdict
 	reasonsHave string
 }
@@ -58,7 +61,8 @@ func (c gateCase) input() gcos.GateInput {
 	high := gcos.IsHighRisk(c.row.RiskClass, low)
 	in := gcos.GateInput{
 		Action: c.action, Found: c.found, Source: gcos.GateSourceGroup, Row: c.row, HighRisk: high,
-		RulesetStatus: c.rulesets.RowRulesetStatus, SnapshotExists: c.snapshot, Err: c.err,
+		RulesetStatus: c.rulesets.RowRulesetStatus, SnapshotExists: c.snapshot, Err: c.err, Scope: "health",
+		Coverage: c.coverage,
 	}
 	if c.found {
 		in.Effective = gcos.Effective(c.row, c.now, c.rulesets, c.snapshot, high)
@@ -94,8 +98,29 @@ func TestGate(t *testing.T) {
 		{name: "high: clean", action: "write", found: true, row: cleanRow(), now: now, rulesets: active, snapshot: true,
 			decision: "allow", effective: "not_relevant", reasonsHave: "clean under ruleset gov-rs-aaaaaaaaaaaa, snapshot 512"},
 		{name: "high: clean relevant, coverage closed", action: "write", found: true,
+			row:      cleanRow(verdict(gcos.VerdictRelevant), func(r *gcos.CandidateRow) { r.CoverageRequired = true }),
+			coverage: gcos.CoverageCovered, now: now, rulesets: active, snapshot: true, decision: "allow", effective: "relevant"},
+		{name: "high: clean relevant under an approved exception", action: "write", found: true,
+			row:      cleanRow(verdict(gcos.VerdictRelevant), func(r *gcos.CandidateRow) { r.CoverageRequired = true }),
+			coverage: gcos.CoverageApprovedException, now: now, rulesets: active, snapshot: true, decision: "allow", effective: "relevant"},
+		{name: "high: orphan blocks a write, naming the scope", action: "write", found: true,
+			row:      cleanRow(verdict(gcos.VerdictRelevant), func(r *gcos.CandidateRow) { r.CoverageRequired = true }),
+			coverage: gcos.CoverageOrphan, now: now, rulesets: active, snapshot: true, decision: "block", orphan: true,
+			effective: "relevant", reasonsHave: "no owner resolves in scope health (orphan)"},
+		{name: "high: orphan blocks a read", action: "read", found: true,
+			row:      cleanRow(verdict(gcos.VerdictRelevant), func(r *gcos.CandidateRow) { r.CoverageRequired = true }),
+			coverage: gcos.CoverageOrphan, now: now, rulesets: active, snapshot: true, decision: "block", orphan: true,
+			effective: "relevant", reasonsHave: "orphan"},
+		{name: "high: relevant without a recorded coverage outcome blocks", action: "write", found: true,
 			row: cleanRow(verdict(gcos.VerdictRelevant), func(r *gcos.CandidateRow) { r.CoverageRequired = true }),
-			now: now, rulesets: active, snapshot: true, decision: "allow", effective: "relevant"},
+			now: now, rulesets: active, snapshot: true, decision: "block", raise: true, effective: "relevant",
+			reasonsHave: "no coverage outcome is recorded in scope health"},
+		{name: "high: stale orphan blocks as stale", action: "write", found: true,
+			row:      cleanRow(dirty, verdict(gcos.VerdictRelevant), func(r *gcos.CandidateRow) { r.CoverageRequired = true }),
+			coverage: gcos.CoverageOrphan, now: now, rulesets: active, snapshot: true, decision: "block", rescan: true,
+			effective: "stale", reasonsHave: "stale"},
+		{name: "high: not relevant needs no owner", action: "write", found: true, row: cleanRow(),
+			coverage: gcos.CoverageOrphan, now: now, rulesets: active, snapshot: true, decision: "allow", effective: "not_relevant"},
 		{name: "high: coverage required without coverage scan", action: "write", found: true,
 			row: cleanRow(verdict(gcos.VerdictRelevant), needsCoverage), now: now, rulesets: active, snapshot: true,
 			decision: "block", raise: true, effective: "relevant", reasonsHave: "no coverage scan has closed it"},
@@ -144,6 +169,9 @@ func TestGate(t *testing.T) {
 		{name: "low: coverage required without scan does not block", action: "write", found: true,
 			row: cleanRow(lowRisk, verdict(gcos.VerdictRelevant), needsCoverage), now: now, rulesets: active, snapshot: true,
 			decision: "allow", effective: "relevant"},
+		{name: "low: orphan does not block", action: "write", found: true,
+			row:      cleanRow(lowRisk, verdict(gcos.VerdictRelevant), func(r *gcos.CandidateRow) { r.CoverageRequired = true }),
+			coverage: gcos.CoverageOrphan, now: now, rulesets: active, snapshot: true, decision: "allow", effective: "relevant"},
 		{name: "low: unknown write blocks", action: "write", found: true, row: cleanRow(lowRisk, verdict(gcos.VerdictUnknown)),
 			now: now, rulesets: active, snapshot: true, decision: "block", rescan: true, raise: true, effective: "unknown"},
 		{name: "low: unknown read allowed", action: "read", found: true, row: cleanRow(lowRisk, verdict(gcos.VerdictUnknown)),
@@ -166,10 +194,10 @@ func TestGate(t *testing.T) {
 			t.Parallel()
 			got := gcos.Gate(tt.input())
 			if got.Decision != tt.decision || got.RescanScheduled != tt.rescan || got.RaiseUnknown != tt.raise ||
-				got.EffectiveVerdict != tt.effective {
-				t.Fatalf("Gate = {decision %s, rescan %v, raise %v, effective %q}, want {%s, %v, %v, %q}\nreasons: %q",
-					got.Decision, got.RescanScheduled, got.RaiseUnknown, got.EffectiveVerdict,
-					tt.decision, tt.rescan, tt.raise, tt.effective, got.Reasons)
+				got.EffectiveVerdict != tt.effective || got.RaiseOrphan != tt.orphan {
+				t.Fatalf("Gate = {decision %s, rescan %v, raise %v, effective %q, orphan %v}, want {%s, %v, %v, %q, %v}\nreasons: %q",
+					got.Decision, got.RescanScheduled, got.RaiseUnknown, got.EffectiveVerdict, got.RaiseOrphan,
+					tt.decision, tt.rescan, tt.raise, tt.effective, tt.orphan, got.Reasons)
 			}
 			if got.Allowed() != (tt.decision == "allow") {
 				t.Fatal("Allowed disagrees with Decision")
@@ -179,6 +207,110 @@ func TestGate(t *testing.T) {
 			}
 			if joined := strings.Join(got.Reasons, " | "); !strings.Contains(joined, tt.reasonsHave) {
 				t.Fatalf("reasons %q do not mention %q", joined, tt.reasonsHave)
+			}
+		})
+	}
+}
+
+func TestGateObject(t *testing.T) {
+	t.Parallel()
+	now := t0.Add(time.Hour)
+	scopes := []string{"approval", "health", "render"}
+	relevant := func(r *gcos.CandidateRow) { r.Verdict, r.CoverageRequired = gcos.VerdictRelevant, true }
+	// row builds one gated row the way the store does: the effective state from the row, high risk unless low.
+	row := func(source, scope string, cov gcos.CoverageOutcome, edits ...func(*gcos.CandidateRow)) gcos.GateInput {
+		r := cleanRow(edits...)
+		high := gcos.IsHighRisk(r.RiskClass, []string{"read_descriptive"})
+		return gcos.GateInput{Action: gcos.ActionWrite, Found: true, Source: source, Scope: scope, Row: r, HighRisk: high,
+			Effective: gcos.Effective(r, now, active, true, high), RulesetStatus: gcos.RulesetActive, SnapshotExists: true,
+			Coverage: cov}
+	}
+	group := func(scope string, cov gcos.CoverageOutcome, edits ...func(*gcos.CandidateRow)) gcos.GateInput {
+		return row(gcos.GateSourceGroup, scope, cov, edits...)
+	}
+	covered := func(edits ...func(*gcos.CandidateRow)) []gcos.GateInput {
+		var out []gcos.GateInput
+		for _, s := range scopes {
+			out = append(out, group(s, gcos.CoverageCovered, append([]func(*gcos.CandidateRow){relevant}, edits...)...))
+		}
+		return out
+	}
+	with := func(rows []gcos.GateInput, i int, r gcos.GateInput) []gcos.GateInput {
+		rows = slices.Clone(rows)
+		rows[i] = r
+		return rows
+	}
+	dirty := func(r *gcos.CandidateRow) { r.Dirty = true }
+	low := func(r *gcos.CandidateRow) { r.RiskClass = "read_descriptive" }
+	objectRow := row(gcos.GateSourceObject, "approval", "", func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictRetired })
+
+	tests := []struct {
+		name      string
+		in        gcos.ObjectGateInput
+		decision  string
+		effective gcos.Verdict
+		worst     int
+		missing   []string
+		first     string // the first reason starts with this
+	}{
+		{name: "every scope covered and clean", in: gcos.ObjectGateInput{Action: "write", Rows: covered(), Scopes: scopes},
+			decision: "allow", effective: "relevant", worst: 0, first: "[approval] allowed"},
+		{name: "an orphan in one scope blocks, named first",
+			in:       gcos.ObjectGateInput{Action: "write", Rows: with(covered(), 1, group("health", gcos.CoverageOrphan, relevant)), Scopes: scopes},
+			decision: "block", effective: "relevant", worst: 1, first: "[health] blocked: risk class write_high is high risk and no owner resolves in scope health (orphan)"},
+		{name: "an object row does not hide a stale group in another scope",
+			in: gcos.ObjectGateInput{Action: "write", Scopes: scopes, Rows: []gcos.GateInput{objectRow,
+				group("approval", "", func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictRetired }),
+				group("health", "", func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictRetired }),
+				group("render", "", dirty, func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictRetired })}},
+			decision: "block", effective: "stale", worst: 3, first: "[render] the stored verdict retired is stale"},
+		{name: "a blocking object row blocks although every group allows",
+			in: gcos.ObjectGateInput{Action: "write", Scopes: scopes, Rows: append([]gcos.GateInput{
+				row(gcos.GateSourceObject, "approval", "", func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictNeedsInput })}, covered()...)},
+			decision: "block", effective: "needs_input", worst: 0, first: "[object row, scope approval] blocked"},
+		{name: "a scope without a group blocks as unknown",
+			in:       gcos.ObjectGateInput{Action: "write", Rows: covered()[:2], Scopes: scopes},
+			decision: "block", effective: "unknown", worst: 0, missing: []string{"render"}, first: "[render] blocked: no group represents the object in scope render"},
+		{name: "an object row does not stand in for a missing scope's group",
+			in:       gcos.ObjectGateInput{Action: "write", Rows: append([]gcos.GateInput{row(gcos.GateSourceObject, "render", gcos.CoverageCovered, relevant)}, covered()[:2]...), Scopes: scopes},
+			decision: "block", effective: "unknown", worst: 0, missing: []string{"render"}, first: "[render] blocked"},
+		{name: "a group never seeded blocks",
+			in:       gcos.ObjectGateInput{Action: "write", Rows: with(covered(), 2, gcos.GateInput{Action: "write", Source: gcos.GateSourceGroup, Scope: "render"}), Scopes: scopes},
+			decision: "block", effective: "", worst: 2, first: "[render] no candidate state exists"},
+		{name: "a low-risk stale group allows with the others",
+			in:       gcos.ObjectGateInput{Action: "write", Rows: covered(low, dirty), Scopes: scopes},
+			decision: "allow", effective: "stale", worst: 0, first: "[approval] the stored verdict relevant is stale"},
+		{name: "no rows", in: gcos.ObjectGateInput{Action: "write", Scopes: scopes}, decision: "block", effective: "unknown",
+			worst: -1, first: "no candidate state exists for this object"},
+		{name: "an error", in: gcos.ObjectGateInput{Action: "write", Rows: covered(), Scopes: scopes, Err: gcos.Errorf(gcos.EUNAVAILABLE, "database down")},
+			decision: "block", worst: -1, first: "the gate could not read the candidate state (database down)"},
+		{name: "an unknown action", in: gcos.ObjectGateInput{Action: "deploy", Rows: covered(), Scopes: scopes},
+			decision: "block", worst: -1, first: `unknown action "deploy"`},
+		{name: "one scope, one row: no prefix", in: gcos.ObjectGateInput{Action: "read", Rows: covered()[:1], Scopes: scopes[:1]},
+			decision: "allow", effective: "relevant", worst: 0, first: "allowed: the group verdict relevant is clean"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := gcos.GateObject(tt.in)
+			if got.Decision != tt.decision || got.EffectiveVerdict != tt.effective || got.Worst != tt.worst {
+				t.Fatalf("GateObject = {%s %q worst %d}, want {%s %q worst %d}\nreasons: %q", got.Decision,
+					got.EffectiveVerdict, got.Worst, tt.decision, tt.effective, tt.worst, got.Reasons)
+			}
+			if got.Allowed() != (tt.decision == "allow") {
+				t.Fatal("Allowed disagrees with Decision")
+			}
+			if tt.missing == nil {
+				tt.missing = []string{}
+			}
+			if !slices.Equal(got.MissingScopes, tt.missing) {
+				t.Fatalf("missing scopes %v, want %v", got.MissingScopes, tt.missing)
+			}
+			if len(got.Reasons) == 0 || !strings.HasPrefix(got.Reasons[0], tt.first) {
+				t.Fatalf("first reason of %q does not start with %q", got.Reasons, tt.first)
+			}
+			if tt.in.Err == nil && tt.in.Action == "write" && len(got.Rows) != len(tt.in.Rows) {
+				t.Fatalf("%d row decisions for %d rows", len(got.Rows), len(tt.in.Rows))
 			}
 		})
 	}

@@ -111,12 +111,20 @@ func (r Registries) RulesetComponents(policy VerdictPolicy) RulesetComponents {
 }
 
 // ScopeCodes lists the scopes every object belongs to: the responsibility scopes, or the implicit "unscoped".
-func (r Registries) ScopeCodes() []string {
-	if !r.scopesPresent || len(r.Scopes) == 0 {
+func (r Registries) ScopeCodes() []string { return scopeCodes(r.scopesPresent, r.Scopes) }
+
+// ScopeCodes lists the scopes every object belongs to under a ruleset: its scope component's codes, or the
+// implicit "unscoped" when the component is absent or empty (as Registries.ScopeCodes).
+func (c RulesetComponents) ScopeCodes() []string {
+	return scopeCodes(!c.IsAbsent(ComponentScopes), c.Scopes)
+}
+
+func scopeCodes(present bool, rows []ScopeRow) []string {
+	if !present || len(rows) == 0 {
 		return []string{UnscopedScope}
 	}
-	out := make([]string, len(r.Scopes))
-	for i, s := range r.Scopes {
+	out := make([]string, len(rows))
+	for i, s := range rows {
 		out[i] = s.ScopeCode
 	}
 	return out

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,17 +16,21 @@ type Explanation struct {
 	Subject    string         `json:"subject"`
 	Statements []string       `json:"statements"`
 	Rows       []ExplainedRow `json:"rows"`
+	// MissingScopes are scopes of the current ruleset in which no group represents the object (the gate blocks).
+	MissingScopes []string `json:"missing_scopes,omitempty"`
 }
 
 // ExplainedRow is one candidate row behind an explanation.
 type ExplainedRow struct {
-	Source    string              `json:"source"`
-	Key       string              `json:"key"`
-	Scope     string              `json:"scope,omitempty"`
-	Row       *gcos.CandidateRow  `json:"row"`
-	Effective gcos.EffectiveState `json:"effective"`
-	Ruleset   string              `json:"ruleset_status"`
-	Snapshot  *time.Time          `json:"snapshot_at"`
+	Source    string               `json:"source"`
+	Key       string               `json:"key"`
+	Scope     string               `json:"scope,omitempty"`
+	Row       *gcos.CandidateRow   `json:"row"`
+	Effective gcos.EffectiveState  `json:"effective"`
+	Ruleset   string               `json:"ruleset_status"`
+	Snapshot  *time.Time           `json:"snapshot_at"`
+	Coverage  gcos.CoverageOutcome `json:"coverage_outcome,omitempty"` // of a relevant row
+	Age       string               `json:"age,omitempty"`              // since the row's scan, as of the explanation
 }
 
 // ExplainObject explains an object's verdict(s) from stored values only.
@@ -34,14 +39,21 @@ func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, 
 	if err != nil {
 		return Explanation{}, err
 	}
-	reads, now, err := s.gateReads(ctx, ref)
+	reads, now, scopes, err := s.gateInputs(ctx, ref)
 	if err != nil {
 		return Explanation{}, fmt.Errorf("explain %s: %w", object, err)
 	}
 	if len(reads) == 0 {
 		return Explanation{}, gcos.Errorf(gcos.ENOTFOUND, "object %s has no birth", object)
 	}
-	return s.explain(ref.String(), reads, now), nil
+	ex := s.explain(ref.String(), reads, now)
+	for _, scope := range scopes {
+		if !slices.ContainsFunc(reads, func(r candidateRead) bool { return r.source == gcos.GateSourceGroup && r.scope == scope }) {
+			ex.MissingScopes = append(ex.MissingScopes, scope)
+			ex.Statements = append(ex.Statements, fmt.Sprintf("object %s has no group in scope %s: unknown", ref, scope))
+		}
+	}
+	return ex, nil
 }
 
 // ExplainGroup explains a group's verdict from stored values only.
@@ -60,12 +72,13 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 			       c.input_quality_state, c.dirty, c.dirty_reason, c.stale_after, c.recompute_status, c.risk_class,
 			       c.coverage_required, c.coverage_scan_ref, c.owner_scope, c.lifecycle_status, c.member_count,
 			       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
-			       s.id IS NOT NULL, s.snapshot_at
+			       s.id IS NOT NULL, s.snapshot_at, cov.outcome
 			FROM governance_group g
 			LEFT JOIN v_current_ruleset cr ON true
 			LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = cr.ruleset_version
 			LEFT JOIN governance_ruleset r ON r.ruleset_version = c.ruleset_version
 			LEFT JOIN evolution_snapshots s ON s.id = c.source_snapshot_ref
+			LEFT JOIN governance_candidate_coverage cov ON cov.candidate_ref = g.group_key AND cov.ruleset_version = c.ruleset_version
 			WHERE g.group_key = $1`, key)
 		if err != nil {
 			return err
@@ -92,14 +105,15 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 func (s *Store) explain(subject string, reads []candidateRead, now time.Time) Explanation {
 	ex := Explanation{Subject: subject}
 	for _, r := range reads {
-		er := ExplainedRow{Source: r.source, Key: r.key, Scope: r.scope, Ruleset: r.rulesetStatus, Snapshot: r.snapshotAt}
+		er := ExplainedRow{Source: r.source, Key: r.key, Scope: r.scope, Ruleset: r.rulesetStatus, Snapshot: r.snapshotAt,
+			Coverage: r.coverage}
 		var eff gcos.EffectiveState
 		if r.found() {
 			row := r.row
 			er.Row = &row
-			high := gcos.IsHighRisk(row.RiskClass, s.cfg.Gate.LowRiskClasses)
-			eff = gcos.Effective(row, now, gcos.RulesetState{ActiveVersion: r.activeVersion, RowRulesetStatus: r.rulesetStatus}, r.snapshotExists, high)
+			eff = s.gateInput(gcos.ActionWrite, r, now).Effective
 			er.Effective = eff
+			er.Age = now.Sub(row.ScanTime).Round(time.Second).String()
 		} else {
 			er.Effective = gcos.EffectiveState{Verdict: gcos.VerdictUnknown, Reasons: []string{"never_seeded"}}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -68,11 +69,13 @@ type candidateRead struct {
 	activeVersion  string
 	snapshotExists bool
 	snapshotAt     *time.Time
+	coverage       gcos.CoverageOutcome // "" when no outcome is recorded
 }
 
-// gateSQL reads, in one statement (one round trip, one consistent snapshot), the object's materialized row under
-// the current ruleset when there is one, otherwise the object's base group (its anchor's, for an inherited child)
-// in every scope with the row under the current ruleset when there is one.
+// gateSQL reads, in one statement (one round trip, one consistent snapshot), everything the gate judges an object
+// on: its materialized row under the current ruleset when there is one, and its base group (its anchor's, for an
+// inherited child) in every scope, each with its row and coverage outcome under the current ruleset when there is
+// one, and the current ruleset's version (whose scopes say which groups must be there).
 func (b birthBinding) gateSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
 		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent))
@@ -80,7 +83,8 @@ func (b birthBinding) gateSQL() string {
 WITH cr AS (SELECT ruleset_version FROM v_current_ruleset),
 active AS (SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '') AS v),
 objrow AS (
-    SELECT 'object'::text AS source, o.candidate_key AS key, coalesce(g.scope, '') AS scope, o.source_snapshot_ref,
+    SELECT 'object'::text AS source, o.candidate_key AS key, 'object:' || o.candidate_key AS coverage_ref,
+           coalesce(g.scope, '') AS scope, o.source_snapshot_ref,
            o.ruleset_version, o.scan_time, o.candidate_verdict, o.input_quality_state, o.dirty, o.dirty_reason,
            o.stale_after, o.recompute_status, o.risk_class, o.coverage_required, o.coverage_scan_ref, o.owner_scope,
            o.lifecycle_status, 1::bigint AS member_count
@@ -93,10 +97,11 @@ obj AS (
     SELECT coalesce(p.{type}, b.{type}) AS cls, coalesce(p.{coll}, b.{coll}) AS reg, coalesce(p.{status}, b.{status}) AS st
     FROM {t} b
     LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
-    WHERE b.{coll} = $1 AND b.{code} = $2 AND NOT EXISTS (SELECT 1 FROM objrow)
+    WHERE b.{coll} = $1 AND b.{code} = $2
 ),
 grprow AS (
-    SELECT 'group'::text AS source, g.group_key AS key, coalesce(g.scope, '') AS scope, c.source_snapshot_ref,
+    SELECT 'group'::text AS source, g.group_key AS key, g.group_key AS coverage_ref, coalesce(g.scope, '') AS scope,
+           c.source_snapshot_ref,
            c.ruleset_version, c.scan_time, c.candidate_verdict, c.input_quality_state, c.dirty, c.dirty_reason,
            c.stale_after, c.recompute_status, c.risk_class, c.coverage_required, c.coverage_scan_ref, c.owner_scope,
            c.lifecycle_status, c.member_count
@@ -104,13 +109,16 @@ grprow AS (
     LEFT JOIN governance_group g ON g.object_class = obj.cls AND g.source_registry = obj.reg AND g.lifecycle_status = obj.st
     LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM cr)
 )
-SELECT x.source, now(), x.key, x.scope, x.source_snapshot_ref, x.ruleset_version, x.scan_time, x.candidate_verdict,
+SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''), x.key, x.scope, x.source_snapshot_ref,
+       x.ruleset_version, x.scan_time, x.candidate_verdict,
        x.input_quality_state, x.dirty, x.dirty_reason, x.stale_after, x.recompute_status, x.risk_class,
        x.coverage_required, x.coverage_scan_ref, x.owner_scope, x.lifecycle_status, x.member_count,
-       r.status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at
+       r.status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at, cov.outcome
 FROM (SELECT * FROM objrow UNION ALL SELECT * FROM grprow) x
 LEFT JOIN governance_ruleset r ON r.ruleset_version = x.ruleset_version
-LEFT JOIN evolution_snapshots s ON s.id = x.source_snapshot_ref`)
+LEFT JOIN evolution_snapshots s ON s.id = x.source_snapshot_ref
+LEFT JOIN governance_candidate_coverage cov ON cov.candidate_ref = x.coverage_ref AND cov.ruleset_version = x.ruleset_version
+ORDER BY x.source DESC, x.scope, x.key`)
 }
 
 // scanCandidateFrom reads a row that starts with the given leading columns, then the common ones.
@@ -130,16 +138,20 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 	var scanTime *time.Time
 	var dirty, required *bool
 	var members *int64
-	var key *string
+	var key, coverage *string
 	dest := []any{&key, &cr.scope, &snapRef, &ruleset, &scanTime, &verdict, &cr.row.InputQualityState, &dirty,
 		&cr.row.DirtyReason, &cr.row.StaleAfter, &recompute, &risk, &required, &cr.row.CoverageScanRef,
-		&cr.row.OwnerScope, &lifecycle, &members, &rsStatus, &cr.activeVersion, &cr.snapshotExists, &cr.snapshotAt}
+		&cr.row.OwnerScope, &lifecycle, &members, &rsStatus, &cr.activeVersion, &cr.snapshotExists, &cr.snapshotAt,
+		&coverage}
 	if err := rows.Scan(append(append(lead, dest...), extra...)...); err != nil {
 		return cr, false, err
 	}
 	cr.source = source
 	if key != nil {
 		cr.key = *key
+	}
+	if coverage != nil {
+		cr.coverage = gcos.CoverageOutcome(*coverage)
 	}
 	if verdict == nil {
 		return cr, false, nil
@@ -154,9 +166,10 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 }
 
 // Gate answers "may this action proceed on this object?" (SPEC §12). It fails closed: an unknown object, a group
-// never seeded, a stale or unknown high-risk verdict, an internal error, a timeout or an unreachable database all
-// block. A materialized object row is consulted before its group; otherwise the object's group in every scope is
-// consulted and any block blocks. A low-risk stale verdict allows and dirties the row for a re-scan.
+// never seeded, a scope with no group, a stale or unknown high-risk verdict, a high-risk orphan, an internal error,
+// a timeout or an unreachable database all block. The object is judged on the worst of its materialized row (if
+// any) and its group in every scope (gcos.GateObject). A low-risk stale verdict allows and dirties the row for a
+// re-scan; a blocked orphan raises coverage_orphan naming its group.
 func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 	res := GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{}}
 	ref, err := ParseObjectRef(object)
@@ -171,7 +184,7 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 	timeout := s.cfg.Gate.Timeout.Duration()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reads, now, err := s.gateReads(ctx, ref)
+	reads, now, scopes, err := s.gateInputs(ctx, ref)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", timeout)
@@ -179,8 +192,8 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 			s.logger.Error("gate: read candidate state", "object", object, "err", err)
 			err = gcos.Errorf(gcos.EUNAVAILABLE, "candidate state unreadable")
 		}
-		d := gcos.Gate(gcos.GateInput{Action: action, Err: err})
-		res.Reasons, res.Decisions = d.Reasons, []gcos.GateDecision{d}
+		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: err})
+		res.Reasons, res.Decisions = d.Reasons, d.Rows
 		return res
 	}
 	res.DecidedAt = now
@@ -189,106 +202,138 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 		res.EffectiveVerdict = gcos.VerdictUnknown
 		return res
 	}
-	var rescan, unknown []string
-	allowed := true
-	res.EffectiveVerdict, res.RiskClass = "", ""
-	for _, r := range reads {
-		in := gcos.GateInput{Action: action, Found: r.found(), Source: r.source, RulesetStatus: r.rulesetStatus, SnapshotExists: r.snapshotExists}
-		if in.Found {
-			in.Row = r.row
-			in.HighRisk = gcos.IsHighRisk(r.row.RiskClass, s.cfg.Gate.LowRiskClasses)
-			in.Effective = gcos.Effective(r.row, now, gcos.RulesetState{ActiveVersion: r.activeVersion, RowRulesetStatus: r.rulesetStatus}, r.snapshotExists, in.HighRisk)
+	in := gcos.ObjectGateInput{Action: action, Scopes: scopes, Rows: make([]gcos.GateInput, len(reads))}
+	for i, r := range reads {
+		in.Rows[i] = s.gateInput(action, r, now)
+	}
+	d := gcos.GateObject(in)
+	res.Decision, res.EffectiveVerdict, res.RiskClass, res.Reasons, res.Decisions = d.Decision, d.EffectiveVerdict, d.RiskClass, d.Reasons, d.Rows
+	var fu gateFollowUps
+	for i, r := range reads {
+		rd := d.Rows[i]
+		statement := s.statement(ref.String(), r, in.Rows[i].Effective)
+		res.Consulted = append(res.Consulted, ConsultedRow{Source: r.source, Key: r.key, Scope: r.scope, Decision: rd.Decision, Statement: statement})
+		if i == d.Worst {
+			res.Statement = statement
 		}
-		d := gcos.Gate(in)
-		res.Decisions = append(res.Decisions, d)
-		statement := s.statement(ref.String(), r, in.Effective)
-		res.Consulted = append(res.Consulted, ConsultedRow{Source: r.source, Key: r.key, Scope: r.scope, Decision: d.Decision, Statement: statement})
-		if !d.Allowed() {
-			allowed = false
+		if r.key == "" {
+			continue
 		}
-		for _, reason := range d.Reasons {
-			prefix := ""
-			if r.scope != "" && len(reads) > 1 {
-				prefix = "[" + r.scope + "] "
-			}
-			res.Reasons = append(res.Reasons, prefix+reason)
+		if rd.RescanScheduled && r.source == gcos.GateSourceGroup {
+			fu.rescan = append(fu.rescan, r.key)
 		}
-		if d.RescanScheduled && r.key != "" && r.source == gcos.GateSourceGroup {
-			rescan = append(rescan, r.key)
+		if rd.RaiseUnknown {
+			fu.unknown = append(fu.unknown, r.key)
 		}
-		if d.RaiseUnknown && r.key != "" {
-			unknown = append(unknown, r.key)
-		}
-		if res.EffectiveVerdict == "" || worse(d.EffectiveVerdict, res.EffectiveVerdict) {
-			res.EffectiveVerdict, res.RiskClass, res.Statement = d.EffectiveVerdict, d.RiskClass, statement
+		if rd.RaiseOrphan {
+			fu.orphans = append(fu.orphans, orphanFollowUp{key: r.key, source: r.source, scope: r.scope, ruleset: r.row.RulesetVersion, object: ref.String()})
 		}
 	}
-	if allowed {
-		res.Decision = gcos.GateAllow
-	}
-	if len(rescan) > 0 || len(unknown) > 0 {
-		// Scheduling is best effort and never changes the decision already taken.
-		if err := s.gateFollowUp(context.WithoutCancel(ctx), rescan, unknown); err != nil {
-			s.logger.Warn("gate: schedule re-scan", "object", object, "err", err)
+	if !fu.empty() {
+		// Follow-ups are best effort and never change the decision already taken.
+		if err := s.gateFollowUp(context.WithoutCancel(ctx), fu); err != nil {
+			s.logger.Warn("gate: follow up", "object", object, "err", err)
 		} else {
-			res.RescanScheduled = len(rescan) > 0
+			res.RescanScheduled = len(fu.rescan) > 0
 		}
 	}
 	return res
 }
 
-func (r candidateRead) found() bool { return r.row.Verdict != "" }
-
-// worse orders effective verdicts for reporting: the least settled one is shown.
-func worse(a, b gcos.Verdict) bool {
-	rank := map[gcos.Verdict]int{gcos.VerdictUnknown: 0, gcos.VerdictNeedsInput: 1, gcos.VerdictStale: 2}
-	ra, oka := rank[a]
-	rb, okb := rank[b]
-	if !oka {
-		ra = 3
+// gateInput derives one row's gate input the same way for the gate and explain.
+func (s *Store) gateInput(action string, r candidateRead, now time.Time) gcos.GateInput {
+	in := gcos.GateInput{Action: action, Found: r.found(), Source: r.source, Scope: r.scope, RulesetStatus: r.rulesetStatus,
+		SnapshotExists: r.snapshotExists, Coverage: r.coverage}
+	if in.Found {
+		in.Row = r.row
+		in.HighRisk = gcos.IsHighRisk(r.row.RiskClass, s.cfg.Gate.LowRiskClasses)
+		in.Effective = gcos.Effective(r.row, now, gcos.RulesetState{ActiveVersion: r.activeVersion, RowRulesetStatus: r.rulesetStatus}, r.snapshotExists, in.HighRisk)
 	}
-	if !okb {
-		rb = 3
-	}
-	return ra < rb
+	return in
 }
 
-// gateReads reads the object's materialized row, else its groups, in one statement.
-func (s *Store) gateReads(ctx context.Context, ref ObjectRef) ([]candidateRead, time.Time, error) {
+func (r candidateRead) found() bool { return r.row.Verdict != "" }
+
+// gateInputs reads, in one statement, the object's materialized row and its group in every scope, and returns them
+// with the database clock and the scopes of the current ruleset (decoded once per version).
+func (s *Store) gateInputs(ctx context.Context, ref ObjectRef) ([]candidateRead, time.Time, []string, error) {
+	reads, now, version, err := s.gateReads(ctx, ref)
+	if err != nil || len(reads) == 0 {
+		return reads, now, nil, err
+	}
+	if version == "" {
+		return reads, now, nil, nil // nothing was ever backfilled: every row reads as never seeded and blocks
+	}
+	rs, err := s.rulesetVersion(ctx, version)
+	if err != nil {
+		return nil, now, nil, err
+	}
+	return reads, now, rs.Components.ScopeCodes(), nil
+}
+
+// gateReads reads the object's materialized row and its groups in one statement, with the clock and the current
+// ruleset version.
+func (s *Store) gateReads(ctx context.Context, ref ObjectRef) ([]candidateRead, time.Time, string, error) {
 	rows, err := s.pool.Query(ctx, s.gateSQLText, ref.Collection, ref.Code)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, "", err
 	}
 	defer rows.Close()
 	var out []candidateRead
 	var now time.Time
+	var version string
 	for rows.Next() {
 		var source string
-		r, _, err := scanCandidateFrom(rows, &source, &now)
+		r, _, err := scanCandidateFrom(rows, &source, &now, &version)
 		if err != nil {
-			return nil, now, err
+			return nil, now, "", err
 		}
 		r.source = source
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, now, err
+		return nil, now, "", err
 	}
 	if len(out) == 0 {
 		// No row: the object has no birth. Read the clock for the decision time.
 		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return nil, now, err
+			return nil, now, "", err
 		}
 	}
-	return out, now, nil
+	return out, now, version, nil
 }
 
-// gateFollowUp dirties stale low-risk groups for a re-scan (reason ttl) and raises candidate_unknown. A group
-// followed up within the coalesce window is not written again: a busy caller asking about the same object must not
-// turn every blocked read into a write (the mark is idempotent and the finding coalesced anyway).
-func (s *Store) gateFollowUp(ctx context.Context, rescan, unknown []string) error {
-	rescan, unknown = s.followUps.due("rescan", rescan), s.followUps.due("unknown", unknown)
-	if len(rescan) == 0 && len(unknown) == 0 {
+// gateFollowUps is what a gate answer leaves to do: groups to re-scan, and findings to raise.
+type gateFollowUps struct {
+	rescan, unknown []string
+	orphans         []orphanFollowUp
+}
+
+// orphanFollowUp is a blocked high-risk orphan: the row (a group, or an object row) with no owner in its scope.
+type orphanFollowUp struct{ key, source, scope, ruleset, object string }
+
+func (f gateFollowUps) empty() bool {
+	return len(f.rescan) == 0 && len(f.unknown) == 0 && len(f.orphans) == 0
+}
+
+// gateFollowUp dirties stale low-risk groups for a re-scan (reason ttl), raises candidate_unknown and
+// coverage_orphan. A row followed up within the coalesce window is not written again: a busy caller asking about
+// the same object must not turn every blocked read into a write (the mark is idempotent and the findings coalesced
+// anyway).
+func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
+	rescan, unknown := s.followUps.due("rescan", f.rescan), s.followUps.due("unknown", f.unknown)
+	orphanKeys := make([]string, len(f.orphans))
+	for i, o := range f.orphans {
+		orphanKeys[i] = o.key
+	}
+	due := s.followUps.due("orphan", orphanKeys)
+	var orphans []orphanFollowUp
+	for _, o := range f.orphans {
+		if slices.Contains(due, o.key) {
+			orphans = append(orphans, o)
+		}
+	}
+	if len(rescan) == 0 && len(unknown) == 0 && len(orphans) == 0 {
 		return nil
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -301,11 +346,23 @@ func (s *Store) gateFollowUp(ctx context.Context, rescan, unknown []string) erro
 				return err
 			}
 		}
+		for _, o := range orphans {
+			subject, evidence := o.key, map[string]any{"group_key": o.key, "scope": o.scope, "object": o.object, "raised_by": "gate"}
+			if o.source == gcos.GateSourceObject {
+				subject = "object:" + o.key
+				evidence = map[string]any{"candidate_key": o.key, "scope": o.scope, "object": o.object, "raised_by": "gate"}
+			}
+			if _, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.IssueCoverageOrphan, subject, "", o.ruleset, evidence)); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err == nil {
-		s.followUps.done("rescan", rescan, s.cfg.Scan.CoalesceWindow.Duration())
-		s.followUps.done("unknown", unknown, s.cfg.Scan.CoalesceWindow.Duration())
+		window := s.cfg.Scan.CoalesceWindow.Duration()
+		s.followUps.done("rescan", rescan, window)
+		s.followUps.done("unknown", unknown, window)
+		s.followUps.done("orphan", due, window)
 	}
 	return err
 }
@@ -370,6 +427,13 @@ func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveSta
 	}
 	out := fmt.Sprintf("object %s was %s%s under ruleset %s (%s), %s, scanned %s, %s", subject, r.row.Verdict, where,
 		r.row.RulesetVersion, r.rulesetStatus, snap, r.row.ScanTime.UTC().Format(time.RFC3339), valid)
+	if r.row.Verdict == gcos.VerdictRelevant && r.row.CoverageRequired {
+		coverage := string(r.coverage)
+		if coverage == "" {
+			coverage = "not recorded"
+		}
+		out += "; coverage " + coverage
+	}
 	if !eff.Clean && eff.Verdict != "" {
 		out += fmt.Sprintf("; now %s (%s)", eff.Verdict, strings.Join(eff.Reasons, ", "))
 	}

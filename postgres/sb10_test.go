@@ -591,8 +591,10 @@ func TestSB10_SelectiveMaterialization(t *testing.T) {
 	}
 	for _, ref := range []string{rogueRef, findRef} {
 		g := b.store.Gate(b.ctx, ref, "write")
-		if g.Decision != gcos.GateBlock || len(g.Consulted) != 1 || g.Consulted[0].Source != gcos.GateSourceObject {
-			t.Fatalf("gate %s: %s, consulted %+v: want block on the object's own row", ref, g.Decision, g.Consulted)
+		if g.Decision != gcos.GateBlock || len(g.Consulted) < 2 || g.Consulted[0].Source != gcos.GateSourceObject ||
+			g.Consulted[0].Decision != gcos.GateBlock || g.EffectiveVerdict != gcos.VerdictNeedsInput {
+			t.Fatalf("gate %s: %s %s, consulted %+v: want block on the object's own row, its groups consulted too",
+				ref, g.Decision, g.EffectiveVerdict, g.Consulted)
 		}
 	}
 	if l, err := b.store.Invariant(b.ctx, ""); err != nil || !l.Closes {
@@ -955,23 +957,25 @@ func TestSB10_TombstoneReversible(t *testing.T) {
 	ref, group := b.sb10Object(t, `effective_verdict = 'relevant' AND clean`)
 	coll, code, _ := strings.Cut(ref, ":")
 	scopes := b.count(t, `SELECT count(*) FROM governance_responsibility_scope`)
-	sources := func(t *testing.T) (string, int) {
+	// sources counts the object rows and group rows the gate consulted: the groups in every scope always, and the
+	// object's own row while one is materialized (SPEC §12: never the object row alone).
+	sources := func(t *testing.T) (objects, groups int64) {
 		t.Helper()
 		g := b.store.Gate(b.ctx, ref, "read")
-		src := map[string]bool{}
 		for _, c := range g.Consulted {
-			src[c.Source] = true
+			switch c.Source {
+			case gcos.GateSourceObject:
+				objects++
+			case gcos.GateSourceGroup:
+				groups++
+			default:
+				t.Fatalf("gate consulted %+v", c)
+			}
 		}
-		if len(src) != 1 {
-			t.Fatalf("gate consulted %+v", g.Consulted)
-		}
-		for s := range src {
-			return s, len(g.Consulted)
-		}
-		return "", 0
+		return objects, groups
 	}
-	if s, _ := sources(t); s != gcos.GateSourceGroup {
-		t.Fatalf("before any exception the gate consults %s, want the group", s)
+	if o, g := sources(t); o != 0 || g != scopes {
+		t.Fatalf("before any exception the gate consults %d object and %d group rows, want 0 and %d", o, g, scopes)
 	}
 	row := func(t *testing.T) (lifecycle, reason string, created time.Time) {
 		t.Helper()
@@ -1000,8 +1004,8 @@ func TestSB10_TombstoneReversible(t *testing.T) {
 	if lifecycle != gcos.LifecycleActive || reason != "exception" {
 		t.Fatalf("excepted object: %s/%s", lifecycle, reason)
 	}
-	if s, n := sources(t); s != gcos.GateSourceObject || n != 1 {
-		t.Fatalf("under the exception the gate consults %d %s rows, want the object's own", n, s)
+	if o, g := sources(t); o != 1 || g != scopes {
+		t.Fatalf("under the exception the gate consults %d object and %d group rows, want the object's own and %d", o, g, scopes)
 	}
 	invariant(t)
 
@@ -1013,8 +1017,8 @@ func TestSB10_TombstoneReversible(t *testing.T) {
 		if l, _, _ := row(t); l != gcos.LifecycleRetired {
 			t.Fatalf("expired exception: lifecycle %s, want retired", l)
 		}
-		if s, n := sources(t); s != gcos.GateSourceGroup || int64(n) != scopes {
-			t.Fatalf("after expiry the gate consults %d %s rows, want the object's group in each of %d scopes", n, s, scopes)
+		if o, g := sources(t); o != 0 || g != scopes {
+			t.Fatalf("after expiry the gate consults %d object and %d group rows, want only the object's group in each of %d scopes", o, g, scopes)
 		}
 		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1`, group); n == 0 {
 			t.Fatal("the group row is gone")
@@ -1034,8 +1038,8 @@ func TestSB10_TombstoneReversible(t *testing.T) {
 		if l != gcos.LifecycleActive || r != "exception" || !c.Equal(created) {
 			t.Fatalf("restored: %s/%s created %s (was %s), want the same row active again", l, r, c, created)
 		}
-		if s, _ := sources(t); s != gcos.GateSourceObject {
-			t.Fatalf("after restoring the gate consults the %s", s)
+		if o, g := sources(t); o != 1 || g != scopes {
+			t.Fatalf("after restoring the gate consults %d object and %d group rows", o, g)
 		}
 		invariant(t)
 	})
@@ -1173,10 +1177,20 @@ func TestSB10_ExplainStatement(t *testing.T) {
 			&s.verdict, &s.ruleset, &s.snapshot, &s.snapshotAt, &s.scan, &s.valid); err != nil {
 			t.Fatal(err)
 		}
-		if len(ex.Rows) != 1 || ex.Rows[0].Source != gcos.GateSourceObject || ex.Rows[0].Key != obj {
-			t.Fatalf("explain of a materialized object: %+v", ex.Rows)
+		// The object's own row first, then its group in every scope: the row never stands in for its groups.
+		groups := read(t, `(g.object_class, g.source_registry, g.lifecycle_status) = (SELECT object_class, source_registry, lifecycle_status
+			FROM governance_group WHERE group_key = $1)`, key)
+		if len(ex.Rows) != 1+len(groups) || ex.Rows[0].Source != gcos.GateSourceObject || ex.Rows[0].Key != obj {
+			t.Fatalf("explain of a materialized object: %+v, want its row and its %d groups", ex.Rows, len(groups))
 		}
 		mustState(t, ex.Statements[0], s)
+		for i, r := range ex.Rows[1:] {
+			if g, ok := groups[r.Key]; !ok || r.Source != gcos.GateSourceGroup || r.Scope != g.scope {
+				t.Fatalf("explained row %+v is not one of the object's groups", r)
+			} else {
+				mustState(t, ex.Statements[i+1], g)
+			}
+		}
 	})
 
 	t.Run("unknown or malformed input", func(t *testing.T) {

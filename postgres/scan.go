@@ -328,7 +328,8 @@ func (s *Store) scanBackoff(attempts int) time.Duration {
 }
 
 // candidateFindings raises candidate_unknown for groups the scan could not decide and auto-closes candidate_unknown
-// and candidate_stale for groups it settled, keyed by the current ruleset.
+// and candidate_stale for groups it settled, and coverage_orphan for groups that are no longer orphans, keyed by
+// the current ruleset.
 func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues) error {
 	type pending struct {
 		t       gcos.IssueType
@@ -347,6 +348,11 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 		for _, t := range []gcos.IssueType{gcos.IssueCandidateUnknown, gcos.IssueCandidateStale} {
 			settled = append(settled, pending{t, v.GroupKey})
 			keys = append(keys, gcos.CoalesceKey(t, v.GroupKey))
+		}
+		if v.Verdict != gcos.VerdictRelevant || v.Coverage != gcos.CoverageOrphan {
+			// The gate raised coverage_orphan on this group; it now has an owner (or needs none).
+			settled = append(settled, pending{gcos.IssueCoverageOrphan, v.GroupKey})
+			keys = append(keys, gcos.CoalesceKey(gcos.IssueCoverageOrphan, v.GroupKey))
 		}
 	}
 	if len(keys) == 0 {
@@ -440,23 +446,35 @@ func (s *Store) currentRuleset(ctx context.Context) (RulesetRow, error) {
 	if err != nil {
 		return RulesetRow{}, mapError(err, "current ruleset (run gcos backfill first)")
 	}
-	s.rulesetCache.mu.Lock()
-	cached, ok := s.rulesetCache.rows[head.Version]
-	s.rulesetCache.mu.Unlock()
-	if !ok {
-		cached, err = scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, head.Version))
-		if err != nil {
-			return RulesetRow{}, mapError(err, "current ruleset "+head.Version)
-		}
-		s.rulesetCache.mu.Lock()
-		if s.rulesetCache.rows == nil || len(s.rulesetCache.rows) > 16 {
-			s.rulesetCache.rows = map[string]RulesetRow{}
-		}
-		s.rulesetCache.rows[head.Version] = cached
-		s.rulesetCache.mu.Unlock()
+	cached, err := s.rulesetVersion(ctx, head.Version)
+	if err != nil {
+		return RulesetRow{}, err
 	}
 	cached.Status, cached.ActivatedAt, cached.ActivatedBy, cached.ApprovalRef, cached.Supersedes =
 		head.Status, head.ActivatedAt, head.ActivatedBy, head.ApprovalRef, head.Supersedes
+	return cached, nil
+}
+
+// rulesetVersion returns a ruleset version with its decoded components, read once per version (a version's
+// content is its hash, so it never changes). Its lifecycle columns are as first read: callers that need them
+// current read them themselves.
+func (s *Store) rulesetVersion(ctx context.Context, version string) (RulesetRow, error) {
+	s.rulesetCache.mu.Lock()
+	cached, ok := s.rulesetCache.rows[version]
+	s.rulesetCache.mu.Unlock()
+	if ok {
+		return cached, nil
+	}
+	cached, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, version))
+	if err != nil {
+		return RulesetRow{}, mapError(err, "ruleset "+version)
+	}
+	s.rulesetCache.mu.Lock()
+	if s.rulesetCache.rows == nil || len(s.rulesetCache.rows) > 16 {
+		s.rulesetCache.rows = map[string]RulesetRow{}
+	}
+	s.rulesetCache.rows[version] = cached
+	s.rulesetCache.mu.Unlock()
 	return cached, nil
 }
 

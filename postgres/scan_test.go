@@ -198,9 +198,9 @@ func TestSB10_FailClosed(t *testing.T) {
 	b := seededWorld(t, 20000, nil)
 	gate := func(object, action string) postgres.GateResult { return b.store.Gate(b.ctx, object, action) }
 
-	t.Run("clean relevant covered high-risk object is allowed", func(t *testing.T) {
-		key := b.groupWhere(t, `effective_verdict = 'relevant' AND coverage_outcome = 'covered' AND risk_class = 'write_medium'`)
-		obj := b.objectOf(t, key)
+	t.Run("clean relevant high-risk object covered in every scope is allowed", func(t *testing.T) {
+		base, _ := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND coverage_outcome = 'covered' AND risk_class = 'write_medium')`)
+		obj := b.objectOfBase(t, base)
 		if r := gate(obj, "write"); r.Decision != gcos.GateAllow {
 			t.Fatalf("gate %s = %s %v, want allow", obj, r.Decision, r.Reasons)
 		}

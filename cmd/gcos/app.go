@@ -77,12 +77,15 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	a.close()
 	if err == nil {
 		return 0
 	}
 	var ee *exitError
+	if !errors.As(err, &ee) && cmd != nil && cmd.Name() == gateCommandName {
+		return a.gateFailed(cmd, args, err) // whatever went wrong, the gate's answer is a block
+	}
 	if errors.As(err, &ee) {
 		if ee.err != nil {
 			a.reportError(ee.err)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,19 +24,30 @@ func init() {
 // exitBlock is the exit status of a gate block (SPEC §13).
 const exitBlock = 3
 
-// gateCommand is `gcos gate --object C:E [--action write|read]`: exit 0 allow, 3 block. A malformed object or
-// action is a block too (the gate fails closed), with the reason printed.
+const gateCommandName = "gate"
+
+// gateCommand is `gcos gate --object C:E [--action write|read]`: exit 0 allow, 3 block. Anything else is a block
+// too (the gate fails closed): a malformed object or action, a usage or configuration error, an unreachable
+// database, a timeout (gateFailed prints those as a block decision whose reason is the error).
 func (a *app) gateCommand() *cobra.Command {
 	var object, action string
 	cmd := &cobra.Command{
-		Use:   "gate --object COLLECTION:CODE [--action write|read]",
-		Short: "may this action proceed on this object? exit 0 allow, 3 block (fails closed)",
+		Use:   gateCommandName + " --object COLLECTION:CODE [--action write|read]",
+		Short: "may this action proceed on this object? exit 0 allow, 3 block or any error (fails closed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if object == "" {
 				return gcos.Errorf(gcos.EINVALID, "--object COLLECTION:CODE is required")
 			}
-			store, err := a.openPrepared(cmd.Context(), false)
+			openCtx := cmd.Context()
+			if a.databaseURL != "" {
+				// A pipeline waits on this answer: an unreachable server blocks within the gate's timeout instead
+				// of the operating system's connect timeout. (Starting the embedded cluster is not bounded by it.)
+				var cancel context.CancelFunc
+				openCtx, cancel = context.WithTimeout(openCtx, a.cfg.Gate.Timeout.Duration())
+				defer cancel()
+			}
+			store, err := a.openPrepared(openCtx, false)
 			if err != nil {
 				return err
 			}
@@ -51,6 +64,26 @@ func (a *app) gateCommand() *cobra.Command {
 	cmd.Flags().StringVar(&object, "object", "", "the object, COLLECTION:CODE")
 	cmd.Flags().StringVar(&action, "action", gcos.ActionWrite, "the action: write or read")
 	return cmd
+}
+
+// gateFailed answers a gate command that could not decide: a block, exit 3, printed as a decision whose reason is
+// the error (JSON with --json, even when the flags could not be parsed).
+func (a *app) gateFailed(cmd *cobra.Command, args []string, err error) int {
+	object, _ := cmd.Flags().GetString("object")
+	action, _ := cmd.Flags().GetString("action")
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", a.cfg.Gate.Timeout.Duration())
+	}
+	res := postgres.GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Consulted: []postgres.ConsultedRow{},
+		Reasons: []string{fmt.Sprintf("the gate could not decide (%s); it fails closed", err)}}
+	a.jsonOut = a.jsonOut || slices.Contains(args, "--json") || slices.Contains(args, "--json=true")
+	if perr := a.print(res, rdGateText(res)); perr != nil {
+		fmt.Fprintln(a.stderr, "gcos:", perr)
+	}
+	if !a.jsonOut {
+		fmt.Fprintln(a.stderr, "gcos:", err)
+	}
+	return exitBlock
 }
 
 func rdGateText(res postgres.GateResult) string {
@@ -110,10 +143,17 @@ func (a *app) explainCommand() *cobra.Command {
 				if !eff.Clean {
 					state = "not clean: " + strings.Join(eff.Reasons, ", ")
 				}
-				fmt.Fprintf(&b, "\n[%s %s%s] effective %s (%s)\n", row.Source, row.Key, rdScopeSuffix(row.Scope), eff.Verdict, state)
+				age := ""
+				if row.Age != "" {
+					age = ", scanned " + row.Age + " ago"
+				}
+				fmt.Fprintf(&b, "\n[%s %s%s] effective %s (%s%s)\n", row.Source, row.Key, rdScopeSuffix(row.Scope), eff.Verdict, state, age)
 				if i < len(ex.Statements) {
 					fmt.Fprintf(&b, "  %s\n", ex.Statements[i])
 				}
+			}
+			for _, scope := range ex.MissingScopes {
+				fmt.Fprintf(&b, "\n[no group in scope %s] unknown: the gate blocks\n", scope)
 			}
 			return a.print(ex, b.String())
 		},
