@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -226,7 +225,8 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 			fu.unknown = append(fu.unknown, r.key)
 		}
 		if rd.RaiseOrphan {
-			fu.orphans = append(fu.orphans, orphanFollowUp{key: r.key, source: r.source, scope: r.scope, ruleset: r.row.RulesetVersion, object: ref.String()})
+			fu.orphans = append(fu.orphans, orphanFollowUp{key: r.key, source: r.source, scope: r.scope, ruleset: r.row.RulesetVersion,
+				object: ref.String(), verdictAt: r.row.ScanTime, validUntil: r.row.StaleAfter})
 		}
 	}
 	if !fu.empty() {
@@ -309,27 +309,32 @@ type gateFollowUps struct {
 	orphans         []orphanFollowUp
 }
 
-// orphanFollowUp is a blocked high-risk orphan: the row (a group, or an object row) with no owner in its scope.
-type orphanFollowUp struct{ key, source, scope, ruleset, object string }
+// orphanFollowUp is a blocked high-risk orphan: the row (a group, or an object row) with no owner in its scope, and
+// the verdict that found it so (its scan time and validity).
+type orphanFollowUp struct {
+	key, source, scope, ruleset, object string
+	verdictAt                           time.Time
+	validUntil                          *time.Time
+}
+
+// logKey names the verdict the orphan was raised for: one raise per verdict, however often the gate is asked.
+func (o orphanFollowUp) logKey() string {
+	return o.key + "@" + o.verdictAt.UTC().Format(time.RFC3339Nano)
+}
 
 func (f gateFollowUps) empty() bool {
 	return len(f.rescan) == 0 && len(f.unknown) == 0 && len(f.orphans) == 0
 }
 
 // gateFollowUp dirties stale low-risk groups for a re-scan (reason ttl), raises candidate_unknown and
-// coverage_orphan. A row followed up within the coalesce window is not written again: a busy caller asking about
-// the same object must not turn every blocked read into a write (the mark is idempotent and the findings coalesced
-// anyway).
+// coverage_orphan. A busy caller asking about the same objects must not turn every blocked read into a write (the
+// mark is idempotent and the findings coalesced anyway): a re-scan or an unknown is followed up once per coalesce
+// window, an orphan once per verdict (until the row is re-scanned or expires, it is the same orphan).
 func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 	rescan, unknown := s.followUps.due("rescan", f.rescan), s.followUps.due("unknown", f.unknown)
-	orphanKeys := make([]string, len(f.orphans))
-	for i, o := range f.orphans {
-		orphanKeys[i] = o.key
-	}
-	due := s.followUps.due("orphan", orphanKeys)
 	var orphans []orphanFollowUp
 	for _, o := range f.orphans {
-		if slices.Contains(due, o.key) {
+		if len(s.followUps.due("orphan", []string{o.logKey()})) > 0 {
 			orphans = append(orphans, o)
 		}
 	}
@@ -362,7 +367,13 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 		window := s.cfg.Scan.CoalesceWindow.Duration()
 		s.followUps.done("rescan", rescan, window)
 		s.followUps.done("unknown", unknown, window)
-		s.followUps.done("orphan", due, window)
+		for _, o := range orphans {
+			until := time.Now().Add(window)
+			if o.validUntil != nil && o.validUntil.After(until) {
+				until = *o.validUntil
+			}
+			s.followUps.doneUntil("orphan", o.logKey(), until)
+		}
 	}
 	return err
 }
@@ -389,19 +400,25 @@ func (l *followUpLog) due(kind string, keys []string) []string {
 	return out
 }
 
+// done records follow-ups as needing no repeat for window.
 func (l *followUpLog) done(kind string, keys []string, window time.Duration) {
-	if len(keys) == 0 || window <= 0 {
+	if window <= 0 {
 		return
 	}
+	until := time.Now().Add(window)
+	for _, k := range keys {
+		l.doneUntil(kind, k, until)
+	}
+}
+
+// doneUntil records one follow-up as needing no repeat until the given time.
+func (l *followUpLog) doneUntil(kind, key string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.until == nil || len(l.until) > 100_000 {
 		l.until = map[string]time.Time{} // bounded: forgetting only costs a repeated idempotent write
 	}
-	until := time.Now().Add(window)
-	for _, k := range keys {
-		l.until[kind+":"+k] = until
-	}
+	l.until[kind+":"+key] = until
 }
 
 func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveState) string {

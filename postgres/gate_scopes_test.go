@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gcos"
 	"gcos/postgres"
@@ -72,7 +73,8 @@ func consultedScopes(r postgres.GateResult) []string {
 
 func TestGate_HighRiskOrphanInAnyScopeBlocks(t *testing.T) {
 	t.Parallel()
-	b := seededWorld(t, 20000, nil)
+	// A coalesce window of 1 ns: only the once-per-verdict rule can keep a second ask from raising the orphan again.
+	b := seededWorld(t, 20000, func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(time.Nanosecond) })
 	scopes := b.sb10Strings(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
 
 	t.Run("covered in every scope: allowed", func(t *testing.T) {
@@ -123,6 +125,10 @@ func TestGate_HighRiskOrphanInAnyScopeBlocks(t *testing.T) {
 		key := "gov:coverage:orphan:" + orphanKey
 		if n := b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, key); n != 1 {
 			t.Fatalf("open %s findings = %d, want 1 (coalesced)", key, n)
+		}
+		// Asked twice about one verdict, the gate raised the orphan once: a busy caller does not turn blocks into writes.
+		if n := b.count(t, `SELECT occurrence_count FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, key); n != 1 {
+			t.Fatalf("%s occurrence_count = %d after two gate calls on one verdict, want 1", key, n)
 		}
 		if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'coverage_orphan'`); n != 1 {
 			t.Fatalf("coverage_orphan findings = %d, want exactly the one naming group %s", n, orphanKey)
