@@ -138,10 +138,11 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 		}
 		return nil
 	}
-	naiveAllowed := atomic.Int64{}
+	var naiveAllowed, naiveCalls atomic.Int64
 	naive := func(ctx context.Context, i int) error {
 		o := objs[i%len(objs)]
 		ok, err := naiveGate(ctx, ws.pool, o.coll, o.code)
+		naiveCalls.Add(1)
 		if ok {
 			naiveAllowed.Add(1)
 		}
@@ -155,6 +156,8 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	}
 	allowed.Store(0)
 	blocked.Store(0)
+	naiveAllowed.Store(0)
+	naiveCalls.Store(0)
 	var in, web, nv gateFigures
 	for i := 0; i < r.opts.reps; i++ {
 		for _, step := range []struct {
@@ -178,8 +181,9 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	total := allowed.Load() + blocked.Load()
 	return []row{
 		mk("in-process decisions/s (8 goroutines)", "decisions/s", higher, in.rate, nv.rate, rate,
-			fmt.Sprintf("Store.Gate over %d random objects, action write; %.1f%% allowed; store pool of %d conns (pgxpool's default unless -pool-conns)",
-				len(objs), 100*float64(allowed.Load())/float64(max(total, 1)), ws.pool.Config().MaxConns)),
+			fmt.Sprintf("Store.Gate over %d random objects, action write; %.1f%% allowed (naive %.1f%%); store pool of %d conns (pgxpool's default unless -pool-conns)",
+				len(objs), 100*float64(allowed.Load())/float64(max(total, 1)),
+				100*float64(naiveAllowed.Load())/float64(max(naiveCalls.Load(), 1)), ws.pool.Config().MaxConns)),
 		mk("in-process p50", "ms", lower, in.p50, nv.p50, nil, ""),
 		mk("in-process p99", "ms", lower, in.p99, nv.p99, p99, ""),
 		mk("HTTP loopback decisions/s (8 clients)", "decisions/s", higher, web.rate, nv.rate, rate,

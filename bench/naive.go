@@ -153,8 +153,9 @@ LEFT JOIN collection_registry cr ON cr.collection_name = a.coll
 LEFT JOIN meta_catalog mc ON mc.entity_type = a.cls
 LEFT JOIN governance_coverage_profile cp ON cp.entity_type = a.cls`
 
-// naiveGate answers allow/block by re-deriving the group verdict (fail closed: unknown or needs_input on a
-// non-low-risk class blocks, as does an unknown object).
+// naiveGate answers allow/block by re-deriving the group verdict in every scope (fail closed: unknown or
+// needs_input on a non-low-risk class blocks, as does a relevant one with no owner in a scope, and an unknown
+// object).
 func naiveGate(ctx context.Context, p *pgxpool.Pool, coll, code string) (bool, error) {
 	rows, err := p.Query(ctx, naiveGateSQL, coll, code)
 	if err != nil {
@@ -170,7 +171,7 @@ func naiveGate(ctx context.Context, p *pgxpool.Pool, coll, code string) (bool, e
 			return false, err
 		}
 		n++
-		if risk != "read_descriptive" && (verdict == "unknown" || verdict == "needs_input") {
+		if risk != "read_descriptive" && (verdict == "unknown" || verdict == "needs_input" || (verdict == "relevant" && !owned)) {
 			allow = false
 		}
 	}

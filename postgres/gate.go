@@ -37,17 +37,16 @@ func ParseObjectRef(s string) (ObjectRef, error) {
 
 // GateResult is the gate's full answer for one object and action.
 type GateResult struct {
-	Object           string              `json:"object"`
-	Action           string              `json:"action"`
-	Decision         string              `json:"decision"`
-	EffectiveVerdict gcos.Verdict        `json:"effective_verdict"`
-	RiskClass        string              `json:"risk_class"`
-	Reasons          []string            `json:"reasons"`
-	RescanScheduled  bool                `json:"rescan_scheduled"`
-	Statement        string              `json:"statement"`
-	Consulted        []ConsultedRow      `json:"consulted"`
-	DecidedAt        time.Time           `json:"decided_at"`
-	Decisions        []gcos.GateDecision `json:"-"`
+	Object           string         `json:"object"`
+	Action           string         `json:"action"`
+	Decision         string         `json:"decision"`
+	EffectiveVerdict gcos.Verdict   `json:"effective_verdict"`
+	RiskClass        string         `json:"risk_class"`
+	Reasons          []string       `json:"reasons"`
+	RescanScheduled  bool           `json:"rescan_scheduled"`
+	Statement        string         `json:"statement"`
+	Consulted        []ConsultedRow `json:"consulted"`
+	DecidedAt        time.Time      `json:"decided_at"`
 }
 
 // ConsultedRow is one candidate row the gate read (an object row, or the object's group in each scope).
@@ -192,7 +191,7 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 			err = gcos.Errorf(gcos.EUNAVAILABLE, "candidate state unreadable")
 		}
 		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: err})
-		res.Reasons, res.Decisions = d.Reasons, d.Rows
+		res.Reasons = d.Reasons
 		return res
 	}
 	res.DecidedAt = now
@@ -206,7 +205,7 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 		in.Rows[i] = s.gateInput(action, r, now)
 	}
 	d := gcos.GateObject(in)
-	res.Decision, res.EffectiveVerdict, res.RiskClass, res.Reasons, res.Decisions = d.Decision, d.EffectiveVerdict, d.RiskClass, d.Reasons, d.Rows
+	res.Decision, res.EffectiveVerdict, res.RiskClass, res.Reasons = d.Decision, d.EffectiveVerdict, d.RiskClass, d.Reasons
 	var fu gateFollowUps
 	for i, r := range reads {
 		rd := d.Rows[i]
