@@ -74,14 +74,13 @@ func (a *app) gateFailed(cmd *cobra.Command, args []string, err error) int {
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", a.cfg.Gate.Timeout.Duration())
 	}
+	// One line: driver errors span several (one per address tried).
+	reason := strings.Join(strings.Fields(err.Error()), " ")
 	res := postgres.GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Consulted: []postgres.ConsultedRow{},
-		Reasons: []string{fmt.Sprintf("the gate could not decide (%s); it fails closed", err)}}
+		Reasons: []string{fmt.Sprintf("the gate could not decide (%s); it fails closed", reason)}}
 	a.jsonOut = a.jsonOut || slices.Contains(args, "--json") || slices.Contains(args, "--json=true")
 	if perr := a.print(res, rdGateText(res)); perr != nil {
 		fmt.Fprintln(a.stderr, "gcos:", perr)
-	}
-	if !a.jsonOut {
-		fmt.Fprintln(a.stderr, "gcos:", err)
 	}
 	return exitBlock
 }
