@@ -351,3 +351,23 @@ func TestGroupSelectorMatches(t *testing.T) {
 		})
 	}
 }
+
+// The gate requires a group in every scope a ruleset names: its scope codes, or "unscoped" when it has none.
+func TestRulesetComponentsScopeCodes(t *testing.T) {
+	t.Parallel()
+	two := []gcos.ScopeRow{{ScopeCode: "health"}, {ScopeCode: "approval"}}
+	tests := []struct {
+		name string
+		c    gcos.RulesetComponents
+		want []string
+	}{
+		{"scopes", gcos.RulesetComponents{Scopes: two}, []string{"health", "approval"}},
+		{"component absent", gcos.RulesetComponents{Absent: []string{gcos.ComponentScopes}}, []string{gcos.UnscopedScope}},
+		{"component empty", gcos.RulesetComponents{}, []string{gcos.UnscopedScope}},
+	}
+	for _, tt := range tests {
+		if got := tt.c.ScopeCodes(); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: ScopeCodes() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
