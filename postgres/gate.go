@@ -116,7 +116,7 @@ FROM (SELECT * FROM objrow UNION ALL SELECT * FROM grprow) x
 LEFT JOIN governance_ruleset r ON r.ruleset_version = x.ruleset_version
 LEFT JOIN evolution_snapshots s ON s.id = x.source_snapshot_ref
 LEFT JOIN governance_candidate_coverage cov ON cov.candidate_ref = x.coverage_ref AND cov.ruleset_version = x.ruleset_version
-ORDER BY x.source DESC, x.scope, x.key`)
+ORDER BY x.source <> 'object', x.scope, x.key -- the object row first, then the groups by scope`)
 }
 
 // scanCandidateFrom reads a row that starts with the given leading columns, then the common ones.
