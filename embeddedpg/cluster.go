@@ -613,7 +613,7 @@ func (c *Cluster) release() error {
 		_ = os.Remove(c.dataDir) // only if nothing else lives there
 	}
 	if c.lock != nil {
-		errs = append(errs, c.lock.Close())
+		errs = append(errs, unlockDataDir(c.lock))
 		c.lock = nil
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -12,7 +12,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // ErrDataDirInUse is matched (errors.Is) by the error Start returns when another process holds the data dir.
@@ -35,21 +37,41 @@ func (e *InUseError) Error() string {
 // Is makes errors.Is(err, ErrDataDirInUse) true.
 func (e *InUseError) Is(target error) bool { return target == ErrDataDirInUse }
 
+// heldLocks are the lock files this process holds (path → struct{}).
+var heldLocks sync.Map
+
+// forkRelease bounds the wait for a lock this process released but a child still references (see lockDataDir).
+const forkRelease = 5 * time.Second
+
 // lockDataDir takes an exclusive, non-blocking flock on path and records this process's pid in it. The lock lives
-// as long as the returned file stays open (the descriptor is close-on-exec, so server processes never inherit it).
+// as long as the returned file stays open (the descriptor is close-on-exec, so server processes never inherit it);
+// release it with unlockDataDir.
+//
+// A flock belongs to the open file description, which a child forked by any goroutine shares until it execs: a
+// lock this process just released can stay taken for that instant. So a busy lock that records our own pid but
+// that no Cluster of ours holds is retried until the child has exec'd, instead of refusing ourselves.
 func lockDataDir(path, shownDir string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		defer f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			b, _ := os.ReadFile(path)
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	deadline := time.Now().Add(forkRelease)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		b, _ := os.ReadFile(path)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if _, ours := heldLocks.Load(path); pid != os.Getpid() || ours || time.Now().After(deadline) {
+			f.Close()
 			return nil, &InUseError{DataDir: shownDir, PID: pid}
 		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := f.Truncate(0); err != nil {
 		f.Close()
@@ -59,7 +81,14 @@ func lockDataDir(path, shownDir string) (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("record pid in lock file: %w", err)
 	}
+	heldLocks.Store(path, struct{}{})
 	return f, nil
+}
+
+// unlockDataDir releases a lock taken by lockDataDir.
+func unlockDataDir(f *os.File) error {
+	heldLocks.Delete(f.Name())
+	return f.Close()
 }
 
 // account is the unprivileged user the PostgreSQL programs run as when gcos runs as root.
