@@ -53,6 +53,7 @@ const (
 	IssueGovernanceSchemaDrift    IssueType = "governance_schema_drift"
 	IssueIssueEventGap            IssueType = "issue_event_gap"
 	IssueCoverageOrphan           IssueType = "coverage_orphan" // a high-risk relevant group with no owner in its scope
+	IssueExceptionLifted          IssueType = "exception_lifted" // an exception stopped counting (expired, object changed, …)
 )
 
 // inputIssuePrefix starts every input-quality finding type ("input.<state>").
@@ -98,6 +99,7 @@ var IssueSpecs = []IssueSpec{
 	{IssueGovernanceSchemaDrift, "coverage", "schema_drift", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
 	{IssueIssueEventGap, "coverage", "issue_event_gap", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 	{IssueCoverageOrphan, "coverage", "orphan", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
+	{IssueExceptionLifted, "exception", "lifted", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 }
 
 // inputEventState maps an input-quality state to its doc 41 event name where the two differ.

@@ -208,7 +208,9 @@ type ObjectGateInput struct {
 	Action string
 	Rows   []GateInput
 	Scopes []string
-	Err    error // any error met while gathering the input
+	// Problems are the object's input values no verdict can rest on (VerdictPolicy.CheckObject); any blocks.
+	Problems []InputProblem
+	Err      error // any error met while gathering the input
 }
 
 // ObjectGateDecision is the gate's answer for one object.
@@ -228,6 +230,8 @@ func (d ObjectGateDecision) Allowed() bool { return d.Decision == GateAllow }
 // GateObject judges an object on the worst of its rows (SPEC §12): every row is gated on its own (Gate) and the
 // object is allowed only if every row allows and a group represents it in every scope of the current ruleset.
 // An object row never stands in for its groups: it links to one scope's group, and the object is governed in all.
+// It does state the object's own coverage in its scope, though: an exception on the object suppresses there, and
+// only there, so that scope's group is judged with the object row's coverage (SPEC §12).
 // The row reported on is the first blocking one, least settled verdict first (unknown, needs_input, stale, then
 // the rest), or the least settled row when all allow.
 func GateObject(in ObjectGateInput) ObjectGateDecision {
@@ -244,9 +248,10 @@ func GateObject(in ObjectGateInput) ObjectGateDecision {
 			"unknown is never safe")
 		return out
 	}
+	rows := objectCoverage(in.Rows)
 	allowed := true
 	var blocking, passing []string
-	for i, row := range in.Rows {
+	for i, row := range rows {
 		d := Gate(row)
 		out.Rows = append(out.Rows, d)
 		if !d.Allowed() {
@@ -290,11 +295,37 @@ func GateObject(in ObjectGateInput) ObjectGateDecision {
 		allowed = false
 		out.EffectiveVerdict = VerdictUnknown
 	}
+	if len(in.Problems) > 0 {
+		// Input no verdict can rest on blocks first and by name: unknown is never safe, and a person must see why.
+		allowed = false
+		out.EffectiveVerdict = VerdictNeedsInput
+		var named []string
+		for _, p := range in.Problems {
+			named = append(named, fmt.Sprintf("blocked: %s (input quality %s)", p.Reason, p.State))
+		}
+		blocking = append(named, blocking...)
+	}
 	if allowed {
 		out.Decision = GateAllow
 	}
 	out.Reasons = append(blocking, passing...)
 	return out
+}
+
+// objectCoverage returns the rows with each found object row's recorded coverage given to the group of its scope.
+func objectCoverage(in []GateInput) []GateInput {
+	rows := slices.Clone(in)
+	for _, o := range in {
+		if o.Source != GateSourceObject || !o.Found || o.Coverage == "" {
+			continue
+		}
+		for j := range rows {
+			if rows[j].Source == GateSourceGroup && rows[j].Found && rows[j].Scope == o.Scope {
+				rows[j].Coverage = o.Coverage
+			}
+		}
+	}
+	return rows
 }
 
 // worseRow reports whether decision a is reported in preference to b: a block before an allow, then the least

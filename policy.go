@@ -213,6 +213,10 @@ func (r PolicyRule) fires(f GroupFacts) bool {
 type VerdictPolicy struct {
 	Version int          `json:"version"`
 	Rules   []PolicyRule `json:"rules"`
+	// Vocabulary lists the values a fact may take (e.g. lifecycle_status, risk_class). A value outside its list is
+	// not a value the rules can be trusted with: the group's input is invalid_schema (needs_input), and the gate
+	// blocks the object naming the value. A fact without a list is not checked.
+	Vocabulary map[string][]string `json:"vocabulary,omitempty"`
 }
 
 // Evaluation is the outcome of a policy for one group: exactly one verdict and the rule that gave it.
@@ -267,6 +271,15 @@ func (p VerdictPolicy) Validate() error {
 					return Errorf(EINVALID, "%s: any[%d][%d]: %s", at, j, k, err)
 				}
 			}
+		}
+	}
+	for fact, values := range p.Vocabulary {
+		if _, known := (GroupFacts{}).Fact(fact); !known || fact == FactInputQuality || fact == FactCoverageRequired {
+			return Errorf(EINVALID, "verdict policy: vocabulary: %q is not a fact with a vocabulary (want one of %v)",
+				fact, []string{FactLifecycleStatus, FactCoverageStatus, FactScopeClass, FactPrivacy, FactRiskClass})
+		}
+		if len(values) == 0 {
+			return Errorf(EINVALID, "verdict policy: vocabulary: %q: list at least one value, or omit the fact", fact)
 		}
 	}
 	if fb := p.Rules[last]; len(fb.Any) != 0 || fb.Verdict != VerdictUnknown {
@@ -337,4 +350,84 @@ func DefaultVerdictPolicy() VerdictPolicy {
 		panic("gcos: embedded default verdict policy is invalid: " + err.Error()) // a build defect, caught by tests
 	}
 	return p
+}
+
+// InputProblem is one input value a verdict cannot rest on, with the input-quality state it earns (doc 32 §4).
+type InputProblem struct {
+	State  InputQuality `json:"state"`
+	Field  string       `json:"field"`
+	Value  string       `json:"value"`
+	Reason string       `json:"reason"`
+}
+
+// CheckVocabulary lists the facts whose value lies outside the policy's vocabulary, in fact-name order. A fact
+// with no value (null) is not checked here: the rules decide what a missing value means.
+func (p VerdictPolicy) CheckVocabulary(f GroupFacts) []InputProblem {
+	var out []InputProblem
+	for _, fact := range Facts {
+		values, listed := p.Vocabulary[fact]
+		v, _ := f.Fact(fact)
+		if !listed || v == nil || slices.Contains(values, *v) {
+			continue
+		}
+		out = append(out, InputProblem{State: InputInvalidSchema, Field: fact, Value: *v,
+			Reason: fmt.Sprintf("%s %q is not one of %s", fact, *v, strings.Join(values, ", "))})
+	}
+	return out
+}
+
+// ObjectBirth is what the gate read of one object's birth: the values its groups are keyed on (its anchor's, for an
+// inherited child), its own status and parent, and whether its collection and class are registered.
+type ObjectBirth struct {
+	Object               string
+	Class                string
+	Collection           string
+	LifecycleStatus      string
+	OwnClass             string
+	OwnLifecycleStatus   string
+	ParentCode           *string
+	ParentFound          bool
+	CollectionRegistered bool
+	ClassRegistered      bool
+}
+
+// CheckObject lists what makes an object's input untrustworthy, each naming the value: a parent that has no birth,
+// a collection missing from collection_registry or a class missing from meta_catalog (birth_or_registry_missing),
+// a lifecycle status or risk class outside the vocabulary (invalid_schema), and a class with no risk class in its
+// coverage profile, or no profile (UnknownRisk: birth_or_registry_missing). riskClasses are the risk classes of the candidate
+// rows that judge the object. Unknown is never safe: the gate blocks on any of them.
+func (p VerdictPolicy) CheckObject(b ObjectBirth, riskClasses []string) []InputProblem {
+	var out []InputProblem
+	missing := func(field, value, reason string, args ...any) {
+		out = append(out, InputProblem{State: InputBirthOrRegistryMissing, Field: field, Value: value, Reason: fmt.Sprintf(reason, args...)})
+	}
+	if b.ParentCode != nil && !b.ParentFound {
+		missing("parent_code", *b.ParentCode, "the parent %q of object %s has no birth in collection %s", *b.ParentCode, b.Object, b.Collection)
+	}
+	if !b.CollectionRegistered {
+		missing("collection", b.Collection, "collection %q is not in collection_registry", b.Collection)
+	}
+	if !b.ClassRegistered {
+		missing("object_class", b.Class, "object class %q is not in meta_catalog", b.Class)
+	}
+	statuses := []string{b.OwnLifecycleStatus}
+	if b.LifecycleStatus != b.OwnLifecycleStatus {
+		statuses = append(statuses, b.LifecycleStatus)
+	}
+	for _, st := range statuses {
+		out = append(out, p.CheckVocabulary(GroupFacts{LifecycleStatus: Str(st)})...)
+	}
+	seen := map[string]bool{}
+	for _, rc := range riskClasses {
+		if seen[rc] {
+			continue
+		}
+		seen[rc] = true
+		if rc == UnknownRisk || rc == "" {
+			missing("risk_class", UnknownRisk, "object class %q has no risk class in governance_coverage_profile, so its risk is unknown", b.Class)
+			continue
+		}
+		out = append(out, p.CheckVocabulary(GroupFacts{RiskClass: Str(rc)})...)
+	}
+	return out
 }

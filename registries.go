@@ -39,6 +39,7 @@ type ExceptionRow struct {
 	EntityCode     *string    `json:"entity_code"`
 	ApprovalRef    *string    `json:"approval_ref"`
 	ExpiresAt      *time.Time `json:"expires_at"`
+	Fingerprint    *string    `json:"fingerprint"` // the excepted object's fingerprint (gcos.Fingerprint.String) it pins
 	Status         string     `json:"status"`
 }
 

@@ -83,6 +83,9 @@ type candidateValues struct {
 	Coverage         gcos.CoverageOutcome // set for relevant groups
 	CoverageOwner    *string
 	ExceptionID      *string
+	// The terms the exception is counted under at read time (gcos.CoverageRecord.At).
+	ExceptionExpiresAt   *time.Time
+	ExceptionFingerprint *string
 }
 
 // evaluate judges one group (or, with objectKey set, one materialized object of it).
@@ -93,6 +96,11 @@ func (e *evaluator) evaluate(g gcos.Group, objectKey string) (candidateValues, e
 		}
 	}
 	facts := e.regs.Facts(g.Dimensions, g.MemberCount)
+	// A value outside the policy's vocabulary (an odd lifecycle status, an unheard-of risk class) is input no
+	// rule can be trusted with.
+	if len(e.policy.CheckVocabulary(facts)) > 0 && deref(facts.InputQuality) == string(gcos.InputAccepted) {
+		facts.InputQuality = gcos.Str(string(gcos.InputInvalidSchema))
+	}
 	ev := e.policy.Evaluate(facts)
 	class := ""
 	if g.ObjectClass != nil {
@@ -119,7 +127,7 @@ func (e *evaluator) evaluate(g gcos.Group, objectKey string) (candidateValues, e
 	if v.Verdict == gcos.VerdictRelevant {
 		exc := e.regs.GroupException(g.Dimensions, e.now)
 		if exc != nil {
-			v.ExceptionID = &exc.ExceptionID
+			v.ExceptionID, v.ExceptionExpiresAt = &exc.ExceptionID, exc.ExpiresAt
 		}
 		v.Coverage = gcos.ResolveCoverage(g.OwnerScope, exc != nil)
 		v.CoverageOwner = g.OwnerScope
@@ -229,7 +237,8 @@ func seedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, r
 // recordCoverage stores the coverage outcome of relevant groups (unchanged outcomes are not rewritten).
 func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues) error {
 	var refs, outcomes []string
-	var owners, exceptions []*string
+	var owners, exceptions, pins []*string
+	var expiries []*time.Time
 	for _, v := range vs {
 		if v.Verdict != gcos.VerdictRelevant {
 			continue
@@ -238,18 +247,23 @@ func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []
 		outcomes = append(outcomes, string(v.Coverage))
 		owners = append(owners, v.CoverageOwner)
 		exceptions = append(exceptions, v.ExceptionID)
+		expiries = append(expiries, v.ExceptionExpiresAt)
+		pins = append(pins, v.ExceptionFingerprint)
 	}
 	if len(refs) == 0 {
 		return nil
 	}
 	_, err := tx.Exec(ctx, `
-		INSERT INTO governance_candidate_coverage AS c (candidate_ref, ruleset_version, outcome, owner_ref, exception_id, coverage_scan_ref)
-		SELECT u.ref, $1, u.outcome, u.owner, u.exc, $2
-		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS u(ref, outcome, owner, exc)
+		INSERT INTO governance_candidate_coverage AS c (candidate_ref, ruleset_version, outcome, owner_ref, exception_id,
+		    exception_expires_at, exception_fingerprint, coverage_scan_ref)
+		SELECT u.ref, $1, u.outcome, u.owner, u.exc, u.expires, u.pin, $2
+		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::text[]) AS u(ref, outcome, owner, exc, expires, pin)
 		ON CONFLICT (candidate_ref, ruleset_version) DO UPDATE SET outcome = EXCLUDED.outcome, owner_ref = EXCLUDED.owner_ref,
-		    exception_id = EXCLUDED.exception_id, coverage_scan_ref = EXCLUDED.coverage_scan_ref, computed_at = now()
-		WHERE (c.outcome, c.owner_ref, c.exception_id) IS DISTINCT FROM (EXCLUDED.outcome, EXCLUDED.owner_ref, EXCLUDED.exception_id)`,
-		ruleset, runID, refs, outcomes, owners, exceptions)
+		    exception_id = EXCLUDED.exception_id, exception_expires_at = EXCLUDED.exception_expires_at,
+		    exception_fingerprint = EXCLUDED.exception_fingerprint, coverage_scan_ref = EXCLUDED.coverage_scan_ref, computed_at = now()
+		WHERE (c.outcome, c.owner_ref, c.exception_id, c.exception_expires_at, c.exception_fingerprint)
+		      IS DISTINCT FROM (EXCLUDED.outcome, EXCLUDED.owner_ref, EXCLUDED.exception_id, EXCLUDED.exception_expires_at, EXCLUDED.exception_fingerprint)`,
+		ruleset, runID, refs, outcomes, owners, exceptions, expiries, pins)
 	if err != nil {
 		return fmt.Errorf("record coverage: %w", err)
 	}
@@ -328,8 +342,10 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		return fmt.Errorf("rebase candidates %s → %s: %w", from, to, err)
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO governance_candidate_coverage (candidate_ref, ruleset_version, outcome, owner_ref, exception_id, coverage_scan_ref, computed_at)
-		SELECT candidate_ref, $2, outcome, owner_ref, exception_id, coverage_scan_ref, computed_at
+		INSERT INTO governance_candidate_coverage (candidate_ref, ruleset_version, outcome, owner_ref, exception_id,
+		    exception_expires_at, exception_fingerprint, coverage_scan_ref, computed_at)
+		SELECT candidate_ref, $2, outcome, owner_ref, exception_id, exception_expires_at, exception_fingerprint,
+		    coverage_scan_ref, computed_at
 		FROM governance_candidate_coverage WHERE ruleset_version = $1
 		ON CONFLICT DO NOTHING`, from, to); err != nil {
 		return fmt.Errorf("rebase coverage %s → %s: %w", from, to, err)

@@ -18,6 +18,10 @@ type Explanation struct {
 	Rows       []ExplainedRow `json:"rows"`
 	// MissingScopes are scopes of the current ruleset in which no group represents the object (the gate blocks).
 	MissingScopes []string `json:"missing_scopes,omitempty"`
+	// ObjectFingerprint is the object's fingerprint now: the value an exception on the object pins.
+	ObjectFingerprint string `json:"object_fingerprint,omitempty"`
+	// InputProblems are the object's input values no verdict can rest on (the gate blocks, naming each).
+	InputProblems []gcos.InputProblem `json:"input_problems,omitempty"`
 }
 
 // ExplainedRow is one candidate row behind an explanation.
@@ -29,8 +33,11 @@ type ExplainedRow struct {
 	Effective gcos.EffectiveState  `json:"effective"`
 	Ruleset   string               `json:"ruleset_status"`
 	Snapshot  *time.Time           `json:"snapshot_at"`
-	Coverage  gcos.CoverageOutcome `json:"coverage_outcome,omitempty"` // of a relevant row
-	Age       string               `json:"age,omitempty"`              // since the row's scan, as of the explanation
+	Coverage  gcos.CoverageOutcome `json:"coverage_outcome,omitempty"` // of a relevant row, in force now
+	// RecordedCoverage is the outcome its scan recorded, when an exception it rested on has since been lifted.
+	RecordedCoverage gcos.CoverageOutcome `json:"recorded_coverage_outcome,omitempty"`
+	ExceptionLifted  *gcos.ExceptionLift  `json:"exception_lifted,omitempty"`
+	Age              string               `json:"age,omitempty"` // since the row's scan, as of the explanation
 }
 
 // ExplainObject explains an object's verdict(s) from stored values only.
@@ -39,16 +46,21 @@ func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, 
 	if err != nil {
 		return Explanation{}, err
 	}
-	reads, now, scopes, err := s.gateInputs(ctx, ref)
+	o, err := s.gateInputs(ctx, ref)
 	if err != nil {
 		return Explanation{}, fmt.Errorf("explain %s: %w", object, err)
 	}
-	if len(reads) == 0 {
+	if len(o.reads) == 0 {
 		return Explanation{}, gcos.Errorf(gcos.ENOTFOUND, "object %s has no birth", object)
 	}
-	ex := s.explain(ref.String(), reads, now)
-	for _, scope := range scopes {
-		if !slices.ContainsFunc(reads, func(r candidateRead) bool { return r.source == gcos.GateSourceGroup && r.scope == scope }) {
+	ex := s.explain(ref.String(), o.reads, o.now)
+	ex.ObjectFingerprint = deref(o.fingerprint)
+	for _, p := range o.problems {
+		ex.InputProblems = append(ex.InputProblems, p)
+		ex.Statements = append(ex.Statements, fmt.Sprintf("object %s cannot be judged: %s (input quality %s)", ref, p.Reason, p.State))
+	}
+	for _, scope := range o.scopes {
+		if !slices.ContainsFunc(o.reads, func(r candidateRead) bool { return r.source == gcos.GateSourceGroup && r.scope == scope }) {
 			ex.MissingScopes = append(ex.MissingScopes, scope)
 			ex.Statements = append(ex.Statements, fmt.Sprintf("object %s has no group in scope %s: unknown", ref, scope))
 		}
@@ -72,7 +84,8 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 			       c.input_quality_state, c.dirty, c.dirty_reason, c.stale_after, c.recompute_status, c.risk_class,
 			       c.coverage_required, c.coverage_scan_ref, c.owner_scope, c.lifecycle_status, c.member_count,
 			       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
-			       s.id IS NOT NULL, s.snapshot_at, cov.outcome
+			       s.id IS NOT NULL, s.snapshot_at,
+			       cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint
 			FROM governance_group g
 			LEFT JOIN v_current_ruleset cr ON true
 			LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = cr.ruleset_version
@@ -89,6 +102,7 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 				rows.Close()
 				return err
 			}
+			r.coverageAt(now, "", nil) // a group's exception pins no object fingerprint
 			reads = append(reads, r)
 		}
 		return rows.Err()
@@ -106,7 +120,10 @@ func (s *Store) explain(subject string, reads []candidateRead, now time.Time) Ex
 	ex := Explanation{Subject: subject}
 	for _, r := range reads {
 		er := ExplainedRow{Source: r.source, Key: r.key, Scope: r.scope, Ruleset: r.rulesetStatus, Snapshot: r.snapshotAt,
-			Coverage: r.coverage}
+			Coverage: r.coverage, ExceptionLifted: r.lift}
+		if r.lift != nil {
+			er.RecordedCoverage = r.recorded.Outcome
+		}
 		var eff gcos.EffectiveState
 		if r.found() {
 			row := r.row

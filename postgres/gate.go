@@ -67,16 +67,27 @@ type candidateRead struct {
 	activeVersion  string
 	snapshotExists bool
 	snapshotAt     *time.Time
-	coverage       gcos.CoverageOutcome // "" when no outcome is recorded
+	recorded       gcos.CoverageRecord  // the coverage its scan recorded, with the exception's terms
+	coverage       gcos.CoverageOutcome // the coverage in force when read ("" when no outcome is recorded)
+	lift           *gcos.ExceptionLift  // the exception recorded but no longer counted, if any
+}
+
+// coverageAt sets the coverage in force at now: a recorded exception lapses the instant it expires, and an
+// exception pinned to the object's fingerprint lapses once the object (fingerprint, nil when not read) changed.
+func (r *candidateRead) coverageAt(now time.Time, object string, fingerprint *string) {
+	r.recorded.Object = object
+	r.coverage, r.lift = r.recorded.At(now, fingerprint)
 }
 
 // gateSQL reads, in one statement (one round trip, one consistent snapshot), everything the gate judges an object
 // on: its materialized row under the current ruleset when there is one, and its base group (its anchor's, for an
-// inherited child) in every scope, each with its row and coverage outcome under the current ruleset when there is
-// one, and the current ruleset's version (whose scopes say which groups must be there).
+// inherited child) in every scope, each with its row and coverage record under the current ruleset when there is
+// one; the current ruleset's version (whose scopes say which groups must be there); and the object's own birth
+// values (status, parent, whether its collection and class are registered) and fingerprint, which exceptions and
+// the input checks are judged on now. An object with no birth yields no row.
 func (b birthBinding) gateSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent))
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{rowhash}", b.rowHash())
 	return r.Replace(`
 WITH cr AS (SELECT ruleset_version FROM v_current_ruleset),
 active AS (SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '') AS v),
@@ -92,8 +103,11 @@ objrow AS (
     WHERE o.object_ref = $1 || ':' || $2 AND o.lifecycle_status = 'active'
 ),
 obj AS (
-    SELECT coalesce(p.{type}, b.{type}) AS cls, coalesce(p.{coll}, b.{coll}) AS reg, coalesce(p.{status}, b.{status}) AS st
+    SELECT coalesce(p.{type}, b.{type}) AS cls, coalesce(p.{coll}, b.{coll}) AS reg, coalesce(p.{status}, b.{status}) AS st,
+           b.{type} AS own_cls, b.{status} AS own_st, b.{parent} AS parent_code, p.{code} IS NOT NULL AS parent_found,
+           fh.h, hashint8extended(fh.h, 1) AS h1
     FROM {t} b
+    CROSS JOIN LATERAL (SELECT {rowhash} AS h) fh
     LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
     WHERE b.{coll} = $1 AND b.{code} = $2
 ),
@@ -107,12 +121,19 @@ grprow AS (
     LEFT JOIN governance_group g ON g.object_class = obj.cls AND g.source_registry = obj.reg AND g.lifecycle_status = obj.st
     LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM cr)
 )
-SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''), x.key, x.scope, x.source_snapshot_ref,
+SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''),
+       obj.cls, obj.reg, obj.st, obj.own_cls, obj.own_st, obj.parent_code, obj.parent_found,
+       EXISTS (SELECT 1 FROM collection_registry c WHERE c.collection_name = obj.reg),
+       EXISTS (SELECT 1 FROM meta_catalog m WHERE m.entity_type = obj.cls),
+       obj.h, obj.h1,
+       x.key, x.scope, x.source_snapshot_ref,
        x.ruleset_version, x.scan_time, x.candidate_verdict,
        x.input_quality_state, x.dirty, x.dirty_reason, x.stale_after, x.recompute_status, x.risk_class,
        x.coverage_required, x.coverage_scan_ref, x.owner_scope, x.lifecycle_status, x.member_count,
-       r.status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at, cov.outcome
-FROM (SELECT * FROM objrow UNION ALL SELECT * FROM grprow) x
+       r.status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at,
+       cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint
+FROM obj
+CROSS JOIN (SELECT * FROM objrow UNION ALL SELECT * FROM grprow) x
 LEFT JOIN governance_ruleset r ON r.ruleset_version = x.ruleset_version
 LEFT JOIN evolution_snapshots s ON s.id = x.source_snapshot_ref
 LEFT JOIN governance_candidate_coverage cov ON cov.candidate_ref = x.coverage_ref AND cov.ruleset_version = x.ruleset_version
@@ -137,10 +158,11 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 	var dirty, required *bool
 	var members *int64
 	var key, coverage *string
+	rec := &cr.recorded
 	dest := []any{&key, &cr.scope, &snapRef, &ruleset, &scanTime, &verdict, &cr.row.InputQualityState, &dirty,
 		&cr.row.DirtyReason, &cr.row.StaleAfter, &recompute, &risk, &required, &cr.row.CoverageScanRef,
 		&cr.row.OwnerScope, &lifecycle, &members, &rsStatus, &cr.activeVersion, &cr.snapshotExists, &cr.snapshotAt,
-		&coverage}
+		&coverage, &rec.Owner, &rec.ExceptionID, &rec.ExceptionExpiresAt, &rec.ExceptionFingerprint}
 	if err := rows.Scan(append(append(lead, dest...), extra...)...); err != nil {
 		return cr, false, err
 	}
@@ -149,7 +171,8 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 		cr.key = *key
 	}
 	if coverage != nil {
-		cr.coverage = gcos.CoverageOutcome(*coverage)
+		rec.Outcome = gcos.CoverageOutcome(*coverage)
+		cr.coverage = rec.Outcome
 	}
 	if verdict == nil {
 		return cr, false, nil
@@ -182,7 +205,8 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 	timeout := s.cfg.Gate.Timeout.Duration()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reads, now, scopes, err := s.gateInputs(ctx, ref)
+	o, err := s.gateInputs(ctx, ref)
+	reads, now := o.reads, o.now
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", timeout)
@@ -200,7 +224,7 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 		res.EffectiveVerdict = gcos.VerdictUnknown
 		return res
 	}
-	in := gcos.ObjectGateInput{Action: action, Scopes: scopes, Rows: make([]gcos.GateInput, len(reads))}
+	in := gcos.ObjectGateInput{Action: action, Scopes: o.scopes, Problems: o.problems, Rows: make([]gcos.GateInput, len(reads))}
 	for i, r := range reads {
 		in.Rows[i] = s.gateInput(action, r, now)
 	}
@@ -223,10 +247,16 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 		if rd.RaiseUnknown {
 			fu.unknown = append(fu.unknown, r.key)
 		}
+		if r.lift != nil {
+			fu.lifts = append(fu.lifts, liftFollowUp{lift: *r.lift, object: ref.String(), ruleset: r.row.RulesetVersion})
+		}
 		if rd.RaiseOrphan {
 			fu.orphans = append(fu.orphans, orphanFollowUp{key: r.key, source: r.source, scope: r.scope, ruleset: r.row.RulesetVersion,
 				object: ref.String(), verdictAt: r.row.ScanTime, validUntil: r.row.StaleAfter})
 		}
+	}
+	for _, p := range o.problems {
+		fu.inputs = append(fu.inputs, inputFollowUp{problem: p, object: ref.String()})
 	}
 	if !fu.empty() {
 		// Follow-ups are best effort and never change the decision already taken.
@@ -253,59 +283,111 @@ func (s *Store) gateInput(action string, r candidateRead, now time.Time) gcos.Ga
 
 func (r candidateRead) found() bool { return r.row.Verdict != "" }
 
-// gateInputs reads, in one statement, the object's materialized row and its group in every scope, and returns them
-// with the database clock and the scopes of the current ruleset (decoded once per version).
-func (s *Store) gateInputs(ctx context.Context, ref ObjectRef) ([]candidateRead, time.Time, []string, error) {
-	reads, now, version, err := s.gateReads(ctx, ref)
-	if err != nil || len(reads) == 0 {
-		return reads, now, nil, err
+// objectReads is everything read for one object's gate decision or explanation.
+type objectReads struct {
+	reads    []candidateRead // the object row first, then its groups by scope; none when the object has no birth
+	now      time.Time       // the database clock of the read
+	scopes   []string        // the current ruleset's scopes (nil before anything was backfilled)
+	birth       gcos.ObjectBirth
+	fingerprint *string             // the object's fingerprint now (what an exception on it pins)
+	problems    []gcos.InputProblem // input values no verdict can rest on (VerdictPolicy.CheckObject)
+}
+
+// gateInputs reads, in one statement, the object's birth, its materialized row and its group in every scope, and
+// derives the coverage in force now, the current ruleset's scopes (decoded once per version) and the object's
+// input problems under that ruleset's policy.
+func (s *Store) gateInputs(ctx context.Context, ref ObjectRef) (objectReads, error) {
+	o, version, fingerprint, err := s.gateReads(ctx, ref)
+	if err != nil || len(o.reads) == 0 {
+		return o, err
+	}
+	o.fingerprint = fingerprint
+	for i := range o.reads {
+		o.reads[i].coverageAt(o.now, ref.String(), fingerprint)
 	}
 	if version == "" {
-		return reads, now, nil, nil // nothing was ever backfilled: every row reads as never seeded and blocks
+		return o, nil // nothing was ever backfilled: every row reads as never seeded and blocks
 	}
 	rs, err := s.rulesetVersion(ctx, version)
 	if err != nil {
-		return nil, now, nil, err
+		return o, err
 	}
-	return reads, now, rs.Components.ScopeCodes(), nil
+	o.scopes = rs.Components.ScopeCodes()
+	var risks []string
+	for _, r := range o.reads {
+		if r.found() {
+			risks = append(risks, r.row.RiskClass)
+		}
+	}
+	o.problems = rs.Components.Policy.CheckObject(o.birth, risks)
+	return o, nil
 }
 
-// gateReads reads the object's materialized row and its groups in one statement, with the clock and the current
-// ruleset version.
-func (s *Store) gateReads(ctx context.Context, ref ObjectRef) ([]candidateRead, time.Time, string, error) {
+// gateReads reads the object's birth, its materialized row and its groups in one statement, with the clock, the
+// current ruleset version and the object's fingerprint.
+func (s *Store) gateReads(ctx context.Context, ref ObjectRef) (objectReads, string, *string, error) {
+	var o objectReads
 	rows, err := s.pool.Query(ctx, s.gateSQLText, ref.Collection, ref.Code)
 	if err != nil {
-		return nil, time.Time{}, "", err
+		return o, "", nil, err
 	}
 	defer rows.Close()
-	var out []candidateRead
-	var now time.Time
 	var version string
+	var h0, h1 int64
+	b := &o.birth
+	b.Object = ref.String()
 	for rows.Next() {
 		var source string
-		r, _, err := scanCandidateFrom(rows, &source, &now, &version)
+		r, _, err := scanCandidateFrom(rows, &source, &o.now, &version, &b.Class, &b.Collection, &b.LifecycleStatus,
+			&b.OwnClass, &b.OwnLifecycleStatus, &b.ParentCode, &b.ParentFound, &b.CollectionRegistered, &b.ClassRegistered,
+			&h0, &h1)
 		if err != nil {
-			return nil, now, "", err
+			return o, "", nil, err
 		}
 		r.source = source
-		out = append(out, r)
+		o.reads = append(o.reads, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, now, "", err
+		return o, "", nil, err
 	}
-	if len(out) == 0 {
+	if len(o.reads) == 0 {
 		// No row: the object has no birth. Read the clock for the decision time.
-		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return nil, now, "", err
+		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&o.now); err != nil {
+			return o, "", nil, err
 		}
+		return o, "", nil, nil
 	}
-	return out, now, version, nil
+	return o, version, gcos.Str(gcos.FingerprintFromRowHashes(h0, h1).String()), nil
 }
 
 // gateFollowUps is what a gate answer leaves to do: groups to re-scan, and findings to raise.
 type gateFollowUps struct {
 	rescan, unknown []string
 	orphans         []orphanFollowUp
+	lifts           []liftFollowUp
+	inputs          []inputFollowUp
+}
+
+// liftFollowUp is an exception a row's coverage was recorded under that no longer counts.
+type liftFollowUp struct {
+	lift            gcos.ExceptionLift
+	object, ruleset string
+}
+
+// inputFollowUp is an input value of the object no verdict can rest on.
+type inputFollowUp struct {
+	problem gcos.InputProblem
+	object  string
+}
+
+// subject is what the input finding is coalesced on: the object for its own missing parent (an open input
+// finding on an object holds it as needs_input, SPEC §7), else the value, so a thousand births with one odd status
+// are one finding.
+func (f inputFollowUp) subject() string {
+	if f.problem.Field == "parent_code" {
+		return f.object
+	}
+	return f.problem.Field + "=" + f.problem.Value
 }
 
 // orphanFollowUp is a blocked high-risk orphan: the row (a group, or an object row) with no owner in its scope, and
@@ -322,7 +404,7 @@ func (o orphanFollowUp) logKey() string {
 }
 
 func (f gateFollowUps) empty() bool {
-	return len(f.rescan) == 0 && len(f.unknown) == 0 && len(f.orphans) == 0
+	return len(f.rescan) == 0 && len(f.unknown) == 0 && len(f.orphans) == 0 && len(f.lifts) == 0 && len(f.inputs) == 0
 }
 
 // gateFollowUp dirties stale low-risk groups for a re-scan (reason ttl), raises candidate_unknown and
@@ -337,7 +419,19 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			orphans = append(orphans, o)
 		}
 	}
-	if len(rescan) == 0 && len(unknown) == 0 && len(orphans) == 0 {
+	var lifts []liftFollowUp
+	for _, l := range f.lifts {
+		if len(s.followUps.due("lift", []string{l.lift.ExceptionID + "@" + l.lift.Reason})) > 0 {
+			lifts = append(lifts, l)
+		}
+	}
+	var inputs []inputFollowUp
+	for _, in := range f.inputs {
+		if len(s.followUps.due("input", []string{string(in.problem.State) + ":" + in.subject()})) > 0 {
+			inputs = append(inputs, in)
+		}
+	}
+	if len(rescan) == 0 && len(unknown) == 0 && len(orphans) == 0 && len(lifts) == 0 && len(inputs) == 0 {
 		return nil
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -360,6 +454,18 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 				return err
 			}
 		}
+		for _, l := range lifts {
+			if err := raiseExceptionLifted(ctx, tx, l.lift, l.object, l.ruleset, "", "gate"); err != nil {
+				return err
+			}
+		}
+		for _, in := range inputs {
+			p := in.problem
+			if _, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.InputIssue(p.State), in.subject(), "", "", map[string]any{
+				"object": in.object, "field": p.Field, "value": p.Value, "reason": p.Reason, "raised_by": "gate"})); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err == nil {
@@ -372,6 +478,13 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 				until = *o.validUntil
 			}
 			s.followUps.doneUntil("orphan", o.logKey(), until)
+		}
+		// A lifted exception stays lifted and an odd value stays odd until someone acts: say so once per window.
+		for _, l := range lifts {
+			s.followUps.done("lift", []string{l.lift.ExceptionID + "@" + l.lift.Reason}, window)
+		}
+		for _, in := range inputs {
+			s.followUps.done("input", []string{string(in.problem.State) + ":" + in.subject()}, window)
 		}
 	}
 	return err

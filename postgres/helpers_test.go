@@ -60,6 +60,16 @@ func (b *bundle) digest(t *testing.T, query string) string {
 	return d
 }
 
+// objectFingerprint is the object's fingerprint as an operator reads it from explain: what an exception on it pins.
+func (b *bundle) objectFingerprint(t *testing.T, object string) string {
+	t.Helper()
+	ex, err := b.store.ExplainObject(b.ctx, object)
+	if err != nil || ex.ObjectFingerprint == "" {
+		t.Fatalf("explain %s: no fingerprint (%v)", object, err)
+	}
+	return ex.ObjectFingerprint
+}
+
 func (b *bundle) backfill(t *testing.T) postgres.BackfillResult {
 	t.Helper()
 	res, err := b.store.Backfill(b.ctx, postgres.BackfillOptions{})

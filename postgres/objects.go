@@ -24,8 +24,9 @@ type objectCandidate struct {
 	values                                       candidateValues
 }
 
-// objectCriteria returns the classes whose objects materialize (by reason) and the objects under exception.
-func (e *evaluator) objectCriteria(objectRisk []string) (classes map[string]string, excepted map[[2]string]gcos.ExceptionRow) {
+// objectCriteria returns the classes whose objects materialize (by reason) and the approved, unexpired exceptions
+// naming one object, by object.
+func (e *evaluator) objectCriteria(objectRisk []string) (classes map[string]string, excepted map[[2]string][]gcos.ExceptionRow) {
 	classes = map[string]string{}
 	for class, p := range e.regs.Profile {
 		switch {
@@ -35,13 +36,58 @@ func (e *evaluator) objectCriteria(objectRisk []string) (classes map[string]stri
 			classes[class] = "high_risk_write_path"
 		}
 	}
-	excepted = map[[2]string]gcos.ExceptionRow{}
+	excepted = map[[2]string][]gcos.ExceptionRow{}
 	for _, x := range e.regs.Exceptions {
 		if x.EntityCode != nil && x.CollectionName != nil && x.Approved(e.now) {
-			excepted[[2]string{*x.CollectionName, *x.EntityCode}] = x
+			k := [2]string{*x.CollectionName, *x.EntityCode}
+			excepted[k] = append(excepted[k], x)
 		}
 	}
 	return classes, excepted
+}
+
+// objectException picks the exception an object's row carries among those naming it: the first (by scope, then
+// id) that holds in a scope of the ruleset, else the first in a scope of the ruleset, lifted. The object row is one
+// per object and links to one scope's group, so every other exception on the object is lifted too, each with a
+// reason a person can act on: none of them suppresses without saying so.
+func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fingerprint *string) (chosen *gcos.ExceptionRow, holds bool, lifts []gcos.ExceptionLift) {
+	xs = slices.Clone(xs)
+	slices.SortFunc(xs, func(a, b gcos.ExceptionRow) int {
+		if c := strings.Compare(deref(a.ScopeCode), deref(b.ScopeCode)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ExceptionID, b.ExceptionID)
+	})
+	why := make([]*gcos.ExceptionLift, len(xs))
+	for i, x := range xs {
+		why[i] = x.Holds(now, fingerprint)
+		if why[i] == nil && !slices.Contains(scopes, deref(x.ScopeCode)) {
+			why[i] = &gcos.ExceptionLift{ExceptionID: x.ExceptionID, Reason: gcos.LiftNoScope, Detail: fmt.Sprintf(
+				"exception %s names scope %q, which is not a responsibility scope of the ruleset", x.ExceptionID, deref(x.ScopeCode))}
+		}
+		if chosen == nil && why[i] == nil {
+			chosen, holds = &xs[i], true
+		}
+	}
+	if chosen == nil {
+		for i, x := range xs {
+			if slices.Contains(scopes, deref(x.ScopeCode)) {
+				chosen = &xs[i]
+				break
+			}
+		}
+	}
+	for i, x := range xs {
+		switch {
+		case why[i] != nil:
+			lifts = append(lifts, *why[i])
+		case &xs[i] != chosen:
+			lifts = append(lifts, gcos.ExceptionLift{ExceptionID: x.ExceptionID, Reason: gcos.LiftShadowed, Detail: fmt.Sprintf(
+				"exception %s (scope %s) is not counted: the object's row carries exception %s (scope %s), one per object",
+				x.ExceptionID, deref(x.ScopeCode), chosen.ExceptionID, deref(chosen.ScopeCode))})
+		}
+	}
+	return chosen, holds, lifts
 }
 
 // materializeObjects upserts the object rows the criteria select under the evaluator's ruleset and turns rows
@@ -99,34 +145,43 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 	// A class criterion never selects an inherited child: the child is represented by its anchor's group (doc 40
 	// §40.6 criterion 1, M-DEF-7), so children added under a container of such a class add no row. A child named
 	// by an exception or a finding is placed in its anchor's group.
+	// An object named one by one also yields its own fingerprint, which an exception on it must pin.
 	rows, err = tx.Query(ctx, fmt.Sprintf(`
-		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s
+		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s, NULL::bigint, NULL::bigint
 		FROM %[1]s b
 		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL
 		UNION ALL
-		SELECT b.%[2]s, b.%[3]s, coalesce(p.%[4]s, b.%[4]s), coalesce(p.%[5]s, b.%[5]s), coalesce(p.%[2]s, b.%[2]s), b.%[6]s
+		SELECT b.%[2]s, b.%[3]s, coalesce(p.%[4]s, b.%[4]s), coalesce(p.%[5]s, b.%[5]s), coalesce(p.%[2]s, b.%[2]s), b.%[6]s,
+		       fh.h, hashint8extended(fh.h, 1)
 		FROM unnest($2::text[], $3::text[]) AS k(coll, code)
 		JOIN %[1]s b ON b.%[2]s = k.coll AND b.%[3]s = k.code
+		CROSS JOIN LATERAL (SELECT %[8]s AS h) fh
 		LEFT JOIN %[1]s p ON b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s`,
-		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Canonical), ident(b.Parent)),
+		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Canonical), ident(b.Parent),
+		b.rowHash()),
 		classList, namedColls, namedCodes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
 	}
-	byBase := map[[3]string]gcos.Group{}
+	// An object row links to its base group in the first scope, or in the scope of the exception it carries.
+	byBase := map[[3]string]map[string]gcos.Group{}
 	for _, g := range snap.Groups {
 		k := [3]string{deref(g.ObjectClass), deref(g.SourceRegistry), deref(g.LifecycleStatus)}
-		if cur, ok := byBase[k]; !ok || deref(g.Scope) < deref(cur.Scope) {
-			byBase[k] = g // the object row links to its base group in the first scope
+		if byBase[k] == nil {
+			byBase[k] = map[string]gcos.Group{}
 		}
+		byBase[k][deref(g.Scope)] = g
 	}
+	scopes := ev.regs.ScopeCodes()
 	var objs []objectCandidate
+	var lifts []objectLift
 	seen := map[string]bool{}
 	byGroup := map[string]candidateValues{}
 	for rows.Next() {
 		var coll, code, class, status, anchorColl string
 		var canonical *string
-		if err := rows.Scan(&coll, &code, &class, &status, &anchorColl, &canonical); err != nil {
+		var h0, h1 *int64
+		if err := rows.Scan(&coll, &code, &class, &status, &anchorColl, &canonical, &h0, &h1); err != nil {
 			rows.Close()
 			return 0, 0, fmt.Errorf("read object: %w", err)
 		}
@@ -138,7 +193,7 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		if seen[key] || kept[key] || kept[ref] {
 			continue // selected twice (a class and a name), or held by its finding as it is
 		}
-		g, ok := byBase[[3]string{class, anchorColl, status}]
+		inScope, ok := byBase[[3]string{class, anchorColl, status}]
 		if !ok {
 			continue // born after the snapshot: the next audit materializes it
 		}
@@ -147,14 +202,33 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 			finding, hasFinding = held[ref]
 		}
 		reason := classes[class]
-		if _, ok := excepted[[2]string{coll, code}]; ok {
+		var exc *gcos.ExceptionRow
+		var excHolds bool
+		var fingerprint *string
+		if xs, ok := excepted[[2]string{coll, code}]; ok {
 			reason = "exception"
+			if h0 != nil && h1 != nil {
+				fingerprint = gcos.Str(gcos.FingerprintFromRowHashes(*h0, *h1).String())
+			}
+			var objLifts []gcos.ExceptionLift
+			exc, excHolds, objLifts = objectException(xs, scopes, ev.now, fingerprint)
+			for _, l := range objLifts {
+				lifts = append(lifts, objectLift{lift: l, object: ref})
+			}
 		}
 		if hasFinding {
 			reason = "open_finding"
 		}
 		if reason == "" {
 			continue
+		}
+		scope := scopes[0]
+		if exc != nil && reason == "exception" {
+			scope = deref(exc.ScopeCode)
+		}
+		g, ok := inScope[scope]
+		if !ok {
+			continue // no group in that scope in the snapshot: the next audit materializes it
 		}
 		seen[key] = true
 		// Objects share their group's verdict inputs: evaluate each group once, and key the object's evidence by
@@ -178,10 +252,13 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 			v.CoverageRequired, v.Coverage, v.CoverageOwner, v.ExceptionID = ev.regs.CoverageRequired(class), "", nil, nil
 			evidence += fmt.Sprintf("\x00finding:%d:%s", finding.id, finding.state)
 		case "exception":
-			if v.Verdict == gcos.VerdictRelevant {
-				x := excepted[[2]string{coll, code}]
-				v.Coverage, v.ExceptionID = gcos.CoverageApprovedException, &x.ExceptionID
-				evidence += "\x00exception:" + x.ExceptionID
+			// Only an exception that holds suppresses, and only in its own scope (the scope of g); a lifted one
+			// leaves the coverage the group resolves in that scope, and says why in a finding.
+			evidence += "\x00fingerprint:" + deref(fingerprint)
+			if v.Verdict == gcos.VerdictRelevant && excHolds {
+				v.Coverage, v.ExceptionID = gcos.CoverageApprovedException, &exc.ExceptionID
+				v.ExceptionExpiresAt, v.ExceptionFingerprint = exc.ExpiresAt, exc.Fingerprint
+				evidence += "\x00exception:" + exc.ExceptionID
 			}
 		}
 		sum := sha256.Sum256([]byte(evidence))
@@ -196,7 +273,36 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 	for k := range kept {
 		keep = append(keep, k)
 	}
+	for _, l := range lifts {
+		if err := raiseExceptionLifted(ctx, tx, l.lift, l.object, ev.ruleset.Version, runID, "scan"); err != nil {
+			return 0, 0, err
+		}
+	}
 	return upsertObjects(ctx, tx, snap.ID, ev.ruleset.Version, runID, objs, keep)
+}
+
+// objectLift is an exception on an object that does not count, found while materializing the object.
+type objectLift struct {
+	lift   gcos.ExceptionLift
+	object string
+}
+
+// raiseExceptionLifted raises the coalesced exception_lifted finding naming the exception, the object and why. A
+// lift already open for the same object and reason is not repeated, so a re-run that finds nothing new writes
+// nothing.
+func raiseExceptionLifted(ctx context.Context, tx pgx.Tx, l gcos.ExceptionLift, object, ruleset, runID, by string) error {
+	var open bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues WHERE coalesce_key = $1 AND status = 'open'
+		AND evidence_snapshot ->> 'reason' = $2 AND evidence_snapshot ->> 'object' = $3)`,
+		gcos.CoalesceKey(gcos.IssueExceptionLifted, l.ExceptionID), l.Reason, object).Scan(&open); err != nil {
+		return fmt.Errorf("read open exception_lifted: %w", err)
+	}
+	if open {
+		return nil
+	}
+	_, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.IssueExceptionLifted, l.ExceptionID, runID, ruleset, map[string]any{
+		"exception_id": l.ExceptionID, "object": object, "reason": l.Reason, "detail": l.Detail, "raised_by": by}))
+	return err
 }
 
 // heldFinding is an open input finding on one object.

@@ -23,7 +23,7 @@ const (
 	jurisdictionsSQL = `SELECT law_code, scope_code, entity_type, collection_name FROM law_jurisdiction`
 	scopesSQL        = `SELECT scope_code, default_owner_hint FROM governance_responsibility_scope`
 	ownershipSQL     = `SELECT id, scope_code, entity_type, collection_name, owner_ref, coalesce(status, 'active') FROM governance_object_ownership`
-	exceptionsSQL    = `SELECT exception_id, scope_code, entity_type, collection_name, entity_code, approval_ref, expires_at, coalesce(status, '') FROM governance_exception`
+	exceptionsSQL    = `SELECT exception_id, scope_code, entity_type, collection_name, entity_code, approval_ref, expires_at, fingerprint, coalesce(status, '') FROM governance_exception`
 	measurementsSQL  = `SELECT measurement_id, law_code, method, source_query, target_query, comparison, severity FROM measurement_registry WHERE enabled ORDER BY measurement_id`
 )
 
@@ -115,7 +115,7 @@ func loadRegistries(ctx context.Context, q querier) (gcos.Registries, error) {
 		}),
 		collect(gcos.TableExceptions, exceptionsSQL, true, func(rows pgx.Rows) error {
 			var e gcos.ExceptionRow
-			err := rows.Scan(&e.ExceptionID, &e.ScopeCode, &e.EntityType, &e.CollectionName, &e.EntityCode, &e.ApprovalRef, &e.ExpiresAt, &e.Status)
+			err := rows.Scan(&e.ExceptionID, &e.ScopeCode, &e.EntityType, &e.CollectionName, &e.EntityCode, &e.ApprovalRef, &e.ExpiresAt, &e.Fingerprint, &e.Status)
 			r.Exceptions = append(r.Exceptions, e)
 			return err
 		}),

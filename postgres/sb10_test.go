@@ -509,7 +509,8 @@ func TestSB10_SelectiveMaterialization(t *testing.T) {
 	// 3. An approved exception on one object.
 	excColl, excCode, _ := strings.Cut(excRef, ":")
 	b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
-		VALUES ('EXC-SB10-SEL', 'policy', $1, $2, 'APR-SB10', now() + interval '1 year', 'fp', 'approved')`, excColl, excCode)
+		VALUES ('EXC-SB10-SEL', 'policy', $1, $2, 'APR-SB10', now() + interval '1 year', $3, 'approved')`, excColl, excCode,
+		b.objectFingerprint(t, excRef))
 	// An inherited child of an independently authoritative object is represented by its anchor's group.
 	var authColl, authClass, authCode string
 	if err := b.pool.QueryRow(b.ctx, `SELECT b.collection_name, b.entity_type, b.entity_code FROM birth_registry b

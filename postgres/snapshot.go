@@ -151,6 +151,14 @@ const rowHashExpr = `hashint8extended(
                                           coalesce(b.{parent}, chr(30)), coalesce(b.{src}, chr(30)), coalesce(b.{actor}, chr(30))), 0)
                # hashint8extended(b.{id}, 0) # hashfloat8extended(date_part('epoch', b.{born}), 0), 0)`
 
+// rowHash is rowHashExpr over the birth table aliased b.
+func (b birthBinding) rowHash() string {
+	r := strings.NewReplacer("{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{born}", ident(b.BornAt), "{parent}", ident(b.Parent),
+		"{canon}", ident(b.Canonical), "{src}", ident(b.SourceSystem), "{actor}", ident(b.Actor))
+	return r.Replace(rowHashExpr)
+}
+
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
 func (b birthBinding) rowHashSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),

@@ -319,6 +319,9 @@ func load(ctx context.Context, pool *pgxpool.Pool, plan *birthPlan, small []tabl
 	if err := syncSequences(ctx, main, serialTables...); err != nil {
 		return err
 	}
+	if _, err := main.Exec(ctx, pinExceptionsSQL); err != nil {
+		return fmt.Errorf("world: pin exceptions to their objects: %w", err)
+	}
 	if err := main.Commit(ctx); err != nil {
 		if len(others) > 0 {
 			return fmt.Errorf("world: commit: %w (the world is partial: drop the database and generate again)", err)
@@ -398,3 +401,19 @@ func (s *Summary) fill(p *birthPlan, children *childResult) {
 	}
 	sort.SliceStable(s.Collections, func(a, b int) bool { return s.Collections[a].Births > s.Collections[b].Births })
 }
+
+// pinExceptionsSQL pins each exception on one object to that object's fingerprint as GCOS reads it (SPEC §12: an
+// exception holds only while the excepted object's fingerprint matches): the birth row's content hash in the two
+// lanes of gcos.Fingerprint, rendered as Fingerprint.String (high lane, then low, 16 hex digits each). The hash is
+// GCOS's per-row snapshot hash (postgres rowHashExpr) over this world's column names; a test in the postgres
+// package checks that the two agree, so a change to one cannot silently lift every exception of the demo world.
+const pinExceptionsSQL = `
+UPDATE governance_exception x
+SET fingerprint = lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
+FROM birth_registry b
+CROSS JOIN LATERAL (SELECT hashint8extended(
+           hashtextextended(concat_ws(chr(31), b.entity_code, b.collection_name, b.entity_type, b.status,
+                                      coalesce(b.canonical_address, chr(30)), coalesce(b.parent_code, chr(30)),
+                                      coalesce(b.source_system, chr(30)), coalesce(b.actor_ref, chr(30))), 0)
+           # hashint8extended(b.id, 0) # hashfloat8extended(date_part('epoch', b.born_at), 0), 0) AS h) f
+WHERE x.entity_code IS NOT NULL AND b.collection_name = x.collection_name AND b.entity_code = x.entity_code`
