@@ -52,7 +52,7 @@ const (
 	IssueBackfillInventoryGap     IssueType = "backfill_inventory_gap"
 	IssueGovernanceSchemaDrift    IssueType = "governance_schema_drift"
 	IssueIssueEventGap            IssueType = "issue_event_gap"
-	IssueCoverageOrphan           IssueType = "coverage_orphan" // a high-risk relevant group with no owner in its scope
+	IssueCoverageOrphan           IssueType = "coverage_orphan"  // a high-risk relevant group with no owner in its scope
 	IssueExceptionLifted          IssueType = "exception_lifted" // an exception stopped counting (expired, object changed, …)
 )
 

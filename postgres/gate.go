@@ -285,9 +285,9 @@ func (r candidateRead) found() bool { return r.row.Verdict != "" }
 
 // objectReads is everything read for one object's gate decision or explanation.
 type objectReads struct {
-	reads    []candidateRead // the object row first, then its groups by scope; none when the object has no birth
-	now      time.Time       // the database clock of the read
-	scopes   []string        // the current ruleset's scopes (nil before anything was backfilled)
+	reads       []candidateRead // the object row first, then its groups by scope; none when the object has no birth
+	now         time.Time       // the database clock of the read
+	scopes      []string        // the current ruleset's scopes (nil before anything was backfilled)
 	birth       gcos.ObjectBirth
 	fingerprint *string             // the object's fingerprint now (what an exception on it pins)
 	problems    []gcos.InputProblem // input values no verdict can rest on (VerdictPolicy.CheckObject)
