@@ -286,6 +286,20 @@ func TestGateObject(t *testing.T) {
 			decision: "block", worst: -1, first: "the gate could not read the candidate state (database down)"},
 		{name: "an unknown action", in: gcos.ObjectGateInput{Action: "deploy", Rows: covered(), Scopes: scopes},
 			decision: "block", worst: -1, first: `unknown action "deploy"`},
+		{name: "an exception on the object suppresses its orphan in the exception's scope",
+			in: gcos.ObjectGateInput{Action: "write", Scopes: scopes, Rows: append([]gcos.GateInput{
+				row(gcos.GateSourceObject, "health", gcos.CoverageApprovedException, relevant)},
+				with(covered(), 1, group("health", gcos.CoverageOrphan, relevant))...)},
+			decision: "allow", effective: "relevant", worst: 0, first: "[object row, scope health] allowed"},
+		{name: "an exception on the object does not suppress an orphan in another scope",
+			in: gcos.ObjectGateInput{Action: "write", Scopes: scopes, Rows: append([]gcos.GateInput{
+				row(gcos.GateSourceObject, "render", gcos.CoverageApprovedException, relevant)},
+				with(covered(), 1, group("health", gcos.CoverageOrphan, relevant))...)},
+			decision: "block", effective: "relevant", worst: 2, first: "[health] blocked: risk class write_high is high risk and no owner resolves in scope health (orphan)"},
+		{name: "an input problem blocks first, by name, although every row allows",
+			in: gcos.ObjectGateInput{Action: "read", Rows: covered(), Scopes: scopes, Problems: []gcos.InputProblem{{
+				State: gcos.InputInvalidSchema, Field: "lifecycle_status", Value: "Active ", Reason: `lifecycle_status "Active " is not one of active`}}},
+			decision: "block", effective: "needs_input", worst: 0, first: `blocked: lifecycle_status "Active " is not one of active (input quality invalid_schema)`},
 		{name: "one scope, one row: no prefix", in: gcos.ObjectGateInput{Action: "read", Rows: covered()[:1], Scopes: scopes[:1]},
 			decision: "allow", effective: "relevant", worst: 0, first: "allowed: the group verdict relevant is clean"},
 	}
