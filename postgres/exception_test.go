@@ -1,0 +1,262 @@
+package postgres_test
+
+// Exceptions and odd values are judged at read time (SPEC §12, issue: exceptions at read time): an exception stops
+// counting the instant it expires, only counts in its own scope, and only while the excepted object's fingerprint is
+// the one it pins; an input value no verdict can rest on blocks the gate by name. The ledger closes throughout.
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// ledgerOf returns the ledger of one scope.
+func (b *bundle) ledgerOf(t *testing.T, scope string) gcos.Ledger {
+	t.Helper()
+	rep, err := b.store.Invariant(b.ctx, scope)
+	if err != nil || len(rep.Ledgers) != 1 {
+		t.Fatalf("invariant of %s: %v (%d ledgers)", scope, err, len(rep.Ledgers))
+	}
+	return rep.Ledgers[0]
+}
+
+// orphanInOneScope returns an object of a high-risk base that is clean and relevant in every scope and an orphan
+// in exactly one, that scope, and the orphan group's key and member count.
+func (b *bundle) orphanInOneScope(t *testing.T) (obj, scope, key string, members int64) {
+	t.Helper()
+	base, scope := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium')
+		AND count(*) FILTER (WHERE coverage_outcome = 'orphan') = 1`)
+	if err := b.pool.QueryRow(b.ctx, `SELECT group_key, group_member_count FROM v_candidate_effective
+		WHERE (object_class, source_registry, lifecycle_status) = ($1, $2, $3) AND scope = $4`,
+		base[0], base[1], base[2], scope).Scan(&key, &members); err != nil {
+		t.Fatal(err)
+	}
+	return b.objectOfBase(t, base), scope, key, members
+}
+
+func openFindings(b *bundle, t *testing.T, key string) int64 {
+	t.Helper()
+	return b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, key)
+}
+
+func TestException_StopsCountingTheInstantItExpires(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 20000, nil)
+	obj, scope, key, members := b.orphanInOneScope(t)
+	var objClass, objColl string
+	if err := b.pool.QueryRow(b.ctx, `SELECT object_class, source_registry FROM governance_group WHERE group_key = $1`, key).
+		Scan(&objClass, &objColl); err != nil {
+		t.Fatal(err)
+	}
+	before := b.ledgerOf(t, scope)
+
+	// An approved exception on the whole group, in the orphan's scope, expiring soon; the authority change is
+	// handled by a scan as usual.
+	b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, entity_type, collection_name, approval_ref, expires_at, status)
+		VALUES ('EXC-T-EXPIRY', $1, $2, $3, 'APR-T', now() + interval '12 seconds', 'approved')`, scope, objClass, objColl)
+	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
+		t.Fatal(err)
+	}
+	b.scanAll(t, postgres.ModeIncremental)
+	var expired bool
+	if err := b.pool.QueryRow(b.ctx, `SELECT now() >= expires_at FROM governance_exception WHERE exception_id = 'EXC-T-EXPIRY'`).Scan(&expired); err != nil || expired {
+		t.Skipf("the machine took longer than the exception's life to scan (err %v): nothing to observe", err)
+	}
+	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+		t.Fatalf("under an approved exception in scope %s, %s = %s %q, want allow", scope, obj, r.Decision, r.Reasons)
+	}
+	under := b.ledgerOf(t, scope)
+	if under.ApprovedExceptions != before.ApprovedExceptions+members || under.Orphans != before.Orphans-members || !under.Closes() {
+		t.Fatalf("ledger %s under the exception: %+v, before %+v: want %d objects moved from orphans to approved_exceptions",
+			scope, under, before, members)
+	}
+
+	// No scan from here on: the clock alone lifts the exception.
+	deadline := time.Now().Add(2 * time.Minute)
+	for !expired {
+		if time.Now().After(deadline) {
+			t.Fatal("the exception never expired by the database clock")
+		}
+		time.Sleep(200 * time.Millisecond)
+		if err := b.pool.QueryRow(b.ctx, `SELECT now() >= expires_at FROM governance_exception WHERE exception_id = 'EXC-T-EXPIRY'`).Scan(&expired); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := b.store.Gate(b.ctx, obj, gcos.ActionWrite)
+	if r.Decision != gcos.GateBlock || !strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+scope) {
+		t.Fatalf("after the exception expired, %s = %s %q, want block as an orphan in %s", obj, r.Decision, r.Reasons, scope)
+	}
+	after := b.ledgerOf(t, scope)
+	if after.ApprovedExceptions != before.ApprovedExceptions || after.Orphans != before.Orphans || !after.Closes() {
+		t.Fatalf("ledger %s after expiry: %+v, want it back to %+v", scope, after, before)
+	}
+	b.ledgerCloses(t)
+	var cov, recorded string
+	if err := b.pool.QueryRow(b.ctx, `SELECT coverage_outcome, recorded_coverage_outcome FROM v_candidate_effective WHERE group_key = $1`, key).
+		Scan(&cov, &recorded); err != nil || cov != "orphan" || recorded != "approved_exception" {
+		t.Fatalf("v_candidate_effective coverage %q (recorded %q, err %v), want orphan in force over the recorded approved_exception", cov, recorded, err)
+	}
+	ex, err := b.store.ExplainGroup(b.ctx, key)
+	if err != nil || len(ex.Rows) != 1 || ex.Rows[0].Coverage != gcos.CoverageOrphan || ex.Rows[0].ExceptionLifted == nil ||
+		ex.Rows[0].ExceptionLifted.Reason != gcos.LiftExpired {
+		t.Fatalf("explain %s: %+v (err %v), want coverage orphan and the exception lifted as expired", key, ex.Rows, err)
+	}
+	if n := openFindings(b, t, "gov:exception:lifted:EXC-T-EXPIRY"); n != 1 {
+		t.Fatalf("open exception_lifted findings naming EXC-T-EXPIRY = %d, want 1", n)
+	}
+}
+
+func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 20000, nil)
+	scopes := b.sb10Strings(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
+	obj, orphanScope, _, _ := b.orphanInOneScope(t)
+	other := scopes[len(scopes)-1] // never the first scope, where an object row lands by default
+	if other == orphanScope {
+		other = scopes[len(scopes)-2]
+	}
+	coll, code, _ := strings.Cut(obj, ":")
+	fp := b.objectFingerprint(t, obj)
+	objectsIn := func(scope string) int64 {
+		return b.count(t, `SELECT count(*) FROM v_candidate_object_effective
+			WHERE object_ref = $1 AND lifecycle_status = 'active' AND scope = $2 AND coverage_outcome = 'approved_exception'`, obj, scope)
+	}
+	audit := func() {
+		t.Helper()
+		if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		b.scanAll(t, postgres.ModeIncremental)
+		b.ledgerCloses(t)
+	}
+
+	// 1. Granted in a scope where the object is covered anyway: counted there, not in the first scope, and it does
+	// not suppress the orphan of another scope.
+	beforeOther, beforeFirst := b.ledgerOf(t, other), b.ledgerOf(t, scopes[0])
+	b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
+		VALUES ('EXC-T-OBJ', $1, $2, $3, 'APR-T', now() + interval '1 year', $4, 'approved')`, other, coll, code, fp)
+	audit()
+	if objectsIn(other) != 1 {
+		t.Fatalf("the object's exception in scope %s is not counted there", other)
+	}
+	if got := b.ledgerOf(t, other).ApprovedExceptions; got != beforeOther.ApprovedExceptions+1 {
+		t.Fatalf("approved_exceptions in %s = %d, want %d", other, got, beforeOther.ApprovedExceptions+1)
+	}
+	if got := b.ledgerOf(t, scopes[0]).ApprovedExceptions; got != beforeFirst.ApprovedExceptions {
+		t.Fatalf("an exception granted in %s was counted in %s (%d, was %d)", other, scopes[0], got, beforeFirst.ApprovedExceptions)
+	}
+	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateBlock ||
+		!strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+orphanScope) {
+		t.Fatalf("an exception in %s let the orphan in %s pass: %s %q", other, orphanScope, r.Decision, r.Reasons)
+	}
+
+	// 2. Moved to the orphan's scope: the object passes, its neighbours in the same group do not.
+	b.exec(t, `UPDATE governance_exception SET scope_code = $1 WHERE exception_id = 'EXC-T-OBJ'`, orphanScope)
+	audit()
+	if objectsIn(orphanScope) != 1 || objectsIn(other) != 0 {
+		t.Fatalf("after moving the exception to %s: counted %d there and %d in %s, want 1 and 0", orphanScope, objectsIn(orphanScope), objectsIn(other), other)
+	}
+	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+		t.Fatalf("under its exception in %s, %s = %s %q, want allow", orphanScope, obj, r.Decision, r.Reasons)
+	}
+	var neighbour string
+	if err := b.pool.QueryRow(b.ctx, `SELECT n.collection_name || ':' || n.entity_code FROM birth_registry n, birth_registry o
+		WHERE o.collection_name = $1 AND o.entity_code = $2 AND n.collection_name = o.collection_name
+		  AND n.entity_type = o.entity_type AND n.status = o.status AND n.parent_code IS NULL AND n.id <> o.id
+		ORDER BY n.id LIMIT 1`, coll, code).Scan(&neighbour); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.store.Gate(b.ctx, neighbour, gcos.ActionWrite); r.Decision != gcos.GateBlock {
+		t.Fatalf("an exception on %s let its neighbour %s pass: %q", obj, neighbour, r.Reasons)
+	}
+
+	// 3. The object changes without a word to GCOS: the very next read lifts the exception and says why.
+	b.exec(t, `UPDATE birth_registry SET actor_ref = 'someone-else' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
+	r := b.store.Gate(b.ctx, obj, gcos.ActionWrite)
+	if r.Decision != gcos.GateBlock || !strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+orphanScope) {
+		t.Fatalf("after the excepted object changed, %s = %s %q, want block as an orphan in %s", obj, r.Decision, r.Reasons, orphanScope)
+	}
+	if n := openFindings(b, t, "gov:exception:lifted:EXC-T-OBJ"); n != 1 {
+		t.Fatalf("open exception_lifted findings naming EXC-T-OBJ = %d, want 1", n)
+	}
+	ex, err := b.store.ExplainObject(b.ctx, obj)
+	if err != nil || ex.ObjectFingerprint == fp || ex.Rows[0].ExceptionLifted == nil || ex.Rows[0].ExceptionLifted.Reason != gcos.LiftFingerprintChanged {
+		t.Fatalf("explain %s: fingerprint %s (pinned %s), rows %+v (err %v), want the exception lifted as fingerprint_changed", obj, ex.ObjectFingerprint, fp, ex.Rows, err)
+	}
+	// The next audit agrees: the object is an orphan again in every count, and the finding is not repeated.
+	audit()
+	if objectsIn(orphanScope) != 0 {
+		t.Fatal("the audit still counts the lifted exception")
+	}
+	if n := b.count(t, `SELECT occurrence_count FROM system_issues WHERE coalesce_key = 'gov:exception:lifted:EXC-T-OBJ' AND status = 'open'`); n != 1 {
+		t.Fatalf("exception_lifted occurrence_count = %d after the gate and an audit saw the same lift, want 1", n)
+	}
+}
+
+func TestGate_OddInputValuesBlockByName(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 20000, nil)
+	base, _ := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium'
+		AND coverage_outcome = 'covered')`)
+	allowed := b.objectOfBase(t, base)
+	if r := b.store.Gate(b.ctx, allowed, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+		t.Fatalf("well-formed %s = %s %q, want allow", allowed, r.Decision, r.Reasons)
+	}
+	birth := func(code, coll, class, status string, parent any) string {
+		b.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, parent_code, source_system, actor_ref)
+			VALUES ($1, $2, $3, $4, $5, 'birth-api', 'birth-gateway')`, code, coll, class, status, parent)
+		return coll + ":" + code
+	}
+	tests := []struct {
+		name, object, value, state, finding string
+	}{
+		{"a child whose parent has no birth", birth("odd-orphan-child", base[1], base[0], base[2], "no-such-parent"),
+			"no-such-parent", "birth_or_registry_missing", "gov:input:birth_or_registry_missing:" + base[1] + ":odd-orphan-child"},
+		{"an odd status string", birth("odd-status", base[1], base[0], "Active ", nil),
+			`"Active "`, "invalid_schema", "gov:input:invalid_schema:lifecycle_status=Active "},
+		{"an unregistered collection", birth("odd-collection", "no_such_collection", base[0], base[2], nil),
+			"no_such_collection", "birth_or_registry_missing", "gov:input:birth_or_registry_missing:collection=no_such_collection"},
+	}
+	var unknownRisk string
+	if err := b.pool.QueryRow(b.ctx, `SELECT b.collection_name || ':' || b.entity_code FROM birth_registry b
+		JOIN governance_coverage_profile p ON p.entity_type = b.entity_type AND p.risk_class IS NULL
+		WHERE b.parent_code IS NULL ORDER BY b.id LIMIT 1`).Scan(&unknownRisk); err != nil {
+		t.Fatalf("no object of a class without a risk class: %v", err)
+	}
+	tests = append(tests, struct{ name, object, value, state, finding string }{"a class without a risk class", unknownRisk,
+		"has no risk class", "birth_or_registry_missing", "gov:input:birth_or_registry_missing:risk_class=unknown"})
+	for _, tt := range tests {
+		for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
+			r := b.store.Gate(b.ctx, tt.object, action)
+			if r.Decision != gcos.GateBlock || len(r.Reasons) == 0 || !strings.Contains(r.Reasons[0], tt.value) ||
+				!strings.Contains(r.Reasons[0], tt.state) {
+				t.Fatalf("%s: %s on %s = %s %q, want block with the first reason naming %s and %s", tt.name, action,
+					tt.object, r.Decision, r.Reasons, tt.value, tt.state)
+			}
+		}
+		if n := openFindings(b, t, tt.finding); n != 1 {
+			t.Fatalf("%s: open %q findings = %d, want 1 (coalesced)", tt.name, tt.finding, n)
+		}
+		ex, err := b.store.ExplainObject(b.ctx, tt.object)
+		if err != nil || len(ex.InputProblems) == 0 {
+			t.Fatalf("%s: explain names no input problem (%v)", tt.name, err)
+		}
+	}
+	// The audit takes the odd births in: the odd status's group is needs_input (invalid_schema), the unregistered
+	// collection's birth_or_registry_missing, and every object is still counted once.
+	if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.scanAll(t, postgres.ModeIncremental)
+	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE lifecycle_status = 'Active '
+		AND (candidate_verdict, input_quality_state) IS DISTINCT FROM ('needs_input', 'invalid_schema')`); n != 0 {
+		t.Fatalf("%d groups of status 'Active ' are not needs_input/invalid_schema", n)
+	}
+	b.ledgerCloses(t)
+	if r := b.store.Gate(b.ctx, allowed, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+		t.Fatalf("the well-formed neighbour %s = %s %q after the odd births, want allow", allowed, r.Decision, r.Reasons)
+	}
+}
