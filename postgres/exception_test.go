@@ -260,3 +260,35 @@ func TestGate_OddInputValuesBlockByName(t *testing.T) {
 		t.Fatalf("the well-formed neighbour %s = %s %q after the odd births, want allow", allowed, r.Decision, r.Reasons)
 	}
 }
+
+func TestException_TheWorldPinsItsObjectExceptionsAsGCOSReadsThem(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 3000, nil)
+	var id, scope, object, pinned string
+	if err := b.pool.QueryRow(b.ctx, `SELECT exception_id, scope_code, collection_name || ':' || entity_code, fingerprint
+		FROM governance_exception WHERE entity_code IS NOT NULL AND status = 'approved' AND expires_at > now()
+		ORDER BY exception_id LIMIT 1`).Scan(&id, &scope, &object, &pinned); err != nil {
+		t.Fatalf("the world has no live exception on one object: %v", err)
+	}
+	if got := b.objectFingerprint(t, object); got != pinned {
+		t.Fatalf("world pinned %s to %s, GCOS reads the object's fingerprint as %s: the two row hashes drifted apart", id, pinned, got)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'exception_lifted' AND coalesce_key LIKE '%' || $1`, id); n != 0 {
+		t.Fatalf("the backfill lifted the world's exception %s", id)
+	}
+	if n := b.count(t, `SELECT count(*) FROM v_candidate_object_effective WHERE object_ref = $1 AND lifecycle_status = 'active'
+		AND scope = $2 AND materialization_reason = 'exception'`, object, scope); n != 1 {
+		t.Fatalf("the object of %s has no row in the exception's scope %s", id, scope)
+	}
+	// An exception naming an object that was never born suppresses nothing, and the audit says so.
+	b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
+		VALUES ('EXC-T-GHOST', $1, 'commerce_orders', 'never-born', 'APR-T', now() + interval '1 year', $2, 'approved')`, scope, pinned)
+	if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = 'gov:exception:lifted:EXC-T-GHOST' AND status = 'open'
+		AND evidence_snapshot ->> 'reason' = $1`, gcos.LiftObjectGone); n != 1 {
+		t.Fatal("an exception on an object with no birth raised no exception_lifted finding")
+	}
+	b.ledgerCloses(t)
+}

@@ -105,7 +105,9 @@ objrow AS (
 obj AS (
     SELECT coalesce(p.{type}, b.{type}) AS cls, coalesce(p.{coll}, b.{coll}) AS reg, coalesce(p.{status}, b.{status}) AS st,
            b.{type} AS own_cls, b.{status} AS own_st, b.{parent} AS parent_code, p.{code} IS NOT NULL AS parent_found,
-           fh.h, hashint8extended(fh.h, 1) AS h1
+           fh.h, hashint8extended(fh.h, 1) AS h1,
+           EXISTS (SELECT 1 FROM collection_registry c WHERE c.collection_name = coalesce(p.{coll}, b.{coll})) AS coll_known,
+           EXISTS (SELECT 1 FROM meta_catalog m WHERE m.entity_type = coalesce(p.{type}, b.{type})) AS class_known
     FROM {t} b
     CROSS JOIN LATERAL (SELECT {rowhash} AS h) fh
     LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
@@ -122,10 +124,8 @@ grprow AS (
     LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM cr)
 )
 SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''),
-       obj.cls, obj.reg, obj.st, obj.own_cls, obj.own_st, obj.parent_code, obj.parent_found,
-       EXISTS (SELECT 1 FROM collection_registry c WHERE c.collection_name = obj.reg),
-       EXISTS (SELECT 1 FROM meta_catalog m WHERE m.entity_type = obj.cls),
-       obj.h, obj.h1,
+       obj.cls, obj.reg, obj.st, obj.own_cls, obj.own_st, obj.parent_code, obj.parent_found, obj.coll_known,
+       obj.class_known, obj.h, obj.h1,
        x.key, x.scope, x.source_snapshot_ref,
        x.ruleset_version, x.scan_time, x.candidate_verdict,
        x.input_quality_state, x.dirty, x.dirty_reason, x.stale_after, x.recompute_status, x.risk_class,
@@ -248,7 +248,11 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 			fu.unknown = append(fu.unknown, r.key)
 		}
 		if r.lift != nil {
-			fu.lifts = append(fu.lifts, liftFollowUp{lift: *r.lift, object: ref.String(), ruleset: r.row.RulesetVersion})
+			subject := ref.String() // an exception on the object; a group's names the group
+			if r.source == gcos.GateSourceGroup {
+				subject = "group:" + r.key
+			}
+			fu.lifts = append(fu.lifts, liftFollowUp{lift: *r.lift, object: subject, ruleset: r.row.RulesetVersion})
 		}
 		if rd.RaiseOrphan {
 			fu.orphans = append(fu.orphans, orphanFollowUp{key: r.key, source: r.source, scope: r.scope, ruleset: r.row.RulesetVersion,

@@ -176,6 +176,7 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 	var objs []objectCandidate
 	var lifts []objectLift
 	seen := map[string]bool{}
+	born := map[[2]string]bool{} // excepted objects that have a birth
 	byGroup := map[string]candidateValues{}
 	for rows.Next() {
 		var coll, code, class, status, anchorColl string
@@ -189,6 +190,12 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		key := ref
 		if canonical != nil && *canonical != "" {
 			key = *canonical
+		}
+		if _, named := excepted[[2]string{coll, code}]; named {
+			if h0 == nil {
+				continue // also selected by its class: judged from its named row, which carries its fingerprint
+			}
+			born[[2]string{coll, code}] = true
 		}
 		if seen[key] || kept[key] || kept[ref] {
 			continue // selected twice (a class and a name), or held by its finding as it is
@@ -272,6 +279,14 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 	keep := make([]string, 0, len(kept))
 	for k := range kept {
 		keep = append(keep, k)
+	}
+	// An exception naming an object with no birth suppresses nothing, and says so.
+	for k, xs := range excepted {
+		if !born[k] {
+			for _, x := range xs {
+				lifts = append(lifts, objectLift{object: k[0] + ":" + k[1], lift: *x.Holds(ev.now, nil)})
+			}
+		}
 	}
 	for _, l := range lifts {
 		if err := raiseExceptionLifted(ctx, tx, l.lift, l.object, ev.ruleset.Version, runID, "scan"); err != nil {
