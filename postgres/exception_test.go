@@ -162,6 +162,7 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
 		t.Fatalf("under its exception in %s, %s = %s %q, want allow", orphanScope, obj, r.Decision, r.Reasons)
 	}
+	underOrphan := b.ledgerOf(t, orphanScope)
 	var neighbour string
 	if err := b.pool.QueryRow(b.ctx, `SELECT n.collection_name || ':' || n.entity_code FROM birth_registry n, birth_registry o
 		WHERE o.collection_name = $1 AND o.entity_code = $2 AND n.collection_name = o.collection_name
@@ -181,6 +182,13 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 	}
 	if n := openFindings(b, t, "gov:exception:lifted:EXC-T-OBJ"); n != 1 {
 		t.Fatalf("open exception_lifted findings naming EXC-T-OBJ = %d, want 1", n)
+	}
+	// The views and the ledger agree with the gate at once, with no scan.
+	if objectsIn(orphanScope) != 0 {
+		t.Fatal("v_candidate_object_effective still counts the exception on the changed object")
+	}
+	if got := b.ledgerOf(t, orphanScope); got.ApprovedExceptions != underOrphan.ApprovedExceptions-1 || !got.Closes() {
+		t.Fatalf("ledger %s after the object changed: %+v, want one approved exception less than %+v", orphanScope, got, underOrphan)
 	}
 	ex, err := b.store.ExplainObject(b.ctx, obj)
 	if err != nil || ex.ObjectFingerprint == fp || ex.Rows[0].ExceptionLifted == nil || ex.Rows[0].ExceptionLifted.Reason != gcos.LiftFingerprintChanged {

@@ -94,6 +94,12 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 // whose reason lapsed into tombstones (lifecycle retired). A tombstone whose reason returns is re-activated.
 func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, snap Snapshot, runID string) (materialized, retired int64, err error) {
 	classes, excepted := ev.objectCriteria(s.cfg.Gate.ObjectRiskClasses)
+	// The views check pinned fingerprints with the statement of this binding: record it with the pins.
+	if _, err := tx.Exec(ctx, `INSERT INTO gcos_object_fingerprint_statement AS f (singleton, statement) VALUES (true, $1)
+		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
+		WHERE f.statement IS DISTINCT FROM EXCLUDED.statement`, s.birthBinding().objectFingerprintSQL()); err != nil {
+		return 0, 0, fmt.Errorf("record the object fingerprint statement: %w", err)
+	}
 	classList := make([]string, 0, len(classes))
 	for c := range classes {
 		classList = append(classList, c)

@@ -159,6 +159,15 @@ func (b birthBinding) rowHash() string {
 	return r.Replace(rowHashExpr)
 }
 
+// objectFingerprintSQL reads one object's fingerprint by collection ($1) and code ($2): its birth row's hash in
+// the two lanes of gcos.Fingerprint, rendered as Fingerprint.String (high lane, then low, 16 hex digits each), so
+// SQL views can compare it with the fingerprint an exception pins (gcos_object_fingerprint).
+func (b birthBinding) objectFingerprintSQL() string {
+	return fmt.Sprintf(`SELECT lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
+FROM %s b CROSS JOIN LATERAL (SELECT %s AS h) f
+WHERE b.%s = $1 AND b.%s = $2`, ident(b.Table), b.rowHash(), ident(b.Collection), ident(b.Code))
+}
+
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
 func (b birthBinding) rowHashSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),

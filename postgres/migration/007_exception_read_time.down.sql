@@ -3,7 +3,9 @@ DROP VIEW v_scan_health;
 DROP VIEW v_invariant_ledger;
 DROP VIEW v_candidate_object_effective;
 DROP VIEW v_candidate_effective;
-DROP FUNCTION gcos_coverage_at(text, text, timestamptz, timestamptz);
+DROP FUNCTION gcos_coverage_at(text, text, timestamptz, text, text, timestamptz);
+DROP FUNCTION gcos_object_fingerprint(text, text);
+DROP TABLE gcos_object_fingerprint_statement;
 
 CREATE VIEW v_candidate_effective AS
 SELECT g.group_key, g.object_class, g.source_registry, g.axis_family, g.scope, g.lifecycle_status, g.owner_scope,

@@ -13,14 +13,43 @@ BEGIN
     END IF;
 END $$;
 
--- The coverage in force at a given time (mirrors gcos.CoverageRecord.At for the terms a view can check): a
--- recorded approved_exception past its expires_at is lifted, and the owner (covered) or its absence (orphan) takes
--- over, as a scan at that time would resolve it. The pinned fingerprint is checked where the object's birth is read
--- (the gate, explain) and by every scan that materializes the object.
-CREATE FUNCTION gcos_coverage_at(outcome text, owner_ref text, exception_expires_at timestamptz, at timestamptz)
+-- How to read an object's fingerprint now under the configured source binding (its table and column names are
+-- configuration, so no view can name them): the statement is recorded by the transaction that records coverage
+-- pinned to an object's fingerprint, so wherever a pin exists the statement that checks it exists too.
+CREATE TABLE gcos_object_fingerprint_statement (
+    singleton   boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    statement   text        NOT NULL, -- SELECT <fingerprint text> FROM <births> WHERE <collection> = $1 AND <code> = $2
+    recorded_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The object's fingerprint now (gcos.Fingerprint.String of its birth row), or NULL when it has no birth or no
+-- statement was recorded: a pinned exception then lapses (unknown is never safe).
+CREATE FUNCTION gcos_object_fingerprint(collection text, code text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    stmt text;
+    fp   text;
+BEGIN
+    SELECT statement INTO stmt FROM gcos_object_fingerprint_statement;
+    IF stmt IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE stmt INTO fp USING collection, code;
+    RETURN fp;
+END
+$$;
+
+-- The coverage in force at a given time (mirrors gcos.CoverageRecord.At): a recorded approved_exception lapses
+-- once its expires_at is reached, or once the object it pins (exception_fingerprint) no longer has that fingerprint
+-- (object_fingerprint, read now); the owner (covered) or its absence (orphan) then takes over, as a scan at that
+-- time would resolve it.
+CREATE FUNCTION gcos_coverage_at(outcome text, owner_ref text, exception_expires_at timestamptz,
+                                 exception_fingerprint text, object_fingerprint text, at timestamptz)
 RETURNS text LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE
-        WHEN outcome = 'approved_exception' AND exception_expires_at IS NOT NULL AND at >= exception_expires_at
+        WHEN outcome = 'approved_exception'
+             AND ((exception_expires_at IS NOT NULL AND at >= exception_expires_at)
+                  OR (exception_fingerprint IS NOT NULL AND object_fingerprint IS DISTINCT FROM exception_fingerprint))
             THEN CASE WHEN coalesce(owner_ref, '') <> '' THEN 'covered' ELSE 'orphan' END
         ELSE outcome
     END
@@ -34,7 +63,8 @@ SELECT g.group_key, g.object_class, g.source_registry, g.axis_family, g.scope, g
        c.input_quality_state, c.dirty, c.dirty_reason, c.dirtied_at, c.stale_after, c.recompute_status,
        c.risk_class, c.coverage_required, c.coverage_scan_ref, c.issue_ref, c.last_run_id, c.evidence_fingerprint,
        c.member_count, c.updated_at,
-       gcos_coverage_at(cov.outcome, cov.owner_ref, cov.exception_expires_at, now()) AS coverage_outcome,
+       -- a group's exception pins no object fingerprint
+       gcos_coverage_at(cov.outcome, cov.owner_ref, cov.exception_expires_at, NULL, NULL, now()) AS coverage_outcome,
        (s.id IS NOT NULL) AS snapshot_exists,
        (c.group_key IS NOT NULL AND c.recompute_status = 'ok' AND NOT c.dirty AND now() < c.stale_after
         AND cr.status = 'active' AND s.id IS NOT NULL) AS clean,
@@ -67,7 +97,11 @@ SELECT o.candidate_key, o.object_type, o.object_ref, o.materialization_reason, o
        o.source_snapshot_ref, o.ruleset_version, cr.status AS ruleset_status, o.scan_time, o.candidate_verdict,
        o.input_quality_state, o.dirty, o.stale_after, o.recompute_status, o.risk_class, o.coverage_required,
        o.coverage_scan_ref, o.lifecycle_status,
-       gcos_coverage_at(cov.outcome, cov.owner_ref, cov.exception_expires_at, now()) AS coverage_outcome,
+       gcos_coverage_at(cov.outcome, cov.owner_ref, cov.exception_expires_at, cov.exception_fingerprint,
+                        CASE WHEN cov.exception_fingerprint IS NOT NULL
+                             THEN gcos_object_fingerprint(split_part(o.object_ref, ':', 1),
+                                                          substr(o.object_ref, strpos(o.object_ref, ':') + 1)) END,
+                        now()) AS coverage_outcome,
        (s.id IS NOT NULL) AS snapshot_exists,
        CASE
            WHEN o.candidate_verdict = 'unknown' THEN 'unknown'
