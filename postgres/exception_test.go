@@ -104,6 +104,9 @@ func TestException_StopsCountingTheInstantItExpires(t *testing.T) {
 		ex.Rows[0].ExceptionLifted.Reason != gcos.LiftExpired {
 		t.Fatalf("explain %s: %+v (err %v), want coverage orphan and the exception lifted as expired", key, ex.Rows, err)
 	}
+	if !strings.Contains(ex.Statements[0], "coverage orphan (recorded approved_exception, lifted: exception EXC-T-EXPIRY expired at") {
+		t.Fatalf("explain does not say the exception was lifted: %q", ex.Statements[0])
+	}
 	if n := openFindings(b, t, "gov:exception:lifted:EXC-T-EXPIRY"); n != 1 {
 		t.Fatalf("open exception_lifted findings naming EXC-T-EXPIRY = %d, want 1", n)
 	}

@@ -566,6 +566,9 @@ func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveSta
 			coverage = "not recorded"
 		}
 		out += "; coverage " + coverage
+		if r.lift != nil {
+			out += fmt.Sprintf(" (recorded %s, lifted: %s)", r.recorded.Outcome, r.lift.Detail)
+		}
 	}
 	if !eff.Clean && eff.Verdict != "" {
 		out += fmt.Sprintf("; now %s (%s)", eff.Verdict, strings.Join(eff.Reasons, ", "))
