@@ -37,8 +37,10 @@ func (e ExceptionRow) Holds(now time.Time, objectFingerprint *string) *Exception
 		return &ExceptionLift{ExceptionID: e.ExceptionID, Reason: reason, Detail: fmt.Sprintf(detail, args...)}
 	}
 	switch {
-	case e.Status != "approved" || e.ApprovalRef == nil || *e.ApprovalRef == "":
-		return lift(LiftNotApproved, "exception %s is %q without an approval reference", e.ExceptionID, e.Status)
+	case e.Status != "approved":
+		return lift(LiftNotApproved, "exception %s is %q, not approved", e.ExceptionID, e.Status)
+	case e.ApprovalRef == nil || *e.ApprovalRef == "":
+		return lift(LiftNotApproved, "exception %s is approved without an approval reference", e.ExceptionID)
 	case e.ExpiresAt != nil && !now.Before(*e.ExpiresAt):
 		return lift(LiftExpired, "exception %s expired at %s", e.ExceptionID, e.ExpiresAt.UTC().Format(time.RFC3339))
 	case e.EntityCode == nil:

@@ -98,7 +98,7 @@ func TestCheckObject(t *testing.T) {
 	t.Parallel()
 	p := gcos.DefaultVerdictPolicy()
 	ok := gcos.ObjectBirth{Object: "orders:o-1", Class: "order", Collection: "orders", LifecycleStatus: "active",
-		OwnClass: "order", OwnLifecycleStatus: "active", CollectionRegistered: true, ClassRegistered: true}
+		OwnLifecycleStatus: "active", CollectionRegistered: true, ClassRegistered: true}
 	with := func(edit func(*gcos.ObjectBirth)) gcos.ObjectBirth {
 		b := ok
 		edit(&b)

@@ -360,7 +360,7 @@ type InputProblem struct {
 	Reason string       `json:"reason"`
 }
 
-// CheckVocabulary lists the facts whose value lies outside the policy's vocabulary, in fact-name order. A fact
+// CheckVocabulary lists the facts whose value lies outside the policy's vocabulary, in the order of Facts. A fact
 // with no value (null) is not checked here: the rules decide what a missing value means.
 func (p VerdictPolicy) CheckVocabulary(f GroupFacts) []InputProblem {
 	var out []InputProblem
@@ -383,7 +383,6 @@ type ObjectBirth struct {
 	Class                string
 	Collection           string
 	LifecycleStatus      string
-	OwnClass             string
 	OwnLifecycleStatus   string
 	ParentCode           *string
 	ParentFound          bool

@@ -56,7 +56,7 @@ func TestException_StopsCountingTheInstantItExpires(t *testing.T) {
 	// An approved exception on the whole group, in the orphan's scope, expiring soon; the authority change is
 	// handled by a scan as usual.
 	b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, entity_type, collection_name, approval_ref, expires_at, status)
-		VALUES ('EXC-T-EXPIRY', $1, $2, $3, 'APR-T', now() + interval '12 seconds', 'approved')`, scope, objClass, objColl)
+		VALUES ('EXC-T-EXPIRY', $1, $2, $3, 'APR-T', now() + interval '20 seconds', 'approved')`, scope, objClass, objColl)
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
 		t.Fatal(err)
 	}

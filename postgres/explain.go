@@ -55,8 +55,8 @@ func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, 
 	}
 	ex := s.explain(ref.String(), o.reads, o.now)
 	ex.ObjectFingerprint = deref(o.fingerprint)
+	ex.InputProblems = o.problems
 	for _, p := range o.problems {
-		ex.InputProblems = append(ex.InputProblems, p)
 		ex.Statements = append(ex.Statements, fmt.Sprintf("object %s cannot be judged: %s (input quality %s)", ref, p.Reason, p.State))
 	}
 	for _, scope := range o.scopes {

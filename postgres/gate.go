@@ -104,7 +104,7 @@ objrow AS (
 ),
 obj AS (
     SELECT coalesce(p.{type}, b.{type}) AS cls, coalesce(p.{coll}, b.{coll}) AS reg, coalesce(p.{status}, b.{status}) AS st,
-           b.{type} AS own_cls, b.{status} AS own_st, b.{parent} AS parent_code, p.{code} IS NOT NULL AS parent_found,
+           b.{status} AS own_st, b.{parent} AS parent_code, p.{code} IS NOT NULL AS parent_found,
            fh.h, hashint8extended(fh.h, 1) AS h1,
            EXISTS (SELECT 1 FROM collection_registry c WHERE c.collection_name = coalesce(p.{coll}, b.{coll})) AS coll_known,
            EXISTS (SELECT 1 FROM meta_catalog m WHERE m.entity_type = coalesce(p.{type}, b.{type})) AS class_known
@@ -124,7 +124,7 @@ grprow AS (
     LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM cr)
 )
 SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''),
-       obj.cls, obj.reg, obj.st, obj.own_cls, obj.own_st, obj.parent_code, obj.parent_found, obj.coll_known,
+       obj.cls, obj.reg, obj.st, obj.own_st, obj.parent_code, obj.parent_found, obj.coll_known,
        obj.class_known, obj.h, obj.h1,
        x.key, x.scope, x.source_snapshot_ref,
        x.ruleset_version, x.scan_time, x.candidate_verdict,
@@ -343,7 +343,7 @@ func (s *Store) gateReads(ctx context.Context, ref ObjectRef) (objectReads, stri
 	for rows.Next() {
 		var source string
 		r, _, err := scanCandidateFrom(rows, &source, &o.now, &version, &b.Class, &b.Collection, &b.LifecycleStatus,
-			&b.OwnClass, &b.OwnLifecycleStatus, &b.ParentCode, &b.ParentFound, &b.CollectionRegistered, &b.ClassRegistered,
+			&b.OwnLifecycleStatus, &b.ParentCode, &b.ParentFound, &b.CollectionRegistered, &b.ClassRegistered,
 			&h0, &h1)
 		if err != nil {
 			return o, "", nil, err
