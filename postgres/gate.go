@@ -192,19 +192,43 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 // any) and its group in every scope (gcos.GateObject). A low-risk stale verdict allows and dirties the row for a
 // re-scan; a blocked orphan raises coverage_orphan naming its group.
 func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
+	defer cancel()
+	res, fu := s.decide(ctx, object, action)
+	if !fu.empty() {
+		// Follow-ups are best effort and never change the decision already taken.
+		if err := s.gateFollowUp(context.WithoutCancel(ctx), fu); err != nil {
+			s.logger.Warn("gate: follow up", "object", object, "err", err)
+		} else {
+			res.RescanScheduled = len(fu.rescan) > 0
+		}
+	}
+	return res
+}
+
+// Decide is the gate's decision with no follow-up: it schedules no re-scan and raises no finding, so a reader
+// that compares decisions (gcos verify) leaves the state it compares as it found it.
+func (s *Store) Decide(ctx context.Context, object, action string) GateResult {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
+	defer cancel()
+	res, _ := s.decide(ctx, object, action)
+	return res
+}
+
+// decide takes the gate's decision and lists its follow-ups; ctx carries the gate's deadline.
+func (s *Store) decide(ctx context.Context, object, action string) (GateResult, gateFollowUps) {
+	var fu gateFollowUps
 	res := GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{}}
 	ref, err := ParseObjectRef(object)
 	if err != nil {
 		res.Reasons = append(res.Reasons, gcos.ErrorMessage(err))
-		return res
+		return res, fu
 	}
 	if action != gcos.ActionWrite && action != gcos.ActionRead {
 		res.Reasons = append(res.Reasons, fmt.Sprintf("action %q is not one of write, read", action))
-		return res
+		return res, fu
 	}
 	timeout := s.cfg.Gate.Timeout.Duration()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	o, err := s.gateInputs(ctx, ref)
 	reads, now := o.reads, o.now
 	if err != nil {
@@ -216,13 +240,13 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 		}
 		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: err})
 		res.Reasons = d.Reasons
-		return res
+		return res, fu
 	}
 	res.DecidedAt = now
 	if len(reads) == 0 {
 		res.Reasons = append(res.Reasons, fmt.Sprintf("object %s has no birth in %s: unknown objects are blocked", ref, s.birthBinding().Table))
 		res.EffectiveVerdict = gcos.VerdictUnknown
-		return res
+		return res, fu
 	}
 	in := gcos.ObjectGateInput{Action: action, Scopes: o.scopes, Problems: o.problems, Rows: make([]gcos.GateInput, len(reads))}
 	for i, r := range reads {
@@ -230,7 +254,6 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 	}
 	d := gcos.GateObject(in)
 	res.Decision, res.EffectiveVerdict, res.RiskClass, res.Reasons = d.Decision, d.EffectiveVerdict, d.RiskClass, d.Reasons
-	var fu gateFollowUps
 	for i, r := range reads {
 		rd := d.Rows[i]
 		statement := s.statement(ref.String(), r, in.Rows[i].Effective)
@@ -262,15 +285,7 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 	for _, p := range o.problems {
 		fu.inputs = append(fu.inputs, inputFollowUp{problem: p, object: ref.String()})
 	}
-	if !fu.empty() {
-		// Follow-ups are best effort and never change the decision already taken.
-		if err := s.gateFollowUp(context.WithoutCancel(ctx), fu); err != nil {
-			s.logger.Warn("gate: follow up", "object", object, "err", err)
-		} else {
-			res.RescanScheduled = len(fu.rescan) > 0
-		}
-	}
-	return res
+	return res, fu
 }
 
 // gateInput derives one row's gate input the same way for the gate and explain.

@@ -168,6 +168,11 @@ FROM %s b CROSS JOIN LATERAL (SELECT %s AS h) f
 WHERE b.%s = $1 AND b.%s = $2`, ident(b.Table), b.rowHash(), ident(b.Collection), ident(b.Code))
 }
 
+// ObjectFingerprintSQL is the statement that reads one object's fingerprint (what an exception on it pins) by
+// collection ($1) and code ($2), under the configured source binding. The fingerprint is a definition, not state:
+// the reference evaluator (package oracle) runs the same statement in its own transaction.
+func (s *Store) ObjectFingerprintSQL() string { return s.birthBinding().objectFingerprintSQL() }
+
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
 func (b birthBinding) rowHashSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),

@@ -1,0 +1,382 @@
+package oracle
+
+import (
+	"slices"
+	"sort"
+	"time"
+
+	"gcos"
+)
+
+// Group is the reference's verdict on one group: what its candidate row must say.
+type Group struct {
+	Key string `json:"group_key"`
+	gcos.Dimensions
+	Members          int64                `json:"member_count"`
+	Verdict          gcos.Verdict         `json:"verdict"`
+	InputQuality     string               `json:"input_quality_state"`
+	RiskClass        string               `json:"risk_class"`
+	CoverageRequired bool                 `json:"coverage_required"`
+	Coverage         gcos.CoverageOutcome `json:"coverage_outcome"` // "" unless relevant
+}
+
+// Object is the reference's object row: an object that must be materialized, and what its row must say.
+type Object struct {
+	Key              string               `json:"candidate_key"`
+	Ref              string               `json:"object_ref"`
+	Reason           string               `json:"materialization_reason"`
+	GroupKey         string               `json:"group_key"`
+	Scope            string               `json:"scope"`
+	Verdict          gcos.Verdict         `json:"verdict"`
+	InputQuality     string               `json:"input_quality_state"`
+	RiskClass        string               `json:"risk_class"`
+	CoverageRequired bool                 `json:"coverage_required"`
+	Coverage         gcos.CoverageOutcome `json:"coverage_outcome"`
+}
+
+// Reference is everything a from-scratch evaluation derives from one substrate and one ruleset.
+type Reference struct {
+	At             time.Time
+	RulesetVersion string
+	Scopes         []string
+	Groups         map[string]*Group  // by group key; only groups with members
+	Objects        map[string]*Object // object rows by candidate key
+	Ledgers        map[string]gcos.Ledger
+	Births         int64
+
+	placed     map[string]placement // by object reference
+	policy     gcos.VerdictPolicy
+	lowRisk    []string
+	ttl        gcos.TTLConfig
+	objectKeys []string // object references with an object row, sorted
+	refs       []string // every object reference, sorted
+}
+
+// placement is where one object sits: its group in each scope (in Scopes order), its object row and its birth values.
+type placement struct {
+	groups []string
+	object string // candidate key of its object row, or ""
+	birth  gcos.ObjectBirth
+}
+
+// Options are the configuration the reference honours: the same that configures GCOS.
+type Options struct {
+	ObjectRiskClasses []string       // high-risk write-path classes with these risk classes get object rows
+	LowRiskClasses    []string       // gate: risk classes that are not high risk
+	TTL               gcos.TTLConfig // read-time decay (a fresh verdict is clean; the TTL only sets stale_after)
+}
+
+// Evaluate derives the reference from the substrate under ruleset components rs (version names them). It reads
+// no GCOS state: groups, verdicts, coverage, object rows and the ledger are computed from the rows alone.
+func Evaluate(sub Substrate, version string, rs gcos.RulesetComponents, opts Options) *Reference {
+	ref := &Reference{At: sub.At, RulesetVersion: version, Scopes: rs.ScopeCodes(), Groups: map[string]*Group{},
+		Objects: map[string]*Object{}, Ledgers: map[string]gcos.Ledger{}, Births: int64(len(sub.Births)),
+		placed: map[string]placement{}, policy: rs.Policy, lowRisk: opts.LowRiskClasses, ttl: opts.TTL}
+	profile := map[string]gcos.CoverageProfileRow{}
+	if !rs.IsAbsent(gcos.ComponentCoverageProfile) {
+		for _, p := range rs.CoverageProfile {
+			profile[p.EntityType] = p
+		}
+	}
+	byCode := make(map[[2]string]int, len(sub.Births))
+	for i, b := range sub.Births {
+		byCode[[2]string{b.Collection, b.Code}] = i
+	}
+
+	// The anchor of an inherited child is the top of its parent chain within its collection: a child belongs to its
+	// anchor's group (SPEC §4), however deep it sits.
+	anchor := func(b Birth) (Birth, bool) {
+		a, found := b, true
+		seen := map[string]bool{}
+		for a.Parent != nil && !seen[a.Code] {
+			seen[a.Code] = true
+			i, ok := byCode[[2]string{a.Collection, *a.Parent}]
+			if !ok {
+				found = a.Code != b.Code
+				break
+			}
+			a = sub.Births[i]
+		}
+		return a, found
+	}
+
+	// Groups: one per (class, registry, lifecycle) of each anchor, in every scope.
+	type base struct{ class, registry, lifecycle string }
+	members := map[base]int64{}
+	bases := make([]base, len(sub.Births))
+	for i, b := range sub.Births {
+		a, _ := anchor(b)
+		bases[i] = base{a.Class, a.Collection, a.Status}
+		members[bases[i]]++
+	}
+	groupOf := map[base][]string{}
+	for bs, n := range members {
+		for _, scope := range ref.Scopes {
+			d := gcos.Dimensions{ObjectClass: gcos.Str(bs.class), SourceRegistry: gcos.Str(bs.registry),
+				AxisFamily: axisFamily(rs, bs.class), Scope: gcos.Str(scope), LifecycleStatus: gcos.Str(bs.lifecycle)}
+			if sub.OwnershipPresent && scope != gcos.UnscopedScope {
+				d.OwnerScope = owner(sub.Ownership, scope, bs.class, bs.registry)
+			}
+			g := ref.judge(sub, profile, d, n)
+			ref.Groups[g.Key] = &g
+			groupOf[bs] = append(groupOf[bs], g.Key)
+		}
+	}
+
+	// Object rows (SPEC §7): an open input finding on the object, an exception naming it, or its class (independently
+	// authoritative, or high-risk write path) for an object that is not an inherited child.
+	named := map[[2]string][]gcos.ExceptionRow{}
+	for _, x := range sub.Exceptions {
+		if x.CollectionName != nil && x.EntityCode != nil && x.Approved(sub.At) {
+			k := [2]string{*x.CollectionName, *x.EntityCode}
+			named[k] = append(named[k], x)
+		}
+	}
+	for i, b := range sub.Births {
+		a, parentFound := anchor(b)
+		bs := bases[i]
+		p := placement{groups: groupOf[bs], birth: gcos.ObjectBirth{Object: b.Ref(), Class: a.Class, Collection: b.Collection,
+			LifecycleStatus: a.Status, OwnLifecycleStatus: b.Status, ParentCode: b.Parent, ParentFound: b.Parent == nil || parentFound,
+			CollectionRegistered: sub.Collections[b.Collection].CollectionName != "", ClassRegistered: sub.Classes[a.Class]}}
+		if o := ref.objectRow(sub, profile, opts, b, a, p.groups, named[[2]string{b.Collection, b.Code}]); o != nil {
+			if _, dup := ref.Objects[o.Key]; !dup {
+				ref.Objects[o.Key] = o
+				p.object = o.Key
+			}
+		}
+		ref.placed[b.Ref()] = p
+		ref.refs = append(ref.refs, b.Ref())
+		if p.object != "" {
+			ref.objectKeys = append(ref.objectKeys, b.Ref())
+		}
+	}
+	sort.Strings(ref.refs)
+	sort.Strings(ref.objectKeys)
+
+	// The ledger, in objects: every birth once per scope, in its object row's bucket in that row's scope and in its
+	// group's bucket elsewhere (SPEC §12).
+	for si, scope := range ref.Scopes {
+		l := gcos.Ledger{Scope: scope, Total: ref.Births}
+		for _, r := range ref.refs {
+			p := ref.placed[r]
+			if p.object != "" && ref.Objects[p.object].Scope == scope {
+				o := ref.Objects[p.object]
+				l.Add(gcos.BucketFor(o.Verdict, o.Coverage), 1)
+				continue
+			}
+			g := ref.Groups[p.groups[si]]
+			l.Add(gcos.BucketFor(g.Verdict, g.Coverage), 1)
+		}
+		ref.Ledgers[scope] = l
+	}
+	return ref
+}
+
+// judge evaluates one group with the verdict policy, as a scan at the reference's instant would.
+func (ref *Reference) judge(sub Substrate, profile map[string]gcos.CoverageProfileRow, d gcos.Dimensions, members int64) Group {
+	class, coll := *d.ObjectClass, *d.SourceRegistry
+	f := gcos.GroupFacts{LifecycleStatus: d.LifecycleStatus, MemberCount: members}
+	quality := gcos.InputAccepted
+	if c, ok := sub.Collections[coll]; ok {
+		f.CoverageStatus, f.ScopeClass = c.CoverageStatus, c.ScopeClass
+	} else {
+		quality = gcos.InputBirthOrRegistryMissing
+	}
+	if !sub.Classes[class] {
+		quality = gcos.InputBirthOrRegistryMissing
+	}
+	risk, required := gcos.UnknownRisk, true // no profile: unknown risk, coverage required (fail closed)
+	if p, ok := profile[class]; ok {
+		f.Privacy, f.RiskClass, f.CoverageRequired = p.Privacy, p.RiskClass, p.CoverageRequired
+		if p.RiskClass != nil && *p.RiskClass != "" {
+			risk = *p.RiskClass
+		}
+		if p.CoverageRequired != nil {
+			required = *p.CoverageRequired
+		}
+	}
+	f.InputQuality = gcos.Str(string(quality))
+	if quality == gcos.InputAccepted && len(ref.policy.CheckVocabulary(f)) > 0 {
+		f.InputQuality = gcos.Str(string(gcos.InputInvalidSchema))
+	}
+	g := Group{Key: gcos.GroupKey(d), Dimensions: d, Members: members, Verdict: ref.policy.Evaluate(f).Verdict,
+		InputQuality: *f.InputQuality, RiskClass: risk}
+	// A settled verdict (not relevant, private, deferred, retired) needs no owner; an undecided one keeps the
+	// class's requirement.
+	g.CoverageRequired = required && !slices.Contains([]gcos.Verdict{gcos.VerdictNotRelevant, gcos.VerdictClass0,
+		gcos.VerdictDeferredBirth, gcos.VerdictRetired}, g.Verdict)
+	if g.Verdict == gcos.VerdictRelevant {
+		g.Coverage = gcos.ResolveCoverage(d.OwnerScope, groupException(sub, d))
+	}
+	return g
+}
+
+// groupException reports whether an exception on the whole group (no entity_code) holds now; a null selector
+// matches any value.
+func groupException(sub Substrate, d gcos.Dimensions) bool {
+	match := func(sel, v *string) bool { return sel == nil || (v != nil && *sel == *v) }
+	for _, x := range sub.Exceptions {
+		if x.EntityCode == nil && x.Holds(sub.At, nil) == nil &&
+			match(x.ScopeCode, d.Scope) && match(x.EntityType, d.ObjectClass) && match(x.CollectionName, d.SourceRegistry) {
+			return true
+		}
+	}
+	return false
+}
+
+// objectRow is the object row b must have, or nil. groups are b's groups in Scopes order; a is its anchor.
+func (ref *Reference) objectRow(sub Substrate, profile map[string]gcos.CoverageProfileRow, opts Options, b, a Birth,
+	groups []string, exceptions []gcos.ExceptionRow) *Object {
+	reason, scope := "", 0
+	p := profile[a.Class]
+	switch {
+	case b.Parent != nil: // an inherited child is represented by its anchor's group, unless named one by one
+	case p.IndependentlyAuthoritative:
+		reason = "independently_authoritative"
+	case p.WritePath && slices.Contains(opts.ObjectRiskClasses, ref.Groups[groups[0]].RiskClass):
+		reason = "high_risk_write_path"
+	}
+	// An exception naming the object: the one that holds in a scope of the ruleset (lowest scope, then id), else
+	// the first naming such a scope. Only the one that holds suppresses, and only in its own scope.
+	var holds *gcos.ExceptionRow
+	chosen := -1
+	if len(exceptions) > 0 {
+		reason = "exception"
+		xs := slices.Clone(exceptions)
+		sort.Slice(xs, func(i, j int) bool {
+			if deref(xs[i].ScopeCode) != deref(xs[j].ScopeCode) {
+				return deref(xs[i].ScopeCode) < deref(xs[j].ScopeCode)
+			}
+			return xs[i].ExceptionID < xs[j].ExceptionID
+		})
+		fp, ok := sub.Fingerprints[[2]string{b.Collection, b.Code}]
+		var current *string
+		if ok {
+			current = &fp
+		}
+		for _, x := range xs {
+			i := slices.Index(ref.Scopes, deref(x.ScopeCode))
+			if i < 0 {
+				continue
+			}
+			if chosen < 0 {
+				chosen = i
+			}
+			if x.Holds(sub.At, current) == nil {
+				chosen, holds = i, &x
+				break
+			}
+		}
+		if chosen >= 0 {
+			scope = chosen
+		}
+	}
+	finding, held := sub.InputFindings[b.Key()]
+	if !held {
+		finding, held = sub.InputFindings[b.Ref()]
+	}
+	if held {
+		reason = "open_finding"
+	}
+	if reason == "" {
+		return nil
+	}
+	g := ref.Groups[groups[scope]]
+	o := &Object{Key: b.Key(), Ref: b.Ref(), Reason: reason, GroupKey: g.Key, Scope: ref.Scopes[scope], Verdict: g.Verdict,
+		InputQuality: g.InputQuality, RiskClass: g.RiskClass, CoverageRequired: g.CoverageRequired, Coverage: g.Coverage}
+	switch {
+	case held:
+		// An open input finding holds the object in needs_input until it closes (SPEC §7).
+		o.Verdict, o.InputQuality, o.Coverage = gcos.VerdictNeedsInput, string(finding), ""
+		o.CoverageRequired = p.CoverageRequired == nil || *p.CoverageRequired
+	case holds != nil && g.Verdict == gcos.VerdictRelevant:
+		o.Coverage = gcos.CoverageApprovedException
+	}
+	return o
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// axisFamily is the smallest axis family the ruleset's axis registry gives the class, or nil.
+func axisFamily(rs gcos.RulesetComponents, class string) *string {
+	if rs.IsAbsent(gcos.ComponentAxis) {
+		return nil
+	}
+	var best *string
+	for _, p := range rs.Pivots {
+		if p.EntityType != nil && *p.EntityType == class && p.AxisFamily != nil && (best == nil || *p.AxisFamily < *best) {
+			best = p.AxisFamily
+		}
+	}
+	return best
+}
+
+// owner resolves (scope, class, collection) to an owner from active ownership rows (sorted by id): a row for the
+// class wins over one for the whole collection.
+func owner(rows []gcos.OwnershipRow, scope, class, collection string) *string {
+	var byCollection *string
+	for _, o := range rows {
+		if o.Status != "active" || o.ScopeCode != scope {
+			continue
+		}
+		if o.EntityType != nil && *o.EntityType == class && (o.CollectionName == nil || *o.CollectionName == collection) {
+			return gcos.Str(o.OwnerRef)
+		}
+		if o.EntityType == nil && o.CollectionName != nil && *o.CollectionName == collection && byCollection == nil {
+			byCollection = gcos.Str(o.OwnerRef)
+		}
+	}
+	return byCollection
+}
+
+// Gate is the decision the gate must take on the object (collection:code) for action, judged from the reference's
+// rows exactly as the gate judges stored ones: a fresh verdict is clean, so only the verdicts, risk and coverage
+// decide. An object with no birth is blocked.
+func (ref *Reference) Gate(object, action string) gcos.ObjectGateDecision {
+	p, ok := ref.placed[object]
+	if !ok {
+		return gcos.GateObject(gcos.ObjectGateInput{Action: action})
+	}
+	in := gcos.ObjectGateInput{Action: action, Scopes: ref.Scopes}
+	row := func(source, scope string, v gcos.Verdict, risk string, required bool, coverage gcos.CoverageOutcome, quality string) gcos.GateInput {
+		staleAfter := ref.At.Add(ref.ttl.TTLFor(risk))
+		r := gcos.CandidateRow{SnapshotRef: 1, RulesetVersion: ref.RulesetVersion, ScanTime: ref.At, Verdict: v,
+			InputQualityState: &quality, StaleAfter: &staleAfter, RecomputeStatus: gcos.RecomputeOK, RiskClass: risk,
+			CoverageRequired: required, LifecycleStatus: gcos.LifecycleActive}
+		if v == gcos.VerdictRelevant {
+			r.CoverageScanRef = gcos.Str("reference")
+		}
+		high := gcos.IsHighRisk(risk, ref.lowRisk)
+		state := gcos.RulesetState{ActiveVersion: ref.RulesetVersion, RowRulesetStatus: gcos.RulesetActive}
+		return gcos.GateInput{Action: action, Found: true, Source: source, Row: r, Scope: scope, HighRisk: high,
+			RulesetStatus: gcos.RulesetActive, SnapshotExists: true, Coverage: coverage,
+			Effective: gcos.Effective(r, ref.At, state, true, high)}
+	}
+	var risks []string
+	if p.object != "" {
+		o := ref.Objects[p.object]
+		in.Rows = append(in.Rows, row(gcos.GateSourceObject, o.Scope, o.Verdict, o.RiskClass, o.CoverageRequired, o.Coverage, o.InputQuality))
+		risks = append(risks, o.RiskClass)
+	}
+	for _, key := range p.groups {
+		g := ref.Groups[key]
+		in.Rows = append(in.Rows, row(gcos.GateSourceGroup, deref(g.Scope), g.Verdict, g.RiskClass, g.CoverageRequired, g.Coverage, g.InputQuality))
+		risks = append(risks, g.RiskClass)
+	}
+	if ref.RulesetVersion == "" {
+		return gcos.GateObject(gcos.ObjectGateInput{Action: action})
+	}
+	in.Problems = ref.policy.CheckObject(p.birth, risks)
+	return gcos.GateObject(in)
+}
+
+// ObjectsWithRows lists the references of the objects that have an object row, sorted.
+func (ref *Reference) ObjectsWithRows() []string { return ref.objectKeys }
+
+// ObjectRefs lists every object's reference, sorted.
+func (ref *Reference) ObjectRefs() []string { return ref.refs }

@@ -1,0 +1,113 @@
+package oracle_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/oracle"
+	"gcos/postgres"
+	"gcos/postgres/pgtest"
+	"gcos/scan"
+	"gcos/world"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fresh returns a store over a backfilled world whose ruleset is active and fully scanned.
+func fresh(t *testing.T, births int) (*postgres.Store, context.Context) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	if _, err := world.Generate(ctx, pool, world.Options{Births: births, Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := gcos.DefaultConfig()
+	cfg.Scan.CoalesceWindow = gcos.Duration(10 * time.Millisecond)
+	cfg.Scan.StormFraction = 1
+	store := postgres.New(pool, cfg, nil)
+	res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
+		t.Fatal(err)
+	}
+	sch := &scan.Scheduler{Store: store}
+	if _, err := sch.Once(ctx, postgres.ModeIncremental); err != nil {
+		t.Fatal(err)
+	}
+	return store, ctx
+}
+
+func TestVerifyFreshWorld(t *testing.T) {
+	store, ctx := fresh(t, 3000)
+	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 500, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("groups %d objects %d gate checks %d", rep.Groups, rep.Objects, rep.GateChecks)
+	for i, m := range rep.Mismatches {
+		if i > 40 {
+			break
+		}
+		t.Log(m)
+	}
+	if !rep.Clean() {
+		t.Fatalf("%d mismatches", len(rep.Mismatches))
+	}
+}
+
+// TestVerifyNamesTampering: the judge is not vacuous. A verdict, a coverage outcome and an object row altered behind
+// GCOS's back are each named, with the field, the incremental value and the reference value.
+func TestVerifyNamesTampering(t *testing.T) {
+	store, ctx := fresh(t, 3000)
+	pool := store.Pool()
+	var relevant, orphanKey, object string
+	if err := pool.QueryRow(ctx, `SELECT group_key FROM v_candidate_effective WHERE candidate_verdict = 'relevant'
+		AND coverage_outcome = 'covered' ORDER BY group_key LIMIT 1`).Scan(&relevant); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT group_key FROM v_candidate_effective WHERE candidate_verdict = 'relevant'
+		AND coverage_outcome = 'orphan' ORDER BY group_key LIMIT 1`).Scan(&orphanKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT candidate_key FROM governance_candidate_object WHERE lifecycle_status = 'active'
+		ORDER BY candidate_key LIMIT 1`).Scan(&object); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`UPDATE governance_candidate_state SET candidate_verdict = 'not_relevant', coverage_required = false WHERE group_key = '` + relevant + `'`,
+		`UPDATE governance_candidate_coverage SET outcome = 'covered', owner_ref = 'forged' WHERE candidate_ref = '` + orphanKey + `'`,
+		`UPDATE governance_candidate_object SET lifecycle_status = 'retired' WHERE candidate_key = '` + object + `'`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 200, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[[3]string]bool{
+		{"group", relevant, "verdict"}:   false,
+		{"group", orphanKey, "coverage"}: false,
+		{"object", object, "exists"}:     false,
+	}
+	ledger := false
+	for _, m := range rep.Mismatches {
+		if _, ok := want[[3]string{m.Kind, m.Key, m.Field}]; ok {
+			want[[3]string{m.Kind, m.Key, m.Field}] = true
+		}
+		ledger = ledger || m.Kind == "ledger"
+	}
+	for k, seen := range want {
+		if !seen {
+			t.Errorf("verify did not name %v; it said %v", k, rep.Mismatches)
+		}
+	}
+	if !ledger {
+		t.Errorf("a forged verdict and coverage leave the ledger as the reference has it: %v", rep.Mismatches)
+	}
+}
