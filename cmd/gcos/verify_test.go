@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"gcos"
+	"gcos/oracle"
+	"gcos/postgres"
+	"gcos/postgres/pgtest"
+	"gcos/world"
+)
+
+// TestVerifyCommand: `gcos verify` exits 0 on a state that equals the reference and 1, naming the group and the
+// field, once a verdict is altered behind GCOS's back; --json prints the report.
+func TestVerifyCommand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	if _, err := world.Generate(ctx, pool, world.Options{Births: 3000, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	store := postgres.New(pool, gcos.DefaultConfig(), nil)
+	res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-CLI-1", "cli-approver"); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.DSN(pool)
+	if code, stdout, stderr := runGate(t, "--database-url", dsn, "verify", "--sample", "300"); code != 0 {
+		t.Fatalf("verify of a freshly backfilled world: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var key string
+	if err := pool.QueryRow(ctx, `UPDATE governance_candidate_state SET candidate_verdict = 'not_relevant'
+		WHERE group_key = (SELECT min(group_key) FROM governance_candidate_state WHERE candidate_verdict = 'relevant')
+		RETURNING group_key`).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runGate(t, "--database-url", dsn, "verify", "--sample", "300")
+	if code != 1 || !strings.Contains(stdout, "group "+key) || !strings.Contains(stdout, "verdict: incremental not_relevant, reference relevant") {
+		t.Fatalf("verify after altering group %s: exit %d, want 1 naming it\n%s\n%s", key, code, stdout, stderr)
+	}
+	code, stdout, _ = runGate(t, "--database-url", dsn, "verify", "--sample", "0", "--json")
+	var rep oracle.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || code != 1 || rep.Clean() {
+		t.Fatalf("verify --json: exit %d, report %+v (%v)\n%s", code, rep, err, stdout)
+	}
+}
