@@ -108,6 +108,24 @@ func NewEmptyDB(t testing.TB) *pgxpool.Pool {
 	return newDatabase(t, "TEMPLATE template0")
 }
 
+// Clone closes pool and returns a pool on a new database copied from the one behind it (CREATE DATABASE … TEMPLATE:
+// a file copy, far faster than rebuilding a world), dropped when the test ends. The source stays as it was.
+func Clone(t testing.TB, pool *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	AdminDSN(t)
+	name := pool.Config().ConnConfig.Database
+	pool.Close()
+	return newDatabase(t, "TEMPLATE "+pgx.Identifier{name}.Sanitize())
+}
+
+// Drop closes pool and drops the database behind it now, for a test that makes many databases (a property test's
+// runs); the end-of-test cleanup then finds nothing left to drop.
+func Drop(pool *pgxpool.Pool) error {
+	name := pool.Config().ConnConfig.Database
+	pool.Close()
+	return dropDatabase(context.Background(), name)
+}
+
 // DSN returns a connection string for the database behind pool, for code under test that opens its own pool.
 func DSN(pool *pgxpool.Pool) string { return pool.Config().ConnString() }
 

@@ -1,0 +1,513 @@
+package oracle_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+		"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+
+	"gcos"
+	"gcos/intake"
+	"gcos/oracle"
+	"gcos/postgres"
+	"gcos/postgres/pgtest"
+	"gcos/scan"
+	"gcos/world"
+)
+
+// The differential test: seeded random sequences of substrate changes, each written as a well-behaved writer
+// leaves it (the row and its registry_changelog row), then intake and scans run to quiescence, and the incremental
+// state must equal the reference evaluator's everywhere (oracle.Verify: every group and object row, every ledger
+// bucket, and the gate for every object with a row plus a sample). rapid shrinks a failing sequence to the shortest
+// one that still fails and prints its steps.
+//
+// Default run: a few short sequences. Soak: go test ./oracle -run TestDifferential -rapid.checks=200 -rapid.steps=30.
+
+const (
+	worldBirths   = 1500
+	stepSample    = 200  // gate sample after each step
+	finalSample   = 2000 // gate sample at the end of a sequence
+	defaultChecks = 3
+	defaultSteps  = 6
+)
+
+// knownDivergence is one way in which the incremental state is known to differ from the reference after a
+// trigger, because its fix belongs to another open issue. The random test tolerates exactly these mismatches (by
+// kind and field) once the trigger has run in a sequence; TestKnownDivergencesStillDiverge asserts each one still
+// happens, so a fix fails it and the entry must be removed.
+type knownDivergence struct {
+	trigger string
+	kind    string // group, object, ledger or gate
+	field   string
+	why     string
+}
+
+var knownDivergences = []knownDivergence{}
+
+// trigger is one kind of change to the substrate, written as its writer would write it.
+type trigger struct {
+	name  string
+	apply func(e *env, r *rand.Rand) (string, error)
+}
+
+// env is one world under test: a database cloned from the built world, a store, the intake and the scans.
+type env struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	store  *postgres.Store
+	intake *intake.Worker
+	scans  *scan.Scheduler
+	seq    int
+}
+
+// trustedSources are the world's source systems; a birth from any other is untrusted.
+var trustedSources = []string{"import-*", "birth-*", "registry-*"}
+
+func envConfig() gcos.Config {
+	cfg := gcos.DefaultConfig()
+	cfg.Scan.CoalesceWindow = gcos.Duration(time.Millisecond)
+	cfg.Scan.StormFraction = 1
+	cfg.Intake.TrustedSources = trustedSources
+	cfg.Intake.PollInterval = gcos.Duration(10 * time.Millisecond)
+	return cfg
+}
+
+// builtWorld generates, backfills, activates and scans one world for a test, and closes it: every run clones it.
+func builtWorld(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewDB(t)
+	if _, err := world.Generate(ctx, pool, world.Options{Births: worldBirths, Seed: 19}); err != nil {
+		t.Fatalf("generate the world: %v", err)
+	}
+	store := postgres.New(pool, envConfig(), nil)
+	res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	if err != nil {
+		t.Fatalf("backfill: %v", err)
+	}
+	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
+		t.Fatalf("activate: %v", err)
+	}
+	e := &env{ctx: ctx, pool: pool, store: store}
+	e.wire()
+	if err := e.settle(); err != nil {
+		t.Fatalf("settle the world: %v", err)
+	}
+	pool.Close()
+	return pool
+}
+
+// newEnv clones the built world for one run; t owns the clone (Drop ends it sooner).
+func newEnv(t *testing.T, built *pgxpool.Pool) *env {
+	pool := pgtest.Clone(t, built)
+	e := &env{ctx: context.Background(), pool: pool, store: postgres.New(pool, envConfig(), nil)}
+	e.wire()
+	return e
+}
+
+func (e *env) wire() {
+	e.intake = &intake.Worker{Store: e.store, Config: e.store.Config().Intake,
+		Apply: func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+			failures, _, err := e.store.ApplyHandoff(ctx, tx, rows)
+			return failures, err
+		}}
+	e.scans = &scan.Scheduler{Store: e.store}
+}
+
+// settle runs intake and incremental scans until no group is dirty.
+func (e *env) settle() error {
+	for range 50 {
+		time.Sleep(30 * time.Millisecond) // past the tail's horizon guard
+		if _, err := e.intake.Once(e.ctx); err != nil {
+			return fmt.Errorf("intake: %w", err)
+		}
+		if _, err := e.scans.Once(e.ctx, postgres.ModeIncremental); err != nil {
+			return fmt.Errorf("scan: %w", err)
+		}
+		n, err := e.store.DirtySetSize(e.ctx)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the dirty set did not drain")
+}
+
+func (e *env) exec(sql string, args ...any) error {
+	_, err := e.pool.Exec(e.ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", strings.Fields(sql)[0], err)
+	}
+	return nil
+}
+
+// changelog writes the registry_changelog row a well-behaved writer leaves with its change.
+func (e *env) changelog(entityType, code, action, by string) error {
+	return e.exec(`INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by, alert_detail)
+		VALUES ($1, $2, $3, $4, 'differential test')`, entityType, code, action, by)
+}
+
+func (e *env) strings(sql string, args ...any) ([]string, error) {
+	rows, err := e.pool.Query(e.ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
+
+// object picks one active object that is not an inherited child: class, collection, code.
+func (e *env) object(r *rand.Rand, where string) (class, coll, code string, err error) {
+	codes, err := e.strings(`SELECT entity_type || '|' || collection_name || '|' || entity_code FROM birth_registry
+		WHERE parent_code IS NULL AND ` + where + ` ORDER BY id`)
+	if err != nil {
+		return "", "", "", err
+	}
+	if len(codes) == 0 {
+		return "", "", "", fmt.Errorf("no object where %s", where)
+	}
+	p := strings.SplitN(pick(r, codes), "|", 3)
+	return p[0], p[1], p[2], nil
+}
+
+func (e *env) fingerprint(coll, code string) (string, error) {
+	var fp string
+	err := e.pool.QueryRow(e.ctx, e.store.ObjectFingerprintSQL(), coll, code).Scan(&fp)
+	return fp, err
+}
+
+func (e *env) births(r *rand.Rand, n int, source string) error {
+	classes, err := e.strings(`SELECT entity_type || '|' || registry_collection FROM meta_catalog
+		WHERE registry_collection IS NOT NULL ORDER BY entity_type`)
+	if err != nil {
+		return err
+	}
+	for range n {
+		p := strings.SplitN(pick(r, classes), "|", 2)
+		e.seq++
+		if err := e.exec(`INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+			VALUES ($1, $2, $3, 'active', $4, 'differential')`, fmt.Sprintf("%s-d%d-%d", p[0], e.seq, r.Uint32()), p[1], p[0], source); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lifecycle moves one object to status, with the changelog row of action.
+func lifecycle(action, status string) func(e *env, r *rand.Rand) (string, error) {
+	return func(e *env, r *rand.Rand) (string, error) {
+		class, coll, code, err := e.object(r, "status = 'active'")
+		if err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE birth_registry SET status = $3 WHERE collection_name = $1 AND entity_code = $2`, coll, code, status); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s %s:%s", action, coll, code), e.changelog(class, code, action, "registry-sync")
+	}
+}
+
+var triggers = []trigger{
+	{"births", func(e *env, r *rand.Rand) (string, error) {
+		n := 1 + r.IntN(20)
+		return fmt.Sprintf("%d births", n), e.births(r, n, "birth-api")
+	}},
+	{"children", func(e *env, r *rand.Rand) (string, error) {
+		n := 1 + r.IntN(30)
+		c, err := world.AddChildren(e.ctx, e.pool, n, r.Uint64()|1)
+		return fmt.Sprintf("%d children under %s", n, c), err
+	}},
+	{"retire", lifecycle("retire", "retired")},
+	{"supersede", lifecycle("supersede", "superseded")},
+	{"merge", lifecycle("merge", "merged")},
+	{"coverage", func(e *env, r *rand.Rand) (string, error) {
+		colls, err := e.strings(`SELECT collection_name FROM collection_registry ORDER BY 1`)
+		if err != nil {
+			return "", err
+		}
+		coll := pick(r, colls)
+		status := pick(r, []string{"BIRTH_REQUIRED", "BIRTH_DEFERRED_NEEDS_REVIEW", "BIRTH_EXEMPT_SYSTEM"})
+		class := pick(r, []string{"IN_SCOPE", "USER_EXCLUDED", "FUTURE_SCOPE"})
+		if err := e.exec(`UPDATE collection_registry SET coverage_status = $2, scope_class = $3 WHERE collection_name = $1`, coll, status, class); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("collection %s → %s/%s", coll, status, class), e.changelog("collection", coll, "update", "registry-sync")
+	}},
+	{"owner_moved", func(e *env, r *rand.Rand) (string, error) {
+		ids, err := e.strings(`SELECT id::text FROM governance_object_ownership WHERE status = 'active' ORDER BY id`)
+		if err != nil || len(ids) == 0 {
+			return "", fmt.Errorf("no ownership row (%v)", err)
+		}
+		id := pick(r, ids)
+		owner := fmt.Sprintf("team-moved-%d", r.IntN(1000))
+		if err := e.exec(`UPDATE governance_object_ownership SET owner_ref = $2 WHERE id = $1::bigint`, id, owner); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ownership %s → %s", id, owner), e.changelog("ownership", id, "update", "registry-sync")
+	}},
+	{"owner_new", func(e *env, r *rand.Rand) (string, error) {
+		class, _, _, err := e.object(r, "true")
+		if err != nil {
+			return "", err
+		}
+		scopes, err := e.strings(`SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
+		if err != nil {
+			return "", err
+		}
+		scope := pick(r, scopes)
+		var id string
+		if err := e.pool.QueryRow(e.ctx, `INSERT INTO governance_object_ownership (scope_code, entity_type, owner_ref)
+			VALUES ($1, $2, $3) RETURNING id::text`, scope, class, fmt.Sprintf("team-new-%d", r.IntN(1000))).Scan(&id); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("new owner of %s in %s", class, scope), e.changelog("ownership", id, "create", "registry-sync")
+	}},
+	{"exception_group", func(e *env, r *rand.Rand) (string, error) {
+		class, coll, _, err := e.object(r, "true")
+		if err != nil {
+			return "", err
+		}
+		scopes, err := e.strings(`SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
+		if err != nil {
+			return "", err
+		}
+		e.seq++
+		id := fmt.Sprintf("EXC-G-%d-%d", e.seq, r.IntN(1e6))
+		if err := e.exec(`INSERT INTO governance_exception (exception_id, scope_code, entity_type, collection_name, approval_ref, expires_at)
+			VALUES ($1, $2, $3, $4, 'APR-X', now() + interval '1 day')`, id, pick(r, scopes), class, coll); err != nil {
+			return "", err
+		}
+		return "group exception " + id + " on " + class, e.changelog("exception", id, "create", "registry-sync")
+	}},
+	{"exception_object", func(e *env, r *rand.Rand) (string, error) {
+		id, obj, err := e.objectException(r, "1 day")
+		return "object exception " + id + " on " + obj, err
+	}},
+	{"exception_expires", func(e *env, r *rand.Rand) (string, error) {
+		id, obj, err := e.objectException(r, "2 seconds")
+		if err != nil {
+			return "", err
+		}
+		if err := e.settle(); err != nil {
+			return "", err
+		}
+		// Expiry is read-time: no changelog row, no scan; only the clock moves.
+		time.Sleep(2500 * time.Millisecond)
+		return "object exception " + id + " on " + obj + " expired by the clock", nil
+	}},
+	{"fingerprint_changed", func(e *env, r *rand.Rand) (string, error) {
+		id, obj, err := e.objectException(r, "1 day")
+		if err != nil {
+			return "", err
+		}
+		if err := e.settle(); err != nil {
+			return "", err
+		}
+		coll, code, _ := strings.Cut(obj, ":")
+		var class string
+		if err := e.pool.QueryRow(e.ctx, `UPDATE birth_registry SET actor_ref = 'changed-' || actor_ref
+			WHERE collection_name = $1 AND entity_code = $2 RETURNING entity_type`, coll, code).Scan(&class); err != nil {
+			return "", err
+		}
+		return "object " + obj + " under exception " + id + " changed", e.changelog(class, code, "update", "registry-sync")
+	}},
+	{"ruleset", func(e *env, r *rand.Rand) (string, error) {
+		classes, err := e.strings(`SELECT entity_type FROM governance_coverage_profile ORDER BY 1`)
+		if err != nil {
+			return "", err
+		}
+		class := pick(r, classes)
+		if err := e.exec(`UPDATE governance_coverage_profile SET coverage_required = NOT coalesce(coverage_required, true) WHERE entity_type = $1`, class); err != nil {
+			return "", err
+		}
+		rs, _, err := e.store.ComputeRuleset(e.ctx, "proposer")
+		if err != nil {
+			return "", err
+		}
+		if _, err := e.store.ActivateRuleset(e.ctx, rs.Version, "APR-R", "approver"); err != nil {
+			return "", err
+		}
+		return "coverage_required of " + class + " flipped; ruleset " + rs.Version + " activated", nil
+	}},
+	{"silent_then_audit", func(e *env, r *rand.Rand) (string, error) {
+		_, coll, code, err := e.object(r, "status = 'active'")
+		if err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
+			return "", err
+		}
+		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+			return "", err
+		}
+		return "silent retire of " + coll + ":" + code + ", then a full audit", nil
+	}},
+	{"untrusted_birth", func(e *env, r *rand.Rand) (string, error) {
+		return "a birth from an untrusted source", e.births(r, 1, "rogue-writer")
+	}},
+	{"untrusted_changelog", func(e *env, r *rand.Rand) (string, error) {
+		// A forged row: it claims a retire that never happened, from a writer no one trusts.
+		class, coll, code, err := e.object(r, "status = 'active'")
+		if err != nil {
+			return "", err
+		}
+		return "a forged retire of " + coll + ":" + code + " by an untrusted writer", e.changelog(class, code, "retire", "rogue-writer")
+	}},
+	{"gcos_prefixed", func(e *env, r *rand.Rand) (string, error) {
+		class, coll, code, err := e.object(r, "status = 'active'")
+		if err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
+			return "", err
+		}
+		return "retire of " + coll + ":" + code + " logged as gcos:forged", e.changelog(class, code, "retire", "gcos:forged")
+	}},
+	{"poison", func(e *env, r *rand.Rand) (string, error) {
+		if err := e.changelog("no_such_registry_word", "x", "update", "registry-sync"); err != nil {
+			return "", err
+		}
+		return "a changelog row naming nothing", e.exec(`INSERT INTO registry_changelog (action) VALUES ('update')`)
+	}},
+}
+
+// objectException grants an approved exception on one relevant object, pinned to its fingerprint.
+func (e *env) objectException(r *rand.Rand, life string) (id, obj string, err error) {
+	class, coll, code, err := e.object(r, "status = 'active'")
+	if err != nil {
+		return "", "", err
+	}
+	fp, err := e.fingerprint(coll, code)
+	if err != nil {
+		return "", "", err
+	}
+	scopes, err := e.strings(`SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
+	if err != nil {
+		return "", "", err
+	}
+	e.seq++
+	id = fmt.Sprintf("EXC-O-%d-%d", e.seq, r.IntN(1e6))
+	if err := e.exec(`INSERT INTO governance_exception (exception_id, scope_code, entity_type, collection_name, entity_code,
+		approval_ref, expires_at, fingerprint) VALUES ($1, $2, $3, $4, $5, 'APR-X', now() + $6::interval, $7)`,
+		id, pick(r, scopes), class, coll, code, life, fp); err != nil {
+		return "", "", err
+	}
+	return id, coll + ":" + code, e.changelog("exception", id, "create", "registry-sync")
+}
+
+func triggerNamed(name string) trigger {
+	for _, tr := range triggers {
+		if tr.name == name {
+			return tr
+		}
+	}
+	panic("no trigger " + name)
+}
+
+// unexpected returns the mismatches no known divergence of the triggers run so far explains.
+func unexpected(rep oracle.Report, ran []string) []oracle.Mismatch {
+	var out []oracle.Mismatch
+	for _, m := range rep.Mismatches {
+		known := slices.ContainsFunc(knownDivergences, func(k knownDivergence) bool {
+			return slices.Contains(ran, k.trigger) && k.kind == m.Kind && k.field == m.Field
+		})
+		if !known {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestDifferential(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the differential test builds a world")
+	}
+	names := make([]string, len(triggers))
+	for i, tr := range triggers {
+		names[i] = tr.name
+	}
+	built := builtWorld(t)
+	rapid.Check(t, func(rt *rapid.T) {
+		e := newEnv(t, built)
+		defer func() { _ = pgtest.Drop(e.pool) }()
+		var ran []string
+		steps := rapid.IntRange(1, defaultSteps).Draw(rt, "steps")
+		for i := range steps {
+			name := rapid.SampledFrom(names).Draw(rt, fmt.Sprintf("trigger %d", i))
+			seed := rapid.Uint64().Draw(rt, fmt.Sprintf("seed %d", i))
+			what, err := triggerNamed(name).apply(e, rand.New(rand.NewPCG(seed, 1)))
+			if err != nil {
+				rt.Fatalf("step %d (%s): %v", i, name, err)
+			}
+			rt.Logf("step %d: %s: %s", i, name, what)
+			ran = append(ran, name)
+			if err := e.settle(); err != nil {
+				rt.Fatalf("step %d (%s): settle: %v", i, name, err)
+			}
+			sample := stepSample
+			if i == steps-1 {
+				sample = finalSample
+			}
+			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: sample, Seed: seed})
+			if err != nil {
+				rt.Fatalf("step %d (%s): verify: %v", i, name, err)
+			}
+			if bad := unexpected(rep, ran); len(bad) > 0 {
+				rt.Fatalf("after step %d (%s) the incremental state differs from the reference in %d places:\n%s",
+					i, name, len(bad), describe(bad, 25))
+			}
+		}
+	})
+}
+
+func describe(ms []oracle.Mismatch, limit int) string {
+	var b strings.Builder
+	for i, m := range ms {
+		if i == limit {
+			fmt.Fprintf(&b, "  … and %d more\n", len(ms)-limit)
+			break
+		}
+		b.WriteString("  " + m.String() + "\n")
+	}
+	return b.String()
+}
+
+func TestClassifyTriggers(t *testing.T) {
+	built := builtWorld(t)
+	for _, tr := range triggers {
+		t.Run(tr.name, func(t *testing.T) {
+			e := newEnv(t, built)
+			r := rand.New(rand.NewPCG(3, 1))
+			what, err := tr.apply(e, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.settle(); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: 5000, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]int{}
+			var gates []oracle.Mismatch
+			for _, m := range rep.Mismatches {
+				kinds[m.Kind+"."+m.Field]++
+				if m.Kind == "gate" {
+					gates = append(gates, m)
+				}
+			}
+			t.Logf("%s: %v\n%s", what, kinds, describe(gates, 3))
+		})
+	}
+}
