@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-		"testing"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,7 +49,60 @@ type knownDivergence struct {
 	why     string
 }
 
-var knownDivergences = []knownDivergence{}
+var knownDivergences = []knownDivergence{
+	// Change routing (the issue "every change lands in exactly the groups it affects"): a birth or an inherited
+	// child is counted in its group's snapshot count only at the next full audit, and the ledger counts the last
+	// snapshot, not the estate.
+	{"births", "group", "member_count", "a rescan keeps the group's snapshot member count"},
+	{"births", "ledger", "*", "the ledger counts the last snapshot's births, not those born since"},
+	{"children", "group", "member_count", "a rescan keeps the anchor group's snapshot member count"},
+	{"children", "ledger", "*", "the ledger counts the last snapshot's births, not those born since"},
+	{"untrusted_birth", "group", "member_count", "a rescan keeps the group's snapshot member count"},
+	{"untrusted_birth", "ledger", "*", "the ledger counts the last snapshot's births, not those born since"},
+	// A lifecycle move creates no group for the status the object moved to, and keeps the member counts of both
+	// until the full audit; the gate then finds no group for the object and blocks it (fail closed).
+	{"retire", "group", "exists", "the retired group is created only by the full audit"},
+	{"retire", "group", "member_count", "member counts move only at the full audit"},
+	{"retire", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
+	{"retire", "gate", "*", "the object's new group is missing, so the gate blocks it"},
+	{"supersede", "group", "exists", "the superseded group is created only by the full audit"},
+	{"supersede", "group", "member_count", "member counts move only at the full audit"},
+	{"supersede", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
+	{"supersede", "gate", "*", "the object's new group is missing, so the gate blocks it"},
+	{"merge", "group", "exists", "the merged group is created only by the full audit"},
+	{"merge", "group", "member_count", "member counts move only at the full audit"},
+	{"merge", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
+	{"merge", "gate", "*", "the object's new group is missing, so the gate blocks it"},
+	{"retire_into_existing", "group", "member_count", "member counts move only at the full audit"},
+	{"retire_into_existing", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
+	{"retire_object_row", "group", "exists", "the retired group is created only by the full audit"},
+	{"retire_object_row", "group", "member_count", "member counts move only at the full audit"},
+	{"retire_object_row", "object", "*", "object rows are re-evaluated only by the full audit"},
+	{"retire_object_row", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
+	{"retire_object_row", "gate", "*", "the object's new group is missing, so the gate blocks it"},
+	// An ownership change keeps the old owner_scope in the group key until the full audit.
+	{"owner_moved", "group", "exists", "the group keyed on the new owner appears only at the full audit"},
+	{"owner_new", "group", "exists", "the group keyed on the new owner appears only at the full audit"},
+	// Object rows are materialized and re-evaluated only by the full audit.
+	{"coverage", "object", "verdict", "object rows are re-evaluated only by the full audit"},
+	{"coverage", "object", "coverage", "object rows are re-evaluated only by the full audit"},
+	{"coverage", "object", "coverage_required", "object rows are re-evaluated only by the full audit"},
+	{"coverage", "ledger", "*", "the ledger counts the stale object rows"},
+	{"exception_object", "object", "exists", "an excepted object's row is materialized only by the full audit"},
+	{"exception_object", "ledger", "*", "the exception counts only once its object row exists"},
+	{"fingerprint_changed", "object", "exists", "an excepted object's row is materialized only by the full audit"},
+	// Trust (the issue "nothing enters unseen, nothing is forged"): a changelog row whose changed_by starts with
+	// "gcos:" is skipped as GCOS's own echo, so the change it reports is seen only by the full audit.
+	{"gcos_prefixed", "group", "exists", "the forged echo is skipped: nothing is dirtied"},
+	{"gcos_prefixed", "group", "member_count", "the forged echo is skipped: nothing is dirtied"},
+	{"gcos_prefixed", "ledger", "*", "the forged echo is skipped: nothing is dirtied"},
+	{"gcos_prefixed", "gate", "*", "the object's new group is missing, so the gate blocks it"},
+}
+
+// explains reports whether the entry covers mismatch m.
+func (k knownDivergence) explains(m oracle.Mismatch) bool {
+	return k.kind == m.Kind && (k.field == "*" || k.field == m.Field)
+}
 
 // trigger is one kind of change to the substrate, written as its writer would write it.
 type trigger struct {
@@ -203,10 +256,35 @@ func (e *env) births(r *rand.Rand, n int, source string) error {
 	return nil
 }
 
+// Which object a lifecycle trigger moves: one whose new group must appear, one whose new group exists already,
+// or one with an object row. All are governed objects (a relevant collection and class) that are not children.
+const (
+	toNewGroup = iota
+	toExistingGroup
+	withObjectRow
+)
+
 // lifecycle moves one object to status, with the changelog row of action.
-func lifecycle(action, status string) func(e *env, r *rand.Rand) (string, error) {
+func lifecycle(action, status string, which int) func(e *env, r *rand.Rand) (string, error) {
 	return func(e *env, r *rand.Rand) (string, error) {
-		class, coll, code, err := e.object(r, "status = 'active'")
+		where := `status = 'active'
+			AND collection_name IN (SELECT collection_name FROM collection_registry
+			                        WHERE coverage_status = 'BIRTH_REQUIRED' AND scope_class = 'IN_SCOPE')
+			AND entity_type IN (SELECT entity_type FROM governance_coverage_profile
+			                    WHERE coverage_required AND coalesce(privacy, 'shared') = 'shared')`
+		rowClasses := `(SELECT entity_type FROM governance_coverage_profile WHERE independently_authoritative OR write_path)`
+		sibling := `EXISTS (SELECT 1 FROM birth_registry o WHERE o.entity_type = birth_registry.entity_type
+			AND o.collection_name = birth_registry.collection_name AND o.status = '` + status + `')`
+		switch which {
+		case toNewGroup:
+			where += " AND entity_type NOT IN " + rowClasses + " AND NOT " + sibling
+		case toExistingGroup:
+			where += " AND entity_type NOT IN " + rowClasses + " AND " + sibling
+		case withObjectRow:
+			where += ` AND collection_name || ':' || entity_code IN (SELECT object_ref FROM governance_candidate_object
+				WHERE lifecycle_status = 'active') AND NOT ` + sibling
+		}
+		class, coll, code, err := e.object(r, where)
 		if err != nil {
 			return "", err
 		}
@@ -227,9 +305,11 @@ var triggers = []trigger{
 		c, err := world.AddChildren(e.ctx, e.pool, n, r.Uint64()|1)
 		return fmt.Sprintf("%d children under %s", n, c), err
 	}},
-	{"retire", lifecycle("retire", "retired")},
-	{"supersede", lifecycle("supersede", "superseded")},
-	{"merge", lifecycle("merge", "merged")},
+	{"retire", lifecycle("retire", "retired", toNewGroup)},
+	{"supersede", lifecycle("supersede", "superseded", toNewGroup)},
+	{"merge", lifecycle("merge", "merged", toNewGroup)},
+	{"retire_into_existing", lifecycle("retire", "retired", toExistingGroup)},
+	{"retire_object_row", lifecycle("retire", "retired", withObjectRow)},
 	{"coverage", func(e *env, r *rand.Rand) (string, error) {
 		colls, err := e.strings(`SELECT collection_name FROM collection_registry ORDER BY 1`)
 		if err != nil {
@@ -419,7 +499,7 @@ func unexpected(rep oracle.Report, ran []string) []oracle.Mismatch {
 	var out []oracle.Mismatch
 	for _, m := range rep.Mismatches {
 		known := slices.ContainsFunc(knownDivergences, func(k knownDivergence) bool {
-			return slices.Contains(ran, k.trigger) && k.kind == m.Kind && k.field == m.Field
+			return slices.Contains(ran, k.trigger) && k.explains(m)
 		})
 		if !known {
 			out = append(out, m)
@@ -482,32 +562,38 @@ func describe(ms []oracle.Mismatch, limit int) string {
 	return b.String()
 }
 
-func TestClassifyTriggers(t *testing.T) {
+// TestEveryTrigger runs each trigger alone on a fresh copy of the world and checks the known-divergence table
+// both ways: every mismatch is explained by an entry of that trigger (a trigger with none must match exactly), and
+// every entry still happens (a fix makes its entry fail here: remove it). The gate is asked about every object.
+func TestEveryTrigger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a world")
+	}
 	built := builtWorld(t)
 	for _, tr := range triggers {
 		t.Run(tr.name, func(t *testing.T) {
 			e := newEnv(t, built)
-			r := rand.New(rand.NewPCG(3, 1))
-			what, err := tr.apply(e, r)
+			defer func() { _ = pgtest.Drop(e.pool) }()
+			what, err := tr.apply(e, rand.New(rand.NewPCG(3, 1)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := e.settle(); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: 5000, Seed: 1})
+			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: worldBirths * 2, Seed: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
-			kinds := map[string]int{}
-			var gates []oracle.Mismatch
-			for _, m := range rep.Mismatches {
-				kinds[m.Kind+"."+m.Field]++
-				if m.Kind == "gate" {
-					gates = append(gates, m)
+			if bad := unexpected(rep, []string{tr.name}); len(bad) > 0 {
+				t.Errorf("%s: %d mismatches no known divergence explains:\n%s", what, len(bad), describe(bad, 25))
+			}
+			for _, k := range knownDivergences {
+				if k.trigger == tr.name && !slices.ContainsFunc(rep.Mismatches, k.explains) {
+					t.Errorf("%s: known divergence %s.%s (%s) no longer happens: remove it from knownDivergences",
+						what, k.kind, k.field, k.why)
 				}
 			}
-			t.Logf("%s: %v\n%s", what, kinds, describe(gates, 3))
 		})
 	}
 }

@@ -2,6 +2,9 @@ package oracle_test
 
 import (
 	"context"
+	"flag"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,7 +16,17 @@ import (
 	"gcos/world"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain keeps the differential test's default run short (a few sequences) unless -rapid.checks or RAPID_CHECKS
+// asks for a soak.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	if _, env := os.LookupEnv("RAPID_CHECKS"); !set && !env {
+		_ = flag.Set("rapid.checks", strconv.Itoa(defaultChecks))
+	}
+	pgtest.Main(m)
+}
 
 // fresh returns a store over a backfilled world whose ruleset is active and fully scanned.
 func fresh(t *testing.T, births int) (*postgres.Store, context.Context) {
