@@ -126,6 +126,9 @@ type ScanConfig struct {
 	RetryBase           Duration `json:"retry_base"`
 	RetryMax            Duration `json:"retry_max"`
 	MaxAttempts         int      `json:"max_attempts"` // a group failing this often is marked recompute failed
+	// VerifySample is how many objects beyond those with object rows the full audit's verification (gcos verify)
+	// asks the gate about; the groups, object rows and ledger are always compared in full.
+	VerifySample int `json:"verify_sample"`
 }
 
 // ChangelogSkip as a ChangelogRule kind means "matched: produce no signal" (e.g. GCOS's own audit echo).
@@ -276,6 +279,7 @@ func DefaultConfig() Config {
 			FullAuditInterval:   Duration(24 * time.Hour),
 			StormFraction:       0.25,
 			StormBatch:          200,
+			VerifySample:        2000,
 			RetryBase:           Duration(time.Second),
 			RetryMax:            Duration(5 * time.Minute),
 			MaxAttempts:         5,
@@ -527,6 +531,9 @@ func (c Config) Validate() error {
 		p.add("scan.retry_max", "must be >= scan.retry_base (%s)", s.RetryBase)
 	}
 	p.positiveInt("scan.max_attempts", s.MaxAttempts)
+	if s.VerifySample < 0 {
+		p.add("scan.verify_sample", "must not be negative, got %d", s.VerifySample)
+	}
 
 	in := c.Intake
 	p.positiveInt("intake.page_size", in.PageSize)

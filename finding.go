@@ -54,6 +54,7 @@ const (
 	IssueIssueEventGap            IssueType = "issue_event_gap"
 	IssueCoverageOrphan           IssueType = "coverage_orphan"  // a high-risk relevant group with no owner in its scope
 	IssueExceptionLifted          IssueType = "exception_lifted" // an exception stopped counting (expired, object changed, …)
+	IssueVerifyMismatch           IssueType = "verify_mismatch"  // the incremental state differs from a from-scratch evaluation
 )
 
 // inputIssuePrefix starts every input-quality finding type ("input.<state>").
@@ -100,6 +101,7 @@ var IssueSpecs = []IssueSpec{
 	{IssueIssueEventGap, "coverage", "issue_event_gap", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 	{IssueCoverageOrphan, "coverage", "orphan", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 	{IssueExceptionLifted, "exception", "lifted", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
+	{IssueVerifyMismatch, "coverage", "verify_mismatch", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
 }
 
 // inputEventState maps an input-quality state to its doc 41 event name where the two differ.

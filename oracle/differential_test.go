@@ -2,6 +2,7 @@ package oracle_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -28,7 +29,8 @@ import (
 // bucket, and the gate for every object with a row plus a sample). rapid shrinks a failing sequence to the shortest
 // one that still fails and prints its steps.
 //
-// Default run: a few short sequences. Soak: go test ./oracle -run TestDifferential -rapid.checks=200 -rapid.steps=30.
+// Default run: a few short sequences. Soak: go test ./oracle -run TestDifferential -rapid.checks=200 -oracle.steps=12
+// (more and longer sequences; the package comes before the flags).
 
 const (
 	worldBirths   = 1500
@@ -37,6 +39,8 @@ const (
 	defaultChecks = 3
 	defaultSteps  = 6
 )
+
+var maxSteps = flag.Int("oracle.steps", defaultSteps, "the differential test's longest sequence of triggers")
 
 // knownDivergence is one way in which the incremental state is known to differ from the reference after a
 // trigger, because its fix belongs to another open issue. The random test tolerates exactly these mismatches (by
@@ -521,7 +525,7 @@ func TestDifferential(t *testing.T) {
 		e := newEnv(t, built)
 		defer func() { _ = pgtest.Drop(e.pool) }()
 		var ran []string
-		steps := rapid.IntRange(1, defaultSteps).Draw(rt, "steps")
+		steps := rapid.IntRange(1, *maxSteps).Draw(rt, "steps")
 		for i := range steps {
 			name := rapid.SampledFrom(names).Draw(rt, fmt.Sprintf("trigger %d", i))
 			seed := rapid.Uint64().Draw(rt, fmt.Sprintf("seed %d", i))

@@ -343,3 +343,37 @@ func boolText(b *bool) string {
 	}
 	return strconv.FormatBool(*b)
 }
+
+// verifySubject is the one subject of the verify_mismatch finding: the whole estate.
+const verifySubject = "incremental_state"
+
+// AuditVerify is the full audit's verification: Verify, then a verify_mismatch finding naming how many places
+// differ and the first of them when anything does, or the open one closed when nothing does.
+func AuditVerify(ctx context.Context, store *postgres.Store, runID string, opts VerifyOptions) (Report, error) {
+	rep, err := Verify(ctx, store, opts)
+	if err != nil {
+		return rep, err
+	}
+	if rep.Clean() {
+		if _, err := store.ResolveFinding(ctx, gcos.IssueVerifyMismatch, verifySubject, ""); err != nil {
+			return rep, fmt.Errorf("verify: close verify_mismatch: %w", err)
+		}
+		return rep, nil
+	}
+	kinds := map[string]int{}
+	var first []string
+	for i, m := range rep.Mismatches {
+		kinds[m.Kind+"."+m.Field]++
+		if i < 20 {
+			first = append(first, m.String())
+		}
+	}
+	f := gcos.NewFinding(gcos.IssueVerifyMismatch, verifySubject, runID, rep.RulesetVersion, map[string]any{
+		"mismatches": len(rep.Mismatches), "by_field": kinds, "first": first, "verified_at": rep.At,
+		"reproduce": "gcos verify",
+	})
+	if _, err := store.RaiseFinding(ctx, f); err != nil {
+		return rep, fmt.Errorf("verify: raise verify_mismatch: %w", err)
+	}
+	return rep, nil
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/oracle"
 	"gcos/postgres"
 )
 
@@ -97,7 +98,13 @@ func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
 		return s.drain(ctx, postgres.ModeIncremental, false, true)
 	case postgres.ModeFullAudit, "full":
 		res, err := s.Store.FullAudit(ctx, nil)
-		return Pass{Mode: postgres.ModeFullAudit, RunID: res.RunID, Scanned: res.Scanned, Audit: &res}, err
+		pass := Pass{Mode: postgres.ModeFullAudit, RunID: res.RunID, Scanned: res.Scanned, Audit: &res}
+		if err != nil {
+			return pass, err
+		}
+		rep, err := s.verify(ctx, res.RunID)
+		pass.Verify = &rep
+		return pass, err
 	}
 	return Pass{}, gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full", mode)
 }
@@ -113,6 +120,21 @@ type Pass struct {
 	Storm          bool                  `json:"storm"`
 	Remaining      int64                 `json:"remaining"`
 	Audit          *postgres.AuditResult `json:"audit,omitempty"`
+	Verify         *oracle.Report        `json:"verify,omitempty"` // the full audit's verification against the reference
+}
+
+// verify runs the full audit's verification (oracle.AuditVerify): a state that differs from a from-scratch
+// evaluation raises verify_mismatch.
+func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, error) {
+	rep, err := oracle.AuditVerify(ctx, s.Store, runID, oracle.VerifyOptions{Sample: s.Store.Config().Scan.VerifySample, Seed: uint64(time.Now().UnixNano())})
+	if err != nil {
+		return rep, fmt.Errorf("verify after the full audit: %w", err)
+	}
+	if !rep.Clean() {
+		s.logger().Warn("full audit: the incremental state differs from a from-scratch evaluation (gcos verify lists it)",
+			"run_id", runID, "mismatches", len(rep.Mismatches), "first", rep.Mismatches[0].String())
+	}
+	return rep, nil
 }
 
 // drain runs ticks of one run until a tick claims nothing (or only failures remain).
@@ -228,6 +250,12 @@ func (s *Scheduler) auditLoop(ctx context.Context) error {
 					s.logger().Info("full audit", "run_id", res.RunID, "snapshot", res.SnapshotID, "changed_groups", res.ChangedGroups,
 						"lost_signals", len(res.LostSignals), "expired", res.Expired, "scanned", res.Scanned, "invariant_closes", res.Ledger.Closes,
 						"elapsed", res.Elapsed)
+					if rep, err := s.verify(ctx, res.RunID); err != nil && ctx.Err() == nil {
+						s.logger().Error("full audit", "err", err)
+					} else if err == nil {
+						s.logger().Info("full audit verified", "run_id", res.RunID, "mismatches", len(rep.Mismatches),
+							"gate_checks", rep.GateChecks, "evaluate_secs", rep.EvaluateTime)
+					}
 				}
 			} else {
 				s.tick(ctx, postgres.ModeFullAudit, "idle")

@@ -2,6 +2,7 @@ package scan_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +113,55 @@ func TestRunWakesOnDirtyMarks(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// TestFullAuditVerifies: the full audit ends with the verification against a from-scratch evaluation. A state that
+// equals it raises nothing; a verdict altered behind GCOS's back in a way the audit does not repair (a relevant
+// group recorded as covered though no owner resolves) raises verify_mismatch naming the mismatch, and the next
+// clean audit closes it.
+func TestFullAuditVerifies(t *testing.T) {
+	t.Parallel()
+	store, ctx := seeded(t)
+	s := &scan.Scheduler{Store: store, Config: store.Config().Scan}
+	p, err := s.Once(ctx, "full")
+	if err != nil || p.Verify == nil || !p.Verify.Clean() {
+		t.Fatalf("full audit of an untouched world: %+v %v", p.Verify, err)
+	}
+	open := func() int {
+		var n int
+		if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM system_issues WHERE issue_type = 'verify_mismatch' AND status = 'open'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if open() != 0 {
+		t.Fatal("a clean verification raised verify_mismatch")
+	}
+	var key string
+	if err := store.Pool().QueryRow(ctx, `UPDATE governance_candidate_coverage SET outcome = 'covered', owner_ref = 'forged'
+		WHERE candidate_ref = (SELECT min(group_key) FROM v_candidate_effective WHERE coverage_outcome = 'orphan')
+		RETURNING candidate_ref`).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	p, err = s.Once(ctx, "full")
+	if err != nil || p.Verify == nil || p.Verify.Clean() {
+		t.Fatalf("full audit after forging a coverage outcome: %+v %v", p.Verify, err)
+	}
+	if open() != 1 {
+		t.Fatalf("verify_mismatch open %d times, want once", open())
+	}
+	var evidence string
+	if err := store.Pool().QueryRow(ctx, `SELECT evidence_snapshot::text FROM system_issues WHERE issue_type = 'verify_mismatch'`).Scan(&evidence); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(evidence, key) {
+		t.Fatalf("the finding does not name group %s: %s", key, evidence)
+	}
+	if _, err := store.Pool().Exec(ctx, `UPDATE governance_candidate_coverage SET outcome = 'orphan', owner_ref = NULL WHERE candidate_ref = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = s.Once(ctx, "full"); err != nil || !p.Verify.Clean() || open() != 0 {
+		t.Fatalf("a clean audit left verify_mismatch open: %+v %v", p.Verify, err)
 	}
 }
