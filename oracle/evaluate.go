@@ -48,15 +48,18 @@ type Reference struct {
 	policy     gcos.VerdictPolicy
 	lowRisk    []string
 	ttl        gcos.TTLConfig
+	sub        Substrate
 	objectKeys []string // object references with an object row, sorted
 	refs       []string // every object reference, sorted
 }
 
-// placement is where one object sits: its group in each scope (in Scopes order), its object row and its birth values.
+// placement is where one object sits: its group in each scope (in Scopes order, shared by its base group), its
+// object row, and its birth and anchor (indexes into the substrate's births).
 type placement struct {
-	groups []string
-	object string // candidate key of its object row, or ""
-	birth  gcos.ObjectBirth
+	groups        []string
+	object        string // candidate key of its object row, or ""
+	birth, anchor int
+	parentFound   bool
 }
 
 // Options are the configuration the reference honours: the same that configures GCOS.
@@ -71,7 +74,7 @@ type Options struct {
 func Evaluate(sub Substrate, version string, rs gcos.RulesetComponents, opts Options) *Reference {
 	ref := &Reference{At: sub.At, RulesetVersion: version, Scopes: rs.ScopeCodes(), Groups: map[string]*Group{},
 		Objects: map[string]*Object{}, Ledgers: map[string]gcos.Ledger{}, Births: int64(len(sub.Births)),
-		placed: map[string]placement{}, policy: rs.Policy, lowRisk: opts.LowRiskClasses, ttl: opts.TTL}
+		placed: make(map[string]placement, len(sub.Births)), sub: sub, policy: rs.Policy, lowRisk: opts.LowRiskClasses, ttl: opts.TTL}
 	profile := map[string]gcos.CoverageProfileRow{}
 	if !rs.IsAbsent(gcos.ComponentCoverageProfile) {
 		for _, p := range rs.CoverageProfile {
@@ -85,27 +88,30 @@ func Evaluate(sub Substrate, version string, rs gcos.RulesetComponents, opts Opt
 
 	// The anchor of an inherited child is the top of its parent chain within its collection: a child belongs to its
 	// anchor's group (SPEC §4), however deep it sits.
-	anchor := func(b Birth) (Birth, bool) {
-		a, found := b, true
-		seen := map[string]bool{}
-		for a.Parent != nil && !seen[a.Code] {
-			seen[a.Code] = true
-			i, ok := byCode[[2]string{a.Collection, *a.Parent}]
+	anchorOf := func(i int) (anchor int, parentFound bool) {
+		anchor, parentFound = i, true
+		seen := map[int]bool{}
+		for a := sub.Births[anchor]; a.Parent != nil && !seen[anchor]; a = sub.Births[anchor] {
+			seen[anchor] = true
+			j, ok := byCode[[2]string{a.Collection, *a.Parent}]
 			if !ok {
-				found = a.Code != b.Code
+				parentFound = anchor != i
 				break
 			}
-			a = sub.Births[i]
+			anchor = j
 		}
-		return a, found
+		return anchor, parentFound
 	}
 
 	// Groups: one per (class, registry, lifecycle) of each anchor, in every scope.
 	type base struct{ class, registry, lifecycle string }
 	members := map[base]int64{}
 	bases := make([]base, len(sub.Births))
-	for i, b := range sub.Births {
-		a, _ := anchor(b)
+	anchors := make([]int, len(sub.Births))
+	found := make([]bool, len(sub.Births))
+	for i := range sub.Births {
+		anchors[i], found[i] = anchorOf(i)
+		a := sub.Births[anchors[i]]
 		bases[i] = base{a.Class, a.Collection, a.Status}
 		members[bases[i]]++
 	}
@@ -133,11 +139,8 @@ func Evaluate(sub Substrate, version string, rs gcos.RulesetComponents, opts Opt
 		}
 	}
 	for i, b := range sub.Births {
-		a, parentFound := anchor(b)
-		bs := bases[i]
-		p := placement{groups: groupOf[bs], birth: gcos.ObjectBirth{Object: b.Ref(), Class: a.Class, Collection: b.Collection,
-			LifecycleStatus: a.Status, OwnLifecycleStatus: b.Status, ParentCode: b.Parent, ParentFound: b.Parent == nil || parentFound,
-			CollectionRegistered: sub.Collections[b.Collection].CollectionName != "", ClassRegistered: sub.Classes[a.Class]}}
+		a := sub.Births[anchors[i]]
+		p := placement{groups: groupOf[bases[i]], birth: i, anchor: anchors[i], parentFound: found[i]}
 		if o := ref.objectRow(sub, profile, opts, b, a, p.groups, named[[2]string{b.Collection, b.Code}]); o != nil {
 			if _, dup := ref.Objects[o.Key]; !dup {
 				ref.Objects[o.Key] = o
@@ -371,7 +374,11 @@ func (ref *Reference) Gate(object, action string) gcos.ObjectGateDecision {
 	if ref.RulesetVersion == "" {
 		return gcos.GateObject(gcos.ObjectGateInput{Action: action})
 	}
-	in.Problems = ref.policy.CheckObject(p.birth, risks)
+	b, a := ref.sub.Births[p.birth], ref.sub.Births[p.anchor]
+	_, registered := ref.sub.Collections[b.Collection]
+	in.Problems = ref.policy.CheckObject(gcos.ObjectBirth{Object: b.Ref(), Class: a.Class, Collection: b.Collection,
+		LifecycleStatus: a.Status, OwnLifecycleStatus: b.Status, ParentCode: b.Parent, ParentFound: b.Parent == nil || p.parentFound,
+		CollectionRegistered: registered, ClassRegistered: ref.sub.Classes[a.Class]}, risks)
 	return gcos.GateObject(in)
 }
 
