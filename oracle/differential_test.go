@@ -44,68 +44,60 @@ var maxSteps = flag.Int("oracle.steps", defaultSteps, "the differential test's l
 
 // knownDivergence is one way in which the incremental state is known to differ from the reference after a
 // trigger, because its fix belongs to another open issue. The random test tolerates exactly these mismatches (by
-// kind and field) once the trigger has run in a sequence; TestKnownDivergencesStillDiverge asserts each one still
-// happens, so a fix fails it and the entry must be removed.
+// kind and field) once one of the entry's triggers has run in a sequence. TestEveryTrigger asserts that each of
+// triggers still causes it when run alone (so a fix fails that test and the entry must shrink or go); sometimes
+// lists triggers that cause it only for some objects (tolerated, not asserted).
 type knownDivergence struct {
-	trigger string
-	kind    string // group, object, ledger or gate
-	field   string
-	why     string
+	triggers  []string
+	sometimes []string
+	kind      string // group, object, ledger or gate
+	field     string // a Mismatch field, or * for any
+	why       string
 }
 
+func on(triggers ...string) []string { return triggers }
+
+var (
+	newBirths  = on("births", "children", "untrusted_birth", "late_birth", "birth_object_row")
+	statusMove = on("retire", "supersede", "merge", "retire_object_row", "gcos_prefixed")
+)
+
 var knownDivergences = []knownDivergence{
-	// Change routing (the issue "every change lands in exactly the groups it affects"): a birth or an inherited
-	// child is counted in its group's snapshot count only at the next full audit, and the ledger counts the last
-	// snapshot, not the estate.
-	{"births", "group", "member_count", "a rescan keeps the group's snapshot member count"},
-	{"births", "ledger", "*", "the ledger counts the last snapshot's births, not those born since"},
-	{"children", "group", "member_count", "a rescan keeps the anchor group's snapshot member count"},
-	{"children", "ledger", "*", "the ledger counts the last snapshot's births, not those born since"},
-	{"untrusted_birth", "group", "member_count", "a rescan keeps the group's snapshot member count"},
-	{"untrusted_birth", "ledger", "*", "the ledger counts the last snapshot's births, not those born since"},
-	// A lifecycle move creates no group for the status the object moved to, and keeps the member counts of both
-	// until the full audit; the gate then finds no group for the object and blocks it (fail closed).
-	{"retire", "group", "exists", "the retired group is created only by the full audit"},
-	{"retire", "group", "member_count", "member counts move only at the full audit"},
-	{"retire", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
-	{"retire", "gate", "*", "the object's new group is missing, so the gate blocks it"},
-	{"supersede", "group", "exists", "the superseded group is created only by the full audit"},
-	{"supersede", "group", "member_count", "member counts move only at the full audit"},
-	{"supersede", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
-	{"supersede", "gate", "*", "the object's new group is missing, so the gate blocks it"},
-	{"merge", "group", "exists", "the merged group is created only by the full audit"},
-	{"merge", "group", "member_count", "member counts move only at the full audit"},
-	{"merge", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
-	{"merge", "gate", "*", "the object's new group is missing, so the gate blocks it"},
-	{"retire_into_existing", "group", "member_count", "member counts move only at the full audit"},
-	{"retire_into_existing", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
-	{"retire_object_row", "group", "exists", "the retired group is created only by the full audit"},
-	{"retire_object_row", "group", "member_count", "member counts move only at the full audit"},
-	{"retire_object_row", "object", "*", "object rows are re-evaluated only by the full audit"},
-	{"retire_object_row", "ledger", "*", "the ledger keeps the object in its old group's bucket"},
-	{"retire_object_row", "gate", "*", "the object's new group is missing, so the gate blocks it"},
-	// An ownership change keeps the old owner_scope in the group key until the full audit.
-	{"owner_moved", "group", "exists", "the group keyed on the new owner appears only at the full audit"},
-	{"owner_new", "group", "exists", "the group keyed on the new owner appears only at the full audit"},
+	// Change routing (the issue "every change lands in exactly the groups it affects"). A birth or an inherited
+	// child is counted in its group's member count only at the next full audit, and the ledger counts the last
+	// snapshot's births, not the estate.
+	{newBirths, nil, "group", "member_count", "a rescan keeps the group's snapshot member count"},
+	{newBirths, nil, "ledger", "*", "the ledger counts the last snapshot's births, not those born since"},
+	// A lifecycle move creates no group for the status the object moved to and moves no member count until the full
+	// audit; the gate then finds no group for the object and blocks it (fail closed).
+	{statusMove, nil, "group", "exists", "the group of the new status is created only by the full audit"},
+	{append(on("retire_into_existing"), statusMove...), nil, "group", "member_count", "member counts move only at the full audit"},
+	{append(on("retire_into_existing"), statusMove...), nil, "ledger", "*", "the ledger keeps the object in its old group's bucket"},
+	{statusMove, nil, "gate", "*", "the object's new group is missing, so the gate blocks it"},
+	// An ownership change or a new axis family keeps the old owner_scope or axis_family in the group key until the
+	// full audit.
+	{on("owner_moved", "owner_new"), nil, "group", "exists", "the group keyed on the new owner appears only at the full audit"},
+	{on("axis"), nil, "group", "exists", "the group keyed on the new axis family appears only at the full audit"},
 	// Object rows are materialized and re-evaluated only by the full audit.
-	{"coverage", "object", "verdict", "object rows are re-evaluated only by the full audit"},
-	{"coverage", "object", "coverage", "object rows are re-evaluated only by the full audit"},
-	{"coverage", "object", "coverage_required", "object rows are re-evaluated only by the full audit"},
-	{"coverage", "ledger", "*", "the ledger counts the stale object rows"},
-	{"exception_object", "object", "exists", "an excepted object's row is materialized only by the full audit"},
-	{"exception_object", "ledger", "*", "the exception counts only once its object row exists"},
-	{"fingerprint_changed", "object", "exists", "an excepted object's row is materialized only by the full audit"},
-	// Trust (the issue "nothing enters unseen, nothing is forged"): a changelog row whose changed_by starts with
-	// "gcos:" is skipped as GCOS's own echo, so the change it reports is seen only by the full audit.
-	{"gcos_prefixed", "group", "exists", "the forged echo is skipped: nothing is dirtied"},
-	{"gcos_prefixed", "group", "member_count", "the forged echo is skipped: nothing is dirtied"},
-	{"gcos_prefixed", "ledger", "*", "the forged echo is skipped: nothing is dirtied"},
-	{"gcos_prefixed", "gate", "*", "the object's new group is missing, so the gate blocks it"},
+	{on("birth_object_row"), on("births", "untrusted_birth", "late_birth"), "object", "exists",
+		"a new object of an independently authoritative class gets its row only at the full audit"},
+	{on("retire_object_row"), nil, "object", "*", "an object row is re-evaluated only by the full audit"},
+	{on("coverage"), nil, "object", "verdict", "object rows are re-evaluated only by the full audit"},
+	{on("coverage"), nil, "object", "coverage", "object rows are re-evaluated only by the full audit"},
+	{on("coverage"), nil, "object", "coverage_required", "object rows are re-evaluated only by the full audit"},
+	{on("coverage"), nil, "ledger", "*", "the ledger counts the stale object rows"},
+	{on("exception_object", "fingerprint_changed"), nil, "object", "exists", "an excepted object's row is materialized only by the full audit"},
+	{on("exception_object"), nil, "ledger", "*", "the exception counts only once its object row exists"},
 }
 
 // explains reports whether the entry covers mismatch m.
 func (k knownDivergence) explains(m oracle.Mismatch) bool {
 	return k.kind == m.Kind && (k.field == "*" || k.field == m.Field)
+}
+
+// after reports whether the entry applies once the triggers ran.
+func (k knownDivergence) after(ran []string) bool {
+	return slices.ContainsFunc(ran, func(t string) bool { return slices.Contains(k.triggers, t) || slices.Contains(k.sometimes, t) })
 }
 
 // trigger is one kind of change to the substrate, written as its writer would write it.
@@ -414,14 +406,8 @@ var triggers = []trigger{
 		if err := e.exec(`UPDATE governance_coverage_profile SET coverage_required = NOT coalesce(coverage_required, true) WHERE entity_type = $1`, class); err != nil {
 			return "", err
 		}
-		rs, _, err := e.store.ComputeRuleset(e.ctx, "proposer")
-		if err != nil {
-			return "", err
-		}
-		if _, err := e.store.ActivateRuleset(e.ctx, rs.Version, "APR-R", "approver"); err != nil {
-			return "", err
-		}
-		return "coverage_required of " + class + " flipped; ruleset " + rs.Version + " activated", nil
+		v, err := e.activate()
+		return "coverage_required of " + class + " flipped; ruleset " + v + " activated", err
 	}},
 	{"silent_then_audit", func(e *env, r *rand.Rand) (string, error) {
 		_, coll, code, err := e.object(r, "status = 'active'")
@@ -457,12 +443,118 @@ var triggers = []trigger{
 		}
 		return "retire of " + coll + ":" + code + " logged as gcos:forged", e.changelog(class, code, "retire", "gcos:forged")
 	}},
+	{"birth_object_row", func(e *env, r *rand.Rand) (string, error) {
+		classes, err := e.strings(`SELECT p.entity_type || '|' || m.registry_collection FROM governance_coverage_profile p
+			JOIN meta_catalog m USING (entity_type) WHERE p.independently_authoritative AND m.registry_collection IS NOT NULL ORDER BY 1`)
+		if err != nil || len(classes) == 0 {
+			return "", fmt.Errorf("no independently authoritative class (%v)", err)
+		}
+		c := strings.SplitN(pick(r, classes), "|", 2)
+		e.seq++
+		code := fmt.Sprintf("%s-d%d-%d", c[0], e.seq, r.Uint32())
+		return "birth of " + c[1] + ":" + code + " (independently authoritative)", e.exec(`INSERT INTO birth_registry
+			(entity_code, collection_name, entity_type, status, source_system, actor_ref) VALUES ($1, $2, $3, 'active', 'birth-api', 'differential')`,
+			code, c[1], c[0])
+	}},
+	{"late_birth", func(e *env, r *rand.Rand) (string, error) {
+		// Late data: a birth whose born_at lies an hour behind the tail's cursor.
+		if err := e.births(r, 1, "birth-api"); err != nil {
+			return "", err
+		}
+		return "a birth born an hour ago", e.exec(`UPDATE birth_registry SET born_at = now() - interval '1 hour'
+			WHERE id = (SELECT max(id) FROM birth_registry)`)
+	}},
+	{"register", func(e *env, r *rand.Rand) (string, error) {
+		class, coll, code, err := e.object(r, "true")
+		if err != nil {
+			return "", err
+		}
+		return "object " + coll + ":" + code + " re-registered", e.changelog(class, code, "register", "registry-sync")
+	}},
+	{"source_changed", func(e *env, r *rand.Rand) (string, error) {
+		class, coll, code, err := e.object(r, "true")
+		if err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE birth_registry SET source_system = 'registry-sync' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
+			return "", err
+		}
+		return "source of " + coll + ":" + code + " changed", e.changelog(class, code, "source_changed", "registry-sync")
+	}},
+	{"count_changed", func(e *env, r *rand.Rand) (string, error) {
+		colls, err := e.strings(`SELECT collection_name FROM collection_registry ORDER BY 1`)
+		if err != nil {
+			return "", err
+		}
+		coll := pick(r, colls)
+		return "count of " + coll + " changed", e.changelog("collection", coll, "count_changed", "registry-sync")
+	}},
+	{"axis", func(e *env, r *rand.Rand) (string, error) {
+		class, _, _, err := e.object(r, "true")
+		if err != nil {
+			return "", err
+		}
+		e.seq++
+		code := fmt.Sprintf("pivot-d%d-%d", e.seq, r.IntN(1e6))
+		if err := e.exec(`INSERT INTO pivot_definitions (pivot_code, axis_family, entity_type) VALUES ($1, $2, $3)`,
+			code, pick(r, []string{"aa-family", "zz-family"}), class); err != nil {
+			return "", err
+		}
+		if err := e.changelog("pivot", code, "create", "registry-sync"); err != nil {
+			return "", err
+		}
+		v, err := e.activate()
+		return "axis " + code + " on " + class + "; ruleset " + v + " activated", err
+	}},
+	{"policy", func(e *env, r *rand.Rand) (string, error) {
+		laws, err := e.strings(`SELECT law_code FROM law_jurisdiction ORDER BY 1`)
+		if err != nil || len(laws) == 0 {
+			return "", fmt.Errorf("no law_jurisdiction row (%v)", err)
+		}
+		e.seq++
+		id := fmt.Sprintf("M-D%d-%d", e.seq, r.IntN(1e6))
+		if err := e.exec(`INSERT INTO measurement_registry (measurement_id, law_code, method, source_query, target_query, severity)
+			VALUES ($1, $2, 1, 'select 1', 'select 1', 'high')`, id, pick(r, laws)); err != nil {
+			return "", err
+		}
+		if err := e.changelog("measurement", id, "create", "registry-sync"); err != nil {
+			return "", err
+		}
+		v, err := e.activate()
+		return "rule " + id + " added; ruleset " + v + " activated", err
+	}},
+	{"ttl_expiry", func(e *env, r *rand.Rand) (string, error) {
+		// The clock passing stale_after, without waiting a TTL: the rows' stale_after is moved to now.
+		keys, err := e.strings(`SELECT group_key FROM governance_candidate_state ORDER BY group_key`)
+		if err != nil {
+			return "", err
+		}
+		n := 1 + r.IntN(5)
+		var chosen []string
+		for range n {
+			chosen = append(chosen, pick(r, keys))
+		}
+		return fmt.Sprintf("%d rows past stale_after", n), e.exec(`UPDATE governance_candidate_state SET stale_after = now()
+			WHERE group_key = ANY($1)`, chosen)
+	}},
 	{"poison", func(e *env, r *rand.Rand) (string, error) {
 		if err := e.changelog("no_such_registry_word", "x", "update", "registry-sync"); err != nil {
 			return "", err
 		}
 		return "a changelog row naming nothing", e.exec(`INSERT INTO registry_changelog (action) VALUES ('update')`)
 	}},
+}
+
+// activate proposes the ruleset of the registries as they are and activates it.
+func (e *env) activate() (string, error) {
+	rs, _, err := e.store.ComputeRuleset(e.ctx, "proposer")
+	if err != nil {
+		return "", err
+	}
+	if _, err := e.store.ActivateRuleset(e.ctx, rs.Version, "APR-R", "approver"); err != nil {
+		return "", err
+	}
+	return rs.Version, nil
 }
 
 // objectException grants an approved exception on one relevant object, pinned to its fingerprint.
@@ -503,7 +595,7 @@ func unexpected(rep oracle.Report, ran []string) []oracle.Mismatch {
 	var out []oracle.Mismatch
 	for _, m := range rep.Mismatches {
 		known := slices.ContainsFunc(knownDivergences, func(k knownDivergence) bool {
-			return slices.Contains(ran, k.trigger) && k.explains(m)
+			return k.after(ran) && k.explains(m)
 		})
 		if !known {
 			out = append(out, m)
@@ -593,7 +685,7 @@ func TestEveryTrigger(t *testing.T) {
 				t.Errorf("%s: %d mismatches no known divergence explains:\n%s", what, len(bad), describe(bad, 25))
 			}
 			for _, k := range knownDivergences {
-				if k.trigger == tr.name && !slices.ContainsFunc(rep.Mismatches, k.explains) {
+				if slices.Contains(k.triggers, tr.name) && !slices.ContainsFunc(rep.Mismatches, k.explains) {
 					t.Errorf("%s: known divergence %s.%s (%s) no longer happens: remove it from knownDivergences",
 						what, k.kind, k.field, k.why)
 				}
