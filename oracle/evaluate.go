@@ -62,6 +62,9 @@ type placement struct {
 	parentFound   bool
 }
 
+// maxAnchorHops bounds the walk up a parent chain, so a cycle of parent codes ends.
+const maxAnchorHops = 1000
+
 // Options are the configuration the reference honours: the same that configures GCOS.
 type Options struct {
 	ObjectRiskClasses []string       // high-risk write-path classes with these risk classes get object rows
@@ -90,13 +93,14 @@ func Evaluate(sub Substrate, version string, rs gcos.RulesetComponents, opts Opt
 	// anchor's group (SPEC §4), however deep it sits.
 	anchorOf := func(i int) (anchor int, parentFound bool) {
 		anchor, parentFound = i, true
-		seen := map[int]bool{}
-		for a := sub.Births[anchor]; a.Parent != nil && !seen[anchor]; a = sub.Births[anchor] {
-			seen[anchor] = true
+		for hops := 0; sub.Births[anchor].Parent != nil && hops < maxAnchorHops; hops++ {
+			a := sub.Births[anchor]
 			j, ok := byCode[[2]string{a.Collection, *a.Parent}]
 			if !ok {
-				parentFound = anchor != i
-				break
+				return anchor, anchor != i
+			}
+			if j == anchor {
+				break // its own parent
 			}
 			anchor = j
 		}
