@@ -81,7 +81,8 @@ var knownDivergences = []knownDivergence{
 	// Object rows are materialized and re-evaluated only by the full audit.
 	{on("birth_object_row"), on("births", "untrusted_birth", "late_birth"), "object", "exists",
 		"a new object of an independently authoritative class gets its row only at the full audit"},
-	{on("retire_object_row"), nil, "object", "*", "an object row is re-evaluated only by the full audit"},
+	{on("retire_object_row"), on("exception_object", "fingerprint_changed", "exception_expires"), "object", "*",
+		"an object row is re-evaluated only by the full audit (an exception on an object that has a row for its class, too)"},
 	{on("coverage"), nil, "object", "verdict", "object rows are re-evaluated only by the full audit"},
 	{on("coverage"), nil, "object", "coverage", "object rows are re-evaluated only by the full audit"},
 	{on("coverage"), nil, "object", "coverage_required", "object rows are re-evaluated only by the full audit"},
