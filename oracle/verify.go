@@ -48,10 +48,11 @@ type Report struct {
 // Clean reports whether the incremental state equals the reference everywhere it was compared.
 func (r Report) Clean() bool { return len(r.Mismatches) == 0 }
 
-// Options say how much of the gate to compare.
+// VerifyOptions say how much of the gate to compare.
 type VerifyOptions struct {
-	Sample int    // objects sampled for the gate beyond those with object rows (both actions each)
-	Seed   uint64 // picks the sample
+	Sample int      // objects sampled for the gate beyond those with object rows (both actions each)
+	Seed   uint64   // picks the sample
+	Also   []string // objects (collection:code) the gate is asked about in any case, e.g. those just changed
 }
 
 // Reference reads the substrate in one REPEATABLE READ transaction and evaluates it under the active ruleset.
@@ -82,6 +83,7 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 
 	objects := slices.Clone(ref.ObjectsWithRows())
 	objects = append(objects, inc.objectRefs...)
+	objects = append(objects, opts.Also...)
 	all := ref.ObjectRefs()
 	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
 	for _, i := range rng.Perm(len(all))[:min(opts.Sample, len(all))] {
