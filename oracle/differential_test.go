@@ -78,6 +78,9 @@ var knownDivergences = []knownDivergence{
 	// An ownership change or a new axis family keeps the old owner_scope or axis_family in the group key until the
 	// full audit.
 	{on("owner_moved", "owner_new"), nil, "group", "exists", "the group keyed on the new owner appears only at the full audit"},
+	{on("owner_new"), on("owner_moved"), "ledger", "*", "the ledger counts the old group, an orphan, where an owner now resolves"},
+	// The gate follows from the ledger's divergence only for an object covered in every other scope: not asserted.
+	{nil, on("owner_new", "owner_moved"), "gate", "*", "the gate judges the old group, an orphan, and blocks where an owner now resolves"},
 	{on("axis"), nil, "group", "exists", "the group keyed on the new axis family appears only at the full audit"},
 	// Object rows are materialized and re-evaluated only by the full audit.
 	{on("birth_object_row"), on("births", "untrusted_birth", "late_birth"), "object", "exists",
@@ -336,21 +339,24 @@ var triggers = []trigger{
 		return fmt.Sprintf("ownership %s → %s", id, owner), e.changelog("ownership", id, "update", "registry-sync")
 	}},
 	{"owner_new", func(e *env, r *rand.Rand) (string, error) {
-		class, _, _, err := e.object(r, "true")
-		if err != nil {
-			return "", err
+		// An owner for a class that has none in a scope: a high-risk relevant group there was an orphan.
+		orphans, err := e.strings(`SELECT scope || '|' || object_class || '|' || source_registry || '|' || lifecycle_status
+			FROM v_candidate_effective WHERE coverage_outcome = 'orphan' AND risk_class <> 'read_descriptive' ORDER BY group_key`)
+		if err != nil || len(orphans) == 0 {
+			return "", fmt.Errorf("no orphan group (%v)", err)
 		}
-		scopes, err := e.strings(`SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
-		if err != nil {
-			return "", err
-		}
-		scope := pick(r, scopes)
-		var id string
+		o := strings.SplitN(pick(r, orphans), "|", 4)
+		var id, object string
 		if err := e.pool.QueryRow(e.ctx, `INSERT INTO governance_object_ownership (scope_code, entity_type, owner_ref)
-			VALUES ($1, $2, $3) RETURNING id::text`, scope, class, fmt.Sprintf("team-new-%d", r.IntN(1000))).Scan(&id); err != nil {
+			VALUES ($1, $2, $3) RETURNING id::text`, o[0], o[1], fmt.Sprintf("team-new-%d", r.IntN(1000))).Scan(&id); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("new owner of %s in %s", class, scope), e.changelog("ownership", id, "create", "registry-sync")
+		if err := e.pool.QueryRow(e.ctx, `SELECT min(collection_name || ':' || entity_code) FROM birth_registry
+			WHERE entity_type = $1 AND collection_name = $2 AND status = $3 AND parent_code IS NULL`, o[1], o[2], o[3]).Scan(&object); err != nil {
+			return "", err
+		}
+		e.touched = append(e.touched, object)
+		return fmt.Sprintf("new owner of %s in %s", o[1], o[0]), e.changelog("ownership", id, "create", "registry-sync")
 	}},
 	{"exception_group", func(e *env, r *rand.Rand) (string, error) {
 		class, coll, _, err := e.object(r, "true")
