@@ -87,6 +87,9 @@ var knownDivergences = []knownDivergence{
 		"a new object of an independently authoritative class gets its row only at the full audit"},
 	{on("retire_object_row"), on("exception_object", "fingerprint_changed", "exception_expires"), "object", "*",
 		"an object row is re-evaluated only by the full audit (an exception on an object that has a row for its class, too)"},
+	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "object", "*", "object rows a ruleset bump dirties are rescanned only by the full audit"},
+	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "gate", "*", "the gate blocks those object rows as stale (dirty) meanwhile"},
+	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "ledger", "*", "the ledger counts those object rows as stale"},
 	{on("coverage"), nil, "object", "verdict", "object rows are re-evaluated only by the full audit"},
 	{on("coverage"), nil, "object", "coverage", "object rows are re-evaluated only by the full audit"},
 	{on("coverage"), nil, "object", "coverage_required", "object rows are re-evaluated only by the full audit"},
@@ -418,6 +421,25 @@ var triggers = []trigger{
 		}
 		v, err := e.activate()
 		return "coverage_required of " + class + " flipped; ruleset " + v + " activated", err
+	}},
+	{"ruleset_object_rows", func(e *env, r *rand.Rand) (string, error) {
+		// A ruleset bump that changes the verdict of a class whose objects have rows.
+		classes, err := e.strings(`SELECT DISTINCT object_type FROM governance_candidate_object WHERE lifecycle_status = 'active' ORDER BY 1`)
+		if err != nil || len(classes) == 0 {
+			return "", fmt.Errorf("no object rows (%v)", err)
+		}
+		class := pick(r, classes)
+		if err := e.exec(`UPDATE governance_coverage_profile SET coverage_required = NOT coalesce(coverage_required, true) WHERE entity_type = $1`, class); err != nil {
+			return "", err
+		}
+		var object string
+		if err := e.pool.QueryRow(e.ctx, `SELECT min(object_ref) FROM governance_candidate_object WHERE object_type = $1 AND lifecycle_status = 'active'`,
+			class).Scan(&object); err != nil {
+			return "", err
+		}
+		e.touched = append(e.touched, object)
+		v, err := e.activate()
+		return "coverage_required of " + class + " (objects with rows) flipped; ruleset " + v + " activated", err
 	}},
 	{"silent_then_audit", func(e *env, r *rand.Rand) (string, error) {
 		_, coll, code, err := e.object(r, "status = 'active'")
