@@ -71,7 +71,9 @@ var knownDivergences = []knownDivergence{
 	{newBirths, nil, "ledger", "*", "the ledger counts the last snapshot's births, not those born since"},
 	// A lifecycle move creates no group for the status the object moved to and moves no member count until the full
 	// audit; the gate then finds no group for the object and blocks it (fail closed).
-	{statusMove, nil, "group", "exists", "the group of the new status is created only by the full audit"},
+	{statusMove, on("retire_into_existing"), "group", "exists", "the group of the new status is created only by the full audit (and the one its last member left stays)"},
+	// The full audit leaves live a group whose last member left (doc 40 §40.8: it should be retired).
+	{on("silent_then_audit_last"), nil, "group", "exists", "the full audit keeps a group whose last member left"},
 	{append(on("retire_into_existing"), statusMove...), nil, "group", "member_count", "member counts move only at the full audit"},
 	{append(on("retire_into_existing"), statusMove...), nil, "ledger", "*", "the ledger keeps the object in its old group's bucket"},
 	{statusMove, nil, "gate", "*", "the object's new group is missing, so the gate blocks it"},
@@ -441,20 +443,8 @@ var triggers = []trigger{
 		v, err := e.activate()
 		return "coverage_required of " + class + " (objects with rows) flipped; ruleset " + v + " activated", err
 	}},
-	{"silent_then_audit", func(e *env, r *rand.Rand) (string, error) {
-		_, coll, code, err := e.object(r, "status = 'active'")
-		if err != nil {
-			return "", err
-		}
-		if err := e.exec(`UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
-			return "", err
-		}
-		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
-			return "", err
-		}
-		e.touched = append(e.touched, coll+":"+code)
-		return "silent retire of " + coll + ":" + code + ", then a full audit", nil
-	}},
+	{"silent_then_audit", silentRetire(false)},
+	{"silent_then_audit_last", silentRetire(true)},
 	{"untrusted_birth", func(e *env, r *rand.Rand) (string, error) {
 		return "a birth from an untrusted source", e.births(r, 1, "rogue-writer")
 	}},
@@ -577,6 +567,32 @@ var triggers = []trigger{
 		}
 		return "a changelog row naming nothing", e.exec(`INSERT INTO registry_changelog (action) VALUES ('update')`)
 	}},
+}
+
+// silentRetire retires an object with no changelog row (a change the tail cannot see), then runs the full audit
+// that must catch it: an object that shares its group with others, or the last member of its group.
+func silentRetire(last bool) func(e *env, r *rand.Rand) (string, error) {
+	return func(e *env, r *rand.Rand) (string, error) {
+		members := `(SELECT count(*) FROM birth_registry o WHERE o.entity_type = birth_registry.entity_type
+			AND o.collection_name = birth_registry.collection_name AND o.status = birth_registry.status)`
+		where := "status = 'active' AND " + members + " > 1"
+		if last {
+			where = "status = 'active' AND " + members + ` = 1 AND NOT EXISTS (SELECT 1 FROM birth_registry c
+				WHERE c.collection_name = birth_registry.collection_name AND c.parent_code = birth_registry.entity_code)`
+		}
+		_, coll, code, err := e.object(r, where)
+		if err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
+			return "", err
+		}
+		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+			return "", err
+		}
+		e.touched = append(e.touched, coll+":"+code)
+		return "silent retire of " + coll + ":" + code + ", then a full audit", nil
+	}
 }
 
 // activate proposes the ruleset of the registries as they are and activates it.
