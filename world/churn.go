@@ -41,10 +41,11 @@ func (c *Churn) Births() int64 { return c.births.Load() }
 func (c *Churn) Changes() int64 { return c.changes.Load() }
 
 const (
-	churnTick       = 100 * time.Millisecond
-	churnMaxPerTick = 10_000 // rows per kind and transaction; a slow database falls behind rather than piling up
-	churnRecent     = 4096   // codes remembered for object changes
-	churnReport     = time.Minute
+	churnTick         = 100 * time.Millisecond
+	churnMaxPerTick   = 10_000 // rows per kind and transaction; a slow database falls behind rather than piling up
+	churnRecent       = 4096   // codes remembered for object changes
+	churnReport       = time.Minute
+	churnWriteTimeout = 30 * time.Second // one tick's transaction, even after Run's context ended
 )
 
 // churnClass is an entity type churn can bear, with its collection and its weight (current births + 1).
@@ -97,9 +98,13 @@ func (c *Churn) Run(ctx context.Context) error {
 			last = now
 			dueBirths = min(dueBirths+c.BirthsPerSecond*dt, churnMaxPerTick)
 			dueChanges = min(dueChanges+c.ChangesPerSecond*dt, churnMaxPerTick)
+			// A tick's writes are not cut off by the end of ctx: a transaction cancelled while it commits may have
+			// committed, and then Births and Changes would under-count what was written.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), churnWriteTimeout)
 			if n := int(dueBirths); n > 0 {
-				if err := st.insertBirths(ctx, n); err != nil {
+				if err := st.insertBirths(wctx, n); err != nil {
 					if ctx.Err() != nil {
+						cancel()
 						return nil
 					}
 					log.Warn("churn births failed; retrying next tick", "rows", n, "err", err)
@@ -109,8 +114,9 @@ func (c *Churn) Run(ctx context.Context) error {
 				}
 			}
 			if n := int(dueChanges); n > 0 {
-				if err := st.insertChanges(ctx, n); err != nil {
+				if err := st.insertChanges(wctx, n); err != nil {
 					if ctx.Err() != nil {
+						cancel()
 						return nil
 					}
 					log.Warn("churn changes failed; retrying next tick", "rows", n, "err", err)
@@ -119,6 +125,7 @@ func (c *Churn) Run(ctx context.Context) error {
 					c.changes.Add(int64(n))
 				}
 			}
+			cancel()
 			if now.Sub(lastReport) >= churnReport {
 				lastReport = now
 				log.Info("churn", "births", c.births.Load(), "changes", c.changes.Load(),
