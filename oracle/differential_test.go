@@ -181,9 +181,10 @@ func (e *env) wire() {
 	e.scans = &scan.Scheduler{Store: e.store}
 }
 
-// settle runs intake and incremental scans until no group is dirty.
+// settle runs intake and incremental scans until no group is dirty, polling with a generous deadline.
 func (e *env) settle() error {
-	for range 50 {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
 		time.Sleep(30 * time.Millisecond) // past the tail's horizon guard
 		if _, err := e.intake.Once(e.ctx); err != nil {
 			return fmt.Errorf("intake: %w", err)
@@ -199,7 +200,7 @@ func (e *env) settle() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("the dirty set did not drain")
+	return fmt.Errorf("the dirty set did not drain within 2 minutes")
 }
 
 func (e *env) exec(sql string, args ...any) error {
@@ -392,8 +393,17 @@ var triggers = []trigger{
 		if err := e.settle(); err != nil {
 			return "", err
 		}
-		// Expiry is read-time: no changelog row, no scan; only the clock moves.
-		time.Sleep(2500 * time.Millisecond)
+		// Expiry is read-time: no changelog row, no scan; only the database clock moves past expires_at.
+		deadline := time.Now().Add(2 * time.Minute)
+		for expired := false; !expired; {
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("exception %s never expired by the database clock", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if err := e.pool.QueryRow(e.ctx, `SELECT now() >= expires_at FROM governance_exception WHERE exception_id = $1`, id).Scan(&expired); err != nil {
+				return "", err
+			}
+		}
 		return "object exception " + id + " on " + obj + " expired by the clock", nil
 	}},
 	{"fingerprint_changed", func(e *env, r *rand.Rand) (string, error) {

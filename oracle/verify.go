@@ -3,6 +3,7 @@ package oracle
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -216,19 +217,21 @@ func readIncremental(ctx context.Context, tx pgx.Tx) (incremental, error) {
 	return inc, nil
 }
 
-func compareGroups(ref *Reference, inc incremental) []Mismatch {
-	var out []Mismatch
-	keys := make([]string, 0, len(ref.Groups)+len(inc.groups))
-	for k := range ref.Groups {
-		keys = append(keys, k)
-	}
-	for k := range inc.groups {
-		if _, ok := ref.Groups[k]; !ok {
+// unionKeys lists the keys of both maps once, sorted.
+func unionKeys[A, B any](a map[string]A, b map[string]B) []string {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
-	for _, k := range keys {
+	return keys
+}
+
+func compareGroups(ref *Reference, inc incremental) []Mismatch {
+	var out []Mismatch
+	for _, k := range unionKeys(ref.Groups, inc.groups) {
 		want, inRef := ref.Groups[k]
 		got, inInc := inc.groups[k]
 		diff := func(field, g, w string) {
@@ -266,17 +269,7 @@ func compareGroups(ref *Reference, inc incremental) []Mismatch {
 
 func compareObjects(ref *Reference, inc incremental) []Mismatch {
 	var out []Mismatch
-	keys := make([]string, 0, len(ref.Objects)+len(inc.objects))
-	for k := range ref.Objects {
-		keys = append(keys, k)
-	}
-	for k := range inc.objects {
-		if _, ok := ref.Objects[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range unionKeys(ref.Objects, inc.objects) {
 		want, inRef := ref.Objects[k]
 		got, inInc := inc.objects[k]
 		diff := func(field, g, w string) {
