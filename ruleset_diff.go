@@ -15,6 +15,7 @@ type GroupSelector struct {
 	ObjectClass    *string `json:"object_class,omitempty"`
 	SourceRegistry *string `json:"source_registry,omitempty"`
 	AxisFamily     *string `json:"axis_family,omitempty"`
+	Lifecycle      *string `json:"lifecycle_status,omitempty"`
 	Reason         string  `json:"reason"`
 }
 
@@ -29,7 +30,7 @@ func (s GroupSelector) Matches(d Dimensions) bool {
 	eq := func(want, have *string) bool { return want == nil || (have != nil && *have == *want) }
 	scopeOK := s.Scope == nil || d.Scope == nil || *d.Scope == UnscopedScope || *d.Scope == *s.Scope
 	return scopeOK && eq(s.ObjectClass, d.ObjectClass) && eq(s.SourceRegistry, d.SourceRegistry) &&
-		eq(s.AxisFamily, d.AxisFamily)
+		eq(s.AxisFamily, d.AxisFamily) && eq(s.Lifecycle, d.LifecycleStatus)
 }
 
 // SelectGroups returns, in order, the indexes of the groups matched by at least one selector.

@@ -30,7 +30,43 @@ func (s *Store) newEvaluator(ctx context.Context, q querier, rs RulesetRow) (*ev
 	if err != nil {
 		return nil, err
 	}
-	c := rs.Components
+	if regs, err = underRuleset(ctx, q, regs, rs.Components); err != nil {
+		return nil, err
+	}
+	var now time.Time
+	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, fmt.Errorf("read database clock: %w", err)
+	}
+	return &evaluator{ruleset: rs, regs: regs, policy: rs.Components.Policy, ttl: s.cfg.TTL, now: now}, nil
+}
+
+// dimensionRegistries loads the registries group keys are derived from: the live ones under the rule side of
+// ruleset version (the current ruleset when empty; the live rule registries before any ruleset exists), so the
+// intake, snapshots and scans key a base group in a scope identically.
+func (s *Store) dimensionRegistries(ctx context.Context, q querier, version string) (gcos.Registries, error) {
+	regs, err := loadRegistries(ctx, q)
+	if err != nil {
+		return regs, err
+	}
+	var rs RulesetRow
+	if version == "" {
+		rs, err = s.currentRuleset(ctx)
+	} else {
+		rs, err = s.rulesetVersion(ctx, version)
+	}
+	switch {
+	case gcos.ErrorCode(err) == gcos.ENOTFOUND:
+		return regs, nil
+	case err != nil:
+		return regs, err
+	}
+	return underRuleset(ctx, q, regs, rs.Components)
+}
+
+// underRuleset replaces the rule side of the live registries (coverage profile, axis, jurisdictions, scopes)
+// with a ruleset's components, so a group's dimensions and verdict follow from its ruleset version; ownership,
+// exceptions, collections and classes stay live.
+func underRuleset(ctx context.Context, q querier, regs gcos.Registries, c gcos.RulesetComponents) (gcos.Registries, error) {
 	regs.Profile = map[string]gcos.CoverageProfileRow{}
 	for _, p := range c.CoverageProfile {
 		regs.Profile[p.EntityType] = p
@@ -40,7 +76,7 @@ func (s *Store) newEvaluator(ctx context.Context, q querier, rs RulesetRow) (*ev
 	regs.Absent = nil
 	for _, name := range []string{gcos.TableExceptions, gcos.TableOwnership} {
 		if ok, err := tableExists(ctx, q, name); err != nil {
-			return nil, err
+			return regs, err
 		} else if !ok {
 			regs.Absent = append(regs.Absent, name)
 		}
@@ -55,11 +91,7 @@ func (s *Store) newEvaluator(ctx context.Context, q querier, rs RulesetRow) (*ev
 		regs.Absent = append(regs.Absent, gcos.TableScopes)
 	}
 	regs.Finish()
-	var now time.Time
-	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, fmt.Errorf("read database clock: %w", err)
-	}
-	return &evaluator{ruleset: rs, regs: regs, policy: c.Policy, ttl: s.cfg.TTL, now: now}, nil
+	return regs, nil
 }
 
 var settledWithoutCoverage = []gcos.Verdict{gcos.VerdictNotRelevant, gcos.VerdictClass0, gcos.VerdictDeferredBirth, gcos.VerdictRetired}
@@ -80,6 +112,7 @@ type candidateValues struct {
 	TTL              time.Duration
 	Evidence         string
 	MemberCount      int64
+	Lifecycle        string               // the row's lifecycle_status; "" is active
 	Coverage         gcos.CoverageOutcome // set for relevant groups
 	CoverageOwner    *string
 	ExceptionID      *string
@@ -145,7 +178,46 @@ func (e *evaluator) evaluate(g gcos.Group, objectKey string) (candidateValues, e
 	return v, nil
 }
 
-// upsertGroups records groups in the group registry; unchanged groups are not written.
+// Candidate row lifecycles (lifecycle_status).
+const (
+	lifecycleActive  = "active"
+	lifecycleRetired = "retired"
+)
+
+// retire judges a group whose source is gone: no member is left in it, or its key no longer follows from the
+// registries (an owner or axis family moved its members to another key). Doc 40 §40.8: the row becomes verdict
+// retired, lifecycle retired, zero members, and is kept for the ledger and history, never deleted.
+func (e *evaluator) retire(g gcos.Group, why string) (candidateValues, error) {
+	class := deref(g.ObjectClass)
+	v := candidateValues{GroupKey: g.Key, Verdict: gcos.VerdictRetired, Rule: "group_retired:" + why,
+		InputQuality: string(gcos.InputAccepted), RiskClass: e.regs.RiskClass(class), OwnerScope: g.OwnerScope,
+		Lifecycle: lifecycleRetired}
+	v.TTL = e.ttl.TTLFor(v.RiskClass)
+	deps, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
+	if err != nil {
+		return v, err
+	}
+	v.DependsOn = deps
+	sum := sha256.Sum256([]byte("retired:" + why + ":" + g.Key + ":" + e.ruleset.Version))
+	v.Evidence = hex.EncodeToString(sum[:16])
+	return v, nil
+}
+
+// retireGroups marks groups retired in the registry (zero members); the gate no longer consults them. A group
+// that gains members again is re-activated by upsertGroups.
+func retireGroups(ctx context.Context, tx pgx.Tx, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE governance_group SET member_count = 0, retired_at = coalesce(retired_at, now())
+		WHERE group_key = ANY($1) AND (member_count <> 0 OR retired_at IS NULL)`, keys); err != nil {
+		return fmt.Errorf("retire groups: %w", err)
+	}
+	return nil
+}
+
+// upsertGroups records groups in the group registry with their member counts, re-activating retired ones;
+// unchanged groups are not written.
 func upsertGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
 	if len(groups) == 0 {
 		return nil
@@ -165,8 +237,8 @@ func upsertGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
 	_, err := tx.Exec(ctx, `
 		INSERT INTO governance_group (group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count, depends_on)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::jsonb[])
-		ON CONFLICT (group_key) DO UPDATE SET member_count = EXCLUDED.member_count, last_seen_at = now()
-		WHERE governance_group.member_count IS DISTINCT FROM EXCLUDED.member_count`,
+		ON CONFLICT (group_key) DO UPDATE SET member_count = EXCLUDED.member_count, last_seen_at = now(), retired_at = NULL
+		WHERE governance_group.member_count IS DISTINCT FROM EXCLUDED.member_count OR governance_group.retired_at IS NOT NULL`,
 		keys, classes, regs, axes, scopes, lifecycles, owners, counts, deps)
 	if err != nil {
 		return fmt.Errorf("record groups: %w", err)
@@ -182,6 +254,7 @@ type candidateArrays struct {
 	deps                                       []string
 	ttls                                       []time.Duration
 	counts                                     []int64
+	lifecycles                                 []string
 }
 
 func toArrays(vs []candidateValues) candidateArrays {
@@ -197,6 +270,7 @@ func toArrays(vs []candidateValues) candidateArrays {
 		a.deps = append(a.deps, string(v.DependsOn))
 		a.ttls = append(a.ttls, v.TTL)
 		a.counts = append(a.counts, v.MemberCount)
+		a.lifecycles = append(a.lifecycles, nonEmpty(v.Lifecycle, lifecycleActive))
 	}
 	return a
 }
@@ -206,11 +280,11 @@ func toArrays(vs []candidateValues) candidateArrays {
 const seedCandidatesSQL = `
 INSERT INTO governance_candidate_state AS c (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
     input_quality_state, depends_on, stale_after, recompute_status, risk_class, coverage_required, coverage_scan_ref,
-    last_run_id, evidence_fingerprint, owner_scope, member_count)
+    last_run_id, evidence_fingerprint, owner_scope, member_count, lifecycle_status)
 SELECT u.key, $1, $2, now(), u.verdict, u.quality, u.deps, now() + u.ttl, 'ok', u.risk, u.required,
-       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members)
+       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members, u.lifecycle
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle)
 ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     source_snapshot_ref = EXCLUDED.source_snapshot_ref, scan_time = EXCLUDED.scan_time,
     candidate_verdict = EXCLUDED.candidate_verdict, input_quality_state = EXCLUDED.input_quality_state,
@@ -218,13 +292,15 @@ ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     dirty = false, dirty_reason = NULL, risk_class = EXCLUDED.risk_class,
     coverage_required = EXCLUDED.coverage_required, coverage_scan_ref = EXCLUDED.coverage_scan_ref,
     last_run_id = EXCLUDED.last_run_id, evidence_fingerprint = EXCLUDED.evidence_fingerprint,
-    owner_scope = EXCLUDED.owner_scope, member_count = EXCLUDED.member_count, updated_at = now()
-WHERE c.evidence_fingerprint IS DISTINCT FROM EXCLUDED.evidence_fingerprint AND NOT c.dirty`
+    owner_scope = EXCLUDED.owner_scope, member_count = EXCLUDED.member_count, lifecycle_status = EXCLUDED.lifecycle_status,
+    updated_at = now()
+WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.evidence_fingerprint, EXCLUDED.lifecycle_status)
+  AND NOT c.dirty`
 
 func seedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, vs []candidateValues) (int64, error) {
 	a := toArrays(vs)
 	tag, err := tx.Exec(ctx, seedCandidatesSQL, snapshotID, ruleset, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-		a.risks, a.required, a.evidence, a.owners, a.counts)
+		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles)
 	if err != nil {
 		return 0, fmt.Errorf("seed candidates: %w", err)
 	}

@@ -121,6 +121,7 @@ grprow AS (
            c.lifecycle_status, c.member_count
     FROM obj
     LEFT JOIN governance_group g ON g.object_class = obj.cls AND g.source_registry = obj.reg AND g.lifecycle_status = obj.st
+                                 AND g.retired_at IS NULL -- a retired group's members are in its successor
     LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM cr)
 )
 SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''),

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -61,7 +62,7 @@ func (s *Store) cachedRegistries(ctx context.Context, q querier) (*registrySet, 
 	if s.regCache.cur != nil && time.Since(s.regCache.loaded) < registryCacheTTL {
 		return s.regCache.cur, nil
 	}
-	regs, err := loadRegistries(ctx, q)
+	regs, err := s.dimensionRegistries(ctx, q, "")
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,6 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 	if err != nil {
 		return nil, st, err
 	}
-	regs := rset.regs
 	var failures []RowFailure
 	births := make([]*TailRow, 0, len(rows))
 	var sigs []*signal
@@ -147,7 +147,7 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 			}
 			births = append(births, r)
 		default:
-			sig, err := s.mapChangelog(ctx, tx, regs, *r)
+			sig, err := s.mapChangelog(ctx, tx, rset, *r)
 			if err != nil {
 				failures = append(failures, RowFailure{ID: r.ID, Err: err})
 				continue
@@ -510,8 +510,10 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 // mapChangelog maps one registry_changelog row to a signal (nil: no rule selects it, or it is GCOS's own echo).
 // entity_type is either a registry word (the row is about a collection, pivot, rule, owner…) or an object class
 // (the row is about one object of that class, named by entity_code); a row that is neither cannot be mapped and is
-// returned as an error, which sends it to the retry lane.
-func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, regs gcos.Registries, r TailRow) (*signal, error) {
+// returned as an error, which sends it to the retry lane. Which groups the row dirties is gcos.RouteChange's
+// decision; this function only resolves what the row names.
+func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, r TailRow) (*signal, error) {
+	regs := rset.regs
 	kind, ok := s.cfg.Intake.KindFor(r.EntityType, r.Action)
 	if !ok {
 		return nil, nil
@@ -521,58 +523,153 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, regs gcos.Registrie
 	}
 	sig := &signal{kind: kind, subject: r.EntityCode, actor: nonEmpty(r.ChangedBy, "unknown"), source: nonEmpty(r.ChangedBy, "registry_changelog"),
 		firstID: r.ID, occurred: r.TS, table: "registry_changelog", objectTyp: r.EntityType, coll: r.EntityType, code: nonEmpty(r.EntityCode, fmt.Sprint(r.ID))}
+	subject := gcos.ChangeSubject{Kind: kind, Code: r.EntityCode}
 	classColl, isClass := regs.Classes[r.EntityType]
 	if isClass && classColl != nil {
 		sig.coll = *classColl
 	}
-	var cond string
-	var args []any
 	switch {
 	case kind == gcos.ChangePolicy || kind == gcos.ChangeRuleset:
 		// Rule changes reach groups through a ruleset bump: the diff of the activation dirties exactly the changed
 		// rules' scope. The signal still travels (and is audited); nothing is dirtied twice.
 		return sig, nil
 	case kind == gcos.ChangeAuthority:
-		scope, class, coll := s.authoritySubject(ctx, tx, r)
-		cond, args = `($1 = '' OR scope = $1) AND (($2 <> '' AND object_class = $2) OR ($3 <> '' AND source_registry = $3) OR ($2 = '' AND $3 = ''))`, []any{scope, class, coll}
-	case kind == gcos.ChangeAxisIntroduced && !isClass:
-		// A pivot names its class and family: dirty that class's groups (an axis row names the family itself).
-		class := ""
-		for _, p := range regs.Pivots {
-			if p.PivotCode == r.EntityCode && p.EntityType != nil {
-				class = *p.EntityType
+		subject.Registry = r.EntityType
+		subject.Scope, subject.Class, subject.Collection = s.authoritySubject(ctx, tx, r)
+	case !isClass:
+		subject.Registry = r.EntityType
+		if kind == gcos.ChangeAxisIntroduced {
+			for _, p := range regs.Pivots {
+				if p.PivotCode == r.EntityCode && p.EntityType != nil {
+					subject.Class = *p.EntityType
+				}
 			}
 		}
-		cond, args = `object_class = $1 OR axis_family = $2 OR object_class = $2`, []any{class, r.EntityCode}
-	case !isClass && (kind == gcos.ChangeCollection || kind == gcos.ChangeCount || kind == gcos.ChangeSource):
-		cond, args = `source_registry = $1`, []any{r.EntityCode}
-	case !isClass:
-		return nil, gcos.Errorf(gcos.EINVALID, "changelog %d: %s %q is neither a registry word nor a known class", r.ID, r.Action, r.EntityType)
-	case kind == gcos.ChangeObjectRegistered || kind == gcos.ChangeObjectBorn:
-		// One object (re)registered: its own group in every scope — its anchor's for an inherited child. An object
-		// the inventory does not hold (yet) cannot be placed: every group of its class, fail closed.
-		b := s.birthBinding()
-		cond = fmt.Sprintf(`(CASE WHEN EXISTS (SELECT 1 FROM %[1]s o WHERE o.%[2]s = $2 AND o.%[3]s = $3)
-			THEN (object_class, source_registry, lifecycle_status) IN (
-			    SELECT coalesce(p.%[4]s, o.%[4]s), coalesce(p.%[2]s, o.%[2]s), coalesce(p.%[5]s, o.%[5]s)
-			    FROM %[1]s o LEFT JOIN %[1]s p ON o.%[6]s IS NOT NULL AND p.%[2]s = o.%[2]s AND p.%[3]s = o.%[6]s
-			    WHERE o.%[2]s = $2 AND o.%[3]s = $3)
-			ELSE object_class = $1 END)`,
-			ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Parent))
-		args = []any{r.EntityType, sig.coll, r.EntityCode}
 	default:
-		// The object's status moved (retired, superseded, merged) or its count or source changed: the group it left
-		// is not named by the row, so every group of its class.
-		cond, args = `object_class = $1`, []any{r.EntityType}
+		subject.Class, subject.Collection = r.EntityType, sig.coll
+		base, found, err := s.objectBase(ctx, tx, sig.coll, r.EntityCode)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			subject.Object = &base
+			if subject.Moved, err = s.movedBases(ctx, tx, base); err != nil {
+				return nil, err
+			}
+		}
 	}
-	rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE `+cond, args...)
+	route, err := gcos.RouteChange(subject)
 	if err != nil {
-		return nil, fmt.Errorf("select groups for %s: %w", kind, err)
+		return nil, gcos.Errorf(gcos.EINVALID, "changelog %d (%s %q %s): %v", r.ID, r.Action, r.EntityType, r.EntityCode, err)
 	}
-	if sig.groups, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+	if route.Ensure != nil {
+		// The group the object is in now may be new (a lifecycle it never had): record it, the scan counts it.
+		b := route.Ensure
+		if err := s.recordNewGroups(ctx, tx, rset.groupsOf(birthBase{b.ObjectClass, b.SourceRegistry, b.LifecycleStatus})); err != nil {
+			return nil, err
+		}
+	}
+	if route.Fallback {
+		s.routeFallbacks.Add(1)
+		if s.routeFallbackLogged.CompareAndSwap(false, true) {
+			s.logger.Warn("handoff: a change could not be placed precisely; it dirties every group it might affect (counted in gcos_route_fallbacks_total, logged once)",
+				"changelog_id", r.ID, "entity_type", r.EntityType, "entity_code", r.EntityCode, "kind", kind)
+		}
+	}
+	if sig.groups, err = selectGroups(ctx, tx, route.Selectors); err != nil {
 		return nil, fmt.Errorf("select groups for %s: %w", kind, err)
 	}
 	return sig, nil
+}
+
+// objectBase is an object's anchor base group now: its own (class, collection, status), or its parent's for an
+// inherited child (as the snapshot and the scans place it). found is false when the inventory does not hold it.
+func (s *Store) objectBase(ctx context.Context, tx pgx.Tx, coll, code string) (gcos.BaseGroup, bool, error) {
+	b := s.birthBinding()
+	var base gcos.BaseGroup
+	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(p.%[4]s, o.%[4]s), o.%[2]s, coalesce(p.%[5]s, o.%[5]s)
+		FROM %[1]s o LEFT JOIN %[1]s p ON o.%[6]s IS NOT NULL AND p.%[2]s = o.%[2]s AND p.%[3]s = o.%[6]s
+		WHERE o.%[2]s = $1 AND o.%[3]s = $2`,
+		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Parent)), coll, code).Scan(
+		&base.ObjectClass, &base.SourceRegistry, &base.LifecycleStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return base, false, nil
+	}
+	if err != nil {
+		return base, false, fmt.Errorf("find object %s:%s: %w", coll, code, err)
+	}
+	return base, true, nil
+}
+
+// movedBases lists the base groups of base's class in its registry whose live groups were last judged on a member
+// count other than the one they have now: the groups a lifecycle move (or anything else not yet scanned) changed.
+func (s *Store) movedBases(ctx context.Context, tx pgx.Tx, base gcos.BaseGroup) ([]gcos.BaseGroup, error) {
+	counts, err := s.memberCounts(ctx, tx, []string{base.SourceRegistry})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, `SELECT DISTINCT lifecycle_status, member_count FROM governance_group
+		WHERE source_registry = $1 AND object_class = $2 AND retired_at IS NULL AND lifecycle_status IS NOT NULL
+		ORDER BY 1, 2`, base.SourceRegistry, base.ObjectClass)
+	if err != nil {
+		return nil, fmt.Errorf("read recorded member counts: %w", err)
+	}
+	defer rows.Close()
+	var out []gcos.BaseGroup
+	for rows.Next() {
+		var status string
+		var recorded int64
+		if err := rows.Scan(&status, &recorded); err != nil {
+			return nil, fmt.Errorf("read recorded member counts: %w", err)
+		}
+		b := gcos.BaseGroup{ObjectClass: base.ObjectClass, SourceRegistry: base.SourceRegistry, LifecycleStatus: status}
+		if counts[birthBase{b.ObjectClass, b.SourceRegistry, b.LifecycleStatus}] != recorded && !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	return out, rows.Err()
+}
+
+// selectGroups lists the registry's groups (retired ones too: a change may bring members back) that any
+// selector matches, with gcos.GroupSelector.Matches's semantics.
+func selectGroups(ctx context.Context, tx pgx.Tx, sels []gcos.GroupSelector) ([]string, error) {
+	if len(sels) == 0 {
+		return nil, nil
+	}
+	var ors []string
+	var args []any
+	arg := func(v string) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	for _, sel := range sels {
+		if sel.All {
+			ors = []string{"true"}
+			args = nil
+			break
+		}
+		var ands []string
+		if sel.Scope != nil {
+			ands = append(ands, fmt.Sprintf("(scope IS NULL OR scope = %s OR scope = %s)", arg(gcos.UnscopedScope), arg(*sel.Scope)))
+		}
+		for _, f := range []struct {
+			col string
+			v   *string
+		}{{"object_class", sel.ObjectClass}, {"source_registry", sel.SourceRegistry}, {"axis_family", sel.AxisFamily}, {"lifecycle_status", sel.Lifecycle}} {
+			if f.v != nil {
+				ands = append(ands, f.col+" = "+arg(*f.v))
+			}
+		}
+		if len(ands) == 0 {
+			ands = []string{"true"}
+		}
+		ors = append(ors, "("+strings.Join(ands, " AND ")+")")
+	}
+	rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE `+strings.Join(ors, " OR ")+` ORDER BY group_key`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // authoritySubject resolves an ownership or exception row to (scope, class, collection); unknown ids select by

@@ -417,6 +417,30 @@ func TestHandoffApply(t *testing.T) {
 		ORDER BY x.exception_id LIMIT 1`).Scan(&exceptionID); err != nil {
 		t.Fatal(err)
 	}
+	// Three other active objects of the class, each moved to a terminal status by its retire, supersede or merge.
+	movers := e.strs(t, `SELECT b.collection_name || ':' || b.entity_code FROM birth_registry b
+		WHERE b.parent_code IS NULL AND b.status = 'active' AND b.entity_type = $1 AND b.id <> $2
+		  AND NOT EXISTS (SELECT 1 FROM birth_registry c WHERE c.collection_name = b.collection_name AND c.parent_code = b.entity_code)
+		ORDER BY b.id DESC LIMIT 3`, objClass, objID)
+	if len(movers) < 3 {
+		t.Fatalf("the world has %d other active %s objects; the test needs 3", len(movers), objClass)
+	}
+	move := func(i int, status string) func(t *testing.T) {
+		return func(t *testing.T) {
+			coll, code, _ := strings.Cut(movers[i], ":")
+			e.exec(t, `UPDATE birth_registry SET status = $3 WHERE collection_name = $1 AND entity_code = $2`, coll, code, status)
+		}
+	}
+	// A lifecycle move dirties the group the object left and the one it is in, in every scope, and nothing else.
+	moved := func(i int, status string) func(t *testing.T) []string {
+		return func(t *testing.T) []string {
+			coll, _, _ := strings.Cut(movers[i], ":")
+			return e.strs(t, `SELECT g.group_key FROM governance_group g
+				WHERE g.object_class = $1 AND g.source_registry = $2 AND g.lifecycle_status IN ('active', $3)
+				  AND EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = g.group_key)`, objClass, coll, status)
+		}
+	}
+	moverCode := func(i int) string { _, code, _ := strings.Cut(movers[i], ":"); return code }
 	type row struct{ entityType, code, action string }
 	for i, tc := range []struct {
 		name   string
@@ -424,62 +448,66 @@ func TestHandoffApply(t *testing.T) {
 		kind   gcos.ChangeKind
 		reason string
 		want   func(t *testing.T) []string
+		write  func(t *testing.T) // the substrate change the rows report, when there is one
 	}{
 		{"collection update", []row{{"collection", coll, "update"}}, gcos.ChangeCollection, "handoff:collection_changed",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, coll) }},
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, coll) }, nil},
 		{"collection create", []row{{"collection", otherColl, "create"}}, gcos.ChangeCollection, "handoff:collection_changed",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, otherColl) }},
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, otherColl) }, nil},
 		{"collection count_changed", []row{{"collection", coll, "count_changed"}}, gcos.ChangeCount, "handoff:count_changed",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, coll) }},
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, coll) }, nil},
 		{"source source_changed", []row{{"source", otherColl, "source_changed"}}, gcos.ChangeSource, "handoff:source_changed",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, otherColl) }},
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.k = $1`, otherColl) }, nil},
 		{"pivot axis_introduced", []row{{"pivot", pivot, "axis_introduced"}}, gcos.ChangeAxisIntroduced, gcos.DirtyAxis,
 			func(t *testing.T) []string {
 				return e.groupsOfBirths(t, `x.c = (SELECT entity_type FROM pivot_definitions WHERE pivot_code = $1)`, pivot)
-			}},
+			}, nil},
 		{"pivot update", []row{{"pivot", pivot, "update"}}, gcos.ChangeAxisIntroduced, gcos.DirtyAxis,
 			func(t *testing.T) []string {
 				return e.groupsOfBirths(t, `x.c = (SELECT entity_type FROM pivot_definitions WHERE pivot_code = $1)`, pivot)
-			}},
+			}, nil},
 		// A rule change dirties nothing at intake: the verdicts stand under the active ruleset until a new one is
 		// activated, whose diff dirties exactly the changed rules' scope (TestSB12_TargetedRulesetInvalidation).
 		{"law_jurisdiction policy_changed", []row{{"law_jurisdiction", "DIEU-01", "policy_changed"}}, gcos.ChangePolicy, "",
-			func(t *testing.T) []string { return nil }},
+			func(t *testing.T) []string { return nil }, nil},
 		{"measurement update", []row{{"measurement", "MSR-0001", "update"}}, gcos.ChangePolicy, "",
-			func(t *testing.T) []string { return nil }},
+			func(t *testing.T) []string { return nil }, nil},
 		{"ownership owner_changed", []row{{"ownership", ownerID, "owner_changed"}}, gcos.ChangeAuthority, gcos.DirtyAuthority,
 			func(t *testing.T) []string {
 				return e.strs(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
 					JOIN x ON (g.object_class, g.source_registry, g.lifecycle_status) = (x.c, x.k, x.s)
 					JOIN governance_object_ownership o ON o.id::text = $1
 					WHERE g.scope = o.scope_code AND (x.k = o.collection_name OR x.c = o.entity_type)`, ownerID)
-			}},
+			}, nil},
 		{"exception exception_changed", []row{{"exception", exceptionID, "exception_changed"}}, gcos.ChangeAuthority, gcos.DirtyAuthority,
 			func(t *testing.T) []string {
 				return e.strs(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
 					JOIN x ON (g.object_class, g.source_registry, g.lifecycle_status) = (x.c, x.k, x.s)
 					JOIN governance_exception o ON o.exception_id = $1
 					WHERE g.scope = o.scope_code AND (x.k = o.collection_name OR x.c = o.entity_type)`, exceptionID)
-			}},
-		{"<class> retire", []row{{objClass, objCode, "retire"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }},
-		{"<class> supersede", []row{{objClass, objCode, "supersede"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }},
-		{"<class> merge", []row{{objClass, objCode, "merge"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }},
+			}, nil},
+		{"<class> retire", []row{{objClass, moverCode(0), "retire"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
+			moved(0, "retired"), move(0, "retired")},
+		{"<class> supersede", []row{{objClass, moverCode(1), "supersede"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
+			moved(1, "superseded"), move(1, "superseded")},
+		{"<class> merge", []row{{objClass, moverCode(2), "merge"}}, gcos.ChangeObjectRetired, "handoff:object_retired",
+			moved(2, "merged"), move(2, "merged")},
 		{"<class> create", []row{{objClass, objCode, "create"}}, gcos.ChangeObjectRegistered, "handoff:object_registered",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }},
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }, nil},
 		{"<class> register", []row{{objClass, objCode, "register"}}, gcos.ChangeObjectRegistered, "handoff:object_registered",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }},
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }, nil},
 		{"<class> update", []row{{objClass, objCode, "update"}}, gcos.ChangeObjectRegistered, "handoff:object_registered",
-			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }},
+			func(t *testing.T) []string { return e.groupsOfBirths(t, `x.id = $1`, objID) }, nil},
 		// An object the inventory does not hold cannot be placed in a group: fail closed, every group of its class.
 		{"<class> register of an unborn object", []row{{objClass, "not-born-yet", "register"}}, gcos.ChangeObjectRegistered,
-			"handoff:object_registered", func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }},
+			"handoff:object_registered", func(t *testing.T) []string { return e.groupsOfBirths(t, `x.c = $1`, objClass) }, nil},
 	} {
 		t.Run("changelog "+tc.name, func(t *testing.T) {
 			before := e.signalIDs(t)
 			actor := fmt.Sprintf("ops:case-%d", i)
+			if tc.write != nil {
+				tc.write(t)
+			}
 			for _, r := range tc.rows {
 				e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, $3, $4)`,
 					r.entityType, r.code, r.action, actor)

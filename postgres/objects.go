@@ -100,6 +100,12 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		WHERE f.statement IS DISTINCT FROM EXCLUDED.statement`, s.birthBinding().objectFingerprintSQL()); err != nil {
 		return 0, 0, fmt.Errorf("record the object fingerprint statement: %w", err)
 	}
+	// The ledger counts the estate with the statement of this binding.
+	if _, err := tx.Exec(ctx, `INSERT INTO gcos_estate_statement AS e (singleton, statement) VALUES (true, $1)
+		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
+		WHERE e.statement IS DISTINCT FROM EXCLUDED.statement`, s.birthBinding().estateCountSQL()); err != nil {
+		return 0, 0, fmt.Errorf("record the estate statement: %w", err)
+	}
 	classList := make([]string, 0, len(classes))
 	for c := range classes {
 		classList = append(classList, c)

@@ -42,6 +42,8 @@ type ScanResult struct {
 	Claimed        int    `json:"claimed"`
 	Scanned        int    `json:"scanned"`
 	Seeded         int    `json:"seeded"`
+	Unchanged      int    `json:"unchanged"` // scans whose result equalled the stored one (early cutoff)
+	Retired        int    `json:"retired"`   // groups retired: no member left, or their members moved to another key
 	VerdictChanges int    `json:"verdict_changes"`
 	Failed         int    `json:"failed"`
 	Storm          bool   `json:"storm"`
@@ -54,7 +56,7 @@ type ScanResult struct {
 // window (leading edge: an isolated change is re-scanned without waiting) and otherwise once its mark is as old as
 // the window (trailing edge), so one group is re-scanned at most once per window however many marks arrive.
 const claimDirtySQL = `
-SELECT c.group_key, c.candidate_verdict
+SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
 FROM governance_candidate_state c
 WHERE c.dirty AND c.ruleset_version = $1
   AND (c.dirtied_at <= now() - $2::interval OR c.scan_time <= now() - $2::interval)
@@ -67,7 +69,7 @@ FOR UPDATE OF c SKIP LOCKED`
 // claimExpiredSQL claims rows past stale_after (through the stale_after index); one pass re-scans an expired row
 // once ($4 is the run).
 const claimExpiredSQL = `
-SELECT c.group_key, c.candidate_verdict
+SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
 FROM governance_candidate_state c
 WHERE c.stale_after <= now() AND c.ruleset_version = $1 AND c.last_run_id IS DISTINCT FROM $4
   AND NOT (c.group_key = ANY($5))
@@ -95,9 +97,12 @@ UPDATE governance_candidate_state c SET
     depends_on = u.deps, stale_after = now() + u.ttl, recompute_status = 'ok', dirty = false, dirty_reason = NULL,
     risk_class = u.risk, coverage_required = u.required,
     coverage_scan_ref = CASE WHEN u.verdict = 'relevant' THEN $3 END, last_run_id = $3,
-    evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, updated_at = now()
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members)
+    evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, lifecycle_status = u.lifecycle,
+    -- early cutoff: a result equal to the stored one moves only the qualification
+    updated_at = CASE WHEN (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (u.evidence, u.lifecycle)
+                      THEN now() ELSE c.updated_at END
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle)
 WHERE c.group_key = u.key AND c.ruleset_version = $1`
 
 // ScanTick claims a bounded batch of dirty (and, when asked, expired or never-seeded) groups, re-evaluates them
@@ -140,7 +145,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		debounce = s.cfg.Scan.CoalesceWindow.Duration()
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		previous := map[string]string{}
+		previous := map[string]storedResult{}
 		var keys []string
 		claim := func(what, sql string, args ...any) error {
 			rows, err := tx.Query(ctx, sql, args...)
@@ -148,12 +153,13 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 				return fmt.Errorf("claim %s groups: %w", what, err)
 			}
 			for rows.Next() {
-				var key, verdict string
-				if err := rows.Scan(&key, &verdict); err != nil {
+				var key string
+				var was storedResult
+				if err := rows.Scan(&key, &was.verdict, &was.evidence, &was.lifecycle); err != nil {
 					rows.Close()
 					return err
 				}
-				previous[key] = verdict
+				previous[key] = was
 				keys = append(keys, key)
 			}
 			if err := rows.Err(); err != nil {
@@ -216,21 +222,37 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
+		place, err := s.placeGroups(ctx, tx, ev, groups)
+		if err != nil {
+			return err
+		}
+		judge := func(key string) (candidateValues, error) {
+			if why, gone := place.retired[key]; gone {
+				return ev.retire(groups[key], why)
+			}
+			return ev.evaluate(place.live[key], "")
+		}
 		var ok, seeds []candidateValues
+		unchanged := map[string]bool{}
 		var failed []failedGroup
 		for _, key := range keys {
-			v, err := ev.evaluate(groups[key], "")
+			v, err := judge(key)
 			if err != nil {
 				failed = append(failed, failedGroup{key, err})
 				continue
 			}
-			if string(v.Verdict) != previous[key] {
+			was := previous[key]
+			if string(v.Verdict) != was.verdict {
 				res.VerdictChanges++
+			}
+			if was.evidence != nil && *was.evidence == v.Evidence && was.lifecycle == nonEmpty(v.Lifecycle, lifecycleActive) {
+				res.Unchanged++
+				unchanged[key] = true
 			}
 			ok = append(ok, v)
 		}
 		for _, key := range unseeded {
-			v, err := ev.evaluate(groups[key], "")
+			v, err := judge(key)
 			if err != nil {
 				// Never seeded and not evaluable: it stays unseeded (unknown, fail closed) and is retried next tick.
 				s.logger.Warn("scan: evaluate unseeded group", "group_key", key, "err", err)
@@ -238,10 +260,22 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			}
 			seeds = append(seeds, v)
 		}
+		// The groups the claimed groups' members moved to (a new owner or axis family) are judged in the same
+		// transaction, so the gate never sees the old group retired without the new one in place.
+		for _, g := range place.moved {
+			v, err := ev.evaluate(g, "")
+			if err != nil {
+				return fmt.Errorf("judge group %s: %w", g.Key, err)
+			}
+			seeds = append(seeds, v)
+		}
+		if err := place.record(ctx, tx, rs.Version); err != nil {
+			return err
+		}
 		a := toArrays(ok)
 		if len(ok) > 0 {
 			if _, err := tx.Exec(ctx, scanWriteSQL, rs.Version, snapshotID, res.RunID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-				a.risks, a.required, a.evidence, a.owners, a.counts); err != nil {
+				a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles); err != nil {
 				return fmt.Errorf("write verdicts: %w", err)
 			}
 			if err := recordCoverage(ctx, tx, rs.Version, res.RunID, ok); err != nil {
@@ -259,13 +293,16 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err := s.recordFailures(ctx, tx, rs.Version, res.RunID, failed); err != nil {
 			return err
 		}
-		if err := s.candidateFindings(ctx, tx, rs.Version, res.RunID, append(ok, seeds...)); err != nil {
+		// An unchanged result raises nothing again (it did when it was new); it still closes what it settles, such
+		// as the finding a failed or expired scan of the same group raised.
+		if err := s.candidateFindings(ctx, tx, rs.Version, res.RunID, append(ok, seeds...), unchanged); err != nil {
 			return err
 		}
-		res.Scanned, res.Seeded, res.Failed = len(ok), len(seeds), len(failed)
+		res.Scanned, res.Seeded, res.Failed, res.Retired = len(ok), len(seeds), len(failed), len(place.retired)
 		if _, err := tx.Exec(ctx, `UPDATE candidate_scan_run SET groups_scanned = groups_scanned + $2,
-			verdict_changes = verdict_changes + $3, status = 'succeeded', finished_at = now(), source_snapshot_ref = $4
-			WHERE run_id = $1`, res.RunID, res.Scanned+res.Seeded, res.VerdictChanges, snapshotID); err != nil {
+			verdict_changes = verdict_changes + $3, groups_unchanged = groups_unchanged + $5, status = 'succeeded',
+			finished_at = now(), source_snapshot_ref = $4
+			WHERE run_id = $1`, res.RunID, res.Scanned+res.Seeded, res.VerdictChanges, snapshotID, res.Unchanged); err != nil {
 			return fmt.Errorf("account run %s: %w", res.RunID, err)
 		}
 		return nil
@@ -329,8 +366,8 @@ func (s *Store) scanBackoff(attempts int) time.Duration {
 
 // candidateFindings raises candidate_unknown for groups the scan could not decide and auto-closes candidate_unknown
 // and candidate_stale for groups it settled, and coverage_orphan for groups that are no longer orphans, keyed by
-// the current ruleset.
-func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues) error {
+// the current ruleset. Groups in quiet are not raised again.
+func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues, quiet map[string]bool) error {
 	type pending struct {
 		t       gcos.IssueType
 		subject string
@@ -339,6 +376,9 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 	var keys []string
 	for _, v := range vs {
 		if v.Verdict == gcos.VerdictUnknown {
+			if quiet[v.GroupKey] {
+				continue
+			}
 			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
 				Evidence: map[string]any{"group_key": v.GroupKey, "rule": v.Rule, "risk_class": v.RiskClass}}); err != nil {
 				return err
@@ -588,4 +628,11 @@ func (s *Store) DirtySetSize(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`).Scan(&n)
 	return n, err
+}
+
+// storedResult is what a claimed group's row said before the scan: its verdict, evidence and lifecycle.
+type storedResult struct {
+	verdict   string
+	evidence  *string
+	lifecycle string
 }

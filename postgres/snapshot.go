@@ -173,6 +173,33 @@ WHERE b.%s = $1 AND b.%s = $2`, ident(b.Table), b.rowHash(), ident(b.Collection)
 // the reference evaluator (package oracle) runs the same statement in its own transaction.
 func (s *Store) ObjectFingerprintSQL() string { return s.birthBinding().objectFingerprintSQL() }
 
+// memberCountSQL counts the members of every base group of the collections $1 now, each inherited child in its
+// anchor's base group as baseAggregateSQL places it. A base group's objects all live in its collection, so the
+// count reads those collections through the (collection, code) index and nothing else.
+func (b birthBinding) memberCountSQL() string {
+	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent))
+	return r.Replace(`
+SELECT coalesce(p.{type}, a.type), a.coll, coalesce(p.{status}, a.status), sum(a.n)::bigint
+FROM (
+    SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, count(*) AS n
+    FROM {t} b WHERE b.{coll} = ANY($1)
+    GROUP BY 1, 2, 3, 4
+    OFFSET 0
+) a
+LEFT JOIN LATERAL (
+    SELECT p.{type}, p.{status} FROM {t} p
+    WHERE a.parent IS NOT NULL AND p.{coll} = a.coll AND p.{code} = a.parent
+    OFFSET 0
+) p ON true
+GROUP BY 1, 2, 3`)
+}
+
+// estateCountSQL counts every born object now (what the ledger's total is).
+func (b birthBinding) estateCountSQL() string {
+	return fmt.Sprintf(`SELECT count(*) FROM %s`, ident(b.Table))
+}
+
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
 func (b birthBinding) rowHashSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
@@ -472,7 +499,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	if err := sessionSettings(ctx, tx, opts.StatementTimeout); err != nil {
 		return Snapshot{}, err
 	}
-	regs, err := loadRegistries(ctx, tx)
+	regs, err := s.dimensionRegistries(ctx, tx, opts.RulesetVersion)
 	if err != nil {
 		return Snapshot{}, err
 	}

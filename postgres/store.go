@@ -26,6 +26,9 @@ type Store struct {
 	followUps    followUpLog // gate follow-ups recently written
 	// stormOpen is what this store knows about the group_invalidation_storm finding (stormFinding*).
 	stormOpen atomic.Int32
+	// routeFallbacks counts changes the intake could not place precisely (gcos.Route.Fallback); the first is logged.
+	routeFallbacks      atomic.Int64
+	routeFallbackLogged atomic.Bool
 	// gateSQLText is built once from the source binding: the gate is the hot path.
 	gateSQLText string
 }
@@ -119,6 +122,10 @@ func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // mapError normalises driver errors at the edge so pgx never leaks upward.
+// RouteFallbacks is how many changes this process's intake could not place precisely, so they dirtied every
+// group they might affect.
+func (s *Store) RouteFallbacks() int64 { return s.routeFallbacks.Load() }
+
 func mapError(err error, what string) error {
 	if err == nil {
 		return nil
