@@ -113,11 +113,13 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 				res.LostSignals = append(res.LostSignals, key)
 			}
 		}
+		// Every changed group is re-scanned, a signalled one too: its mark may have been scanned before the change
+		// it is credited with (a scan counts members now, so a re-scan that finds nothing new changes nothing).
+		if _, err := markDirty(ctx, tx, changed, gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
 		if len(res.LostSignals) == 0 {
 			return nil
-		}
-		if _, err := markDirty(ctx, tx, res.LostSignals, gcos.DirtySnapshotDrift); err != nil {
-			return err
 		}
 		// A fingerprint moved with no handoff to explain it: a change reached the source without a governance
 		// signal. That is an event gap, not a nondeterministic capture (which would freeze ruleset activation).

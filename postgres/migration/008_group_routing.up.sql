@@ -38,19 +38,19 @@ $$;
 -- The coverage invariant per scope, in objects, against the estate now: total is every born object (each belongs
 -- to one group per scope). Each live group's members, as its last scan counted them, land in the bucket of its
 -- candidate row, except materialized objects, which land in their own. Objects no group has counted yet (born,
--- or moved, since their group's last scan) are counted as stale, and so are the members of a group first seen
--- since the last full snapshot that no scan has judged yet: unknown is never safe, and never silent. A group the
+-- or moved, since their group's last scan) are counted as stale, and so are the members of a group the last
+-- full snapshot did not know that no scan has judged yet: unknown is never safe, and never silent. A group the
 -- snapshot knew with no candidate row under the current ruleset, or a relevant group or object with no coverage
 -- outcome, places its objects nowhere, so the ledger does not close; nor does it when an object is counted twice.
 -- snapshot_id is the full snapshot (backfill or audit) the candidate rows are qualified by.
 CREATE OR REPLACE VIEW v_invariant_ledger AS
 WITH snap AS (
-    SELECT id, snapshot_at FROM evolution_snapshots
+    SELECT id, metrics FROM evolution_snapshots
     WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1
 ), estate AS (
     SELECT gcos_estate_count() AS births
 ), live AS (
-    SELECT g.group_key, g.first_seen_at FROM governance_group g WHERE g.retired_at IS NULL
+    SELECT g.group_key FROM governance_group g WHERE g.retired_at IS NULL
 ), scopes AS (
     SELECT DISTINCT g.scope FROM governance_group g WHERE g.retired_at IS NULL
 ), objects AS (
@@ -61,7 +61,7 @@ WITH snap AS (
     GROUP BY 1, 2
 ), groups AS (
     SELECT e.scope,
-           CASE WHEN e.member_count IS NULL AND l.first_seen_at <= (SELECT snapshot_at FROM snap) THEN NULL
+           CASE WHEN e.member_count IS NULL AND (SELECT metrics -> 'groups' FROM snap) ? e.group_key THEN NULL
                 WHEN e.effective_verdict = 'relevant' AND e.coverage_outcome IS NULL THEN NULL
                 ELSE gcos_invariant_bucket(e.effective_verdict, e.coverage_outcome) END AS bucket,
            coalesce(e.member_count, e.group_member_count) AS members,
