@@ -536,6 +536,7 @@ func TestAPI(t *testing.T) {
 			`gcos_group_objects{verdict="stale"}`,
 			`gcos_scan_lag_seconds `,
 			`gcos_build_info{version="test"} 1`,
+			`gcos_route_fallbacks_total 0`,
 		} {
 			if !strings.Contains(text, want) {
 				t.Errorf("metrics lack %s", want)

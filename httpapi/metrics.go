@@ -43,7 +43,12 @@ func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, 
 		ConstLabels: prometheus.Labels{"version": version},
 	})
 	build.Set(1)
-	for _, c := range []prometheus.Collector{decisions, m.gateLatency, m.requests, build, &summaryCollector{s: s}} {
+	// The intake of a daemon runs in the same process and store as its API.
+	fallbacks := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "gcos_route_fallbacks_total",
+		Help: "Changes the intake could not place precisely (object or authority row not found), so they dirtied every group they might affect.",
+	}, func() float64 { return float64(s.store.RouteFallbacks()) })
+	for _, c := range []prometheus.Collector{decisions, m.gateLatency, m.requests, build, fallbacks, &summaryCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

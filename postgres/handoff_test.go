@@ -532,6 +532,11 @@ func TestHandoffApply(t *testing.T) {
 		})
 	}
 
+	// Only the row about an object the inventory does not hold fell back to its whole class.
+	if n := e.store.RouteFallbacks(); n != 1 {
+		t.Errorf("route fallbacks = %d, want 1 (the register of an unborn object)", n)
+	}
+
 	t.Run("GCOS's own audit rows are skipped, a ruleset activation maps to ruleset_changed once", func(t *testing.T) {
 		before := e.signalIDs(t)
 		var pos string
