@@ -437,6 +437,22 @@ var triggers = []trigger{
 		v, err := e.activate()
 		return "coverage_required of " + class + " (objects with rows) flipped; ruleset " + v + " activated", err
 	}},
+	{"silent_coverage_then_audit", func(e *env, r *rand.Rand) (string, error) {
+		// A registry edit with no change row: only the full audit's registry fingerprints can find it.
+		colls, err := e.strings(`SELECT collection_name FROM collection_registry ORDER BY 1`)
+		if err != nil {
+			return "", err
+		}
+		coll := pick(r, colls)
+		status := pick(r, []string{"BIRTH_REQUIRED", "BIRTH_DEFERRED_NEEDS_REVIEW", "BIRTH_EXEMPT_SYSTEM"})
+		if err := e.exec(`UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, status); err != nil {
+			return "", err
+		}
+		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("silent coverage edit of %s → %s, then a full audit", coll, status), nil
+	}},
 	{"silent_then_audit", silentRetire(false)},
 	{"silent_then_audit_last", silentRetire(true)},
 	{"untrusted_birth", func(e *env, r *rand.Rand) (string, error) {

@@ -293,6 +293,7 @@ ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     coverage_required = EXCLUDED.coverage_required, coverage_scan_ref = EXCLUDED.coverage_scan_ref,
     last_run_id = EXCLUDED.last_run_id, evidence_fingerprint = EXCLUDED.evidence_fingerprint,
     owner_scope = EXCLUDED.owner_scope, member_count = EXCLUDED.member_count, lifecycle_status = EXCLUDED.lifecycle_status,
+    recount = true, -- a seed's count is not tied to a births tail position: the next scan recounts
     updated_at = now()
 WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.evidence_fingerprint, EXCLUDED.lifecycle_status)
   AND NOT c.dirty`
@@ -312,11 +313,12 @@ func seedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, r
 
 // recordCoverage stores the coverage outcome of relevant groups (unchanged outcomes are not rewritten).
 func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues) error {
-	var refs, outcomes []string
+	var refs, outcomes, settled []string
 	var owners, exceptions, pins []*string
 	var expiries []*time.Time
 	for _, v := range vs {
 		if v.Verdict != gcos.VerdictRelevant {
+			settled = append(settled, v.GroupKey)
 			continue
 		}
 		refs = append(refs, v.GroupKey)
@@ -325,6 +327,13 @@ func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []
 		exceptions = append(exceptions, v.ExceptionID)
 		expiries = append(expiries, v.ExceptionExpiresAt)
 		pins = append(pins, v.ExceptionFingerprint)
+	}
+	// A row that is no longer relevant needs no owner: an outcome recorded while it was is gone with it.
+	if len(settled) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM governance_candidate_coverage WHERE ruleset_version = $1 AND candidate_ref = ANY($2)`,
+			ruleset, settled); err != nil {
+			return fmt.Errorf("clear coverage: %w", err)
+		}
 	}
 	if len(refs) == 0 {
 		return nil
@@ -363,10 +372,21 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 const markDirtySQL = `
 UPDATE governance_candidate_state c
 SET dirty = true, dirty_reason = CASE WHEN c.dirty THEN c.dirty_reason ELSE $2 END, dirtied_at = now(),
+    recount = c.recount OR $2 <> 'handoff:object_born', -- only births can be counted by adding them (birthsOnly)
     recompute_status = CASE WHEN c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END, updated_at = now()
 FROM v_current_ruleset cr
 WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1)
   AND (NOT c.dirty OR c.recompute_status = 'scanning')`
+
+// markRecountSQL makes a group already dirty by births alone recount its registry when another change reaches it.
+const markRecountSQL = `
+UPDATE governance_candidate_state c SET recount = true
+FROM v_current_ruleset cr
+WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1) AND c.dirty AND NOT c.recount`
+
+// birthsOnly is the dirty reason of births: the one change a scan can count by adding the births handed off since
+// its last count; any other reason makes it recount the group's registry.
+var birthsOnly = gcos.DirtyReasonFor(gcos.ChangeObjectBorn)
 
 func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
 	if !gcos.ValidDirtyReason(reason) {
@@ -378,6 +398,11 @@ func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string
 	tag, err := tx.Exec(ctx, markDirtySQL, groupKeys, reason)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d groups dirty (%s): %w", len(groupKeys), reason, err)
+	}
+	if reason != birthsOnly {
+		if _, err := tx.Exec(ctx, markRecountSQL, groupKeys); err != nil {
+			return 0, fmt.Errorf("mark %d groups for a recount (%s): %w", len(groupKeys), reason, err)
+		}
 	}
 	if tag.RowsAffected() > 0 {
 		// Delivered at commit: wakes event-driven scanners; polling stays the source of truth.
@@ -401,7 +426,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		INSERT INTO governance_candidate_state (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
 		    input_quality_state, input_quality_ref, dirty, dirty_reason, dirtied_at, depends_on, stale_after, recompute_status,
 		    risk_class, coverage_required, coverage_scan_ref, issue_ref, last_run_id, evidence_fingerprint, lifecycle_status,
-		    audit_ref, owner_scope, member_count)
+		    audit_ref, owner_scope, member_count, counted_through_at, counted_through_id, recount)
 		SELECT c.group_key, c.source_snapshot_ref, $2, c.scan_time, c.candidate_verdict,
 		    c.input_quality_state, c.input_quality_ref,
 		    c.dirty OR c.group_key = ANY($3), 
@@ -410,7 +435,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		    c.depends_on, c.stale_after,
 		    CASE WHEN c.group_key = ANY($3) AND c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END,
 		    c.risk_class, c.coverage_required, c.coverage_scan_ref, c.issue_ref, c.last_run_id, c.evidence_fingerprint,
-		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count
+		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count, c.counted_through_at, c.counted_through_id, c.recount
 		FROM governance_candidate_state c
 		WHERE c.ruleset_version = $1
 		ON CONFLICT (group_key, ruleset_version) DO NOTHING`, from, to, dirty)

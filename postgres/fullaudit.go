@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -23,6 +24,9 @@ type AuditResult struct {
 	Signalled           int           `json:"signalled_groups"` // changed groups a handoff had already dirtied
 	Pending             int           `json:"pending_groups"`   // changed groups whose new births the tail has not reached yet
 	LostSignals         []string      `json:"lost_signal_groups"`
+	// RegistryDrift is, per registry that feeds verdicts besides births (gcos.GroupInputs), the groups whose
+	// inputs from it changed since the previous snapshot and how many of those no change row had signalled.
+	RegistryDrift map[string]RegistryDrift `json:"registry_drift,omitempty"`
 	Expired             int64         `json:"expired_rows"`
 	Dangling            []int64       `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
 	Scanned             int           `json:"scanned"`
@@ -99,7 +103,22 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		sort.Strings(changed)
 		res.ChangedGroups = len(changed)
-		signalled, err := dirtiedSince(ctx, tx, changed, prev.SnapshotAt)
+		// The registries besides births: a group whose inputs from one of them changed is re-scanned too.
+		drifted := map[string][]string{}
+		for key, g := range snap.Metrics.Groups {
+			if p, ok := prev.Metrics.Groups[key]; ok {
+				for _, reg := range gcos.DriftedInputs(p.Inputs, g.Inputs) {
+					drifted[reg] = append(drifted[reg], key)
+				}
+			}
+		}
+		rescan := slices.Clone(changed)
+		for _, keys := range drifted {
+			rescan = append(rescan, keys...)
+		}
+		slices.Sort(rescan)
+		rescan = slices.Compact(rescan)
+		signalled, err := dirtiedSince(ctx, tx, rescan, prev.SnapshotAt)
 		if err != nil {
 			return err
 		}
@@ -115,7 +134,10 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		// Every changed group is re-scanned, a signalled one too: its mark may have been scanned before the change
 		// it is credited with (a scan counts members now, so a re-scan that finds nothing new changes nothing).
-		if _, err := markDirty(ctx, tx, changed, gcos.DirtySnapshotDrift); err != nil {
+		if _, err := markDirty(ctx, tx, rescan, gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
+		if err := s.reportRegistryDrift(ctx, tx, res, drifted, signalled, snap.ID, prev.ID, rs.Version); err != nil {
 			return err
 		}
 		if len(res.LostSignals) == 0 {
@@ -149,6 +171,46 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 	}
 	if res.Ledger, err = s.Invariant(ctx, ""); err != nil {
 		return err
+	}
+	return nil
+}
+
+// RegistryDrift counts, for one registry, the groups whose inputs from it drifted between two full snapshots.
+type RegistryDrift struct {
+	Groups      int `json:"groups"`
+	Unsignalled int `json:"unsignalled"` // no dirty mark since the previous snapshot: the change came with no change row
+}
+
+// reportRegistryDrift records the drift per registry on the audit and raises, for each registry that drifted
+// under groups no change row had signalled, an issue_event_gap naming the registry and the count.
+func (s *Store) reportRegistryDrift(ctx context.Context, tx pgx.Tx, res *AuditResult, drifted map[string][]string,
+	signalled map[string]bool, snapID, prevID int64, ruleset string) error {
+	regs := make([]string, 0, len(drifted))
+	for reg := range drifted {
+		regs = append(regs, reg)
+	}
+	sort.Strings(regs)
+	for _, reg := range regs {
+		keys := drifted[reg]
+		sort.Strings(keys)
+		var silent []string
+		for _, k := range keys {
+			if !signalled[k] {
+				silent = append(silent, k)
+			}
+		}
+		if res.RegistryDrift == nil {
+			res.RegistryDrift = map[string]RegistryDrift{}
+		}
+		res.RegistryDrift[reg] = RegistryDrift{Groups: len(keys), Unsignalled: len(silent)}
+		if len(silent) == 0 {
+			continue
+		}
+		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "registry-drift:" + reg, RunID: res.RunID,
+			RulesetVersion: ruleset, Evidence: map[string]any{"kind": "registry_drift", "registry": reg, "groups": len(keys),
+				"unsignalled": len(silent), "sample": silent[:min(len(silent), 20)], "snapshot_id": snapID, "previous_snapshot_id": prevID}}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -604,7 +604,7 @@ func (s *Store) objectBase(ctx context.Context, tx pgx.Tx, coll, code string) (g
 // movedBases lists the base groups of base's class in its registry whose live groups were last judged on a member
 // count other than the one they have now: the groups a lifecycle move (or anything else not yet scanned) changed.
 func (s *Store) movedBases(ctx context.Context, tx pgx.Tx, base gcos.BaseGroup) ([]gcos.BaseGroup, error) {
-	counts, err := s.memberCounts(ctx, tx, []string{base.SourceRegistry})
+	counts, err := s.memberCounts(ctx, tx, []string{base.SourceRegistry}, nil)
 	if err != nil {
 		return nil, err
 	}

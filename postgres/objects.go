@@ -431,9 +431,7 @@ func upsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset,
 		keys[i], otypes[i], orefs[i], reasons[i], gkeys[i] = o.key, o.objectType, o.objectRef, o.reason, o.groupKey
 		verdicts[i], quals[i], risks[i], evid[i], deps[i], required[i], owners[i] = string(v.Verdict), v.InputQuality, v.RiskClass, v.Evidence, string(v.DependsOn), v.CoverageRequired, v.OwnerScope
 		ttls[i] = v.TTL
-		if v.Verdict == gcos.VerdictRelevant {
-			cov = append(cov, v)
-		}
+		cov = append(cov, v) // a relevant row's outcome is recorded, any other's cleared
 	}
 	tag, err := tx.Exec(ctx, upsertObjectsSQL, snapshotID, ruleset, runID, keys, otypes, orefs, reasons, gkeys, verdicts, quals, deps, ttls, risks, required, evid, owners)
 	if err != nil {

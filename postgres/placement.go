@@ -2,8 +2,10 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,43 +22,70 @@ type placement struct {
 	moved   []gcos.Group          // those groups, when the tick did not claim them itself
 }
 
-// placeGroups counts the members of the claimed groups' bases now and decides, for each claimed group, whether
-// it is still the group its members belong to in its scope: the key the registries give its base (class,
-// registry, lifecycle) and scope now must be its own, and the base must have members. Otherwise it is retired,
-// and the current group of its base and scope, when that has members, is judged in its place.
-func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, groups map[string]gcos.Group) (placement, error) {
-	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
-	bases := map[birthBase]bool{}
-	var colls []string
-	seenColl := map[string]bool{}
-	for _, g := range groups {
-		b := baseOf(g)
-		bases[b] = true
-		if !seenColl[b.coll] {
-			seenColl[b.coll] = true
-			colls = append(colls, b.coll)
-		}
+// tailPosition is a position of the births tail: every birth at or before it (born_at, id) has been handed off.
+type tailPosition struct {
+	at time.Time
+	id int64
+}
+
+// after reports whether (at, id) lies after p.
+func (p tailPosition) after(at time.Time, id int64) bool {
+	return at.After(p.at) || (at.Equal(p.at) && id > p.id)
+}
+
+// birthsThrough is how far the births tail has handed births off, or nil when no births cursor holds a position
+// (no intake yet, or an ordering column without a time zone): a scan then recounts every group from the source.
+func (s *Store) birthsThrough(ctx context.Context, tx pgx.Tx) (*tailPosition, error) {
+	var at *time.Time
+	var id *int64
+	err := tx.QueryRow(ctx, `SELECT position_tstz, position_id FROM gov_worker_cursor WHERE source = $1 AND ts_type = 'timestamptz'`,
+		BirthTailSource(s.cfg.SourceBinding).Name).Scan(&at, &id)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (at == nil || id == nil)) {
+		return nil, nil
 	}
-	counts, err := s.memberCounts(ctx, tx, colls)
+	if err != nil {
+		return nil, fmt.Errorf("read the births cursor: %w", err)
+	}
+	return &tailPosition{*at, *id}, nil
+}
+
+// placeGroups counts the members of the claimed groups now and decides, for each claimed group, whether it is
+// still the group its members belong to in its scope: the key the registries give its base (class, registry,
+// lifecycle) and scope now must be its own, and the base must have members. Otherwise it is retired, and the
+// current group of its base and scope, when that has members, is judged in its place.
+//
+// Counts are exact through the births tail's position (through): a group dirtied by births alone since its last
+// count adds the births handed off since (a read of the (born_at, id) index over that range); any other group
+// recounts its collections from the source. Births not yet handed off are counted once they are.
+func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, groups map[string]gcos.Group,
+	prior map[string]storedResult, through *tailPosition) (placement, error) {
+	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
+	counts, err := s.countGroups(ctx, tx, groups, prior, through)
 	if err != nil {
 		return p, err
 	}
-	current := make(map[birthBase]map[string]gcos.Group, len(bases))
-	for b := range bases {
-		byScope := map[string]gcos.Group{}
+	current := map[birthBase]map[string]gcos.Dimensions{}
+	for _, g := range groups {
+		b := baseOf(g)
+		if _, ok := current[b]; ok {
+			continue
+		}
+		byScope := map[string]gcos.Dimensions{}
 		for _, d := range ev.regs.Dimensions(gcos.BaseGroup{ObjectClass: b.class, SourceRegistry: b.coll, LifecycleStatus: b.status}) {
-			byScope[deref(d.Scope)] = gcos.NewGroup(d, counts[b])
+			byScope[deref(d.Scope)] = d
 		}
 		current[b] = byScope
 	}
 	queued := map[string]bool{}
 	for key, g := range groups {
-		cur, ok := current[baseOf(g)][deref(g.Scope)]
+		n := counts[key]
+		d, ok := current[baseOf(g)][deref(g.Scope)]
+		cur := gcos.NewGroup(d, n)
 		switch {
-		case ok && cur.MemberCount > 0 && cur.Key == key:
-			g.MemberCount = cur.MemberCount
+		case ok && n > 0 && cur.Key == key:
+			g.MemberCount = n
 			p.live[key] = g
-		case ok && cur.MemberCount > 0:
+		case ok && n > 0:
 			p.retired[key], p.rekeyed[key] = "moved", cur.Key
 			if _, claimed := groups[cur.Key]; !claimed && !queued[cur.Key] {
 				queued[cur.Key] = true
@@ -68,6 +97,82 @@ func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, group
 	}
 	sort.Slice(p.moved, func(i, j int) bool { return p.moved[i].Key < p.moved[j].Key })
 	return p, nil
+}
+
+// countGroups counts each group's members through the births tail's position (see placeGroups).
+func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group, prior map[string]storedResult,
+	through *tailPosition) (map[string]int64, error) {
+	out := make(map[string]int64, len(groups))
+	type since struct {
+		key     string
+		base    birthBase
+		from    tailPosition
+		members int64
+	}
+	var adds []since
+	full := map[string]birthBase{}
+	var fullColls, addColls []string
+	seenFull, seenAdd := map[string]bool{}, map[string]bool{}
+	for key, g := range groups {
+		b := baseOf(g)
+		was, ok := prior[key]
+		if through != nil && ok && was.countable() && !through.after(*was.throughAt, *was.throughID) {
+			adds = append(adds, since{key, b, tailPosition{*was.throughAt, *was.throughID}, *was.members})
+			if !seenAdd[b.coll] {
+				seenAdd[b.coll] = true
+				addColls = append(addColls, b.coll)
+			}
+			continue
+		}
+		full[key] = b
+		if !seenFull[b.coll] {
+			seenFull[b.coll] = true
+			fullColls = append(fullColls, b.coll)
+		}
+	}
+	counts, err := s.memberCounts(ctx, tx, fullColls, through)
+	if err != nil {
+		return nil, err
+	}
+	for key, b := range full {
+		out[key] = counts[b]
+	}
+	if len(adds) == 0 {
+		return out, nil
+	}
+	from := adds[0].from
+	for _, a := range adds[1:] {
+		if from.after(a.from.at, a.from.id) {
+			from = a.from
+		}
+	}
+	rows, err := tx.Query(ctx, s.birthBinding().bornBetweenSQL(), from.at, from.id, through.at, through.id, addColls)
+	if err != nil {
+		return nil, fmt.Errorf("read births since the last count: %w", err)
+	}
+	born := map[birthBase][]tailPosition{}
+	for rows.Next() {
+		var b birthBase
+		var pos tailPosition
+		if err := rows.Scan(&b.class, &b.coll, &b.status, &pos.at, &pos.id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read births since the last count: %w", err)
+		}
+		born[b] = append(born[b], pos)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read births since the last count: %w", err)
+	}
+	for _, a := range adds {
+		n := a.members
+		for _, pos := range born[a.base] {
+			if a.from.after(pos.at, pos.id) {
+				n++
+			}
+		}
+		out[a.key] = n
+	}
+	return out, nil
 }
 
 // record writes the placement to the group registry: member counts of live and moved groups (re-activating
@@ -105,13 +210,19 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 	return nil
 }
 
-// memberCounts counts the members of every base group of the collections now.
-func (s *Store) memberCounts(ctx context.Context, tx pgx.Tx, colls []string) (map[birthBase]int64, error) {
+// memberCounts counts the members of every base group of the collections now, through a tail position (every
+// birth when through is nil).
+func (s *Store) memberCounts(ctx context.Context, tx pgx.Tx, colls []string, through *tailPosition) (map[birthBase]int64, error) {
 	out := map[birthBase]int64{}
 	if len(colls) == 0 {
 		return out, nil
 	}
-	rows, err := tx.Query(ctx, s.birthBinding().memberCountSQL(), colls)
+	var at *time.Time
+	var id *int64
+	if through != nil {
+		at, id = &through.at, &through.id
+	}
+	rows, err := tx.Query(ctx, s.birthBinding().memberCountSQL(), colls, at, id)
 	if err != nil {
 		return nil, fmt.Errorf("count group members: %w", err)
 	}

@@ -574,3 +574,76 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 		t.Fatalf("after the window: %d occurrences, want %d", n, 2*first)
 	}
 }
+
+// TestFullAuditFindsRegistryDrift: a registry that feeds verdicts changed behind the tail's back (no change row) is
+// found by the full audit, which re-scans exactly the groups whose inputs from it drifted and names the registry
+// and the count in an issue_event_gap; the same change signalled by a change row raises nothing.
+func TestFullAuditFindsRegistryDrift(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 3000, nil)
+	if _, err := b.store.FullAudit(b.ctx, nil); err != nil { // a baseline snapshot that records the inputs
+		t.Fatal(err)
+	}
+	var coll, status string
+	if err := b.pool.QueryRow(b.ctx, `SELECT c.collection_name, c.coverage_status FROM collection_registry c
+		WHERE EXISTS (SELECT 1 FROM governance_group g WHERE g.source_registry = c.collection_name AND g.retired_at IS NULL)
+		ORDER BY c.collection_name LIMIT 1`).Scan(&coll, &status); err != nil {
+		t.Fatal(err)
+	}
+	flipped := "BIRTH_EXEMPT_SYSTEM"
+	if status == flipped {
+		flipped = "BIRTH_REQUIRED"
+	}
+	affected := b.keysWhere(t, `source_registry = $1 AND retired_at IS NULL`, coll)
+	before := b.digestExcept(t, affected)
+	b.exec(t, `UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, flipped)
+	res, err := b.store.FullAudit(b.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drift := res.RegistryDrift[gcos.InputCollections]
+	if drift.Groups != len(affected) || drift.Unsignalled != len(affected) {
+		t.Fatalf("collection_registry drift %+v, want %d groups, all unsignalled (audit %+v)", drift, len(affected), res.RegistryDrift)
+	}
+	if len(res.RegistryDrift) != 1 {
+		t.Fatalf("drift reported in %v, want collection_registry only", res.RegistryDrift)
+	}
+	var evidence struct {
+		Registry string `json:"registry"`
+		Groups   int    `json:"groups"`
+	}
+	if err := b.pool.QueryRow(b.ctx, `SELECT evidence_snapshot FROM system_issues WHERE issue_type = 'issue_event_gap'
+		AND status = 'open' AND coalesce_key = $1`, gcos.CoalesceKey(gcos.IssueIssueEventGap, "registry-drift:"+gcos.InputCollections)).Scan(&evidence); err != nil {
+		t.Fatalf("no open issue_event_gap naming collection_registry: %v", err)
+	}
+	if evidence.Registry != gcos.InputCollections || evidence.Groups != len(affected) {
+		t.Fatalf("finding evidence %+v, want registry %s and %d groups", evidence, gcos.InputCollections, len(affected))
+	}
+	// The drifted groups were re-scanned under the new coverage; no other group's row moved.
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = ANY($1) AND dirty`, affected); n != 0 {
+		t.Fatalf("%d drifted groups still dirty after the audit", n)
+	}
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = ANY($1) AND last_run_id = $2`, affected, res.RunID); n != int64(len(affected)) {
+		t.Fatalf("the audit re-scanned %d of the %d drifted groups", n, len(affected))
+	}
+	if after := b.digestExcept(t, affected); after != before {
+		t.Fatal("the audit changed rows of groups whose inputs did not drift")
+	}
+
+	// Signalled: the same kind of change with its change row, handed off before the audit, raises nothing new.
+	b.exec(t, `UPDATE system_issues SET status = 'resolved', resolved_at = now() WHERE issue_type = 'issue_event_gap'`)
+	b.exec(t, `UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, status)
+	if _, err := b.store.MarkDirty(b.ctx, affected, "handoff:collection_changed"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = b.store.FullAudit(b.ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drift := res.RegistryDrift[gcos.InputCollections]; drift.Groups != len(affected) || drift.Unsignalled != 0 {
+		t.Fatalf("signalled drift %+v, want %d groups, none unsignalled", drift, len(affected))
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open'`); n != 0 {
+		t.Fatalf("%d issue_event_gap findings for a signalled change", n)
+	}
+}

@@ -29,6 +29,8 @@ type SnapshotGroup struct {
 	MaxID          int64     `json:"max_id"`
 	ContentHash    string    `json:"content_hash"`
 	SourceRegistry string    `json:"source_registry"`
+	// Inputs fingerprints, per registry, the rows besides births that feed the group's verdict (gcos.GroupInputs).
+	Inputs map[string]string `json:"inputs,omitempty"`
 }
 
 // SnapshotTotals summarises a capture.
@@ -173,17 +175,19 @@ WHERE b.%s = $1 AND b.%s = $2`, ident(b.Table), b.rowHash(), ident(b.Collection)
 // the reference evaluator (package oracle) runs the same statement in its own transaction.
 func (s *Store) ObjectFingerprintSQL() string { return s.birthBinding().objectFingerprintSQL() }
 
-// memberCountSQL counts the members of every base group of the collections $1 now, each inherited child in its
-// anchor's base group as baseAggregateSQL places it. A base group's objects all live in its collection, so the
-// count reads those collections through the (collection, code) index and nothing else.
+// memberCountSQL counts the members of every base group of the collections $1 through a tail position ($2, $3;
+// every row when $2 is NULL), each inherited child in its anchor's base group as baseAggregateSQL places it. A base
+// group's objects all live in its collection, so the count reads those collections through the (collection, code)
+// index and nothing else.
 func (b birthBinding) memberCountSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent))
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{born}", ident(b.BornAt), "{id}", ident(b.ID))
 	return r.Replace(`
 SELECT coalesce(p.{type}, a.type), a.coll, coalesce(p.{status}, a.status), sum(a.n)::bigint
 FROM (
     SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, count(*) AS n
-    FROM {t} b WHERE b.{coll} = ANY($1)
+    FROM {t} b
+    WHERE b.{coll} = ANY($1) AND ($2::timestamptz IS NULL OR (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
     GROUP BY 1, 2, 3, 4
     OFFSET 0
 ) a
@@ -193,6 +197,20 @@ LEFT JOIN LATERAL (
     OFFSET 0
 ) p ON true
 GROUP BY 1, 2, 3`)
+}
+
+// bornBetweenSQL lists, by anchor base group, the births of the collections $5 whose tail position lies in
+// (($1, $2), ($3, $4)]: what a group dirtied by births alone adds to the count it was judged on. It reads the
+// (born_at, id) index over that range only.
+func (b birthBinding) bornBetweenSQL() string {
+	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{born}", ident(b.BornAt), "{id}", ident(b.ID))
+	return r.Replace(`
+SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), b.{born}, b.{id}
+FROM {t} b
+LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
+WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint) AND (b.{born}, b.{id}) <= ($3::timestamptz, $4::bigint)
+  AND b.{coll} = ANY($5)`)
 }
 
 // estateCountSQL counts every born object now (what the ledger's total is).
@@ -535,7 +553,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 			g := gcos.NewGroup(d, base.Count)
 			snap.Groups = append(snap.Groups, g)
 			snap.Metrics.Groups[g.Key] = SnapshotGroup{Count: base.Count, MaxBornAt: base.MaxBornAt.UTC(), MaxID: base.MaxID,
-				ContentHash: base.ContentHash.String(), SourceRegistry: base.SourceRegistry}
+				ContentHash: base.ContentHash.String(), SourceRegistry: base.SourceRegistry, Inputs: regs.GroupInputs(d)}
 		}
 	}
 	snap.Metrics.Totals.Groups = len(snap.Metrics.Groups)
