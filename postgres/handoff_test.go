@@ -518,6 +518,7 @@ func TestHandoffApply(t *testing.T) {
 				t.Fatal("the independent selection is empty: the case proves nothing")
 			}
 			e.expectDirty(t, tc.name, want, tc.reason)
+			t.Logf("%s: %d groups dirtied, exactly the affected ones", tc.name, len(want))
 			sigs := e.newSignals(t, before)
 			if len(sigs) != len(tc.rows) {
 				t.Fatalf("%d signals, want %d: %+v", len(sigs), len(tc.rows), sigs)

@@ -103,6 +103,9 @@ func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, group
 func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group, prior map[string]storedResult,
 	through *tailPosition) (map[string]int64, error) {
 	out := make(map[string]int64, len(groups))
+	if err := noJIT(ctx, tx); err != nil {
+		return nil, err
+	}
 	type since struct {
 		key     string
 		base    birthBase
@@ -217,6 +220,9 @@ func (s *Store) memberCounts(ctx context.Context, tx pgx.Tx, colls []string, thr
 	if len(colls) == 0 {
 		return out, nil
 	}
+	if err := noJIT(ctx, tx); err != nil {
+		return nil, err
+	}
 	var at *time.Time
 	var id *int64
 	if through != nil {
@@ -236,6 +242,15 @@ func (s *Store) memberCounts(ctx context.Context, tx pgx.Tx, colls []string, thr
 		out[b] += n
 	}
 	return out, rows.Err()
+}
+
+// noJIT turns JIT compilation off for the rest of the transaction: the counts are short scans and aggregates, on
+// which JIT costs several times the query itself.
+func noJIT(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+		return fmt.Errorf("turn jit off: %w", err)
+	}
+	return nil
 }
 
 func baseOf(g gcos.Group) birthBase {

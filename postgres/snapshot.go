@@ -176,26 +176,25 @@ WHERE b.%s = $1 AND b.%s = $2`, ident(b.Table), b.rowHash(), ident(b.Collection)
 func (s *Store) ObjectFingerprintSQL() string { return s.birthBinding().objectFingerprintSQL() }
 
 // memberCountSQL counts the members of every base group of the collections $1 through a tail position ($2, $3;
-// every row when $2 is NULL), each inherited child in its anchor's base group as baseAggregateSQL places it. A base
-// group's objects all live in its collection, so the count reads those collections through the (collection, code)
-// index and nothing else.
+// every row when $2 is NULL), each inherited child in its anchor's base group as baseAggregateSQL places it (the
+// rows of one base group may appear twice: the caller adds them up). A base group's objects all live in its
+// collection, so the count reads those collections and nothing else; objects without a parent (nearly all) are
+// counted by a hash aggregate on three columns, children through a lookup of their parent.
 func (b birthBinding) memberCountSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
 		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{born}", ident(b.BornAt), "{id}", ident(b.ID))
 	return r.Replace(`
-SELECT coalesce(p.{type}, a.type), a.coll, coalesce(p.{status}, a.status), sum(a.n)::bigint
-FROM (
-    SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, count(*) AS n
-    FROM {t} b
-    WHERE b.{coll} = ANY($1) AND ($2::timestamptz IS NULL OR (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
-    GROUP BY 1, 2, 3, 4
-    OFFSET 0
-) a
-LEFT JOIN LATERAL (
-    SELECT p.{type}, p.{status} FROM {t} p
-    WHERE a.parent IS NOT NULL AND p.{coll} = a.coll AND p.{code} = a.parent
-    OFFSET 0
-) p ON true
+SELECT b.{type}, b.{coll}, b.{status}, count(*)
+FROM {t} b
+WHERE b.{coll} = ANY($1) AND b.{parent} IS NULL
+  AND ($2::timestamptz IS NULL OR (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
+GROUP BY 1, 2, 3
+UNION ALL
+SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*)
+FROM {t} b
+LEFT JOIN {t} p ON p.{coll} = b.{coll} AND p.{code} = b.{parent}
+WHERE b.{coll} = ANY($1) AND b.{parent} IS NOT NULL
+  AND ($2::timestamptz IS NULL OR (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
 GROUP BY 1, 2, 3`)
 }
 
@@ -211,6 +210,18 @@ FROM {t} b
 LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
 WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint) AND (b.{born}, b.{id}) <= ($3::timestamptz, $4::bigint)
   AND b.{coll} = ANY($5)`)
+}
+
+// basesBornAfterSQL lists the anchor base groups that have births after the tail position ($1, $2), through the
+// (born_at, id) index.
+func (b birthBinding) basesBornAfterSQL() string {
+	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
+		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{born}", ident(b.BornAt), "{id}", ident(b.ID))
+	return r.Replace(`
+SELECT DISTINCT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status})
+FROM {t} b
+LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
+WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint)`)
 }
 
 // estateCountSQL counts every born object now (what the ledger's total is).
