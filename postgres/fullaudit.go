@@ -15,25 +15,25 @@ import (
 
 // AuditResult reports a periodic full audit.
 type AuditResult struct {
-	RunID               string        `json:"run_id"`
-	SnapshotID          int64         `json:"snapshot_id"`
-	PreviousID          *int64        `json:"previous_snapshot_id"`
-	RulesetVersion      string        `json:"ruleset_version"`
-	ProposedRuleset     string        `json:"proposed_ruleset,omitempty"`
-	ChangedGroups       int           `json:"changed_groups"`
-	Signalled           int           `json:"signalled_groups"` // changed groups a handoff had already dirtied
-	Pending             int           `json:"pending_groups"`   // changed groups whose new births the tail has not reached yet
-	LostSignals         []string      `json:"lost_signal_groups"`
+	RunID           string   `json:"run_id"`
+	SnapshotID      int64    `json:"snapshot_id"`
+	PreviousID      *int64   `json:"previous_snapshot_id"`
+	RulesetVersion  string   `json:"ruleset_version"`
+	ProposedRuleset string   `json:"proposed_ruleset,omitempty"`
+	ChangedGroups   int      `json:"changed_groups"`
+	Signalled       int      `json:"signalled_groups"` // changed groups a handoff had already dirtied
+	Pending         int      `json:"pending_groups"`   // changed groups whose new births the tail has not reached yet
+	LostSignals     []string `json:"lost_signal_groups"`
 	// RegistryDrift is, per registry that feeds verdicts besides births (gcos.GroupInputs), the groups whose
 	// inputs from it changed since the previous snapshot and how many of those no change row had signalled.
-	RegistryDrift map[string]RegistryDrift `json:"registry_drift,omitempty"`
-	Expired             int64         `json:"expired_rows"`
-	Dangling            []int64       `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
-	Scanned             int           `json:"scanned"`
-	ObjectsMaterialized int64         `json:"objects_materialized"`
-	ObjectsRetired      int64         `json:"objects_retired"`
-	Ledger              LedgerReport  `json:"ledger"`
-	Elapsed             time.Duration `json:"elapsed_ns"`
+	RegistryDrift       map[string]RegistryDrift `json:"registry_drift,omitempty"`
+	Expired             int64                    `json:"expired_rows"`
+	Dangling            []int64                  `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
+	Scanned             int                      `json:"scanned"`
+	ObjectsMaterialized int64                    `json:"objects_materialized"`
+	ObjectsRetired      int64                    `json:"objects_retired"`
+	Ledger              LedgerReport             `json:"ledger"`
+	Elapsed             time.Duration            `json:"elapsed_ns"`
 }
 
 // FullAudit is the periodic safety net (doc 34 §5): a fresh snapshot and ruleset hash, a reconciliation that

@@ -505,6 +505,7 @@ func TestHandoffApply(t *testing.T) {
 		t.Run("changelog "+tc.name, func(t *testing.T) {
 			before := e.signalIDs(t)
 			actor := fmt.Sprintf("ops:case-%d", i)
+			rowsBefore := e.candidateRows(t)
 			if tc.write != nil {
 				tc.write(t)
 			}
@@ -530,6 +531,13 @@ func TestHandoffApply(t *testing.T) {
 				}
 			}
 			e.clean(t)
+			// Δ other groups = 0: once scanned, no row but the affected groups' changed.
+			after := e.candidateRows(t)
+			for k, r := range rowsBefore {
+				if !slices.Contains(want, k) && after[k] != r {
+					t.Fatalf("%s: group %s is not affected but its row changed:\n%s\n→ %s", tc.name, k, r, after[k])
+				}
+			}
 		})
 	}
 
@@ -723,4 +731,10 @@ func TestHandoffUntrustedSource(t *testing.T) {
 	if e.digest(t, `SELECT * FROM governance_candidate_object`) != objectDigest {
 		t.Fatal("a replay rewrote the quarantined object rows")
 	}
+}
+
+// candidateRows is every candidate row under the current ruleset, as text, by group key.
+func (e *hoEnv) candidateRows(t *testing.T) map[string]string {
+	t.Helper()
+	return e.pairs(t, `SELECT c.group_key, c::text FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)`)
 }

@@ -647,3 +647,51 @@ func TestFullAuditFindsRegistryDrift(t *testing.T) {
 		t.Fatalf("%d issue_event_gap findings for a signalled change", n)
 	}
 }
+
+// TestScanEarlyCutoff: a re-scan whose result equals the stored one moves only the row's qualification (scan time,
+// snapshot, ruleset), raises nothing and is counted as unchanged in its run.
+func TestScanEarlyCutoff(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 2000, nil)
+	key := b.groupWhere(t, `effective_verdict = 'unknown' OR effective_verdict = 'relevant'`)
+	b.scanAll(t, postgres.ModeIncremental) // settle the first counts
+	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyTTL); err != nil {
+		t.Fatal(err)
+	}
+	b.scanAll(t, postgres.ModeIncremental)
+	findings := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues`)
+	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyTTL); err != nil {
+		t.Fatal(err)
+	}
+	// The row as the mark left it: the scan may move its qualification only.
+	var updated, scanned time.Time
+	if err := b.pool.QueryRow(b.ctx, `SELECT c.updated_at, c.scan_time FROM governance_candidate_state c
+		JOIN v_current_ruleset USING (ruleset_version) WHERE c.group_key = $1`, key).Scan(&updated, &scanned); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Scanned != 1 || res.Unchanged != 1 || res.VerdictChanges != 0 {
+		t.Fatalf("re-scan: scanned %d, unchanged %d, verdict changes %d; want 1, 1, 0", res.Scanned, res.Unchanged, res.VerdictChanges)
+	}
+	var updated2, scanned2 time.Time
+	var dirty bool
+	if err := b.pool.QueryRow(b.ctx, `SELECT c.updated_at, c.scan_time, c.dirty FROM governance_candidate_state c
+		JOIN v_current_ruleset USING (ruleset_version) WHERE c.group_key = $1`, key).Scan(&updated2, &scanned2, &dirty); err != nil {
+		t.Fatal(err)
+	}
+	if dirty || !scanned2.After(scanned) {
+		t.Fatalf("the qualification did not move: dirty %v, scan_time %v → %v", dirty, scanned, scanned2)
+	}
+	if !updated2.Equal(updated) {
+		t.Fatalf("an unchanged result rewrote the row: updated_at %v → %v", updated, updated2)
+	}
+	if n := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues`); n != findings {
+		t.Fatalf("an unchanged result raised findings: occurrences %d → %d", findings, n)
+	}
+	if n := b.count(t, `SELECT groups_unchanged FROM candidate_scan_run WHERE run_id = $1`, res.RunID); n != 1 {
+		t.Fatalf("run %s counts %d unchanged scans, want 1", res.RunID, n)
+	}
+}
