@@ -176,7 +176,7 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 // births cursor at its horizon: every birth before the horizon is in the snapshot, so a base group with no birth
 // after it was counted exactly through the cursor's position, and its first scan adds the births handed off since
 // instead of recounting its collection. A base with births after the horizon (the seed may have counted some of
-// them, which the tail hands off again) keeps recount and is recounted by its first scan.
+// them, which the tail hands off again) is recounted by its first scan.
 func (s *Store) countSeedsThroughHorizon(ctx context.Context, tx pgx.Tx, ruleset string, snap Snapshot) error {
 	through, err := s.birthsThrough(ctx, tx)
 	if err != nil || through == nil {
@@ -206,7 +206,7 @@ func (s *Store) countSeedsThroughHorizon(ctx context.Context, tx pgx.Tx, ruleset
 		}
 	}
 	if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state c
-		SET counted_through_at = $2, counted_through_id = $3, recount = false
+		SET counted_through_at = $2, counted_through_id = $3, counted_through_members = c.member_count
 		FROM unnest($4::text[], $5::bigint[]) AS u(key, members)
 		WHERE c.ruleset_version = $1 AND c.group_key = u.key AND c.member_count = u.members AND NOT c.dirty`,
 		ruleset, through.at, through.id, keys, counts); err != nil {

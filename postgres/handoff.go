@@ -134,6 +134,7 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 		return nil, st, err
 	}
 	var failures []RowFailure
+	counts := collectionCounts{} // member counts per collection, counted at most once per page
 	births := make([]*TailRow, 0, len(rows))
 	var sigs []*signal
 	birthSource := BirthTailSource(s.cfg.SourceBinding).Name
@@ -147,7 +148,7 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 			}
 			births = append(births, r)
 		default:
-			sig, err := s.mapChangelog(ctx, tx, rset, *r)
+			sig, err := s.mapChangelog(ctx, tx, rset, counts, *r)
 			if err != nil {
 				failures = append(failures, RowFailure{ID: r.ID, Err: err})
 				continue
@@ -512,7 +513,7 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 // (the row is about one object of that class, named by entity_code); a row that is neither cannot be mapped and is
 // returned as an error, which sends it to the retry lane. Which groups the row dirties is gcos.RouteChange's
 // decision; this function only resolves what the row names.
-func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, r TailRow) (*signal, error) {
+func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, counts collectionCounts, r TailRow) (*signal, error) {
 	regs := rset.regs
 	kind, ok := s.cfg.Intake.KindFor(r.EntityType, r.Action)
 	if !ok {
@@ -553,7 +554,7 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 		}
 		if found {
 			subject.Object = &base
-			if subject.Moved, err = s.movedBases(ctx, tx, base); err != nil {
+			if subject.Moved, err = s.movedBases(ctx, tx, counts, base); err != nil {
 				return nil, err
 			}
 		}
@@ -601,12 +602,20 @@ func (s *Store) objectBase(ctx context.Context, tx pgx.Tx, coll, code string) (g
 	return base, true, nil
 }
 
+// collectionCounts caches, within one page of the handoff, the member counts of the collections it counted.
+type collectionCounts map[string]map[birthBase]int64
+
 // movedBases lists the base groups of base's class in its registry whose live groups were last judged on a member
 // count other than the one they have now: the groups a lifecycle move (or anything else not yet scanned) changed.
-func (s *Store) movedBases(ctx context.Context, tx pgx.Tx, base gcos.BaseGroup) ([]gcos.BaseGroup, error) {
-	counts, err := s.memberCounts(ctx, tx, []string{base.SourceRegistry}, nil)
-	if err != nil {
-		return nil, err
+// The collection is counted once per page however many of its objects the page's rows name.
+func (s *Store) movedBases(ctx context.Context, tx pgx.Tx, cache collectionCounts, base gcos.BaseGroup) ([]gcos.BaseGroup, error) {
+	counts, ok := cache[base.SourceRegistry]
+	if !ok {
+		var err error
+		if counts, err = s.memberCounts(ctx, tx, []string{base.SourceRegistry}, nil); err != nil {
+			return nil, err
+		}
+		cache[base.SourceRegistry] = counts
 	}
 	rows, err := tx.Query(ctx, `SELECT DISTINCT lifecycle_status, member_count FROM governance_group
 		WHERE source_registry = $1 AND object_class = $2 AND retired_at IS NULL AND lifecycle_status IS NOT NULL

@@ -20,6 +20,9 @@ type placement struct {
 	retired map[string]string     // claimed groups whose source is gone → why: "empty" or "moved"
 	rekeyed map[string]string     // a moved group → the group of the same base and scope its members are in now
 	moved   []gcos.Group          // those groups, when the tick did not claim them itself
+	// counted is, per claimed group, how many of its base's members are at or before the births tail position the
+	// tick counted through (nil without one): what the group's next count adds the births handed off since to.
+	counted map[string]*int64
 }
 
 // tailPosition is a position of the births tail: every birth at or before it (born_at, id) has been handed off.
@@ -56,13 +59,19 @@ func (s *Store) birthsThrough(ctx context.Context, tx pgx.Tx) (*tailPosition, er
 //
 // Counts are exact through the births tail's position (through): a group dirtied by births alone since its last
 // count adds the births handed off since (a read of the (born_at, id) index over that range); any other group
-// recounts its collections from the source. Births not yet handed off are counted once they are.
+// recounts its collection from the source. The births the tail has not reached yet are added to both (they are
+// members now), but not to what the next count starts from.
 func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, groups map[string]gcos.Group,
 	prior map[string]storedResult, through *tailPosition) (placement, error) {
-	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
+	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}, counted: map[string]*int64{}}
 	counts, err := s.countGroups(ctx, tx, groups, prior, through)
 	if err != nil {
 		return p, err
+	}
+	for key, c := range counts {
+		if through != nil {
+			p.counted[key] = &c.through
+		}
 	}
 	current := map[birthBase]map[string]gcos.Dimensions{}
 	for _, g := range groups {
@@ -78,7 +87,7 @@ func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, group
 	}
 	queued := map[string]bool{}
 	for key, g := range groups {
-		n := counts[key]
+		n := counts[key].members
 		d, ok := current[baseOf(g)][deref(g.Scope)]
 		cur := gcos.NewGroup(d, n)
 		switch {
@@ -99,10 +108,14 @@ func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, group
 	return p, nil
 }
 
-// countGroups counts each group's members through the births tail's position (see placeGroups).
+// memberCount is a group's member count now, and how many of those members are at or before the births tail
+// position it was counted through.
+type memberCount struct{ members, through int64 }
+
+// countGroups counts each group's members (see placeGroups).
 func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group, prior map[string]storedResult,
-	through *tailPosition) (map[string]int64, error) {
-	out := make(map[string]int64, len(groups))
+	through *tailPosition) (map[string]memberCount, error) {
+	out := make(map[string]memberCount, len(groups))
 	if err := noJIT(ctx, tx); err != nil {
 		return nil, err
 	}
@@ -114,17 +127,17 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	}
 	var adds []since
 	full := map[string]birthBase{}
-	var fullColls, addColls []string
-	seenFull, seenAdd := map[string]bool{}, map[string]bool{}
+	var fullColls, colls []string
+	seenFull, seen := map[string]bool{}, map[string]bool{}
 	for key, g := range groups {
 		b := baseOf(g)
+		if !seen[b.coll] {
+			seen[b.coll] = true
+			colls = append(colls, b.coll)
+		}
 		was, ok := prior[key]
 		if through != nil && ok && was.countable() && !through.after(*was.throughAt, *was.throughID) {
-			adds = append(adds, since{key, b, tailPosition{*was.throughAt, *was.throughID}, *was.members})
-			if !seenAdd[b.coll] {
-				seenAdd[b.coll] = true
-				addColls = append(addColls, b.coll)
-			}
+			adds = append(adds, since{key, b, tailPosition{*was.throughAt, *was.throughID}, *was.throughMembers})
 			continue
 		}
 		full[key] = b
@@ -138,44 +151,64 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 		return nil, err
 	}
 	for key, b := range full {
-		out[key] = counts[b]
+		out[key] = memberCount{through: counts[b]}
 	}
-	if len(adds) == 0 {
+	if through == nil {
+		for key, c := range out {
+			out[key] = memberCount{members: c.through} // every birth was counted
+		}
 		return out, nil
 	}
-	from := adds[0].from
-	for _, a := range adds[1:] {
-		if from.after(a.from.at, a.from.id) {
+	// The births handed off since the oldest count among the additions, and those not handed off yet.
+	from := *through
+	for _, a := range adds {
+		if a.from.after(from.at, from.id) { // from lies after a.from: start earlier
 			from = a.from
 		}
 	}
-	rows, err := tx.Query(ctx, s.birthBinding().bornBetweenSQL(), from.at, from.id, through.at, through.id, addColls)
+	born, err := s.bornAfter(ctx, tx, from, colls)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range adds {
+		n := a.members
+		for _, pos := range born[a.base] {
+			if a.from.after(pos.at, pos.id) && !through.after(pos.at, pos.id) {
+				n++
+			}
+		}
+		out[a.key] = memberCount{through: n}
+	}
+	for key, g := range groups {
+		c := out[key]
+		c.members = c.through
+		for _, pos := range born[baseOf(g)] {
+			if through.after(pos.at, pos.id) {
+				c.members++ // not handed off yet
+			}
+		}
+		out[key] = c
+	}
+	return out, nil
+}
+
+// bornAfter lists the births of the collections after a tail position, by anchor base group.
+func (s *Store) bornAfter(ctx context.Context, tx pgx.Tx, from tailPosition, colls []string) (map[birthBase][]tailPosition, error) {
+	rows, err := tx.Query(ctx, s.birthBinding().bornBetweenSQL(), from.at, from.id, nil, nil, colls)
 	if err != nil {
 		return nil, fmt.Errorf("read births since the last count: %w", err)
 	}
+	defer rows.Close()
 	born := map[birthBase][]tailPosition{}
 	for rows.Next() {
 		var b birthBase
 		var pos tailPosition
 		if err := rows.Scan(&b.class, &b.coll, &b.status, &pos.at, &pos.id); err != nil {
-			rows.Close()
 			return nil, fmt.Errorf("read births since the last count: %w", err)
 		}
 		born[b] = append(born[b], pos)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read births since the last count: %w", err)
-	}
-	for _, a := range adds {
-		n := a.members
-		for _, pos := range born[a.base] {
-			if a.from.after(pos.at, pos.id) {
-				n++
-			}
-		}
-		out[a.key] = n
-	}
-	return out, nil
+	return born, rows.Err()
 }
 
 // record writes the placement to the group registry: member counts of live and moved groups (re-activating

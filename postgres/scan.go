@@ -57,7 +57,7 @@ type ScanResult struct {
 // the window (trailing edge), so one group is re-scanned at most once per window however many marks arrive.
 const claimDirtySQL = `
 SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status, c.member_count,
-       c.counted_through_at, c.counted_through_id, c.recount
+       c.counted_through_at, c.counted_through_id, c.counted_through_members
 FROM governance_candidate_state c
 WHERE c.dirty AND c.ruleset_version = $1
   AND (c.dirtied_at <= now() - $2::interval OR c.scan_time <= now() - $2::interval)
@@ -71,7 +71,7 @@ FOR UPDATE OF c SKIP LOCKED`
 // once ($4 is the run).
 const claimExpiredSQL = `
 SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status, c.member_count,
-       c.counted_through_at, c.counted_through_id, c.recount
+       c.counted_through_at, c.counted_through_id, c.counted_through_members
 FROM governance_candidate_state c
 WHERE c.stale_after <= now() AND c.ruleset_version = $1 AND c.last_run_id IS DISTINCT FROM $4
   AND NOT (c.group_key = ANY($5))
@@ -103,9 +103,9 @@ UPDATE governance_candidate_state c SET
     -- early cutoff: a result equal to the stored one moves only the qualification
     updated_at = CASE WHEN (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (u.evidence, u.lifecycle)
                       THEN now() ELSE c.updated_at END,
-    counted_through_at = $15, counted_through_id = $16, recount = $15::timestamptz IS NULL
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle)
+    counted_through_at = $15, counted_through_id = $16, counted_through_members = u.through
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $17::bigint[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, through)
 WHERE c.group_key = u.key AND c.ruleset_version = $1`
 
 // ScanTick claims a bounded batch of dirty (and, when asked, expired or never-seeded) groups, re-evaluates them
@@ -159,7 +159,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 				var key string
 				var was storedResult
 				if err := rows.Scan(&key, &was.verdict, &was.evidence, &was.lifecycle, &was.members, &was.throughAt,
-					&was.throughID, &was.recount); err != nil {
+					&was.throughID, &was.throughMembers); err != nil {
 					rows.Close()
 					return err
 				}
@@ -286,9 +286,13 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			throughAt, throughID = &through.at, &through.id
 		}
 		a := toArrays(ok)
+		counted := make([]*int64, len(ok))
+		for i, v := range ok {
+			counted[i] = place.counted[v.GroupKey]
+		}
 		if len(ok) > 0 {
 			if _, err := tx.Exec(ctx, scanWriteSQL, rs.Version, snapshotID, res.RunID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-				a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, throughAt, throughID); err != nil {
+				a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, throughAt, throughID, counted); err != nil {
 				return fmt.Errorf("write verdicts: %w", err)
 			}
 			if err := recordCoverage(ctx, tx, rs.Version, res.RunID, ok); err != nil {
@@ -650,12 +654,13 @@ type storedResult struct {
 	evidence  *string
 	lifecycle string
 	members   *int64
-	throughAt *time.Time
-	throughID *int64
-	recount   bool
+	// how it counted them: throughMembers of them are at or before the births tail position (throughAt, throughID)
+	throughAt      *time.Time
+	throughID      *int64
+	throughMembers *int64
 }
 
 // countable reports whether the row's count can be brought up to date by adding the births handed off since.
 func (r storedResult) countable() bool {
-	return !r.recount && r.members != nil && r.throughAt != nil && r.throughID != nil
+	return r.throughAt != nil && r.throughID != nil && r.throughMembers != nil
 }

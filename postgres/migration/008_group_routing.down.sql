@@ -3,7 +3,8 @@ DROP VIEW v_invariant_ledger;
 DROP FUNCTION gcos_estate_count();
 DROP TABLE gcos_estate_statement;
 ALTER TABLE candidate_scan_run DROP COLUMN groups_unchanged;
-ALTER TABLE governance_candidate_state DROP COLUMN counted_through_at, DROP COLUMN counted_through_id, DROP COLUMN recount;
+ALTER TABLE governance_candidate_state DROP COLUMN counted_through_at, DROP COLUMN counted_through_id,
+    DROP COLUMN counted_through_members;
 DROP INDEX governance_group_live_base_idx;
 ALTER TABLE governance_group DROP COLUMN retired_at;
 

@@ -8,12 +8,14 @@ ALTER TABLE governance_group ADD COLUMN retired_at timestamptz;
 CREATE INDEX governance_group_live_base_idx ON governance_group (object_class, source_registry, lifecycle_status)
     WHERE retired_at IS NULL;
 
--- A scan's member count is exact through a position of the births tail (ts, id): a group dirtied by births
--- alone is counted by adding the births handed off since, any other change recounts its registry (recount).
+-- How a scan counted the group's members: counted_through_members of them are at or before the births tail
+-- position (counted_through_at, counted_through_id), where the count is exact; member_count adds those the tail has
+-- not reached yet. A group dirtied by births alone is counted again by adding the births handed off since; any
+-- other change clears the position, and the next scan recounts the group's collection.
 ALTER TABLE governance_candidate_state
-    ADD COLUMN counted_through_at timestamptz,
-    ADD COLUMN counted_through_id bigint,
-    ADD COLUMN recount            boolean NOT NULL DEFAULT true;
+    ADD COLUMN counted_through_at      timestamptz,
+    ADD COLUMN counted_through_id      bigint,
+    ADD COLUMN counted_through_members bigint;
 
 -- Early cutoff: scans whose result equalled the stored verdict (only the qualification moved).
 ALTER TABLE candidate_scan_run ADD COLUMN groups_unchanged bigint NOT NULL DEFAULT 0;
