@@ -58,8 +58,8 @@ func (s *Store) birthsThrough(ctx context.Context, tx pgx.Tx) (*tailPosition, er
 // current group of its base and scope, when that has members, is judged in its place.
 //
 // Counts are exact through the births tail's position (through): a group dirtied by births alone since its last
-// count adds the births handed off since (a read of the (born_at, id) index over that range); any other group
-// recounts its collection from the source. The births the tail has not reached yet are added to both (they are
+// count, counted within scan.count_window, adds the births handed off since (a read of the (born_at, id) index over
+// that range); any other group recounts its collection from the source. The births the tail has not reached yet are added to both (they are
 // members now), but not to what the next count starts from.
 func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, groups map[string]gcos.Group,
 	prior map[string]storedResult, through *tailPosition) (placement, error) {
@@ -136,7 +136,8 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 			colls = append(colls, b.coll)
 		}
 		was, ok := prior[key]
-		if through != nil && ok && was.countable() && !through.after(*was.throughAt, *was.throughID) {
+		if through != nil && ok && was.countable() && !through.after(*was.throughAt, *was.throughID) &&
+			through.id-*was.throughID <= s.cfg.Scan.CountWindow {
 			adds = append(adds, since{key, b, tailPosition{*was.throughAt, *was.throughID}, *was.throughMembers})
 			continue
 		}
