@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -126,6 +127,7 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 		members int64
 	}
 	var adds []since
+	spans := map[tailPosition]int64{}
 	full := map[string]birthBase{}
 	var fullColls, colls []string
 	seenFull, seen := map[string]bool{}, map[string]bool{}
@@ -136,10 +138,16 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 			colls = append(colls, b.coll)
 		}
 		was, ok := prior[key]
-		if through != nil && ok && was.countable() && !through.after(*was.throughAt, *was.throughID) &&
-			through.id-*was.throughID <= s.cfg.Scan.CountWindow {
-			adds = append(adds, since{key, b, tailPosition{*was.throughAt, *was.throughID}, *was.throughMembers})
-			continue
+		if through != nil && ok && was.countable() && !through.after(*was.throughAt, *was.throughID) {
+			from := tailPosition{*was.throughAt, *was.throughID}
+			span, err := s.birthsSince(ctx, tx, spans, from, *through)
+			if err != nil {
+				return nil, err
+			}
+			if span <= s.cfg.Scan.CountWindow {
+				adds = append(adds, since{key, b, from, *was.throughMembers})
+				continue
+			}
 		}
 		full[key] = b
 		if !seenFull[b.coll] {
@@ -191,6 +199,29 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 		out[key] = c
 	}
 	return out, nil
+}
+
+// birthsSince estimates how many births lie between two tail positions by their ids (ids are drawn in birth
+// order), to choose between adding births and recounting; it never decides a count. A position at a time
+// boundary (the id the seed horizon carries) is measured from the last birth before it.
+func (s *Store) birthsSince(ctx context.Context, tx pgx.Tx, cache map[tailPosition]int64, from, through tailPosition) (int64, error) {
+	if n, ok := cache[from]; ok {
+		return n, nil
+	}
+	id := from.id
+	if id == math.MinInt64 {
+		b := s.birthBinding()
+		err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT %[2]s FROM %[1]s WHERE (%[3]s, %[2]s) < ($1::timestamptz, $2::bigint)
+			ORDER BY %[3]s DESC, %[2]s DESC LIMIT 1`, ident(b.Table), ident(b.ID), ident(b.BornAt)), from.at, from.id).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			id = 0
+		} else if err != nil {
+			return 0, fmt.Errorf("measure births since a count: %w", err)
+		}
+	}
+	n := max(through.id-id, 0)
+	cache[from] = n
+	return n, nil
 }
 
 // bornAfter lists the births of the collections after a tail position, by anchor base group.
