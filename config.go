@@ -129,10 +129,6 @@ type ScanConfig struct {
 	// VerifySample is how many objects beyond those with object rows the full audit's verification (gcos verify)
 	// asks the gate about; the groups, object rows and ledger are always compared in full.
 	VerifySample int `json:"verify_sample"`
-	// CountWindow bounds how many births (by id) a scan reads to bring a group's last member count up to date: a
-	// group counted further back recounts its collection instead, so one stale group cannot make a tick read
-	// every birth since.
-	CountWindow int64 `json:"count_window"`
 }
 
 // ChangelogSkip as a ChangelogRule kind means "matched: produce no signal" (e.g. GCOS's own audit echo).
@@ -279,7 +275,6 @@ func DefaultConfig() Config {
 		Scan: ScanConfig{
 			BatchSize:           500,
 			CoalesceWindow:      Duration(100 * time.Millisecond),
-			CountWindow:         50_000,
 			IncrementalInterval: Duration(5 * time.Second),
 			FullAuditInterval:   Duration(24 * time.Hour),
 			StormFraction:       0.25,
@@ -524,9 +519,6 @@ func (c Config) Validate() error {
 	s := c.Scan
 	p.positiveInt("scan.batch_size", s.BatchSize)
 	p.nonNegative("scan.coalesce_window", s.CoalesceWindow)
-	if s.CountWindow < 0 {
-		p.add("scan.count_window", "must not be negative, got %d", s.CountWindow)
-	}
 	p.positive("scan.incremental_interval", s.IncrementalInterval)
 	p.positive("scan.full_audit_interval", s.FullAuditInterval)
 	if !(s.StormFraction > 0 && s.StormFraction <= 1) {

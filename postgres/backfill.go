@@ -168,52 +168,10 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		if err != nil || !slices.Contains(res.CursorsAtHorizon, BirthTailSource(s.cfg.SourceBinding).Name) {
 			return err
 		}
-		return s.countSeedsThroughHorizon(ctx, tx, rs.Version, snap)
+		return s.keepSeedCounts(ctx, tx, snap)
 	})
 }
 
-// countSeedsThroughHorizon ties the seeded member counts to the births tail's position when the seed started the
-// births cursor at its horizon: every birth before the horizon is in the snapshot, so a base group with no birth
-// after it was counted exactly through the cursor's position, and its first scan adds the births handed off since
-// instead of recounting its collection. A base with births after the horizon (the seed may have counted some of
-// them, which the tail hands off again) is recounted by its first scan.
-func (s *Store) countSeedsThroughHorizon(ctx context.Context, tx pgx.Tx, ruleset string, snap Snapshot) error {
-	through, err := s.birthsThrough(ctx, tx)
-	if err != nil || through == nil {
-		return err
-	}
-	rows, err := tx.Query(ctx, s.birthBinding().basesBornAfterSQL(), through.at, through.id)
-	if err != nil {
-		return fmt.Errorf("read births after the seed horizon: %w", err)
-	}
-	beyond := map[birthBase]bool{}
-	for rows.Next() {
-		var b birthBase
-		if err := rows.Scan(&b.class, &b.coll, &b.status); err != nil {
-			rows.Close()
-			return fmt.Errorf("read births after the seed horizon: %w", err)
-		}
-		beyond[b] = true
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read births after the seed horizon: %w", err)
-	}
-	var keys []string
-	var counts []int64
-	for _, g := range snap.Groups {
-		if !beyond[baseOf(g)] {
-			keys, counts = append(keys, g.Key), append(counts, g.MemberCount)
-		}
-	}
-	if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state c
-		SET counted_through_at = $2, counted_through_id = $3, counted_through_members = c.member_count
-		FROM unnest($4::text[], $5::bigint[]) AS u(key, members)
-		WHERE c.ruleset_version = $1 AND c.group_key = u.key AND c.member_count = u.members AND NOT c.dirty`,
-		ruleset, through.at, through.id, keys, counts); err != nil {
-		return fmt.Errorf("tie seeded counts to the births cursor: %w", err)
-	}
-	return nil
-}
 
 // captureOrReuse captures a snapshot unless the previous snapshot of the scope is identical, in which case that
 // one is returned (a re-run over unchanged sources writes no new row).

@@ -293,7 +293,6 @@ ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     coverage_required = EXCLUDED.coverage_required, coverage_scan_ref = EXCLUDED.coverage_scan_ref,
     last_run_id = EXCLUDED.last_run_id, evidence_fingerprint = EXCLUDED.evidence_fingerprint,
     owner_scope = EXCLUDED.owner_scope, member_count = EXCLUDED.member_count, lifecycle_status = EXCLUDED.lifecycle_status,
-    counted_through_at = NULL, -- a seed's count is not tied to a births tail position: the next scan recounts
     updated_at = now()
 WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.evidence_fingerprint, EXCLUDED.lifecycle_status)
   AND NOT c.dirty`
@@ -377,16 +376,6 @@ FROM v_current_ruleset cr
 WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1)
   AND (NOT c.dirty OR c.recompute_status = 'scanning')`
 
-// markRecountSQL makes a dirty group recount its collection at its next scan: only births can be counted by
-// adding the births handed off since its last count.
-const markRecountSQL = `
-UPDATE governance_candidate_state c SET counted_through_at = NULL
-FROM v_current_ruleset cr
-WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1) AND c.dirty AND c.counted_through_at IS NOT NULL`
-
-// birthsOnly is the dirty reason of births: the one change a scan can count by adding the births handed off since
-// its last count; any other reason makes it recount the group's registry.
-var birthsOnly = gcos.DirtyReasonFor(gcos.ChangeObjectBorn)
 
 func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
 	if !gcos.ValidDirtyReason(reason) {
@@ -398,11 +387,6 @@ func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string
 	tag, err := tx.Exec(ctx, markDirtySQL, groupKeys, reason)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d groups dirty (%s): %w", len(groupKeys), reason, err)
-	}
-	if reason != birthsOnly {
-		if _, err := tx.Exec(ctx, markRecountSQL, groupKeys); err != nil {
-			return 0, fmt.Errorf("mark %d groups for a recount (%s): %w", len(groupKeys), reason, err)
-		}
 	}
 	if tag.RowsAffected() > 0 {
 		// Delivered at commit: wakes event-driven scanners; polling stays the source of truth.
@@ -426,7 +410,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		INSERT INTO governance_candidate_state (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
 		    input_quality_state, input_quality_ref, dirty, dirty_reason, dirtied_at, depends_on, stale_after, recompute_status,
 		    risk_class, coverage_required, coverage_scan_ref, issue_ref, last_run_id, evidence_fingerprint, lifecycle_status,
-		    audit_ref, owner_scope, member_count, counted_through_at, counted_through_id, counted_through_members)
+		    audit_ref, owner_scope, member_count)
 		SELECT c.group_key, c.source_snapshot_ref, $2, c.scan_time, c.candidate_verdict,
 		    c.input_quality_state, c.input_quality_ref,
 		    c.dirty OR c.group_key = ANY($3), 
@@ -435,7 +419,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		    c.depends_on, c.stale_after,
 		    CASE WHEN c.group_key = ANY($3) AND c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END,
 		    c.risk_class, c.coverage_required, c.coverage_scan_ref, c.issue_ref, c.last_run_id, c.evidence_fingerprint,
-		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count, c.counted_through_at, c.counted_through_id, c.counted_through_members
+		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count
 		FROM governance_candidate_state c
 		WHERE c.ruleset_version = $1
 		ON CONFLICT (group_key, ruleset_version) DO NOTHING`, from, to, dirty)

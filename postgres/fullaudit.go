@@ -134,6 +134,20 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		// Every changed group is re-scanned, a signalled one too: its mark may have been scanned before the change
 		// it is credited with (a scan counts members now, so a re-scan that finds nothing new changes nothing).
+		// Births may have moved between base groups behind the tail's back: the changed groups' collections are
+		// recounted from the source.
+		var drift []string
+		for _, key := range changed {
+			g, ok := snap.Metrics.Groups[key]
+			if !ok {
+				g = prev.Metrics.Groups[key]
+			}
+			drift = append(drift, g.SourceRegistry)
+		}
+		slices.Sort(drift)
+		if err := requestRecount(ctx, tx, slices.Compact(drift), gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
 		if _, err := markDirty(ctx, tx, rescan, gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}

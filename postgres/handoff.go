@@ -217,6 +217,9 @@ func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, bir
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := s.keepCounts(ctx, tx, births, anchors); err != nil {
+		return nil, 0, err
+	}
 	type sigKey struct {
 		base   birthBase
 		bucket int64
@@ -556,6 +559,12 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 			subject.Object = &base
 			if subject.Moved, err = s.movedBases(ctx, tx, counts, base); err != nil {
 				return nil, err
+			}
+			if kind != gcos.ChangeObjectBorn {
+				// The object may have moved between base groups: the kept counts of its collection are recounted.
+				if err := requestRecount(ctx, tx, []string{base.SourceRegistry}, string(kind)); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"time"
 
@@ -21,9 +20,6 @@ type placement struct {
 	retired map[string]string     // claimed groups whose source is gone → why: "empty" or "moved"
 	rekeyed map[string]string     // a moved group → the group of the same base and scope its members are in now
 	moved   []gcos.Group          // those groups, when the tick did not claim them itself
-	// counted is, per claimed group, how many of its base's members are at or before the births tail position the
-	// tick counted through (nil without one): what the group's next count adds the births handed off since to.
-	counted map[string]*int64
 }
 
 // tailPosition is a position of the births tail: every birth at or before it (born_at, id) has been handed off.
@@ -53,26 +49,15 @@ func (s *Store) birthsThrough(ctx context.Context, tx pgx.Tx) (*tailPosition, er
 	return &tailPosition{*at, *id}, nil
 }
 
-// placeGroups counts the members of the claimed groups now and decides, for each claimed group, whether it is
-// still the group its members belong to in its scope: the key the registries give its base (class, registry,
-// lifecycle) and scope now must be its own, and the base must have members. Otherwise it is retired, and the
-// current group of its base and scope, when that has members, is judged in its place.
-//
-// Counts are exact through the births tail's position (through): a group dirtied by births alone since its last
-// count, counted within scan.count_window, adds the births handed off since (a read of the (born_at, id) index over
-// that range); any other group recounts its collection from the source. The births the tail has not reached yet are added to both (they are
-// members now), but not to what the next count starts from.
-func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, groups map[string]gcos.Group,
-	prior map[string]storedResult, through *tailPosition) (placement, error) {
-	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}, counted: map[string]*int64{}}
-	counts, err := s.countGroups(ctx, tx, groups, prior, through)
+// placeGroups counts the members of the claimed groups now (countGroups) and decides, for each claimed group,
+// whether it is still the group its members belong to in its scope: the key the registries give its base (class,
+// registry, lifecycle) and scope now must be its own, and the base must have members. Otherwise it is retired, and
+// the current group of its base and scope, when that has members, is judged in its place.
+func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, groups map[string]gcos.Group) (placement, error) {
+	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
+	counts, err := s.countGroups(ctx, tx, groups)
 	if err != nil {
 		return p, err
-	}
-	for key, c := range counts {
-		if through != nil {
-			p.counted[key] = &c.through
-		}
 	}
 	current := map[birthBase]map[string]gcos.Dimensions{}
 	for _, g := range groups {
@@ -88,7 +73,7 @@ func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, group
 	}
 	queued := map[string]bool{}
 	for key, g := range groups {
-		n := counts[key].members
+		n := counts[baseOf(g)]
 		d, ok := current[baseOf(g)][deref(g.Scope)]
 		cur := gcos.NewGroup(d, n)
 		switch {
@@ -109,119 +94,92 @@ func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, group
 	return p, nil
 }
 
-// memberCount is a group's member count now, and how many of those members are at or before the births tail
-// position it was counted through.
-type memberCount struct{ members, through int64 }
+// keptCountsSQL reads, in one snapshot, the births cursor's position and the counts the births handoff keeps for
+// the collections $1 that have them and no pending recount request: those counts are exact through that position.
+const keptCountsSQL = `
+WITH cur AS (SELECT position_tstz AS at, position_id AS id FROM gov_worker_cursor WHERE source = $2 AND ts_type = 'timestamptz')
+SELECT c.source_registry, b.object_class, b.lifecycle_status, b.members, (SELECT at FROM cur), (SELECT id FROM cur)
+FROM governance_collection_count c
+LEFT JOIN governance_base_count b USING (source_registry)
+WHERE c.source_registry = ANY($1)
+  AND NOT EXISTS (SELECT 1 FROM governance_recount_request r WHERE r.source_registry = c.source_registry)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, (SELECT at FROM cur), (SELECT id FROM cur)`
 
-// countGroups counts each group's members (see placeGroups).
-func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group, prior map[string]storedResult,
-	through *tailPosition) (map[string]memberCount, error) {
-	out := make(map[string]memberCount, len(groups))
+// countGroups counts the members of the claimed groups' base groups now: the counts the births handoff keeps
+// (exact through the births cursor), or, for a collection it does not keep (yet), a count of the collection from
+// the source through the cursor; plus, for both, the births after the cursor the tail has not handed off yet (a
+// read of the (born_at, id) index over the tail's lag). Without a births cursor every birth is counted from the
+// source.
+func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group) (map[birthBase]int64, error) {
 	if err := noJIT(ctx, tx); err != nil {
 		return nil, err
 	}
-	type since struct {
-		key     string
-		base    birthBase
-		from    tailPosition
-		members int64
-	}
-	var adds []since
-	spans := map[tailPosition]int64{}
-	full := map[string]birthBase{}
-	var fullColls, colls []string
-	seenFull, seen := map[string]bool{}, map[string]bool{}
-	for key, g := range groups {
-		b := baseOf(g)
-		if !seen[b.coll] {
+	var colls []string
+	seen := map[string]bool{}
+	for _, g := range groups {
+		if b := baseOf(g); !seen[b.coll] {
 			seen[b.coll] = true
 			colls = append(colls, b.coll)
 		}
-		was, ok := prior[key]
-		if through != nil && ok && was.countable() && !through.after(*was.throughAt, *was.throughID) {
-			from := tailPosition{*was.throughAt, *was.throughID}
-			span, err := s.birthsSince(ctx, tx, spans, from, *through)
-			if err != nil {
-				return nil, err
-			}
-			if span <= s.cfg.Scan.CountWindow {
-				adds = append(adds, since{key, b, from, *was.throughMembers})
-				continue
-			}
+	}
+	sort.Strings(colls)
+	out := map[birthBase]int64{}
+	kept := map[string]bool{}
+	var at *time.Time
+	var id *int64
+	rows, err := tx.Query(ctx, keptCountsSQL, colls, BirthTailSource(s.cfg.SourceBinding).Name)
+	if err != nil {
+		return nil, fmt.Errorf("read kept member counts: %w", err)
+	}
+	for rows.Next() {
+		var coll, class, status *string
+		var n *int64
+		if err := rows.Scan(&coll, &class, &status, &n, &at, &id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read kept member counts: %w", err)
 		}
-		full[key] = b
-		if !seenFull[b.coll] {
-			seenFull[b.coll] = true
-			fullColls = append(fullColls, b.coll)
+		if coll == nil {
+			continue
+		}
+		kept[*coll] = true
+		if class != nil && status != nil && n != nil {
+			out[birthBase{*class, *coll, *status}] = *n
 		}
 	}
-	counts, err := s.memberCounts(ctx, tx, fullColls, through)
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read kept member counts: %w", err)
+	}
+	var through *tailPosition
+	if at != nil && id != nil {
+		through = &tailPosition{*at, *id}
+	} else {
+		kept, out = map[string]bool{}, map[birthBase]int64{} // kept counts mean nothing without their cursor
+	}
+	var uncounted []string
+	for _, c := range colls {
+		if !kept[c] {
+			uncounted = append(uncounted, c)
+		}
+	}
+	counts, err := s.memberCounts(ctx, tx, uncounted, through)
 	if err != nil {
 		return nil, err
 	}
-	for key, b := range full {
-		out[key] = memberCount{through: counts[b]}
+	for b, n := range counts {
+		out[b] += n
 	}
 	if through == nil {
-		for key, c := range out {
-			out[key] = memberCount{members: c.through} // every birth was counted
-		}
 		return out, nil
 	}
-	// The births handed off since the oldest count among the additions, and those not handed off yet.
-	from := *through
-	for _, a := range adds {
-		if a.from.after(from.at, from.id) { // from lies after a.from: start earlier
-			from = a.from
-		}
-	}
-	born, err := s.bornAfter(ctx, tx, from, colls)
+	pending, err := s.bornAfter(ctx, tx, *through, colls)
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range adds {
-		n := a.members
-		for _, pos := range born[a.base] {
-			if a.from.after(pos.at, pos.id) && !through.after(pos.at, pos.id) {
-				n++
-			}
-		}
-		out[a.key] = memberCount{through: n}
-	}
-	for key, g := range groups {
-		c := out[key]
-		c.members = c.through
-		for _, pos := range born[baseOf(g)] {
-			if through.after(pos.at, pos.id) {
-				c.members++ // not handed off yet
-			}
-		}
-		out[key] = c
+	for b, ps := range pending {
+		out[b] += int64(len(ps))
 	}
 	return out, nil
-}
-
-// birthsSince estimates how many births lie between two tail positions by their ids (ids are drawn in birth
-// order), to choose between adding births and recounting; it never decides a count. A position at a time
-// boundary (the id the seed horizon carries) is measured from the last birth before it.
-func (s *Store) birthsSince(ctx context.Context, tx pgx.Tx, cache map[tailPosition]int64, from, through tailPosition) (int64, error) {
-	if n, ok := cache[from]; ok {
-		return n, nil
-	}
-	id := from.id
-	if id == math.MinInt64 {
-		b := s.birthBinding()
-		err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT %[2]s FROM %[1]s WHERE (%[3]s, %[2]s) < ($1::timestamptz, $2::bigint)
-			ORDER BY %[3]s DESC, %[2]s DESC LIMIT 1`, ident(b.Table), ident(b.ID), ident(b.BornAt)), from.at, from.id).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			id = 0
-		} else if err != nil {
-			return 0, fmt.Errorf("measure births since a count: %w", err)
-		}
-	}
-	n := max(through.id-id, 0)
-	cache[from] = n
-	return n, nil
 }
 
 // bornAfter lists the births of the collections after a tail position, by anchor base group.

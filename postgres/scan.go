@@ -56,8 +56,7 @@ type ScanResult struct {
 // window (leading edge: an isolated change is re-scanned without waiting) and otherwise once its mark is as old as
 // the window (trailing edge), so one group is re-scanned at most once per window however many marks arrive.
 const claimDirtySQL = `
-SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status, c.member_count,
-       c.counted_through_at, c.counted_through_id, c.counted_through_members
+SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
 FROM governance_candidate_state c
 WHERE c.dirty AND c.ruleset_version = $1
   AND (c.dirtied_at <= now() - $2::interval OR c.scan_time <= now() - $2::interval)
@@ -70,8 +69,7 @@ FOR UPDATE OF c SKIP LOCKED`
 // claimExpiredSQL claims rows past stale_after (through the stale_after index); one pass re-scans an expired row
 // once ($4 is the run).
 const claimExpiredSQL = `
-SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status, c.member_count,
-       c.counted_through_at, c.counted_through_id, c.counted_through_members
+SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
 FROM governance_candidate_state c
 WHERE c.stale_after <= now() AND c.ruleset_version = $1 AND c.last_run_id IS DISTINCT FROM $4
   AND NOT (c.group_key = ANY($5))
@@ -102,10 +100,9 @@ UPDATE governance_candidate_state c SET
     evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, lifecycle_status = u.lifecycle,
     -- early cutoff: a result equal to the stored one moves only the qualification
     updated_at = CASE WHEN (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (u.evidence, u.lifecycle)
-                      THEN now() ELSE c.updated_at END,
-    counted_through_at = $15, counted_through_id = $16, counted_through_members = u.through
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $17::bigint[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, through)
+                      THEN now() ELSE c.updated_at END
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle)
 WHERE c.group_key = u.key AND c.ruleset_version = $1`
 
 // ScanTick claims a bounded batch of dirty (and, when asked, expired or never-seeded) groups, re-evaluates them
@@ -158,8 +155,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			for rows.Next() {
 				var key string
 				var was storedResult
-				if err := rows.Scan(&key, &was.verdict, &was.evidence, &was.lifecycle, &was.members, &was.throughAt,
-					&was.throughID, &was.throughMembers); err != nil {
+				if err := rows.Scan(&key, &was.verdict, &was.evidence, &was.lifecycle); err != nil {
 					rows.Close()
 					return err
 				}
@@ -226,11 +222,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		through, err := s.birthsThrough(ctx, tx)
-		if err != nil {
-			return err
-		}
-		place, err := s.placeGroups(ctx, tx, ev, groups, previous, through)
+		place, err := s.placeGroups(ctx, tx, ev, groups)
 		if err != nil {
 			return err
 		}
@@ -280,19 +272,10 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err := place.record(ctx, tx, rs.Version); err != nil {
 			return err
 		}
-		var throughAt *time.Time
-		var throughID *int64
-		if through != nil {
-			throughAt, throughID = &through.at, &through.id
-		}
 		a := toArrays(ok)
-		counted := make([]*int64, len(ok))
-		for i, v := range ok {
-			counted[i] = place.counted[v.GroupKey]
-		}
 		if len(ok) > 0 {
 			if _, err := tx.Exec(ctx, scanWriteSQL, rs.Version, snapshotID, res.RunID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-				a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, throughAt, throughID, counted); err != nil {
+				a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles); err != nil {
 				return fmt.Errorf("write verdicts: %w", err)
 			}
 			if err := recordCoverage(ctx, tx, rs.Version, res.RunID, ok); err != nil {
@@ -647,20 +630,9 @@ func (s *Store) DirtySetSize(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-// storedResult is what a claimed group's row said before the scan: its verdict, evidence and lifecycle, and the
-// member count it was judged on with the births tail position that count is exact through.
+// storedResult is what a claimed group's row said before the scan: its verdict, evidence and lifecycle.
 type storedResult struct {
 	verdict   string
 	evidence  *string
 	lifecycle string
-	members   *int64
-	// how it counted them: throughMembers of them are at or before the births tail position (throughAt, throughID)
-	throughAt      *time.Time
-	throughID      *int64
-	throughMembers *int64
-}
-
-// countable reports whether the row's count can be brought up to date by adding the births handed off since.
-func (r storedResult) countable() bool {
-	return r.throughAt != nil && r.throughID != nil && r.throughMembers != nil
 }

@@ -1260,6 +1260,13 @@ func (s *Store) ResetCursor(ctx context.Context, source, watermark string) (Curs
 			WHERE source = $1`, source, posTZ, posTS, posID, instant, from, to); err != nil {
 			return mapError(err, "reset cursor "+source)
 		}
+		if source == BirthTailSource(s.cfg.SourceBinding).Name {
+			// The births after the new position are handed off again: the counts kept from them would count them
+			// twice, so every collection is counted again.
+			if _, err := tx.Exec(ctx, `DELETE FROM governance_collection_count`); err != nil {
+				return fmt.Errorf("drop kept counts: %w", err)
+			}
+		}
 		if _, err := audit(ctx, tx, AuditEntry{EntityType: "governance_cursor", EntityCode: source, Action: "reset",
 			Actor: "operator", Detail: map[string]any{"source": source, "from": from, "to": to}}); err != nil {
 			return err

@@ -3,8 +3,9 @@ DROP VIEW v_invariant_ledger;
 DROP FUNCTION gcos_estate_count();
 DROP TABLE gcos_estate_statement;
 ALTER TABLE candidate_scan_run DROP COLUMN groups_unchanged;
-ALTER TABLE governance_candidate_state DROP COLUMN counted_through_at, DROP COLUMN counted_through_id,
-    DROP COLUMN counted_through_members;
+DROP TABLE governance_recount_request;
+DROP TABLE governance_base_count;
+DROP TABLE governance_collection_count;
 DROP INDEX governance_group_live_base_idx;
 ALTER TABLE governance_group DROP COLUMN retired_at;
 

@@ -8,14 +8,30 @@ ALTER TABLE governance_group ADD COLUMN retired_at timestamptz;
 CREATE INDEX governance_group_live_base_idx ON governance_group (object_class, source_registry, lifecycle_status)
     WHERE retired_at IS NULL;
 
--- How a scan counted the group's members: counted_through_members of them are at or before the births tail
--- position (counted_through_at, counted_through_id), where the count is exact; member_count adds those the tail has
--- not reached yet. A group dirtied by births alone is counted again by adding the births handed off since; any
--- other change clears the position, and the next scan recounts the group's collection.
-ALTER TABLE governance_candidate_state
-    ADD COLUMN counted_through_at      timestamptz,
-    ADD COLUMN counted_through_id      bigint,
-    ADD COLUMN counted_through_members bigint;
+-- Member counts kept by the births handoff, so a scan reads counts instead of births: a collection with a row
+-- here has its base groups' counts exact through the births cursor (the handoff adds each page's births in the
+-- transaction that advances the cursor, and counts a collection it finds uncounted from the source). A change that
+-- can move births between base groups (a lifecycle move, audit drift) files a recount request; the next births
+-- handoff drops the collection's counts, and until it counts them again a scan counts that collection itself. A
+-- cursor reset (replay) drops every count.
+CREATE TABLE governance_collection_count (
+    source_registry text        PRIMARY KEY,
+    counted_at      timestamptz NOT NULL DEFAULT now() -- when it was last counted from the source
+);
+CREATE TABLE governance_recount_request (
+    id              bigserial   PRIMARY KEY,
+    source_registry text        NOT NULL,
+    reason          text        NOT NULL,
+    requested_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX governance_recount_request_registry_idx ON governance_recount_request (source_registry);
+CREATE TABLE governance_base_count (
+    source_registry  text   NOT NULL REFERENCES governance_collection_count ON DELETE CASCADE,
+    object_class     text   NOT NULL,
+    lifecycle_status text   NOT NULL,
+    members          bigint NOT NULL CHECK (members >= 0),
+    PRIMARY KEY (source_registry, object_class, lifecycle_status)
+);
 
 -- Early cutoff: scans whose result equalled the stored verdict (only the qualification moved).
 ALTER TABLE candidate_scan_run ADD COLUMN groups_unchanged bigint NOT NULL DEFAULT 0;
