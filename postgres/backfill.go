@@ -172,7 +172,6 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 	})
 }
 
-
 // captureOrReuse captures a snapshot unless the previous snapshot of the scope is identical, in which case that
 // one is returned (a re-run over unchanged sources writes no new row).
 func (s *Store) captureOrReuse(ctx context.Context, opts CaptureOptions) (Snapshot, bool, error) {

@@ -376,7 +376,6 @@ FROM v_current_ruleset cr
 WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1)
   AND (NOT c.dirty OR c.recompute_status = 'scanning')`
 
-
 func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
 	if !gcos.ValidDirtyReason(reason) {
 		return 0, gcos.Errorf(gcos.EINVALID, "dirty reason %q is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", reason)
