@@ -738,3 +738,79 @@ func (e *hoEnv) candidateRows(t *testing.T) map[string]string {
 	t.Helper()
 	return e.pairs(t, `SELECT c.group_key, c::text FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)`)
 }
+
+// keptCountsDiffer counts the base groups of kept collections whose kept member count differs from the source's.
+func (e *hoEnv) keptCountsDiffer(t *testing.T) int64 {
+	t.Helper()
+	return e.count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
+		SELECT count(*) FROM (SELECT b.object_class, b.source_registry, b.lifecycle_status, b.members FROM governance_base_count b) kb
+		FULL JOIN src ON (src.c, src.k, src.s) = (kb.object_class, kb.source_registry, kb.lifecycle_status)
+		WHERE coalesce(kb.source_registry, src.k) IN (SELECT source_registry FROM governance_collection_count)
+		  AND kb.members IS DISTINCT FROM src.n`)
+}
+
+// TestHandoffKeepsMemberCounts: the births handoff keeps every collection's base-group counts equal to the
+// source's, however the history is paged; a lifecycle move files a recount request that the next births page
+// honours; a cursor reset (a replay) drops the counts instead of counting births twice.
+func TestHandoffKeepsMemberCounts(t *testing.T) {
+	t.Parallel()
+	e := newHandoffEnv(t, 1500, nil)
+	kept := func() int64 { return e.count(t, `SELECT count(*) FROM governance_collection_count`) }
+	if kept() == 0 {
+		t.Fatal("the handoff of the history kept no counts")
+	}
+	if n := e.keptCountsDiffer(t); n != 0 {
+		t.Fatalf("%d kept base counts differ from the source after the history", n)
+	}
+	var coll, class, code string
+	if err := e.pool.QueryRow(e.ctx, `SELECT collection_name, entity_type, entity_code FROM birth_registry
+		WHERE status = 'active' AND parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class, &code); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		SELECT 'kept-' || g, $1, $2, 'active', 'birth-api', 'tester' FROM generate_series(1, 30) g`, coll, class)
+	e.catchUp(t)
+	if n := e.keptCountsDiffer(t); n != 0 {
+		t.Fatalf("%d kept base counts differ from the source after 30 births", n)
+	}
+	// A retire moves a birth between base groups: the changelog files a recount, the next births page honours it.
+	e.exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
+	e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:kept')`, class, code)
+	e.catchUp(t)
+	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		VALUES ('kept-after-retire', $1, $2, 'active', 'birth-api', 'tester')`, coll, class)
+	e.catchUp(t)
+	if n := e.count(t, `SELECT count(*) FROM governance_recount_request`); n != 0 {
+		t.Fatalf("%d recount requests left after a births page", n)
+	}
+	if n := e.keptCountsDiffer(t); n != 0 {
+		t.Fatalf("%d kept base counts differ from the source after a retire and a recount", n)
+	}
+	// A replay of the last births drops every kept count rather than counting them twice.
+	cur, err := e.store.GetCursor(e.ctx, "birth_registry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back string
+	if err := e.pool.QueryRow(e.ctx, `SELECT to_char(born_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM birth_registry
+		WHERE entity_code LIKE 'kept-%' ORDER BY born_at, id LIMIT 1`).Scan(&back); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.ResetCursor(e.ctx, "birth_registry", back); err != nil {
+		t.Fatalf("reset from %s to %s: %v", cur.Position, back, err)
+	}
+	if kept() != 0 {
+		t.Fatal("a cursor reset kept the counts")
+	}
+	e.catchUp(t)
+	if n := e.keptCountsDiffer(t); n != 0 {
+		t.Fatalf("%d kept base counts differ from the source after a replay", n)
+	}
+	// The scans read the kept counts: every group's member count is its base's count at the source.
+	e.scanAll(t, postgres.ModeIncremental)
+	if n := e.count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
+		SELECT count(*) FROM v_candidate_effective v JOIN src ON (src.c, src.k, src.s) = (v.object_class, v.source_registry, v.lifecycle_status)
+		WHERE v.member_count <> src.n AND v.lifecycle_status IS NOT NULL AND v.group_member_count > 0`); n != 0 {
+		t.Fatalf("%d groups' member counts differ from the source after the scans", n)
+	}
+}

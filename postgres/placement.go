@@ -12,9 +12,9 @@ import (
 	"gcos"
 )
 
-// placement is where a scan found the members of the groups it claimed, counted from the source now: a scan
-// judges a group on its members as they are, not as the last snapshot counted them, and moves them to the group
-// their dimensions name now (SPEC §4, §8; doc 40 §40.8).
+// placement is where a scan found the members of the groups it claimed, counted now: a scan judges a group on its
+// members as they are, not as the last snapshot counted them, and moves them to the group their dimensions name now
+// (SPEC §4, §8; doc 40 §40.8).
 type placement struct {
 	live    map[string]gcos.Group // claimed groups that still hold members, with the count now
 	retired map[string]string     // claimed groups whose source is gone → why: "empty" or "moved"
@@ -34,7 +34,7 @@ func (p tailPosition) after(at time.Time, id int64) bool {
 }
 
 // birthsThrough is how far the births tail has handed births off, or nil when no births cursor holds a position
-// (no intake yet, or an ordering column without a time zone): a scan then recounts every group from the source.
+// (no intake yet, or an ordering column without a time zone).
 func (s *Store) birthsThrough(ctx context.Context, tx pgx.Tx) (*tailPosition, error) {
 	var at *time.Time
 	var id *int64
@@ -176,29 +176,29 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	if err != nil {
 		return nil, err
 	}
-	for b, ps := range pending {
-		out[b] += int64(len(ps))
+	for b, n := range pending {
+		out[b] += n
 	}
 	return out, nil
 }
 
-// bornAfter lists the births of the collections after a tail position, by anchor base group.
-func (s *Store) bornAfter(ctx context.Context, tx pgx.Tx, from tailPosition, colls []string) (map[birthBase][]tailPosition, error) {
-	rows, err := tx.Query(ctx, s.birthBinding().bornBetweenSQL(), from.at, from.id, nil, nil, colls)
+// bornAfter counts the births of the collections after a tail position, by anchor base group.
+func (s *Store) bornAfter(ctx context.Context, tx pgx.Tx, from tailPosition, colls []string) (map[birthBase]int64, error) {
+	rows, err := tx.Query(ctx, s.birthBinding().bornAfterSQL(), from.at, from.id, colls)
 	if err != nil {
-		return nil, fmt.Errorf("read births since the last count: %w", err)
+		return nil, fmt.Errorf("count births not handed off yet: %w", err)
 	}
 	defer rows.Close()
-	born := map[birthBase][]tailPosition{}
+	out := map[birthBase]int64{}
 	for rows.Next() {
 		var b birthBase
-		var pos tailPosition
-		if err := rows.Scan(&b.class, &b.coll, &b.status, &pos.at, &pos.id); err != nil {
-			return nil, fmt.Errorf("read births since the last count: %w", err)
+		var n int64
+		if err := rows.Scan(&b.class, &b.coll, &b.status, &n); err != nil {
+			return nil, fmt.Errorf("count births not handed off yet: %w", err)
 		}
-		born[b] = append(born[b], pos)
+		out[b] += n
 	}
-	return born, rows.Err()
+	return out, rows.Err()
 }
 
 // record writes the placement to the group registry: member counts of live and moved groups (re-activating

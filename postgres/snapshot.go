@@ -198,19 +198,17 @@ WHERE b.{coll} = ANY($1) AND b.{parent} IS NOT NULL
 GROUP BY 1, 2, 3`)
 }
 
-// bornBetweenSQL lists, by anchor base group, the births of the collections $5 whose tail position lies in
-// (($1, $2), ($3, $4)] (no upper bound when $3 is NULL): what a group dirtied by births alone adds to the count it
-// was judged on, or the births the tail has not reached yet. It reads the (born_at, id) index over that range only.
-func (b birthBinding) bornBetweenSQL() string {
+// bornAfterSQL counts, by anchor base group, the births of the collections $3 after the tail position ($1, $2):
+// the births the tail has not handed off yet. It reads the (born_at, id) index over the tail's lag only.
+func (b birthBinding) bornAfterSQL() string {
 	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
 		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{born}", ident(b.BornAt), "{id}", ident(b.ID))
 	return r.Replace(`
-SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), b.{born}, b.{id}
+SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*)
 FROM {t} b
 LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
-WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint)
-  AND ($3::timestamptz IS NULL OR (b.{born}, b.{id}) <= ($3::timestamptz, $4::bigint))
-  AND b.{coll} = ANY($5)`)
+WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint) AND b.{coll} = ANY($3)
+GROUP BY 1, 2, 3`)
 }
 
 // basesBornAfterSQL lists the anchor base groups that have births after the tail position ($1, $2), through the
