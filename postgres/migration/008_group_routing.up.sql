@@ -1,4 +1,4 @@
--- Groups follow the substrate (SPEC §4, §8; doc 40 §40.8): a scan recounts a group's members from the source and
+-- Groups follow the substrate (SPEC §4, §8; doc 40 §40.8): a scan counts a group's members now and
 -- moves them to the group their dimensions name now; a group left without members, or whose key no longer
 -- follows from the registries (an owner or axis family moved), is retired, never deleted, and the gate no longer
 -- consults it. The ledger counts the estate now, not the last snapshot.
