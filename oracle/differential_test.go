@@ -606,15 +606,27 @@ func silentRetire(last bool) func(e *env, r *rand.Rand) (string, error) {
 }
 
 // activate proposes the ruleset of the registries as they are and activates it.
+// The registries may have returned to the content of a superseded version (a setting flipped twice), which is
+// history and cannot be activated again: a new measurement makes the content new, as an operator would.
 func (e *env) activate() (string, error) {
-	rs, _, err := e.store.ComputeRuleset(e.ctx, "proposer")
-	if err != nil {
-		return "", err
+	for attempt := 0; ; attempt++ {
+		rs, _, err := e.store.ComputeRuleset(e.ctx, "proposer")
+		if err != nil {
+			return "", err
+		}
+		if rs.Status == "superseded" && attempt == 0 {
+			e.seq++
+			if err := e.exec(`INSERT INTO measurement_registry (measurement_id, law_code, method, source_query, target_query, severity)
+				SELECT $1, min(law_code), 1, 'select 1', 'select 1', 'low' FROM law_jurisdiction`, fmt.Sprintf("M-AGAIN-%d", e.seq)); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if _, err := e.store.ActivateRuleset(e.ctx, rs.Version, "APR-R", "approver"); err != nil {
+			return "", err
+		}
+		return rs.Version, nil
 	}
-	if _, err := e.store.ActivateRuleset(e.ctx, rs.Version, "APR-R", "approver"); err != nil {
-		return "", err
-	}
-	return rs.Version, nil
 }
 
 // objectException grants an approved exception on one relevant object, pinned to its fingerprint.
