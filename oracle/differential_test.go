@@ -73,6 +73,7 @@ var knownDivergences = []knownDivergence{
 		"a new object of an independently authoritative class gets its row only at the full audit"},
 	{on("retire_object_row"), on("exception_object", "fingerprint_changed", "exception_expires"), "object", "*",
 		"an object row is re-evaluated only by the full audit (an exception on an object that has a row for its class, too)"},
+	{nil, on("retire_object_row"), "ledger", "*", "the retired object's row keeps its old bucket until the full audit"},
 	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "object", "*", "object rows a ruleset bump dirties are rescanned only by the full audit"},
 	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "gate", "*", "the gate blocks those object rows as stale (dirty) meanwhile"},
 	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "ledger", "*", "the ledger counts those object rows as stale"},
@@ -489,6 +490,24 @@ var triggers = []trigger{
 		return "birth of " + c[1] + ":" + code + " (independently authoritative)", e.exec(`INSERT INTO birth_registry
 			(entity_code, collection_name, entity_type, status, source_system, actor_ref) VALUES ($1, $2, $3, 'active', 'birth-api', 'differential')`,
 			code, c[1], c[0])
+	}},
+	{"replay", func(e *env, r *rand.Rand) (string, error) {
+		// An operator replays the births tail from a few births back: nothing may be counted twice.
+		if err := e.births(r, 3, "birth-api"); err != nil {
+			return "", err
+		}
+		if err := e.settle(); err != nil {
+			return "", err
+		}
+		var from string
+		if err := e.pool.QueryRow(e.ctx, `SELECT to_char(born_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+			FROM birth_registry ORDER BY born_at DESC, id DESC OFFSET 2 LIMIT 1`).Scan(&from); err != nil {
+			return "", err
+		}
+		if _, err := e.store.ResetCursor(e.ctx, "birth_registry", from); err != nil {
+			return "", err
+		}
+		return "births tail replayed from " + from, nil
 	}},
 	{"late_birth", func(e *env, r *rand.Rand) (string, error) {
 		// Late data: a birth whose born_at lies an hour behind the tail's cursor.

@@ -30,3 +30,6 @@ func SetNondeterministic(s *Store, on bool) {
 
 // BatchAggregateSQL is the statement one capture batch runs (parameters: the id range [$1, $2)), for plan tests.
 func BatchAggregateSQL(s *Store) string { return s.birthBinding().baseAggregateSQL() }
+
+// SelectedKeys exposes selectedKeys to the external tests.
+var SelectedKeys = selectedKeys

@@ -166,7 +166,7 @@ func selectedKeys(sel []gcos.GroupSelector, groups []gcos.Group) []string {
 	for i, g := range groups {
 		dims[i] = g.Dimensions
 	}
-	var keys []string
+	keys := []string{} // never nil: a diff that selects no group is an empty array in SQL, not NULL
 	for _, i := range gcos.SelectGroups(sel, dims) {
 		keys = append(keys, groups[i].Key)
 	}

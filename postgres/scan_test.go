@@ -695,3 +695,11 @@ func TestScanEarlyCutoff(t *testing.T) {
 		t.Fatalf("run %s counts %d unchanged scans, want 1", res.RunID, n)
 	}
 }
+
+// TestSelectedKeysNeverNil: a ruleset diff that selects no group must reach SQL as an empty array, not NULL (NULL
+// made the carried rows' dirty flag NULL and the activation fail; found by the differential soak).
+func TestSelectedKeysNeverNil(t *testing.T) {
+	if keys := postgres.SelectedKeys(nil, nil); keys == nil {
+		t.Fatal("selectedKeys of an empty selection is nil")
+	}
+}
