@@ -164,12 +164,15 @@ type IntakeConfig struct {
 	// open transaction's xact_start) is already exact for timestamps set to now() inside the writing transaction; the
 	// guard only covers the instant between a backend taking its start timestamp and publishing it in
 	// pg_stat_activity. 10ms covers that with margin and costs nothing noticeable in latency.
-	HorizonGuard       Duration `json:"horizon_guard"`
-	RoleFilter         []string `json:"role_filter"` // only these roles' transactions hold the horizon back; empty = all
-	MaxAttempts        int      `json:"max_attempts"`
-	BackoffBase        Duration `json:"backoff_base"`
-	BackoffMax         Duration `json:"backoff_max"`
-	LagThreshold       Duration `json:"lag_threshold"`        // cursor behind head longer than this ⇒ handoff_lag
+	HorizonGuard Duration `json:"horizon_guard"`
+	RoleFilter   []string `json:"role_filter"` // only these roles' transactions hold the horizon back; empty = all
+	MaxAttempts  int      `json:"max_attempts"`
+	BackoffBase  Duration `json:"backoff_base"`
+	BackoffMax   Duration `json:"backoff_max"`
+	LagThreshold Duration `json:"lag_threshold"` // cursor behind head longer than this ⇒ handoff_lag
+	// FutureTolerance: a row whose order key lies further than this ahead of the database clock (a writer's wrong
+	// zone or a supplied timestamp) is handed off at once, out of order, and reported (handoff_out_of_order).
+	FutureTolerance    Duration `json:"future_tolerance"`
 	SilentGapThreshold Duration `json:"silent_gap_threshold"` // heartbeat older than this ⇒ handoff_silent_gap
 	HeartbeatInterval  Duration `json:"heartbeat_interval"`
 	TrustedSources     []string `json:"trusted_sources"` // source-system globs; others are untrusted_source
@@ -182,10 +185,17 @@ type IntakeConfig struct {
 // KindFor maps a registry_changelog row to its change kind with the first matching rule; ok is false when no rule
 // matches or the matching rule says skip.
 func (c IntakeConfig) KindFor(entityType, action string) (kind ChangeKind, ok bool) {
+	kind, matched := c.ClassifyChangelog(entityType, action)
+	return kind, matched && kind != ""
+}
+
+// ClassifyChangelog is KindFor that tells "skip" from "no rule": matched is false when no rule matches the row
+// (the intake reports such rows), and kind is "" when the matching rule says skip (deliberately ignored).
+func (c IntakeConfig) ClassifyChangelog(entityType, action string) (kind ChangeKind, matched bool) {
 	for _, r := range c.ChangelogKinds {
 		if r.matches(entityType, action) {
 			if r.Kind == ChangelogSkip {
-				return "", false
+				return "", true
 			}
 			return ChangeKind(r.Kind), true
 		}
@@ -293,6 +303,7 @@ func DefaultConfig() Config {
 			BackoffBase:        Duration(time.Second),
 			BackoffMax:         Duration(5 * time.Minute),
 			LagThreshold:       Duration(60 * time.Second),
+			FutureTolerance:    Duration(time.Minute),
 			SilentGapThreshold: Duration(30 * time.Second),
 			HeartbeatInterval:  Duration(5 * time.Second),
 			// Every source system of the tailed registries is trusted until an operator narrows the list; an
@@ -551,6 +562,7 @@ func (c Config) Validate() error {
 		p.add("intake.backoff_max", "must be >= intake.backoff_base (%s)", in.BackoffBase)
 	}
 	p.positive("intake.lag_threshold", in.LagThreshold)
+	p.positive("intake.future_tolerance", in.FutureTolerance)
 	p.positive("intake.heartbeat_interval", in.HeartbeatInterval)
 	if in.SilentGapThreshold <= in.HeartbeatInterval {
 		p.add("intake.silent_gap_threshold", "must be > intake.heartbeat_interval (%s), or every tick is a gap",

@@ -52,9 +52,11 @@ const (
 	IssueBackfillInventoryGap     IssueType = "backfill_inventory_gap"
 	IssueGovernanceSchemaDrift    IssueType = "governance_schema_drift"
 	IssueIssueEventGap            IssueType = "issue_event_gap"
-	IssueCoverageOrphan           IssueType = "coverage_orphan"  // a high-risk relevant group with no owner in its scope
-	IssueExceptionLifted          IssueType = "exception_lifted" // an exception stopped counting (expired, object changed, …)
-	IssueVerifyMismatch           IssueType = "verify_mismatch"  // the incremental state differs from a from-scratch evaluation
+	IssueCoverageOrphan           IssueType = "coverage_orphan"      // a high-risk relevant group with no owner in its scope
+	IssueExceptionLifted          IssueType = "exception_lifted"     // an exception stopped counting (expired, object changed, …)
+	IssueVerifyMismatch           IssueType = "verify_mismatch"      // the incremental state differs from a from-scratch evaluation
+	IssueHandoffUnmappedRow       IssueType = "handoff_unmapped_row" // a tailed row no mapping rule matches
+	IssueHandoffOutOfOrder        IssueType = "handoff_out_of_order" // a row behind the committed cursor or in the future
 )
 
 // inputIssuePrefix starts every input-quality finding type ("input.<state>").
@@ -102,6 +104,8 @@ var IssueSpecs = []IssueSpec{
 	{IssueCoverageOrphan, "coverage", "orphan", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 	{IssueExceptionLifted, "exception", "lifted", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 	{IssueVerifyMismatch, "coverage", "verify_mismatch", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
+	{IssueHandoffUnmappedRow, "handoff", "unmapped_row", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
+	{IssueHandoffOutOfOrder, "handoff", "out_of_order", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
 }
 
 // inputEventState maps an input-quality state to its doc 41 event name where the two differ.

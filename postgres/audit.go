@@ -9,12 +9,18 @@ import (
 )
 
 // registry_changelog is the one audit channel. GCOS's own rows use entity_type 'governance_*' and changed_by
-// 'gcos:<actor>', which is how the intake tail recognises (and skips) its own echo.
+// 'gcos:<actor>' for readers, but the intake recognises its own echo by id: every row written here is recorded in
+// governance_audit_row in the same transaction, which no other writer of the ledger can forge by naming itself.
 
 const auditInsertSQL = `
-INSERT INTO registry_changelog (entity_type, entity_code, action, "timestamp", alert_level, resolved, changed_by, alert_detail)
-VALUES ($1, $2, $3, now(), $4, true, $5, $6)
-RETURNING id`
+WITH row AS (
+    INSERT INTO registry_changelog (entity_type, entity_code, action, "timestamp", alert_level, resolved, changed_by, alert_detail)
+    VALUES ($1, $2, $3, now(), $4, true, $5, $6)
+    RETURNING id
+), own AS (
+    INSERT INTO governance_audit_row (changelog_id) SELECT id FROM row
+)
+SELECT id FROM row`
 
 // AuditEntry is one audit row.
 type AuditEntry struct {

@@ -102,8 +102,9 @@ type HandoffStats struct {
 	Dirtied   int64          `json:"dirtied"`   // groups newly marked dirty
 	Emitted   int            `json:"emitted"`   // outbox rows
 	Captured  int            `json:"captured"`  // event_pending captures (type not active)
-	Skipped   int            `json:"skipped"`   // rows no mapping rule selects (and GCOS's own echo)
-	Untrusted int            `json:"untrusted"` // rows from an untrusted source system
+	Skipped   int            `json:"skipped"`   // rows a mapping rule deliberately skips, and GCOS's own echo
+	Unmapped  int            `json:"unmapped"`  // rows no mapping rule matches (reported, never silent)
+	Untrusted int            `json:"untrusted"` // rows from an untrusted source system (quarantined)
 	Kinds     map[string]int `json:"kinds"`
 }
 
@@ -138,6 +139,11 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 	births := make([]*TailRow, 0, len(rows))
 	var sigs []*signal
 	birthSource := BirthTailSource(s.cfg.SourceBinding).Name
+	own, err := ownAuditRows(ctx, tx, rows, birthSource)
+	if err != nil {
+		return nil, st, err
+	}
+	var unmapped, untrusted rowReports
 	for i := range rows {
 		r := &rows[i] // rows are large: never copied
 		switch {
@@ -148,17 +154,33 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 			}
 			births = append(births, r)
 		default:
-			sig, err := s.mapChangelog(ctx, tx, rset, counts, *r)
+			kind, matched := s.cfg.Intake.ClassifyChangelog(r.EntityType, r.Action)
+			switch {
+			case own[r.ID] && kind != gcos.ChangeRuleset:
+				st.Skipped++ // GCOS's own audit row (recorded by id when written): never fed back
+				continue
+			case !matched:
+				st.Unmapped++
+				unmapped.add(r.Source, r.EntityType+"/"+r.Action, r.ID)
+				continue
+			case kind == "":
+				st.Skipped++ // a rule says skip
+				continue
+			case !own[r.ID] && !s.cfg.Intake.Trusted(r.ChangedBy):
+				st.Untrusted++
+				untrusted.add(r.Source, r.ChangedBy, r.ID)
+				continue
+			}
+			sig, err := s.mapChangelog(ctx, tx, rset, counts, *r, kind)
 			if err != nil {
 				failures = append(failures, RowFailure{ID: r.ID, Err: err})
 				continue
 			}
-			if sig == nil {
-				st.Skipped++
-				continue
-			}
 			sigs = append(sigs, sig)
 		}
+	}
+	if err := s.reportRows(ctx, tx, unmapped, untrusted); err != nil {
+		return nil, st, err
 	}
 	if len(births) > 0 {
 		bs, untrusted, err := s.mapBirths(ctx, tx, rset, births)
@@ -374,6 +396,10 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if len(rows) == 0 {
 		return nil
 	}
+	// The cursor row before any finding: the one lock order (cursor, then finding keys) a poll also follows.
+	if err := countRows(ctx, tx, rows[0].Source, "untrusted_rows", len(rows)); err != nil {
+		return err
+	}
 	type quarantined struct {
 		row  *TailRow
 		base birthBase
@@ -511,20 +537,103 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	return err
 }
 
-// mapChangelog maps one registry_changelog row to a signal (nil: no rule selects it, or it is GCOS's own echo).
+// ownAuditRows are the ids among the page's changelog rows that GCOS itself wrote (governance_audit_row).
+func ownAuditRows(ctx context.Context, tx pgx.Tx, rows []TailRow, birthSource string) (map[int64]bool, error) {
+	var ids []int64
+	for i := range rows {
+		if rows[i].Source != birthSource {
+			ids = append(ids, rows[i].ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	found, err := tx.Query(ctx, `SELECT changelog_id FROM governance_audit_row WHERE changelog_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("recognise own audit rows: %w", err)
+	}
+	own, err := pgx.CollectRows(found, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("recognise own audit rows: %w", err)
+	}
+	out := make(map[int64]bool, len(own))
+	for _, id := range own {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// rowReport is what a page saw of one (source, value): how many rows and the first few ids.
+type rowReport struct {
+	source, value string
+	rows          int
+	sample        []int64
+}
+
+// rowReports collects rows the intake refuses to act on, per (source, value), in the order first seen.
+type rowReports []*rowReport
+
+func (rr *rowReports) add(source, value string, id int64) {
+	for _, r := range *rr {
+		if r.source == source && r.value == value {
+			r.rows++
+			if len(r.sample) < 10 {
+				r.sample = append(r.sample, id)
+			}
+			return
+		}
+	}
+	*rr = append(*rr, &rowReport{source: source, value: value, rows: 1, sample: []int64{id}})
+}
+
+// reportRows raises one coalesced finding per (source, value) for rows no mapping rule matches
+// (handoff_unmapped_row) and changelog rows from an untrusted source (input.untrusted_source), and counts them on
+// the source's cursor. Such rows dirty nothing and emit nothing, but they are never silent.
+func (s *Store) reportRows(ctx context.Context, tx pgx.Tx, unmapped, untrusted rowReports) error {
+	// Counts first: the one lock order (cursor row, then finding keys) a poll also follows.
+	for _, r := range unmapped {
+		if err := countRows(ctx, tx, r.source, "unmapped_rows", r.rows); err != nil {
+			return err
+		}
+	}
+	for _, r := range untrusted {
+		if err := countRows(ctx, tx, r.source, "untrusted_rows", r.rows); err != nil {
+			return err
+		}
+	}
+	for _, r := range unmapped {
+		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueHandoffUnmappedRow, Subject: r.source + ":" + r.value,
+			Evidence: map[string]any{"source": r.source, "entity_type/action": r.value, "rows": r.rows, "sample_ids": r.sample,
+				"fix": "add a rule to intake.changelog_kinds (a change kind, or \"skip\" to ignore such rows deliberately)"}}); err != nil {
+			return err
+		}
+	}
+	for _, r := range untrusted {
+		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.InputIssue(gcos.InputUntrustedSource), Subject: r.source + ":" + r.value,
+			Evidence: map[string]any{"source": r.source, "changed_by": r.value, "rows": r.rows, "sample_ids": r.sample,
+				"trusted_sources": s.cfg.Intake.TrustedSources}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// countRows adds n to one of a source cursor's row counters (unmapped_rows, untrusted_rows).
+func countRows(ctx context.Context, tx pgx.Tx, source, counter string, n int) error {
+	if _, err := tx.Exec(ctx, `UPDATE gov_worker_cursor SET `+counter+` = `+counter+` + $2 WHERE source = $1`, source, n); err != nil {
+		return fmt.Errorf("count %s of %s: %w", counter, source, err)
+	}
+	return nil
+}
+
+// mapChangelog maps one registry_changelog row of a known kind to a signal (the caller has already set aside
+// GCOS's own echo, rows no rule maps and rows from untrusted sources).
 // entity_type is either a registry word (the row is about a collection, pivot, rule, owner…) or an object class
 // (the row is about one object of that class, named by entity_code); a row that is neither cannot be mapped and is
 // returned as an error, which sends it to the retry lane. Which groups the row dirties is gcos.RouteChange's
 // decision; this function only resolves what the row names.
-func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, counts collectionCounts, r TailRow) (*signal, error) {
+func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, counts collectionCounts, r TailRow, kind gcos.ChangeKind) (*signal, error) {
 	regs := rset.regs
-	kind, ok := s.cfg.Intake.KindFor(r.EntityType, r.Action)
-	if !ok {
-		return nil, nil
-	}
-	if strings.HasPrefix(r.ChangedBy, "gcos:") && kind != gcos.ChangeRuleset {
-		return nil, nil // our own audit rows are never fed back
-	}
 	sig := &signal{kind: kind, subject: r.EntityCode, actor: nonEmpty(r.ChangedBy, "unknown"), source: nonEmpty(r.ChangedBy, "registry_changelog"),
 		firstID: r.ID, occurred: r.TS, table: "registry_changelog", objectTyp: r.EntityType, coll: r.EntityType, code: nonEmpty(r.EntityCode, fmt.Sprint(r.ID))}
 	subject := gcos.ChangeSubject{Kind: kind, Code: r.EntityCode}

@@ -337,8 +337,11 @@ type HorizonHolder struct {
 // PollResult reports one poll.
 type PollResult struct {
 	Source       string         `json:"source"`
-	Busy         bool           `json:"busy,omitempty"` // another worker holds the cursor; nothing was done
-	Read         int            `json:"read"`           // rows read below the horizon and handed to apply
+	Busy         bool           `json:"busy,omitempty"`          // another worker holds the cursor; nothing was done
+	Read         int            `json:"read"`                    // rows read below the horizon
+	Late         int            `json:"late,omitempty"`          // rows found behind the cursor, handed to apply with the page
+	Future       int            `json:"future,omitempty"`        // rows beyond the future tolerance, handed to apply early
+	SkippedEarly int            `json:"skipped_early,omitempty"` // page rows already handed off early
 	Applied      int            `json:"applied"`
 	Failed       int            `json:"failed"`        // rows sent to the retry lane
 	DeadLettered int            `json:"dead_lettered"` // of those, dead-lettered at once (max_attempts 1)
@@ -467,7 +470,8 @@ LEFT JOIN LATERAL (
 // transaction that had left pg_stat_activity by then is either prepared (seen here) or ended.
 const tailLockSQL = `
 SELECT ` + tailCursorCols + `,
-       (SELECT count(*) FROM pg_prepared_xacts p WHERE p.database = current_database())
+       (SELECT count(*) FROM pg_prepared_xacts p WHERE p.database = current_database()),
+       c.swept_id, c.sweep_next_id, c.sweep_next_at, c.delivered_ids::text, c.early_ids
 FROM gov_worker_cursor c WHERE c.source = $1
 FOR UPDATE OF c SKIP LOCKED`
 
@@ -571,7 +575,9 @@ func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 
 	// 2. The cursor.
 	var prepared int64
-	cur, err := tailScanCursor(tx.QueryRow(ctx, tailLockSQL, src.Name), &prepared)
+	var sw sweepState
+	cur, err := tailScanCursor(tx.QueryRow(ctx, tailLockSQL, src.Name), &prepared, &sw.swept, &sw.next, &sw.nextAt,
+		&sw.delivered, &sw.early)
 	if errors.Is(err, pgx.ErrNoRows) {
 		ok, err := tailCursorExists(ctx, tx, src.Name)
 		if err != nil {
@@ -616,13 +622,34 @@ func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 		return res, fmt.Errorf("poll %s: read: %w", src.Name, err)
 	}
 	res.Read, res.PageFull = len(rows), len(rows) == page
+	next := cur.pos
+	if len(rows) > 0 {
+		next = tailPos{ts: rows[len(rows)-1].raw, id: rows[len(rows)-1].ID}
+	}
+
+	// 3b. Rows the order key misplaces: behind the cursor (never to be read) or far in the future (sweep.go).
+	sw2, err := s.sweep(ctx, tx, src, cur, sw, rows, next, horizon, cfg, page)
+	if err != nil {
+		return res, fmt.Errorf("poll %s: %w", src.Name, err)
+	}
+	hand := rows
+	if sw2.skippedEarly > 0 || len(sw2.late)+len(sw2.future) > 0 {
+		hand = make([]TailRow, 0, len(rows)+len(sw2.late)+len(sw2.future))
+		for _, r := range rows {
+			if !slices.Contains(sw.early, r.ID) {
+				hand = append(hand, r)
+			}
+		}
+		hand = append(append(hand, sw2.late...), sw2.future...)
+	}
+	res.Late, res.Future, res.SkippedEarly = len(sw2.late), len(sw2.future), sw2.skippedEarly
 
 	// 4. Apply; failed rows are rolled back and set aside.
-	failures, err := tailApplyRows(ctx, tx, rows, apply)
+	failures, err := tailApplyRows(ctx, tx, hand, apply)
 	if err != nil {
 		return res, fmt.Errorf("poll %s: apply: %w", src.Name, err)
 	}
-	res.Failed, res.Applied = len(failures), len(rows)-len(failures)
+	res.Failed, res.Applied = len(failures), len(hand)-len(failures)
 
 	// 5. The retry lane.
 	for _, f := range failures {
@@ -635,7 +662,10 @@ func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 		}
 	}
 
-	// 6. The cursor advance, in the same transaction as everything apply wrote.
+	// 6. The sweep's bookkeeping and the cursor advance, in the same transaction as everything apply wrote.
+	if err := s.recordSweep(ctx, tx, src, cur, next, sw2); err != nil {
+		return res, fmt.Errorf("poll %s: %w", src.Name, err)
+	}
 	if len(rows) == 0 {
 		if _, err := tx.Exec(ctx, tailTouchSQL, src.Name, res.summary(), horizon); err != nil {
 			return res, fmt.Errorf("poll %s: %w", src.Name, err)
@@ -643,7 +673,6 @@ func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 		return res, tailCommit(ctx, tx, src.Name)
 	}
 	last := rows[len(rows)-1]
-	next := tailPos{ts: last.raw, id: last.ID}
 	res.Position = next.watermark(cur.noTZ)
 	var posTZ, posTS any
 	if cur.noTZ {
@@ -668,6 +697,9 @@ func tailCommit(ctx context.Context, tx pgx.Tx, source string) error {
 func (r PollResult) summary() map[string]any {
 	m := map[string]any{"read": r.Read, "applied": r.Applied, "failed": r.Failed, "dead_lettered": r.DeadLettered,
 		"page_full": r.PageFull, "horizon": r.Horizon}
+	if r.Late+r.Future+r.SkippedEarly > 0 {
+		m["late"], m["future"], m["skipped_early"] = r.Late, r.Future, r.SkippedEarly
+	}
 	if r.HeldBy != nil {
 		m["held_by"] = r.HeldBy
 	}
@@ -1084,6 +1116,10 @@ type Cursor struct {
 	EventsSeen      int64           `json:"events_seen"`
 	AttemptsWritten int64           `json:"attempts_written"`
 	DeadLettered    int64           `json:"dead_lettered"`
+	LateRows        int64           `json:"late_rows"`      // rows found behind the committed cursor, then delivered
+	FutureRows      int64           `json:"future_rows"`    // rows whose order key lay beyond the future tolerance, delivered early
+	UnmappedRows    int64           `json:"unmapped_rows"`  // rows no mapping rule matches (reported)
+	UntrustedRows   int64           `json:"untrusted_rows"` // rows from an untrusted source (quarantined)
 	LastRunAt       *time.Time      `json:"last_run_at"`
 	LastRunSummary  json.RawMessage `json:"last_run_summary"`
 	Metadata        json.RawMessage `json:"metadata"`
@@ -1092,7 +1128,8 @@ type Cursor struct {
 
 const tailCursorSelectSQL = `
 SELECT c.worker_name, c.source, ` + tailCursorCols + `, c.last_created_at, c.last_horizon, c.events_seen,
-       c.attempts_written, c.dead_lettered, c.last_run_at, c.last_run_summary, c.metadata, c.updated_at
+       c.attempts_written, c.dead_lettered, c.late_rows, c.future_rows, c.unmapped_rows, c.untrusted_rows,
+       c.last_run_at, c.last_run_summary, c.metadata, c.updated_at
 FROM gov_worker_cursor c`
 
 func tailScanCursorRow(row pgx.Row) (Cursor, error) {
@@ -1103,7 +1140,7 @@ func tailScanCursorRow(row pgx.Row) (Cursor, error) {
 	var pts pgtype.Timestamp
 	err := row.Scan(&c.WorkerName, &c.Source, &c.Table, &c.TSColumn, &c.IDColumn, &tsType, &zone, &ptz, &pts,
 		&c.PositionID, &c.PositionAt, &c.LastHorizon, &c.EventsSeen, &c.AttemptsWritten, &c.DeadLettered,
-		&c.LastRunAt, &c.LastRunSummary, &c.Metadata, &c.UpdatedAt)
+		&c.LateRows, &c.FutureRows, &c.UnmappedRows, &c.UntrustedRows, &c.LastRunAt, &c.LastRunSummary, &c.Metadata, &c.UpdatedAt)
 	if err != nil {
 		return c, err
 	}
@@ -1256,6 +1293,8 @@ func (s *Store) ResetCursor(ctx context.Context, source, watermark string) (Curs
 		if _, err := tx.Exec(ctx, `UPDATE gov_worker_cursor
 			SET position_tstz = $2, position_ts = $3, position_id = $4::bigint, last_event_id = ($4::bigint)::text,
 			    last_created_at = $5, updated_at = now(),
+			    -- a replay starts the out-of-order sweep afresh: rows it skips on purpose are not "behind"
+			    swept_id = NULL, sweep_next_id = NULL, sweep_next_at = NULL, delivered_ids = '{}', early_ids = '{}',
 			    metadata = metadata || jsonb_build_object('last_reset', jsonb_build_object('from', $6::text, 'to', $7::text, 'at', now()))
 			WHERE source = $1`, source, posTZ, posTS, posID, instant, from, to); err != nil {
 			return mapError(err, "reset cursor "+source)

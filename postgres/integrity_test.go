@@ -1,0 +1,121 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"gcos"
+)
+
+// integrityTrusted are the world's source systems and changelog actors: everything the generator writes is
+// trusted, "mallory" and a forged "gcos:intake" are not.
+var integrityTrusted = []string{"import-*", "birth-api", "registry-sync*", "birth-gateway", "ops:*", "gov:*", "measurement-generator"}
+
+// TestIntakeEchoTrustUnmapped: GCOS recognises its own audit rows by id (no skip rule for governance_* here, so a
+// name cannot be what tells them apart); a changelog row naming itself gcos:… but not written by GCOS is an ordinary
+// row, here from an untrusted source; a changelog row from an untrusted source dirties nothing and emits nothing
+// but is counted and raises one coalesced finding per source; a row no mapping rule matches is counted and reported
+// per (source, value), never silently dropped.
+func TestIntakeEchoTrustUnmapped(t *testing.T) {
+	t.Parallel()
+	e := newHandoffEnv(t, 800, func(c *gcos.Config) {
+		c.Intake.TrustedSources = integrityTrusted
+		var kinds []gcos.ChangelogRule
+		for _, r := range c.Intake.ChangelogKinds {
+			if r.Kind != gcos.ChangelogSkip {
+				kinds = append(kinds, r)
+			}
+		}
+		c.Intake.ChangelogKinds = kinds
+	})
+	var coll, class, code string
+	if err := e.pool.QueryRow(e.ctx, `SELECT collection_name, entity_type, entity_code FROM birth_registry
+		WHERE parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class, &code); err != nil {
+		t.Fatal(err)
+	}
+	cursor := func() (unmapped, untrusted int64) {
+		t.Helper()
+		c, err := e.store.GetCursor(e.ctx, "registry_changelog")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.UnmappedRows, c.UntrustedRows
+	}
+	finding := func(typ gcos.IssueType, subject string) (open, occurrences, rows int64) {
+		t.Helper()
+		key := gcos.CoalesceKey(typ, subject)
+		open = e.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, key)
+		occurrences = e.count(t, `SELECT coalesce(max(occurrence_count), 0) FROM system_issues WHERE coalesce_key = $1`, key)
+		rows = e.count(t, `SELECT coalesce(max((evidence_snapshot->>'rows')::bigint), 0) FROM system_issues WHERE coalesce_key = $1`, key)
+		return open, occurrences, rows
+	}
+
+	t.Run("GCOS's own audit rows are recognised by id", func(t *testing.T) {
+		own := e.count(t, `SELECT count(*) FROM governance_audit_row`)
+		if own == 0 {
+			t.Fatal("the set-up wrote audit rows (backfill, activation) but none is recorded as GCOS's own")
+		}
+		if n := e.count(t, `SELECT count(*) FROM governance_audit_row a JOIN registry_changelog r ON r.id = a.changelog_id
+			WHERE r.entity_type LIKE 'governance\_%'`); n != own {
+			t.Fatalf("%d of %d recorded own rows are GCOS audit rows", n, own)
+		}
+		// Another own row, through the tail: skipped, not reported as unmapped.
+		c, err := e.store.GetCursor(e.ctx, "registry_changelog")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.ResetCursor(e.ctx, "registry_changelog", c.Position); err != nil {
+			t.Fatal(err)
+		}
+		e.catchUp(t)
+		e.expectDirty(t, "own rows", nil, "")
+		if u, q := cursor(); u != 0 || q != 0 {
+			t.Fatalf("own rows counted as unmapped (%d) or untrusted (%d)", u, q)
+		}
+	})
+
+	t.Run("a forged gcos: row and an untrusted source are quarantined, not skipped and not acted on", func(t *testing.T) {
+		before := e.signalIDs(t)
+		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES
+			('collection', $1, 'update', 'gcos:intake'),
+			('collection', $1, 'update', 'mallory'),
+			($2, $3, 'retire', 'mallory')`, coll, class, code)
+		e.catchUp(t)
+		e.expectDirty(t, "untrusted rows", nil, "")
+		if sigs := e.newSignals(t, before); len(sigs) != 0 {
+			t.Fatalf("untrusted rows emitted %+v", sigs)
+		}
+		if open, occ, rows := finding(gcos.InputIssue(gcos.InputUntrustedSource), "registry_changelog:mallory"); open != 1 || occ != 1 || rows != 2 {
+			t.Fatalf("mallory: open %d, occurrences %d, rows %d; want one finding for 2 rows", open, occ, rows)
+		}
+		if open, _, rows := finding(gcos.InputIssue(gcos.InputUntrustedSource), "registry_changelog:gcos:intake"); open != 1 || rows != 1 {
+			t.Fatalf("the forged gcos:intake row: open %d, rows %d; want it quarantined like any untrusted row", open, rows)
+		}
+		if _, q := cursor(); q != 3 {
+			t.Fatalf("untrusted_rows = %d, want 3", q)
+		}
+		// Control: the same change from a trusted source dirties the collection's groups.
+		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ('collection', $1, 'update', 'ops:lan.nguyen')`, coll)
+		e.catchUp(t)
+		if len(e.dirty(t)) == 0 {
+			t.Fatal("control: a trusted collection update dirtied nothing, so the quarantine proved nothing")
+		}
+		e.clean(t)
+	})
+
+	t.Run("rows no rule maps are counted and reported per value", func(t *testing.T) {
+		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES
+			('widget', 'w1', 'frobnicate', 'ops:lan.nguyen'), ('widget', 'w2', 'frobnicate', 'ops:lan.nguyen'),
+			('widget', 'w3', 'twiddle', 'ops:lan.nguyen')`)
+		e.catchUp(t)
+		e.expectDirty(t, "unmapped rows", nil, "")
+		if open, _, rows := finding(gcos.IssueHandoffUnmappedRow, "registry_changelog:widget/frobnicate"); open != 1 || rows != 2 {
+			t.Fatalf("widget/frobnicate: open %d, rows %d", open, rows)
+		}
+		if open, _, rows := finding(gcos.IssueHandoffUnmappedRow, "registry_changelog:widget/twiddle"); open != 1 || rows != 1 {
+			t.Fatalf("widget/twiddle: open %d, rows %d", open, rows)
+		}
+		if u, _ := cursor(); u != 3 {
+			t.Fatalf("unmapped_rows = %d, want 3", u)
+		}
+	})
+}
