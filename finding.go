@@ -183,7 +183,14 @@ type Finding struct {
 	RunID          string         `json:"run_id"`
 	RulesetVersion string         `json:"ruleset_version"` // auto-close is keyed by (coalesce_key, ruleset_version)
 	Evidence       map[string]any `json:"evidence"`
+	// Group or Object names the candidate row the finding is about (a group key, an object's candidate key): while
+	// the finding is open the row's issue_ref (input_quality_ref for an input.* finding) points at it (doc 40 §40.4).
+	Group  string `json:"group,omitempty"`
+	Object string `json:"object,omitempty"`
 }
+
+// IsInputIssue reports whether t is an input-quality finding type (input.<state>).
+func IsInputIssue(t IssueType) bool { return strings.HasPrefix(string(t), inputIssuePrefix) }
 
 // NewFinding builds a first-occurrence finding at its base severity.
 func NewFinding(t IssueType, subject, runID, rulesetVersion string, evidence map[string]any) Finding {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -51,4 +52,18 @@ func audit(ctx context.Context, tx pgx.Tx, e AuditEntry) (int64, error) {
 		return 0, fmt.Errorf("audit %s %s: %w", e.EntityType, e.Action, err)
 	}
 	return id, nil
+}
+
+// linkAudit points the audit_ref of the candidate rows an audited operation wrote (those under ruleset matching
+// where, whose $3 is arg) at the operation's audit row (doc 40 §40.4: the registry_changelog linkage). Event and
+// incremental scans write no audit row and leave the link as it was.
+func linkAudit(ctx context.Context, tx pgx.Tx, table, ruleset string, auditID int64, where string, arg any) error {
+	if auditID == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+table+` SET audit_ref = $2::text WHERE ruleset_version = $1 AND `+where+`
+		AND audit_ref IS DISTINCT FROM $2::text`, ruleset, strconv.FormatInt(auditID, 10), arg); err != nil {
+		return fmt.Errorf("link %s to audit row %d: %w", table, auditID, err)
+	}
+	return nil
 }

@@ -136,6 +136,9 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		if res.RowsWritten, err = seedCandidates(ctx, tx, snap.ID, rs.Version, res.RunID, values); err != nil {
 			return err
 		}
+		if err := linkAudit(ctx, tx, "governance_candidate_state", rs.Version, snap.AuditID, `source_snapshot_ref = $3`, snap.ID); err != nil {
+			return err
+		}
 		for coll := range gaps {
 			res.InventoryGaps = append(res.InventoryGaps, coll)
 		}

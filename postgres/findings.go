@@ -59,6 +59,29 @@ func (s *Store) RaiseFinding(ctx context.Context, f gcos.Finding) (int64, error)
 }
 
 func raiseFinding(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
+	id, err := raiseFindingRow(ctx, tx, f)
+	if err != nil || (f.Group == "" && f.Object == "") {
+		return id, err
+	}
+	// Link the candidate row the finding is about (under the finding's ruleset, else the active one).
+	col := "issue_ref"
+	if gcos.IsInputIssue(f.Type) {
+		col = "input_quality_ref"
+	}
+	table, keyCol, key := "governance_candidate_state", "group_key", f.Group
+	if f.Object != "" {
+		table, keyCol, key = "governance_candidate_object", "candidate_key", f.Object
+	}
+	if _, err := tx.Exec(ctx, `UPDATE `+table+` SET `+col+` = $2
+		WHERE `+keyCol+` = $1 AND `+col+` IS DISTINCT FROM $2
+		  AND ruleset_version = coalesce($3, (SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'))`,
+		key, id, nullIfEmpty(f.RulesetVersion)); err != nil {
+		return 0, fmt.Errorf("raise %s: link %s: %w", f.Type, key, err)
+	}
+	return id, nil
+}
+
+func raiseFindingRow(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
 	key := gcos.CoalesceKey(f.Type, f.Subject)
 	evidence, err := json.Marshal(f.Evidence)
 	if err != nil {
@@ -99,9 +122,22 @@ func raiseFinding(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error)
 	return id, nil
 }
 
+// findingResolveSQL closes a finding and clears the candidate rows' links to it (issue_ref, input_quality_ref).
 const findingResolveSQL = `
-UPDATE system_issues SET status = 'resolved', resolved_at = now()
-WHERE coalesce_key = $1 AND status = 'open' AND ($2::text IS NULL OR business_logic_hash = $2)`
+WITH closed AS (
+    UPDATE system_issues SET status = 'resolved', resolved_at = now()
+    WHERE coalesce_key = $1 AND status = 'open' AND ($2::text IS NULL OR business_logic_hash = $2)
+    RETURNING id
+), g1 AS (
+    UPDATE governance_candidate_state SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed)
+), g2 AS (
+    UPDATE governance_candidate_state SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
+), o1 AS (
+    UPDATE governance_candidate_object SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed)
+), o2 AS (
+    UPDATE governance_candidate_object SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
+)
+SELECT count(*) FROM closed`
 
 // ResolveFinding auto-closes the open finding of (issueType, subject) when its condition has cleared. With a
 // non-empty rulesetVersion only a finding last raised under that ruleset closes, so a clean result under an old
@@ -121,11 +157,11 @@ func resolveFinding(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, su
 	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
 		return false, fmt.Errorf("resolve %s: lock: %w", issueType, err)
 	}
-	tag, err := tx.Exec(ctx, findingResolveSQL, key, nullIfEmpty(rulesetVersion))
-	if err != nil {
+	var closed int64
+	if err := tx.QueryRow(ctx, findingResolveSQL, key, nullIfEmpty(rulesetVersion)).Scan(&closed); err != nil {
 		return false, fmt.Errorf("resolve %s: %w", issueType, err)
 	}
-	return tag.RowsAffected() > 0, nil
+	return closed > 0, nil
 }
 
 // FindingRow is one system_issues row as GCOS reports it.

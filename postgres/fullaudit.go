@@ -82,6 +82,9 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.materializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
 			return err
 		}
+		if err := linkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
+			return err
+		}
 		if prev == nil {
 			return nil
 		}

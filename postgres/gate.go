@@ -459,7 +459,7 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			return err
 		}
 		for _, key := range unknown {
-			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key,
+			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key, Group: key,
 				Evidence: map[string]any{"group_key": key, "raised_by": "gate"}}); err != nil {
 				return err
 			}
@@ -470,7 +470,13 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 				subject = "object:" + o.key
 				evidence = map[string]any{"candidate_key": o.key, "scope": o.scope, "object": o.object, "raised_by": "gate"}
 			}
-			if _, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.IssueCoverageOrphan, subject, "", o.ruleset, evidence)); err != nil {
+			f := gcos.NewFinding(gcos.IssueCoverageOrphan, subject, "", o.ruleset, evidence)
+			if o.source == gcos.GateSourceObject {
+				f.Object = o.key
+			} else {
+				f.Group = o.key
+			}
+			if _, err := raiseFinding(ctx, tx, f); err != nil {
 				return err
 			}
 		}
@@ -481,8 +487,12 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 		}
 		for _, in := range inputs {
 			p := in.problem
-			if _, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.InputIssue(p.State), in.subject(), "", "", map[string]any{
-				"object": in.object, "field": p.Field, "value": p.Value, "reason": p.Reason, "raised_by": "gate"})); err != nil {
+			f := gcos.NewFinding(gcos.InputIssue(p.State), in.subject(), "", "", map[string]any{
+				"object": in.object, "field": p.Field, "value": p.Value, "reason": p.Reason, "raised_by": "gate"})
+			if in.subject() == in.object {
+				f.Object = in.object // the object's own row, when it has one
+			}
+			if _, err := raiseFinding(ctx, tx, f); err != nil {
 				return err
 			}
 		}

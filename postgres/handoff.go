@@ -441,6 +441,7 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 		}
 	}
 	var objs []objectCandidate
+	var findings []gcos.Finding
 	newBases := map[birthBase]int64{}
 	var baseOrder []birthBase
 	for _, q := range qs {
@@ -455,13 +456,15 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 		if noStore {
 			evidence["candidate_store"] = "none yet (no backfill): the finding alone records the birth"
 		}
-		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.InputIssue(gcos.InputUntrustedSource), Subject: ref,
-			RulesetVersion: rs.Version, Evidence: evidence}); err != nil {
-			return err
-		}
+		f := gcos.Finding{Type: gcos.InputIssue(gcos.InputUntrustedSource), Subject: ref, RulesetVersion: rs.Version, Evidence: evidence}
 		if noStore {
+			if _, err := raiseFinding(ctx, tx, f); err != nil {
+				return err
+			}
 			continue
 		}
+		f.Object = r.CanonicalRef() // raised once its row exists, which then refers to it (input_quality_ref)
+		findings = append(findings, f)
 		if _, ok := trusted[q.base]; !ok {
 			if _, ok := newBases[q.base]; !ok {
 				baseOrder = append(baseOrder, q.base)
@@ -482,8 +485,15 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if err := s.holdUntrustedGroups(ctx, tx, regs, snapshotID, rs.Version, baseOrder, newBases); err != nil {
 		return err
 	}
-	_, err = upsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs)
-	return err
+	if _, err = upsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs); err != nil {
+		return err
+	}
+	for _, f := range findings {
+		if _, err := raiseFinding(ctx, tx, f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // holdUntrustedGroups records the groups of bases only untrusted births name that the registry does not know yet,

@@ -690,6 +690,12 @@ func TestHandoffUntrustedSource(t *testing.T) {
 			t.Fatalf("object %s: want one open input.untrusted_source finding", k)
 		}
 	}
+	// Each quarantined row refers to its open finding (input_quality_ref, doc 40 §40.4).
+	linked := `SELECT count(*) FROM governance_candidate_object o JOIN system_issues s ON s.id = o.input_quality_ref
+		WHERE o.object_ref LIKE $1 || ':rogue-%' AND s.issue_type = 'input.untrusted_source' AND s.status = 'open'`
+	if n := e.count(t, linked, rogue.coll); n != 3 {
+		t.Fatalf("%d quarantined object rows refer to their open finding, want 3", n)
+	}
 	objectDigest := e.digest(t, `SELECT * FROM governance_candidate_object`)
 
 	e.scanAll(t, postgres.ModeIncremental)
@@ -731,6 +737,16 @@ func TestHandoffUntrustedSource(t *testing.T) {
 	}
 	if e.digest(t, `SELECT * FROM governance_candidate_object`) != objectDigest {
 		t.Fatal("a replay rewrote the quarantined object rows")
+	}
+	// Closing a finding clears the reference to it.
+	if closed, err := e.store.ResolveFinding(e.ctx, gcos.InputIssue(gcos.InputUntrustedSource), rogue.coll+":rogue-1", ""); err != nil || !closed {
+		t.Fatalf("resolve: %v (closed %v)", err, closed)
+	}
+	if n := e.count(t, linked, rogue.coll); n != 2 {
+		t.Fatalf("%d object rows still refer to an open finding, want 2", n)
+	}
+	if n := e.count(t, `SELECT count(*) FROM governance_candidate_object WHERE object_ref = $1 AND input_quality_ref IS NOT NULL`, rogue.coll+":rogue-1"); n != 0 {
+		t.Fatal("input_quality_ref still points at the closed finding")
 	}
 }
 

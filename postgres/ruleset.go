@@ -270,7 +270,20 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 		res.AuditID, err = audit(ctx, tx, AuditEntry{EntityType: "governance_ruleset", EntityCode: version, Action: "activate", Actor: actor,
 			Detail: map[string]any{"approval_ref": approvalRef, "supersedes": res.Superseded, "dirtied_groups": res.DirtiedGroups,
 				"carried_groups": res.CarriedGroups, "unresolved_law_codes": res.Unresolved}})
-		return err
+		if err != nil || !hasPrev {
+			return err
+		}
+		// The previous version's rows are history now (lifecycle superseded); the carried rows link the activation.
+		for _, table := range []string{"governance_candidate_state", "governance_candidate_object"} {
+			if _, err := tx.Exec(ctx, `UPDATE `+table+` SET lifecycle_status = 'superseded'
+				WHERE ruleset_version = $1 AND lifecycle_status = 'active'`, prev.Version); err != nil {
+				return fmt.Errorf("supersede the rows of %s: %w", prev.Version, err)
+			}
+			if err := linkAudit(ctx, tx, table, version, res.AuditID, `audit_ref = 'carried:' || $3`, prev.Version); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return ActivationResult{Version: version}, err

@@ -728,7 +728,9 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 		return out
 	}
 	oldRows := rowsOf(v1)
-	oldDigest := b.sb12Digest(t, `SELECT * FROM governance_candidate_state WHERE ruleset_version = $1`, v1)
+	// History: the old rows stay as they were, except that they are marked superseded at activation.
+	historySQL := `SELECT to_jsonb(c) - 'lifecycle_status' FROM governance_candidate_state c WHERE ruleset_version = $1`
+	oldDigest := b.sb12Digest(t, historySQL, v1)
 	total := b.count(t, `SELECT count(*) FROM governance_group`)
 	if int64(len(oldRows)) != total {
 		t.Fatalf("%d candidate rows under %s, %d groups", len(oldRows), v1, total)
@@ -790,8 +792,11 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 	if carried != act.CarriedGroups {
 		t.Fatalf("compared %d carried rows, activation reports %d", carried, act.CarriedGroups)
 	}
-	if after := b.sb12Digest(t, `SELECT * FROM governance_candidate_state WHERE ruleset_version = $1`, v1); after != oldDigest {
+	if after := b.sb12Digest(t, historySQL, v1); after != oldDigest {
 		t.Fatal("rows under the superseded ruleset changed")
+	}
+	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE ruleset_version = $1 AND lifecycle_status = 'active'`, v1); n != 0 {
+		t.Fatalf("%d rows under the superseded ruleset are still active", n)
 	}
 	if n := b.sb12OpenFindings(t, gcos.IssueRulesetDrift, v2); n != 0 {
 		t.Fatal("ruleset_drift raised for a resolvable rule")

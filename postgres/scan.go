@@ -346,7 +346,7 @@ func (s *Store) recordFailures(ctx context.Context, tx pgx.Tx, ruleset, runID st
 		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'failed', last_run_id = $3, updated_at = now() WHERE group_key = $1 AND ruleset_version = $2`, f.key, ruleset, runID); err != nil {
 			return err
 		}
-		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: f.key, RunID: runID, RulesetVersion: ruleset,
+		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: f.key, Group: f.key, RunID: runID, RulesetVersion: ruleset,
 			Evidence: map[string]any{"group_key": f.key, "recompute_status": "failed", "attempts": attempts, "error": f.err.Error(), "next_attempt_in": backoff.String()}}); err != nil {
 			return err
 		}
@@ -379,7 +379,7 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 			if quiet[v.GroupKey] {
 				continue
 			}
-			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
+			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, Group: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
 				Evidence: map[string]any{"group_key": v.GroupKey, "rule": v.Rule, "risk_class": v.RiskClass}}); err != nil {
 				return err
 			}
@@ -610,7 +610,7 @@ func (s *Store) ExpireStale(ctx context.Context) (int64, error) {
 			if !gcos.IsHighRisk(e.risk, s.cfg.Gate.LowRiskClasses) {
 				continue
 			}
-			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateStale, Subject: e.key, RulesetVersion: e.ruleset,
+			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateStale, Subject: e.key, Group: e.key, RulesetVersion: e.ruleset,
 				Evidence: map[string]any{"group_key": e.key, "risk_class": e.risk, "stale_after": e.staleAfter}}); err != nil {
 				return err
 			}

@@ -75,7 +75,9 @@ type Snapshot struct {
 	// Groups and Registries are what the capture saw, for the caller to seed from; they are not stored here.
 	Groups     []gcos.Group    `json:"-"`
 	Registries gcos.Registries `json:"-"`
-	reused     bool
+	// AuditID is the registry_changelog row recording the capture (0 when not known, e.g. a snapshot read back).
+	AuditID int64 `json:"audit_id,omitempty"`
+	reused  bool
 }
 
 // CaptureOptions parameterise a capture.
@@ -589,6 +591,14 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 		if opts.reuseUnchanged && prev != nil && len(snap.Delta.Groups) == 0 {
 			prev.Groups, prev.Registries, prev.reused = snap.Groups, snap.Registries, true
 			snap = *prev
+			// The reused capture's own audit row (GCOS's rows only: recorded in governance_audit_row).
+			err := wtx.QueryRow(ctx, `SELECT coalesce(max(r.id), 0) FROM registry_changelog r
+				JOIN governance_audit_row a ON a.changelog_id = r.id
+				WHERE r.entity_type = 'governance_snapshot' AND r.action = 'capture' AND r.entity_code = $1`,
+				fmt.Sprint(snap.ID)).Scan(&snap.AuditID)
+			if err != nil {
+				return fmt.Errorf("find the capture's audit row: %w", err)
+			}
 			return nil
 		}
 		metricsJSON, err := json.Marshal(snap.Metrics)
@@ -615,7 +625,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 				changed++
 			}
 		}
-		_, err = audit(ctx, wtx, AuditEntry{EntityType: "governance_snapshot", EntityCode: fmt.Sprint(snap.ID), Action: "capture",
+		snap.AuditID, err = audit(ctx, wtx, AuditEntry{EntityType: "governance_snapshot", EntityCode: fmt.Sprint(snap.ID), Action: "capture",
 			Detail: map[string]any{"scope": opts.Scope, "run_id": opts.RunID, "births": snap.Metrics.Totals.Births,
 				"groups": snap.Metrics.Totals.Groups, "groups_changed": changed, "previous_snapshot_id": snap.Delta.PreviousSnapshotID}})
 		return err

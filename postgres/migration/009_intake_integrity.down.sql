@@ -1,6 +1,10 @@
 -- Back to step 008. Superseded rows return to 'active' (008 did not mark them; their ruleset says superseded).
 UPDATE governance_candidate_object SET lifecycle_status = 'active' WHERE lifecycle_status = 'superseded';
 UPDATE governance_candidate_state SET lifecycle_status = 'active' WHERE lifecycle_status = 'superseded';
+DROP INDEX governance_candidate_object_input_ref_idx;
+DROP INDEX governance_candidate_object_issue_ref_idx;
+DROP INDEX governance_candidate_state_input_ref_idx;
+DROP INDEX governance_candidate_state_issue_ref_idx;
 DROP TRIGGER governance_audit_row_no_truncate ON governance_audit_row;
 DROP TRIGGER candidate_scan_attempt_no_truncate ON candidate_scan_attempt;
 DROP TRIGGER candidate_scan_run_no_truncate ON candidate_scan_run;

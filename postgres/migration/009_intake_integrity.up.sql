@@ -57,6 +57,14 @@ CREATE TRIGGER candidate_scan_attempt_no_truncate BEFORE TRUNCATE ON candidate_s
 CREATE TRIGGER governance_audit_row_no_truncate BEFORE TRUNCATE ON governance_audit_row
     FOR EACH STATEMENT EXECUTE FUNCTION gcos_refuse_truncate();
 
+-- issue_ref / input_quality_ref point at a row's open finding and are cleared when it closes (doc 40 §40.4);
+-- audit_ref is the registry_changelog id of the audited operation that last wrote the row (backfill capture,
+-- activation, full audit). The partial indexes serve the clearing.
+CREATE INDEX governance_candidate_state_issue_ref_idx ON governance_candidate_state (issue_ref) WHERE issue_ref IS NOT NULL;
+CREATE INDEX governance_candidate_state_input_ref_idx ON governance_candidate_state (input_quality_ref) WHERE input_quality_ref IS NOT NULL;
+CREATE INDEX governance_candidate_object_issue_ref_idx ON governance_candidate_object (issue_ref) WHERE issue_ref IS NOT NULL;
+CREATE INDEX governance_candidate_object_input_ref_idx ON governance_candidate_object (input_quality_ref) WHERE input_quality_ref IS NOT NULL;
+
 -- A row under a ruleset that is no longer active is history: lifecycle superseded (doc 40 §40.4).
 UPDATE governance_candidate_state c SET lifecycle_status = 'superseded'
 FROM governance_ruleset r
