@@ -78,13 +78,17 @@ var (
 	descScanLag     = prometheus.NewDesc("gcos_scan_lag_seconds", "Age of the oldest pending dirty mark; 0 with an empty dirty set.", nil, nil)
 	descFailed      = prometheus.NewDesc("gcos_failed_groups", "Groups whose last recompute failed.", nil, nil)
 	descOpenFinding = prometheus.NewDesc("gcos_open_findings", "Open findings by issue type.", []string{"type"}, nil)
+	descIntakeRows  = prometheus.NewDesc("gcos_intake_rows_total",
+		"Rows the intake tail met, by source and outcome: handed_off (in cursor order), behind (found behind the committed cursor, "+
+			"handed off late), future (beyond the future tolerance, handed off early), unmapped (no mapping rule; reported), "+
+			"untrusted (quarantined), dead_lettered.", []string{"source", "outcome"}, nil)
 )
 
 // summaryCollector reads Store.Summary at scrape time and reports it as gauges.
 type summaryCollector struct{ s *server }
 
 func (c *summaryCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSummaryUp, descGroups, descObjects, descDirty, descScanLag, descFailed, descOpenFinding} {
+	for _, d := range []*prometheus.Desc{descSummaryUp, descGroups, descObjects, descDirty, descScanLag, descFailed, descOpenFinding, descIntakeRows} {
 		ch <- d
 	}
 }
@@ -117,5 +121,17 @@ func (c *summaryCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFailed, prometheus.GaugeValue, float64(sum.ScanHealth.FailedGroups))
 	for typ, n := range sum.OpenFindings {
 		ch <- prometheus.MustNewConstMetric(descOpenFinding, prometheus.GaugeValue, float64(n), typ)
+	}
+	// The intake's counters live on its cursors (written in the transactions that handled the rows).
+	cursors, err := c.s.store.ListCursors(ctx)
+	if err != nil {
+		c.s.logger.Warn("metrics: read intake cursors", "err", err)
+		return
+	}
+	for _, cur := range cursors {
+		for outcome, n := range map[string]int64{"handed_off": cur.EventsSeen, "behind": cur.LateRows, "future": cur.FutureRows,
+			"unmapped": cur.UnmappedRows, "untrusted": cur.UntrustedRows, "dead_lettered": cur.DeadLettered} {
+			ch <- prometheus.MustNewConstMetric(descIntakeRows, prometheus.CounterValue, float64(n), cur.Source, outcome)
+		}
 	}
 }

@@ -1722,6 +1722,19 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeCo
 		c.add("id_column", CheckFail, "%s.%s is %s; the tie-breaker must be an integer", src.qualifiedTable(), src.IDColumn, idCol.typ)
 	default:
 		c.add("id_column", CheckOK, "%s.%s is %s", src.qualifiedTable(), src.IDColumn, idCol.typ)
+		// The sweep for rows behind the cursor (sweep.go) reads ids in nextval order; a per-session cache breaks it.
+		var seq *string
+		var cache *int64
+		if err := tx.QueryRow(ctx, `SELECT q, (SELECT s.cache_size FROM pg_sequences s
+			    WHERE format('%I.%I', s.schemaname, s.sequencename)::regclass = q::regclass)
+			FROM pg_get_serial_sequence($1, $2) AS q`, src.tableSQL(), src.IDColumn).Scan(&seq, &cache); err != nil {
+			return fmt.Errorf("check %s: id sequence: %w", src.Name, err)
+		}
+		if seq != nil && cache != nil && *cache > 1 {
+			c.add("id_sequence", CheckWarn, "%s.%s comes from sequence %s with CACHE %d: sessions hand out ids out of order, so "+
+				"the sweep for rows behind the cursor can miss one; run ALTER SEQUENCE %s CACHE 1", src.qualifiedTable(),
+				src.IDColumn, *seq, *cache, *seq)
+		}
 	}
 	tsCol, ok := cols[src.TSColumn]
 	if !ok {

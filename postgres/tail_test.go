@@ -1048,6 +1048,15 @@ func TestTailPreconditionsRefuseWithClearMessages(t *testing.T) {
 	if _, err := e.store.CheckTail(e.ctx, chg, e.cfg); gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), "not known") {
 		t.Errorf("an unknown zone must be refused: %v", err)
 	}
+	// A cached id sequence hands out ids out of order: the sweep for rows behind the cursor warns about it.
+	if _, err := e.pool.Exec(e.ctx, `ALTER SEQUENCE births_variants_id_seq CACHE 20`); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := e.store.CheckTail(e.ctx, src("clock"), e.cfg); err != nil || !slices.ContainsFunc(rep.Items, func(i postgres.TailCheckItem) bool {
+		return i.Name == "id_sequence" && i.Status == postgres.CheckWarn && strings.Contains(i.Detail, "CACHE 1")
+	}) {
+		t.Errorf("a cached id sequence should warn: %v %+v", err, rep.Items)
+	}
 
 	// A role without pg_read_all_stats cannot see other sessions' transactions.
 	_, cc := tailRole(t, e, "")
