@@ -52,17 +52,19 @@ type sweepResult struct {
 	skippedEarly int     // page rows the cursor reached that had been handed off early
 }
 
-// futureSQL finds rows beyond the future tolerance not handed off yet: $1,$2 the position after this page, $3 the
-// tolerance in microseconds, $4 the early ids, $5 the page size, $6 (timestamp sources) the zone.
+// futureSQL finds rows beyond the future tolerance not handed off yet: $1 the position's ts after this page, $2 the
+// tolerance in microseconds, $3 the early ids, $4 the page size, $5 (timestamp sources) the zone. The bound is a
+// single stable expression (statement_timestamp(), no row comparison) so the (ts, id) index starts right at it
+// instead of the table being scanned on every poll; a row at or behind the position is the cursor's (or the sweep's).
 func (src TailSource) futureSQL(noTZ bool) string {
 	ts, id := "t."+tailIdent(src.TSColumn), "t."+tailIdent(src.IDColumn)
-	pos, bound := "($1::timestamptz, $2::bigint)", "(clock_timestamp() + $3::bigint * interval '1 microsecond')"
+	bound := "greatest(statement_timestamp() + $2::bigint * interval '1 microsecond', $1::timestamptz)"
 	if noTZ {
-		pos, bound = "($1::timestamp, $2::bigint)", "((clock_timestamp() + $3::bigint * interval '1 microsecond') AT TIME ZONE $6::text)"
+		bound = "greatest((statement_timestamp() + $2::bigint * interval '1 microsecond') AT TIME ZONE $5::text, $1::timestamp)"
 	}
-	return "SELECT " + src.selectList(noTZ, "$6") + " FROM " + src.tableSQL() + " t WHERE " + ts + " > " + bound +
-		" AND (" + ts + ", " + id + ") > " + pos + " AND NOT (" + id + " = ANY (coalesce($4::bigint[], '{}')))" +
-		" ORDER BY " + ts + ", " + id + " LIMIT $5"
+	return "SELECT " + src.selectList(noTZ, "$5") + " FROM " + src.tableSQL() + " t WHERE " + ts + " > " + bound +
+		" AND NOT (" + id + " = ANY (coalesce($3::bigint[], '{}')))" +
+		" ORDER BY " + ts + ", " + id + " LIMIT $4"
 }
 
 // lateSQL finds rows behind the cursor never handed off, among the ids (swept, next]: $1,$2 the position after this
@@ -124,7 +126,7 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 	// Rows beyond the future tolerance.
 	tol := max(cfg.FutureTolerance.Duration(), 0)
 	future, err := tailReadRows(ctx, tx, src, cur.noTZ, 0, src.futureSQL(cur.noTZ),
-		zoneArg([]any{pos.tsArg(cur.noTZ), pos.idArg(), tol.Microseconds(), earlyIDs, pageSize})...)
+		zoneArg([]any{pos.tsArg(cur.noTZ), tol.Microseconds(), earlyIDs, pageSize})...)
 	if err != nil {
 		return res, fmt.Errorf("find future rows: %w", err)
 	}
