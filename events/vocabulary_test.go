@@ -42,7 +42,8 @@ func TestVocabularyFamilies(t *testing.T) {
 		want = append(want, k.EventType())
 	}
 	want = append(want, "governance.handoff.heartbeat", "governance.handoff.lag", "governance.handoff.dlq",
-		"governance.handoff.silent_gap", "governance.handoff.unregistered_type",
+		"governance.handoff.silent_gap", "governance.handoff.unregistered_type", "governance.handoff.unmapped_row",
+		"governance.handoff.out_of_order",
 		// B–D and the SB-12 streams, as named by doc 41 §41.4 and docs 31/33/34/38.
 		"governance.backfill.inventory_gap", "governance.backfill.sweep_completed",
 		"governance.input.invalid_schema", "governance.input.untrusted_source",
