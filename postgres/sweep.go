@@ -67,18 +67,19 @@ func (src TailSource) futureSQL(noTZ bool) string {
 		" ORDER BY " + ts + ", " + id + " LIMIT $4"
 }
 
-// lateSQL finds rows behind the cursor never handed off, among the ids (swept, next]: $1,$2 the position after this
-// page, $3 swept, $4 next, $5 the ids handed off (delivered_ids), $6 this poll's ids, $7 (timestamp sources) the zone.
+// lateSQL finds rows behind the cursor never handed off, among the ids (swept, next], in id order: $1,$2 the position
+// after this page, $3 swept, $4 next, $5 the ids handed off (delivered_ids), $6 this poll's ids, $7 the page size, $8
+// (timestamp sources) the zone.
 func (src TailSource) lateSQL(noTZ bool) string {
 	ts, id := "t."+tailIdent(src.TSColumn), "t."+tailIdent(src.IDColumn)
 	pos := "($1::timestamptz, $2::bigint)"
 	if noTZ {
 		pos = "($1::timestamp, $2::bigint)"
 	}
-	return "SELECT " + src.selectList(noTZ, "$7") + " FROM " + src.tableSQL() + " t WHERE " + id + " > $3::bigint AND " +
+	return "SELECT " + src.selectList(noTZ, "$8") + " FROM " + src.tableSQL() + " t WHERE " + id + " > $3::bigint AND " +
 		id + " <= $4::bigint AND (" + ts + ", " + id + ") <= " + pos +
 		" AND NOT ($5::text::int8multirange @> " + id + "::bigint) AND NOT (" + id + " = ANY (coalesce($6::bigint[], '{}')))" +
-		" ORDER BY " + id
+		" ORDER BY " + id + " LIMIT $7"
 }
 
 // maxIDSQL is the sweep's next mark: the largest id visible now, and the time after the statement's snapshot.
@@ -150,7 +151,7 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 		// Every transaction open when the mark was taken has ended: the ids up to it are final.
 		if *st.next > *st.swept {
 			late, err := tailReadRows(ctx, tx, src, cur.noTZ, 0, src.lateSQL(cur.noTZ),
-				zoneArg([]any{pos.tsArg(cur.noTZ), pos.idArg(), *st.swept, *st.next, st.delivered, res.delivered})...)
+				zoneArg([]any{pos.tsArg(cur.noTZ), pos.idArg(), *st.swept, *st.next, st.delivered, res.delivered, pageSize})...)
 			if err != nil {
 				return res, fmt.Errorf("find rows behind the cursor: %w", err)
 			}
@@ -158,6 +159,12 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 				res.delivered = append(res.delivered, r.ID)
 			}
 			res.late = late
+			if len(late) == pageSize {
+				// A full page: the ids after the last one found are checked by the next poll, against the same mark.
+				swept := late[len(late)-1].ID
+				res.swept, res.early = &swept, earlyIDs
+				return res, nil
+			}
 		}
 		var mark int64
 		var at time.Time
@@ -171,7 +178,7 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 	return res, nil
 }
 
-// record writes the sweep's bookkeeping and reports what it found (one coalesced finding per source and kind).
+// recordSweep writes the sweep's bookkeeping and reports what it found (one coalesced finding per source and kind).
 func (s *Store) recordSweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCursorRow, pos tailPos, res sweepResult) error {
 	if _, err := tx.Exec(ctx, sweepRecordSQL, src.Name, res.swept, res.next, res.nextAt, idRanges(res.delivered),
 		res.early, len(res.late), len(res.future)); err != nil {

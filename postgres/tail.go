@@ -1886,7 +1886,8 @@ func tailCheckZone(ctx context.Context, tx pgx.Tx, src TailSource, def tailClock
 			src.qualifiedTable(), src.TSColumn, zone, how, strings.Join(others, "; "))
 		return nil
 	}
-	c.add("time_zone", CheckOK, "local times in %s (%s); writers must not override TimeZone in their sessions", zone, how)
+	c.add("time_zone", CheckOK, "local times in %s (%s); a writer session that sets another TimeZone stores its own local "+
+		"time, and its rows are handed off out of order and reported (handoff_out_of_order)", zone, how)
 	return nil
 }
 
