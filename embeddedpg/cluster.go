@@ -320,7 +320,12 @@ func (c *Cluster) stopLeftover(ctx context.Context) error {
 	}
 	if processAlive(pid) && ownsCluster(pid, c.pgDir) {
 		c.log.Warn("stopping a PostgreSQL server left running by a previous gcos process", "pid", pid)
-		return c.pgCtlStop(ctx, "fast")
+		err := c.pgCtlStop(ctx, "fast")
+		if err == nil || (processAlive(pid) && ownsCluster(pid, c.pgDir)) {
+			return err
+		}
+		// It died meanwhile without removing its pid file (it was being killed as we looked): a stale file, below.
+		c.log.Warn("the leftover server exited while being stopped; treating its pid file as stale", "pid", pid, "err", err)
 	}
 	if err := c.waitNoClusterProcesses(ctx); err != nil {
 		return err
