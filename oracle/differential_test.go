@@ -523,6 +523,18 @@ var triggers = []trigger{
 		return "a birth born an hour ago", e.exec(`UPDATE birth_registry SET born_at = now() - interval '1 hour'
 			WHERE id = (SELECT max(id) FROM birth_registry)`)
 	}},
+	{"future_birth", func(e *env, r *rand.Rand) (string, error) {
+		// A writer dates a birth an hour ahead: it is handed off at once, not when the clock gets there.
+		if err := e.births(r, 1, "birth-api"); err != nil {
+			return "", err
+		}
+		return "a birth dated an hour ahead", e.exec(`UPDATE birth_registry SET born_at = now() + interval '1 hour'
+			WHERE id = (SELECT max(id) FROM birth_registry)`)
+	}},
+	{"unmapped_changelog", func(e *env, r *rand.Rand) (string, error) {
+		// A row no mapping rule matches: reported, and it changes no verdict.
+		return "an unmapped changelog row", e.changelog("widget", fmt.Sprint("w", r.Uint32()), "frobnicate", "registry-sync")
+	}},
 	{"register", func(e *env, r *rand.Rand) (string, error) {
 		class, coll, code, err := e.object(r, "true")
 		if err != nil {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,11 @@ import (
 // or dirties any group. It first drops the counts of collections with a recount request, then adds the births of
 // kept collections, and counts a collection it does not keep yet from the source through the page's last birth
 // (every birth up to it has been committed and is handed off by now).
+//
+// A birth handed off out of cursor order (behind the cursor, or ahead of it) is not added: the counts of its
+// collection are dropped instead, and a collection stays unkept while a birth handed off ahead of the cursor is
+// still pending (the cursor skips that row when it gets there, so no page would add it). A scan counts an unkept
+// collection from the source through the cursor, plus the births after it, which is exact either way.
 func (s *Store) keepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, anchors map[[2]string]birthBase) error {
 	if len(births) == 0 {
 		return nil
@@ -31,18 +37,25 @@ func (s *Store) keepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 	if err != nil {
 		return fmt.Errorf("take recount requests: %w", err)
 	}
-	if len(requested) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM governance_collection_count WHERE source_registry = ANY($1)`, requested); err != nil {
+	held, err := s.heldCollections(ctx, tx, births)
+	if err != nil {
+		return err
+	}
+	if drop := append(requested, held...); len(drop) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM governance_collection_count WHERE source_registry = ANY($1)`, drop); err != nil {
 			return fmt.Errorf("drop counts to recount: %w", err)
 		}
 	}
-	last := tailPosition{births[0].TS, births[0].ID}
+	var last *tailPosition
 	add := map[birthBase]int64{}
 	var colls []string
 	seen := map[string]bool{}
 	for _, r := range births {
-		if last.after(r.TS, r.ID) {
-			last = tailPosition{r.TS, r.ID}
+		if slices.Contains(held, r.CollectionName) {
+			continue // neither added to nor counted afresh (an out-of-order birth's collection is held too)
+		}
+		if last == nil || last.after(r.TS, r.ID) {
+			last = &tailPosition{r.TS, r.ID}
 		}
 		b := birthBase{r.EntityType, r.CollectionName, r.Status}
 		if a, ok := anchors[[2]string{r.CollectionName, r.ParentCode}]; ok && r.ParentCode != "" {
@@ -83,14 +96,43 @@ func (s *Store) keepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 	if err := addBaseCounts(ctx, tx, counts); err != nil {
 		return err
 	}
-	if len(fresh) == 0 {
+	if len(fresh) == 0 || last == nil {
 		return nil
 	}
-	counted, err := s.memberCounts(ctx, tx, fresh, &last)
+	counted, err := s.memberCounts(ctx, tx, fresh, last)
 	if err != nil {
 		return err
 	}
 	return keepCollectionCounts(ctx, tx, fresh, counted)
+}
+
+// heldCollections are the collections whose counts cannot be kept now: those of the page's births handed off out of
+// cursor order, and those with a birth handed off ahead of the cursor that the cursor has not reached yet.
+func (s *Store) heldCollections(ctx context.Context, tx pgx.Tx, births []*TailRow) ([]string, error) {
+	var held []string
+	for _, r := range births {
+		if r.OutOfOrder != "" && !slices.Contains(held, r.CollectionName) {
+			held = append(held, r.CollectionName)
+		}
+	}
+	b := s.birthBinding()
+	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT DISTINCT t.%[2]s FROM %[1]s t
+		WHERE t.%[3]s = ANY ((SELECT early_ids FROM gov_worker_cursor WHERE source = $1)::bigint[])`,
+		ident(b.Table), ident(b.Collection), ident(b.ID)), BirthTailSource(s.cfg.SourceBinding).Name)
+	if err != nil {
+		return nil, fmt.Errorf("find collections with births handed off early: %w", err)
+	}
+	pending, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find collections with births handed off early: %w", err)
+	}
+	for _, c := range pending {
+		if !slices.Contains(held, c) {
+			held = append(held, c)
+		}
+	}
+	sort.Strings(held)
+	return held, nil
 }
 
 // keepCollectionCounts records the counts of collections counted from the source (a collection another

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -203,4 +204,60 @@ func TestHistoryKept(t *testing.T) {
 			t.Fatal("no row under the old ruleset was marked superseded")
 		}
 	})
+}
+
+// TestHandoffCountsBirthsHandedOffEarly: a birth dated ahead of the clock is handed off at once; its collection's
+// counts stop being kept (a scan counts it from the source) until the cursor has passed that birth, and are then
+// kept again, equal to the source — the birth counted once, not twice and not never.
+func TestHandoffCountsBirthsHandedOffEarly(t *testing.T) {
+	t.Parallel()
+	e := newHandoffEnv(t, 800, func(c *gcos.Config) { c.Intake.FutureTolerance = gcos.Duration(300 * time.Millisecond) })
+	var coll, class string
+	if err := e.pool.QueryRow(e.ctx, `SELECT collection_name, entity_type FROM birth_registry
+		WHERE status = 'active' AND parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class); err != nil {
+		t.Fatal(err)
+	}
+	kept := func() int64 {
+		return e.count(t, `SELECT count(*) FROM governance_collection_count WHERE source_registry = $1`, coll)
+	}
+	if kept() != 1 {
+		t.Fatal("the collection's counts are not kept after the history")
+	}
+	var bornAt time.Time
+	if err := e.pool.QueryRow(e.ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref, born_at)
+		VALUES ('early-1', $1, $2, 'active', 'birth-api', 'tester', now() + interval '3 seconds') RETURNING born_at`, coll, class).Scan(&bornAt); err != nil {
+		t.Fatal(err)
+	}
+	e.catchUp(t)
+	if c, err := e.store.GetCursor(e.ctx, "birth_registry"); err != nil || c.FutureRows != 1 {
+		t.Fatalf("future rows %d (%v), want the birth handed off early", c.FutureRows, err)
+	}
+	if kept() != 0 || e.keptCountsDiffer(t) != 0 {
+		t.Fatal("the collection of a birth handed off early must not be kept meanwhile")
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := e.store.GetCursor(e.ctx, "birth_registry")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.PositionAt != nil && !c.PositionAt.Before(bornAt) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cursor never reached the early birth (at %s)", c.Position)
+		}
+		e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+			VALUES ('filler-' || gen_random_uuid(), $1, $2, 'active', 'birth-api', 'tester')`, coll, class)
+		e.catchUp(t)
+	}
+	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		VALUES ('after-early', $1, $2, 'active', 'birth-api', 'tester')`, coll, class)
+	e.catchUp(t)
+	if kept() != 1 {
+		t.Fatal("the collection is not kept again once the cursor passed the early birth")
+	}
+	if n := e.keptCountsDiffer(t); n != 0 {
+		t.Fatalf("%d kept base counts differ from the source", n)
+	}
 }

@@ -131,7 +131,8 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 	if err != nil {
 		return res, fmt.Errorf("find future rows: %w", err)
 	}
-	for _, r := range future {
+	for i, r := range future {
+		future[i].OutOfOrder = "future"
 		earlyIDs = append(earlyIDs, r.ID)
 		res.delivered = append(res.delivered, r.ID)
 	}
@@ -155,7 +156,8 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 			if err != nil {
 				return res, fmt.Errorf("find rows behind the cursor: %w", err)
 			}
-			for _, r := range late {
+			for i, r := range late {
+				late[i].OutOfOrder = "behind"
 				res.delivered = append(res.delivered, r.ID)
 			}
 			res.late = late

@@ -241,6 +241,9 @@ type TailRow struct {
 	ChangedBy  string `json:"changed_by,omitempty"`
 	AlertLevel string `json:"alert_level,omitempty"`
 
+	// OutOfOrder is "behind" or "future" for a row the poll's sweep handed off outside cursor order (sweep.go), else "".
+	OutOfOrder string `json:"out_of_order,omitempty"`
+
 	raw time.Time // the order key in the column's own type (local wall time for a timestamp column)
 }
 
