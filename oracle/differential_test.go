@@ -64,7 +64,7 @@ var knownDivergences = []knownDivergence{
 	{on("untrusted_birth"), nil, "group", "member_count", "the group counts a quarantined birth at its next scan"},
 	{on("untrusted_birth"), nil, "ledger", "*", "that birth is counted stale (not yet placed) meanwhile"},
 	// Object rows are materialized and re-evaluated only by the full audit.
-	{on("birth_object_row"), on("births", "untrusted_birth", "late_birth"), "object", "exists",
+	{on("birth_object_row"), on("births", "untrusted_birth", "late_birth", "future_birth", "replay"), "object", "exists",
 		"a new object of an independently authoritative class gets its row only at the full audit"},
 	{on("retire_object_row"), on("exception_object", "fingerprint_changed", "exception_expires"), "object", "*",
 		"an object row is re-evaluated only by the full audit (an exception on an object that has a row for its class, too)"},
