@@ -461,6 +461,25 @@ var triggers = []trigger{
 		return fmt.Sprintf("silent coverage edit of %s → %s, then a full audit", coll, status), nil
 	}},
 	{"silent_then_audit", silentRetire(false)},
+	{"silent_delete_then_audit", func(e *env, r *rand.Rand) (string, error) {
+		// Births handed off and scanned, one of them then deleted with no change row: its group holds what the
+		// previous audit saw again, and only the audit's check of the counts themselves finds the difference.
+		if err := e.births(r, 1+r.IntN(3), "birth-api"); err != nil {
+			return "", err
+		}
+		if err := e.settle(); err != nil {
+			return "", err
+		}
+		var coll, code string
+		if err := e.pool.QueryRow(e.ctx, `DELETE FROM birth_registry WHERE id = (SELECT max(id) FROM birth_registry)
+			RETURNING collection_name, entity_code`).Scan(&coll, &code); err != nil {
+			return "", err
+		}
+		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+			return "", err
+		}
+		return "silent delete of " + coll + ":" + code + ", then a full audit", nil
+	}},
 	{"silent_then_audit_last", silentRetire(true)},
 	{"untrusted_birth", func(e *env, r *rand.Rand) (string, error) {
 		return "a birth from an untrusted source", e.births(r, 1, "rogue-writer")

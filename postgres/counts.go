@@ -7,6 +7,8 @@ import (
 	"sort"
 
 	"github.com/jackc/pgx/v5"
+
+	"gcos"
 )
 
 // Member counts kept by the births handoff (governance_collection_count, governance_base_count): a scan reads them
@@ -238,4 +240,65 @@ func (s *Store) keepSeedCounts(ctx context.Context, tx pgx.Tx, snap Snapshot) er
 	}
 	sort.Strings(colls)
 	return keepCollectionCounts(ctx, tx, colls, counted)
+}
+
+// keptCountDrift compares, in a capture's transaction (one instant), the counts the births handoff keeps with the
+// capture's base counts: a kept collection's counts plus its births after the cursor must equal the source's. It
+// returns the collections where they differ, sorted (a change behind the tail's back, e.g. a birth deleted after
+// it was handed off; or a birth behind the cursor the id sweep has not handed off yet). Collections with a pending
+// recount request are not compared: they are recounted anyway.
+func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey]*gcos.BaseGroup) ([]string, error) {
+	through, err := s.birthsThrough(ctx, tx)
+	if err != nil || through == nil {
+		return nil, err // without a births cursor no scan reads kept counts
+	}
+	rows, err := tx.Query(ctx, `SELECT c.source_registry, b.object_class, b.lifecycle_status, b.members
+		FROM governance_collection_count c LEFT JOIN governance_base_count b USING (source_registry)
+		WHERE NOT EXISTS (SELECT 1 FROM governance_recount_request r WHERE r.source_registry = c.source_registry)`)
+	if err != nil {
+		return nil, fmt.Errorf("read kept member counts: %w", err)
+	}
+	kept := map[birthBase]int64{}
+	var colls []string
+	for rows.Next() {
+		var coll string
+		var class, status *string
+		var n *int64
+		if err := rows.Scan(&coll, &class, &status, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read kept member counts: %w", err)
+		}
+		if !slices.Contains(colls, coll) {
+			colls = append(colls, coll)
+		}
+		if class != nil && status != nil && n != nil {
+			kept[birthBase{*class, coll, *status}] += *n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read kept member counts: %w", err)
+	}
+	after, err := s.bornAfter(ctx, tx, *through, colls)
+	if err != nil {
+		return nil, err
+	}
+	for b, n := range after {
+		kept[b] += n
+	}
+	source := map[birthBase]int64{}
+	for k, g := range bases {
+		if slices.Contains(colls, k.registry) {
+			source[birthBase{k.class, k.registry, k.lifecycle}] = g.Count
+		}
+	}
+	var drift []string
+	for _, m := range []map[birthBase]int64{kept, source} {
+		for b := range m {
+			if kept[b] != source[b] && !slices.Contains(drift, b.coll) {
+				drift = append(drift, b.coll)
+			}
+		}
+	}
+	sort.Strings(drift)
+	return drift, nil
 }

@@ -27,6 +27,11 @@ type AuditResult struct {
 	// RegistryDrift is, per registry that feeds verdicts besides births (gcos.GroupInputs), the groups whose
 	// inputs from it changed since the previous snapshot and how many of those no change row had signalled.
 	RegistryDrift       map[string]RegistryDrift `json:"registry_drift,omitempty"`
+	// CountDrift is the number of groups whose member count the incremental state held differed from the
+	// snapshot's (re-scanned, their collections recounted); KeptCountDrift the collections whose counts kept by the
+	// births handoff differed from the snapshot's (recounted).
+	CountDrift          int                      `json:"count_drift_groups"`
+	KeptCountDrift      []string                 `json:"kept_count_drift,omitempty"`
 	Expired             int64                    `json:"expired_rows"`
 	Dangling            []int64                  `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
 	Scanned             int                      `json:"scanned"`
@@ -64,12 +69,17 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 	if err != nil && gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		return err
 	}
-	snap, err := s.CaptureSnapshot(ctx, CaptureOptions{Scope: SnapshotAudit, RunID: res.RunID, RulesetVersion: rs.Version, Progress: progress})
+	snap, err := s.CaptureSnapshot(ctx, CaptureOptions{Scope: SnapshotAudit, RunID: res.RunID, RulesetVersion: rs.Version, Progress: progress,
+		checkKeptCounts: true})
 	if err != nil {
 		return err
 	}
 	res.SnapshotID = snap.ID
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		held, err := heldCounts(ctx, tx) // before the snapshot's counts are recorded in the group registry
+		if err != nil {
+			return err
+		}
 		if err := upsertGroups(ctx, tx, snap.Groups); err != nil {
 			return err
 		}
@@ -83,6 +93,17 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 			return err
 		}
 		if err := linkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
+			return err
+		}
+		// The counts are checked against the snapshot itself, not only against the previous one: a change behind the
+		// tail's back can restore the content the previous audit saw while the incremental state counted what came
+		// between (a birth handed off, then retired or deleted with no change row).
+		off, offColls := held.differFrom(snap)
+		res.CountDrift, res.KeptCountDrift = len(off), snap.keptDrift
+		if err := requestRecount(ctx, tx, sortedUnion(offColls, snap.keptDrift), gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
+		if _, err := markDirty(ctx, tx, off, gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}
 		if prev == nil {
@@ -329,4 +350,60 @@ func (s *Store) checkDangling(ctx context.Context, runID string) ([]int64, error
 		return err
 	})
 	return missing, err
+}
+
+// heldCount is a group's member count as the incremental state holds it, and the group's collection.
+type heldCount struct {
+	coll    string
+	members int64
+}
+
+type heldCountMap map[string]heldCount
+
+// heldCounts reads the member count of every group with members that has a candidate row under the current
+// ruleset (what the gate and the ledger read).
+func heldCounts(ctx context.Context, tx pgx.Tx) (heldCountMap, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT g.group_key, g.source_registry, coalesce(c.member_count, g.member_count)
+		FROM governance_group g
+		JOIN governance_candidate_state c ON c.group_key = g.group_key
+		JOIN v_current_ruleset cr ON cr.ruleset_version = c.ruleset_version
+		WHERE coalesce(c.member_count, g.member_count) > 0 AND g.source_registry IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("read held member counts: %w", err)
+	}
+	defer rows.Close()
+	out := heldCountMap{}
+	for rows.Next() {
+		var key string
+		var h heldCount
+		if err := rows.Scan(&key, &h.coll, &h.members); err != nil {
+			return nil, fmt.Errorf("read held member counts: %w", err)
+		}
+		out[key] = h
+	}
+	return out, rows.Err()
+}
+
+// differFrom returns the groups whose held count differs from the snapshot's (a group the snapshot does not have
+// counts 0), sorted, and their collections. A group scanned after the capture may hold a birth the snapshot does
+// not: it is re-scanned for nothing, which costs a scan and never a wrong count.
+func (h heldCountMap) differFrom(snap Snapshot) (keys, colls []string) {
+	for key, held := range h {
+		if g, ok := snap.Metrics.Groups[key]; !ok || g.Count != held.members {
+			keys, colls = append(keys, key), append(colls, held.coll)
+		}
+	}
+	sort.Strings(keys)
+	return keys, colls
+}
+
+// sortedUnion is the sorted, duplicate-free union of string lists.
+func sortedUnion(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

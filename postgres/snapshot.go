@@ -78,6 +78,8 @@ type Snapshot struct {
 	// AuditID is the registry_changelog row recording the capture (0 when not known, e.g. a snapshot read back).
 	AuditID int64 `json:"audit_id,omitempty"`
 	reused  bool
+	// keptDrift are the collections whose kept counts differ from the capture's (CaptureOptions.checkKeptCounts).
+	keptDrift []string
 }
 
 // CaptureOptions parameterise a capture.
@@ -93,6 +95,8 @@ type CaptureOptions struct {
 	Progress         func(done, total int64)
 	// reuseUnchanged returns the previous snapshot of the scope instead of writing an identical one.
 	reuseUnchanged bool
+	// checkKeptCounts compares the counts the births handoff keeps with the snapshot's, in the capture's instant.
+	checkKeptCounts bool
 }
 
 // birthBinding names the birth inventory's table and columns (the source binding).
@@ -572,6 +576,11 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	snap.Metrics.Totals.BaseGroups = len(bases)
 	snap.Metrics.Totals.Scopes = len(regs.ScopeCodes())
 	snap.Metrics.Totals.Batches = batches
+	if opts.checkKeptCounts {
+		if snap.keptDrift, err = s.keptCountDrift(ctx, tx, bases); err != nil {
+			return Snapshot{}, err
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return Snapshot{}, fmt.Errorf("finish read: %w", err)
 	}
@@ -589,7 +598,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 		}
 		snap.Delta = deltaOf(prev, snap.Metrics)
 		if opts.reuseUnchanged && prev != nil && len(snap.Delta.Groups) == 0 {
-			prev.Groups, prev.Registries, prev.reused = snap.Groups, snap.Registries, true
+			prev.Groups, prev.Registries, prev.reused, prev.keptDrift = snap.Groups, snap.Registries, true, snap.keptDrift
 			snap = *prev
 			// The reused capture's own audit row (GCOS's rows only: recorded in governance_audit_row).
 			err := wtx.QueryRow(ctx, `SELECT coalesce(max(r.id), 0) FROM registry_changelog r
