@@ -26,19 +26,19 @@ type AuditResult struct {
 	LostSignals     []string `json:"lost_signal_groups"`
 	// RegistryDrift is, per registry that feeds verdicts besides births (gcos.GroupInputs), the groups whose
 	// inputs from it changed since the previous snapshot and how many of those no change row had signalled.
-	RegistryDrift       map[string]RegistryDrift `json:"registry_drift,omitempty"`
+	RegistryDrift map[string]RegistryDrift `json:"registry_drift,omitempty"`
 	// CountDrift is the number of groups whose member count the incremental state held differed from the
 	// snapshot's (re-scanned, their collections recounted); KeptCountDrift the collections whose counts kept by the
 	// births handoff differed from the snapshot's (recounted).
-	CountDrift          int                      `json:"count_drift_groups"`
-	KeptCountDrift      []string                 `json:"kept_count_drift,omitempty"`
-	Expired             int64                    `json:"expired_rows"`
-	Dangling            []int64                  `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
-	Scanned             int                      `json:"scanned"`
-	ObjectsMaterialized int64                    `json:"objects_materialized"`
-	ObjectsRetired      int64                    `json:"objects_retired"`
-	Ledger              LedgerReport             `json:"ledger"`
-	Elapsed             time.Duration            `json:"elapsed_ns"`
+	CountDrift          int           `json:"count_drift_groups"`
+	KeptCountDrift      []string      `json:"kept_count_drift,omitempty"`
+	Expired             int64         `json:"expired_rows"`
+	Dangling            []int64       `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
+	Scanned             int           `json:"scanned"`
+	ObjectsMaterialized int64         `json:"objects_materialized"`
+	ObjectsRetired      int64         `json:"objects_retired"`
+	Ledger              LedgerReport  `json:"ledger"`
+	Elapsed             time.Duration `json:"elapsed_ns"`
 }
 
 // FullAudit is the periodic safety net (doc 34 §5): a fresh snapshot and ruleset hash, a reconciliation that
