@@ -103,11 +103,9 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		if err := requestRecount(ctx, tx, sortedUnion(offColls, snap.keptDrift), gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}
-		if _, err := markDirty(ctx, tx, off, gcos.DirtySnapshotDrift); err != nil {
-			return err
-		}
 		if prev == nil {
-			return nil
+			_, err := markDirty(ctx, tx, off, gcos.DirtySnapshotDrift)
+			return err
 		}
 		res.PreviousID = &prev.ID
 		cursor, err := birthCursorPosition(ctx, tx)
@@ -136,7 +134,7 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 				}
 			}
 		}
-		rescan := slices.Clone(changed)
+		rescan := append(slices.Clone(changed), off...)
 		for _, keys := range drifted {
 			rescan = append(rescan, keys...)
 		}
