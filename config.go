@@ -28,7 +28,15 @@ type Config struct {
 	Intake        IntakeConfig        `json:"intake"`
 	Events        EventsConfig        `json:"events"`
 	HTTP          HTTPConfig          `json:"http"`
+	Roles         RolesConfig         `json:"roles"`
 	VerdictPolicy VerdictPolicyConfig `json:"verdict_policy"`
+}
+
+// RolesConfig sets the leases of the singleton roles (full audit, backfill, event promotion, silent-gap monitor).
+type RolesConfig struct {
+	// LeaseTTL is how long a role's lease lasts without renewal: a killed holder's role passes to another process
+	// after at most this long. The holder renews every third of it while it works.
+	LeaseTTL Duration `json:"lease_ttl"`
 }
 
 // ColumnBinding names the table and column a dimension is read from (SPEC §4: never literals in code).
@@ -282,6 +290,7 @@ func DefaultConfig() Config {
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
+		Roles: RolesConfig{LeaseTTL: Duration(30 * time.Second)},
 		Scan: ScanConfig{
 			BatchSize:           500,
 			CoalesceWindow:      Duration(100 * time.Millisecond),
@@ -532,6 +541,7 @@ func (c Config) Validate() error {
 	p.nonNegative("scan.coalesce_window", s.CoalesceWindow)
 	p.positive("scan.incremental_interval", s.IncrementalInterval)
 	p.positive("scan.full_audit_interval", s.FullAuditInterval)
+	p.positive("roles.lease_ttl", c.Roles.LeaseTTL)
 	if !(s.StormFraction > 0 && s.StormFraction <= 1) {
 		p.add("scan.storm_fraction", "must be in (0, 1], got %v", s.StormFraction)
 	}

@@ -2,9 +2,7 @@ package intake
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"time"
 
@@ -12,7 +10,7 @@ import (
 	"gcos/postgres"
 )
 
-// MonitorLease is the queue_heartbeat lease that makes one process at a time run the silent-gap monitor.
+// MonitorLease is the role lease that makes one process at a time run the silent-gap monitor.
 const MonitorLease = "gcos.monitor.silence.lease"
 
 // Monitor runs the silent-gap monitor (postgres.Store.CheckSilence) periodically in whichever process holds
@@ -23,7 +21,7 @@ type Monitor struct {
 	Store  *postgres.Store
 	Config gcos.IntakeConfig // silent_gap_threshold and heartbeat_interval set the pace
 	Logger *slog.Logger
-	Owner  string // lease owner; default host:pid
+	Owner  string // lease owner; default the store's (postgres.Store.Owner)
 
 	silent map[string]bool // coalesce keys raised by the last check, to log transitions only
 }
@@ -44,8 +42,7 @@ func (m *Monitor) owner() string {
 	if m.Owner != "" {
 		return m.Owner
 	}
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d", host, os.Getpid())
+	return m.Store.Owner()
 }
 
 func (m *Monitor) logger() *slog.Logger {
@@ -91,10 +88,12 @@ func (m *Monitor) Run(ctx context.Context) error {
 	ttl := max(3*every, time.Second)
 	owner := m.owner()
 	log := m.logger()
+	role := postgres.Role{Name: MonitorLease}
+	var lease *postgres.Lease
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_ = m.Store.ReleaseLease(rctx, MonitorLease, owner)
+		_ = m.Store.ReleaseLease(rctx, lease)
 	}()
 	for {
 		// The first check waits one interval: a worker that lives shorter than that (a one-off pass) leaves the
@@ -102,14 +101,18 @@ func (m *Monitor) Run(ctx context.Context) error {
 		if !sleep(ctx, every) {
 			return nil
 		}
-		held, err := m.Store.AcquireLease(ctx, MonitorLease, "lease", owner, ttl)
+		l, err := m.Store.TakeRole(ctx, role, owner, ttl)
+		if err == nil {
+			lease = l
+		}
+		held := err == nil && l != nil
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			log.Warn("monitor lease", "error", err)
 		case held:
-			if _, err := m.Check(ctx); err != nil && ctx.Err() == nil {
+			if _, err := m.Check(postgres.Fenced(ctx, l)); err != nil && ctx.Err() == nil {
 				log.Warn("silent-gap check failed; retrying", "error", err)
 			}
 		}

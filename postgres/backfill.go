@@ -70,13 +70,23 @@ func (s *Store) rulesetForScan(ctx context.Context, proposer string) (RulesetRow
 
 // Backfill is the first full pass (phase seeding): capture the seed snapshot, compute the ruleset and seed one
 // candidate row per group. Re-running it with unchanged sources reuses the snapshot and writes nothing.
-func (s *Store) Backfill(ctx context.Context, opts BackfillOptions) (BackfillResult, error) {
+// It runs as the holder of RoleBackfill (ECONFLICT while another process holds it).
+func (s *Store) Backfill(ctx context.Context, opts BackfillOptions) (res BackfillResult, err error) {
+	err = s.asRole(ctx, RoleBackfill, func(ctx context.Context) error {
+		var err error
+		res, err = s.runBackfill(ctx, opts)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) runBackfill(ctx context.Context, opts BackfillOptions) (BackfillResult, error) {
 	start := time.Now()
 	if opts.Proposer == "" {
 		opts.Proposer = "gcos"
 	}
 	res := BackfillResult{RunID: NewRunID("gov-backfill")}
-	if err := s.startRun(ctx, res.RunID, "backfill", "seeding"); err != nil {
+	if err := s.startRun(ctx, res.RunID, ModeBackfill, "seeding"); err != nil {
 		return res, err
 	}
 	err := s.backfill(ctx, opts, &res)
@@ -190,13 +200,24 @@ type runCounts struct {
 }
 
 func (s *Store) startRun(ctx context.Context, runID, mode, phase string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO candidate_scan_run (run_id, mode, phase) VALUES ($1, $2, $3)`, runID, mode, phase)
+	var role *string
+	var epoch *int64
+	if l := leaseOf(ctx); l != nil {
+		role, epoch = &l.Role.Name, &l.Epoch
+	}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO candidate_scan_run (run_id, mode, phase, lease_role, lease_epoch) VALUES ($1, $2, $3, $4, $5)`,
+			runID, mode, phase, role, epoch)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("record run %s: %w", runID, err)
 	}
 	return nil
 }
 
+// finishRun records how a run ended. Only a running run ends: one a successor of its role marked abandoned stays
+// so (ErrLeaseLost), and a fenced run whose lease is gone cannot record success either.
 func (s *Store) finishRun(ctx context.Context, runID string, c runCounts, runErr error) error {
 	status, msg := "succeeded", (*string)(nil)
 	if runErr != nil {
@@ -208,11 +229,27 @@ func (s *Store) finishRun(ctx context.Context, runID string, c runCounts, runErr
 	if c.snapshot != 0 {
 		snap = &c.snapshot
 	}
-	_, err := s.pool.Exec(ctx, `
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
 		UPDATE candidate_scan_run SET finished_at = now(), status = $2, error = $3, source_snapshot_ref = $4,
 		    ruleset_version = nullif($5, ''), groups_scanned = $6, groups_dirtied = $7, verdict_changes = $8,
 		    objects_materialized = $9, objects_retired = $10
-		WHERE run_id = $1`, runID, status, msg, snap, c.ruleset, c.scanned, c.dirtied, c.changed, c.materialized, c.retired)
+		WHERE run_id = $1 AND status = 'running'`, runID, status, msg, snap, c.ruleset, c.scanned, c.dirtied, c.changed, c.materialized, c.retired)
+		if err != nil || tag.RowsAffected() > 0 {
+			return err
+		}
+		var was string
+		if err := tx.QueryRow(ctx, `SELECT status FROM candidate_scan_run WHERE run_id = $1`, runID).Scan(&was); err != nil {
+			return err
+		}
+		if was == "abandoned" {
+			return fmt.Errorf("run %s was abandoned by a successor in its role: %w", runID, ErrLeaseLost)
+		}
+		if runErr == nil {
+			return fmt.Errorf("run %s is %s, not running", runID, was)
+		}
+		return nil // a failed tick already recorded the failure
+	})
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", runID, err)
 	}

@@ -753,8 +753,18 @@ WHERE p.event_domain = $1 AND p.processed_at IS NULL AND p.dead_lettered_at IS N
 // PromotePending moves every captured signal whose type is now registered and active to event_outbox, in capture
 // order (event_pending id order), marking each processed. Captures of still inactive types stay; dead-lettered
 // rows, intake retry rows and rows GCOS did not capture are never promoted. Each batch is one transaction, so a
-// crash loses nothing and a re-run finishes the job without duplicates.
-func (s *Store) PromotePending(ctx context.Context) (PromoteResult, error) {
+// crash loses nothing and a re-run finishes the job without duplicates. It runs as the holder of RolePromotion
+// (ECONFLICT while another process holds it).
+func (s *Store) PromotePending(ctx context.Context) (res PromoteResult, err error) {
+	err = s.asRole(ctx, RolePromotion, func(ctx context.Context) error {
+		var err error
+		res, err = s.promotePending(ctx)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) promotePending(ctx context.Context) (PromoteResult, error) {
 	total := PromoteResult{ByType: map[string]int{}}
 	for {
 		var step PromoteResult

@@ -1,7 +1,10 @@
 package postgres
 
 import (
+	"context"
 	"sync"
+
+	"github.com/jackc/pgx/v5"
 
 	"gcos"
 )
@@ -33,3 +36,6 @@ func BatchAggregateSQL(s *Store) string { return s.birthBinding().baseAggregateS
 
 // SelectedKeys exposes selectedKeys to the external tests.
 var SelectedKeys = selectedKeys
+
+// CheckFence runs the fencing check a Fenced context's transactions run before committing (tests only).
+func CheckFence(ctx context.Context, tx pgx.Tx) error { return checkFence(ctx, tx) }

@@ -44,7 +44,33 @@ type AuditResult struct {
 // FullAudit is the periodic safety net (doc 34 §5): a fresh snapshot and ruleset hash, a reconciliation that
 // finds groups whose fingerprint changed without any dirty mark (a lost signal: dirtied with snapshot_drift and a
 // finding), expiry of every row past stale_after, a scan of the whole dirty set and the invariant check.
-func (s *Store) FullAudit(ctx context.Context, progress func(done, total int64)) (AuditResult, error) {
+// It runs as the holder of RoleFullAudit (ECONFLICT while another process holds it).
+func (s *Store) FullAudit(ctx context.Context, progress func(done, total int64)) (res AuditResult, err error) {
+	err = s.asRole(ctx, RoleFullAudit, func(ctx context.Context) error {
+		var err error
+		res, err = s.runFullAudit(ctx, progress)
+		return err
+	})
+	return res, err
+}
+
+// FullAuditIfDue runs the full audit when the last completed one (or backfill) finished longer than interval ago,
+// deciding that as the role's holder, so two processes never both find it due and run it back to back. ran is
+// false when it was not due; ECONFLICT when another process holds the role.
+func (s *Store) FullAuditIfDue(ctx context.Context, interval time.Duration, progress func(done, total int64)) (res AuditResult, ran bool, err error) {
+	err = s.asRole(ctx, RoleFullAudit, func(ctx context.Context) error {
+		due, err := s.FullAuditDue(ctx, interval)
+		if err != nil || !due {
+			return err
+		}
+		ran = true
+		res, err = s.runFullAudit(ctx, progress)
+		return err
+	})
+	return res, ran, err
+}
+
+func (s *Store) runFullAudit(ctx context.Context, progress func(done, total int64)) (AuditResult, error) {
 	start := time.Now()
 	res := AuditResult{RunID: NewRunID("gov-audit")}
 	if err := s.startRun(ctx, res.RunID, ModeFullAudit, "auditing"); err != nil {
@@ -251,8 +277,13 @@ func (s *Store) reportRegistryDrift(ctx context.Context, tx pgx.Tx, res *AuditRe
 	return nil
 }
 
+// latestFullSnapshot is the baseline of the next audit: the snapshot of the last audit (or backfill) that completed.
+// A snapshot whose audit did not complete (killed, failed, abandoned) is never a baseline: the changes it saw are
+// still to be reconciled.
 func latestFullSnapshot(ctx context.Context, q querier) (*Snapshot, error) {
-	snap, err := scanSnapshot(q.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1`))
+	snap, err := scanSnapshot(q.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE id = (
+		SELECT source_snapshot_ref FROM candidate_scan_run WHERE status = 'succeeded' AND mode IN ('full_audit', 'backfill')
+		ORDER BY finished_at DESC LIMIT 1)`))
 	if err != nil {
 		return nil, mapError(err, "latest full snapshot")
 	}

@@ -19,6 +19,7 @@ const (
 	ModeEvent       = "event"
 	ModeIncremental = "incremental"
 	ModeFullAudit   = "full_audit"
+	ModeBackfill    = "backfill"
 )
 
 // NotifyChannel is the LISTEN/NOTIFY channel a dirty mark wakes event-driven scanners on. Polling remains the
@@ -299,9 +300,12 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			return err
 		}
 		res.Scanned, res.Seeded, res.Failed, res.Retired = len(ok), len(seeds), len(failed), len(place.retired)
+		// A scan run is complete with each tick; a full audit's run completes only when the audit does (finishRun).
 		if _, err := tx.Exec(ctx, `UPDATE candidate_scan_run SET groups_scanned = groups_scanned + $2,
-			verdict_changes = verdict_changes + $3, groups_unchanged = groups_unchanged + $5, status = 'succeeded',
-			finished_at = now(), source_snapshot_ref = $4
+			verdict_changes = verdict_changes + $3, groups_unchanged = groups_unchanged + $5,
+			status = CASE WHEN mode = 'full_audit' THEN status ELSE 'succeeded' END,
+			finished_at = CASE WHEN mode = 'full_audit' THEN finished_at ELSE now() END,
+			source_snapshot_ref = CASE WHEN mode = 'full_audit' THEN source_snapshot_ref ELSE $4 END
 			WHERE run_id = $1`, res.RunID, res.Scanned+res.Seeded, res.VerdictChanges, snapshotID, res.Unchanged); err != nil {
 			return fmt.Errorf("account run %s: %w", res.RunID, err)
 		}

@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +33,9 @@ type Store struct {
 	routeFallbackLogged atomic.Bool
 	// gateSQLText is built once from the source binding: the gate is the hot path.
 	gateSQLText string
+	// owner names this store's process in role leases: unique per process start, so a restarted process (even
+	// with the same pid) takes its roles over with a new epoch instead of renewing a dead holder's lease.
+	owner string
 }
 
 // Open connects to dsn. The caller closes the Store.
@@ -56,13 +61,17 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{pool: pool, logger: logger, cfg: cfg}
+	host, _ := os.Hostname()
+	s := &Store{pool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8])}
 	s.gateSQLText = s.birthBinding().gateSQL()
 	return s
 }
 
 // Pool exposes the connection pool to sibling packages that run their own SQL (workers, tests).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Owner is the name this store's process holds role leases under.
+func (s *Store) Owner() string { return s.owner }
 
 // Config is the configuration the store was opened with.
 func (s *Store) Config() gcos.Config { return s.cfg }
@@ -118,7 +127,12 @@ func (s *Store) Prepare(ctx context.Context, opts PrepareOptions) (PrepareResult
 
 // inTx runs fn in one transaction.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return checkFence(ctx, tx)
+	})
 }
 
 // mapError normalises driver errors at the edge so pgx never leaks upward.

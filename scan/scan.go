@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -23,8 +22,6 @@ type Scheduler struct {
 	Store  *postgres.Store
 	Config gcos.ScanConfig
 	Logger *slog.Logger
-	// Owner names this process in leases; defaults to host:pid.
-	Owner string
 	// Modes selects which loops Run starts (default: all three).
 	Modes []string
 }
@@ -34,14 +31,6 @@ func (s *Scheduler) logger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return s.Logger.With("system", "scan")
-}
-
-func (s *Scheduler) owner() string {
-	if s.Owner != "" {
-		return s.Owner
-	}
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d", host, os.Getpid())
 }
 
 // Run runs the selected loops until ctx is cancelled.
@@ -224,44 +213,36 @@ func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// auditLoop runs the full audit every interval in whichever process holds the audit lease.
+// auditLoop runs the full audit whenever the last completed one is older than the interval, in whichever process
+// takes the audit role first (postgres.Store.FullAuditIfDue). It looks every third of the role's lease TTL, so a
+// holder killed mid-audit is succeeded within about one TTL plus that.
 func (s *Scheduler) auditLoop(ctx context.Context) error {
 	interval := s.Config.FullAuditInterval.Duration()
-	const lease = "gcos.scan.full_audit.lease"
-	owner := s.owner()
-	defer func() { _ = s.Store.ReleaseLease(context.WithoutCancel(ctx), lease, owner) }()
+	every := min(interval, max(s.Store.Config().Roles.LeaseTTL.Duration()/3, 100*time.Millisecond))
 	for ctx.Err() == nil {
-		held, err := s.Store.AcquireLease(ctx, lease, "lease", owner, interval+time.Minute)
-		if err != nil && ctx.Err() == nil {
-			s.logger().Error("audit lease", "err", err)
-		}
-		if held {
-			due, err := s.Store.FullAuditDue(ctx, interval)
-			if err != nil && ctx.Err() == nil {
-				s.logger().Error("audit schedule", "err", err)
-			}
-			if due {
-				res, err := s.Store.FullAudit(ctx, nil)
-				if err != nil && ctx.Err() == nil {
-					s.logger().Error("full audit", "err", err)
-					s.tick(ctx, postgres.ModeFullAudit, "error")
-				} else if err == nil {
-					s.tick(ctx, postgres.ModeFullAudit, "ok")
-					s.logger().Info("full audit", "run_id", res.RunID, "snapshot", res.SnapshotID, "changed_groups", res.ChangedGroups,
-						"lost_signals", len(res.LostSignals), "expired", res.Expired, "scanned", res.Scanned, "invariant_closes", res.Ledger.Closes,
-						"elapsed", res.Elapsed)
-					if rep, err := s.verify(ctx, res.RunID); err != nil && ctx.Err() == nil {
-						s.logger().Error("full audit", "err", err)
-					} else if err == nil {
-						s.logger().Info("full audit verified", "run_id", res.RunID, "mismatches", len(rep.Mismatches),
-							"gate_checks", rep.GateChecks, "evaluate_secs", rep.EvaluateTime)
-					}
-				}
-			} else {
-				s.tick(ctx, postgres.ModeFullAudit, "idle")
+		res, ran, err := s.Store.FullAuditIfDue(ctx, interval, nil)
+		switch {
+		case ctx.Err() != nil:
+		case gcos.ErrorCode(err) == gcos.ECONFLICT:
+			// Another process holds the audit role.
+		case err != nil:
+			s.logger().Error("full audit", "err", err)
+			s.tick(ctx, postgres.ModeFullAudit, "error")
+		case !ran:
+			s.tick(ctx, postgres.ModeFullAudit, "idle")
+		default:
+			s.tick(ctx, postgres.ModeFullAudit, "ok")
+			s.logger().Info("full audit", "run_id", res.RunID, "snapshot", res.SnapshotID, "changed_groups", res.ChangedGroups,
+				"lost_signals", len(res.LostSignals), "count_drift", res.CountDrift, "kept_count_drift", len(res.KeptCountDrift),
+				"expired", res.Expired, "scanned", res.Scanned, "invariant_closes", res.Ledger.Closes, "elapsed", res.Elapsed)
+			if rep, err := s.verify(ctx, res.RunID); err != nil && ctx.Err() == nil {
+				s.logger().Error("full audit", "err", err)
+			} else if err == nil {
+				s.logger().Info("full audit verified", "run_id", res.RunID, "mismatches", len(rep.Mismatches),
+					"gate_checks", rep.GateChecks, "evaluate_secs", rep.EvaluateTime)
 			}
 		}
-		sleep(ctx, min(interval, time.Minute))
+		sleep(ctx, every)
 	}
 	return ctx.Err()
 }

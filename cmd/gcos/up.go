@@ -169,7 +169,8 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birth
 	return errors.Join(all...)
 }
 
-// promoteLoop moves captured signals whose type became active to the outbox, in order.
+// promoteLoop moves captured signals whose type became active to the outbox, in order, in whichever process holds
+// the promotion role.
 func (a *app) promoteLoop(ctx context.Context, store *postgres.Store) error {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -178,7 +179,8 @@ func (a *app) promoteLoop(ctx context.Context, store *postgres.Store) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			if _, err := store.PromotePending(ctx); err != nil && ctx.Err() == nil {
+			// ECONFLICT: another process holds the promotion role.
+			if _, err := store.PromotePending(ctx); err != nil && ctx.Err() == nil && gcos.ErrorCode(err) != gcos.ECONFLICT {
 				a.logger.Warn("promote pending signals", "err", err)
 			}
 		}
