@@ -537,6 +537,7 @@ func TestAPI(t *testing.T) {
 			`gcos_scan_lag_seconds `,
 			`gcos_build_info{version="test"} 1`,
 			`gcos_route_fallbacks_total 0`,
+			`gcos_tx_retries_total 0`,
 			`gcos_intake_rows_total{outcome="behind",source="birth_registry"} 0`,
 			`gcos_intake_rows_total{outcome="unmapped",source="registry_changelog"}`,
 		} {

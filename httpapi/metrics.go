@@ -48,7 +48,11 @@ func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, 
 		Name: "gcos_route_fallbacks_total",
 		Help: "Changes the intake could not place precisely (object or authority row not found), so they dirtied every group they might affect.",
 	}, func() float64 { return float64(s.store.RouteFallbacks()) })
-	for _, c := range []prometheus.Collector{decisions, m.gateLatency, m.requests, build, fallbacks, &summaryCollector{s: s}} {
+	retries := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "gcos_tx_retries_total",
+		Help: "Transactions of this process that failed on a deadlock or a serialization conflict and were retried by their loop.",
+	}, func() float64 { return float64(s.store.TxRetries()) })
+	for _, c := range []prometheus.Collector{decisions, m.gateLatency, m.requests, build, fallbacks, retries, &summaryCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -222,6 +223,8 @@ func upsertGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
 	if len(groups) == 0 {
 		return nil
 	}
+	groups = slices.Clone(groups)
+	slices.SortFunc(groups, func(a, b gcos.Group) int { return strings.Compare(a.Key, b.Key) }) // one lock order
 	n := len(groups)
 	keys, classes, regs, axes, scopes, lifecycles, owners := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 	counts, deps := make([]int64, n), make([]string, n)
@@ -376,24 +379,58 @@ FROM v_current_ruleset cr
 WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1)
   AND (NOT c.dirty OR c.recompute_status = 'scanning')`
 
+// lockMarkedSQL locks, in group-key order, the candidate rows under the current ruleset that a dirty mark may
+// write. Every marking transaction takes its rows this way, all of them before it writes any: two transactions
+// marking overlapping sets (two daemons' intakes, an audit and an intake) then wait for each other in one order
+// and never deadlock, however many statements (one per reason) each then runs.
+const lockMarkedSQL = `
+SELECT c.group_key FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
+WHERE c.group_key = ANY($1) ORDER BY c.group_key FOR UPDATE OF c`
+
 func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
-	if !gcos.ValidDirtyReason(reason) {
-		return 0, gcos.Errorf(gcos.EINVALID, "dirty reason %q is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", reason)
+	return markDirtyByReason(ctx, tx, map[string][]string{reason: groupKeys})
+}
+
+// markDirtyByReason marks groups dirty with a reason each (SPEC §8): it locks every row it may write first, in
+// key order (lockMarkedSQL), then runs one update per reason. It returns how many groups became dirty.
+func markDirtyByReason(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (int64, error) {
+	var all []string
+	reasons := make([]string, 0, len(byReason))
+	for reason, keys := range byReason {
+		if !gcos.ValidDirtyReason(reason) {
+			return 0, gcos.Errorf(gcos.EINVALID, "dirty reason %q is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", reason)
+		}
+		if len(keys) > 0 {
+			reasons = append(reasons, reason)
+			all = append(all, keys...)
+		}
 	}
-	if len(groupKeys) == 0 {
+	if len(all) == 0 {
 		return 0, nil
 	}
-	tag, err := tx.Exec(ctx, markDirtySQL, groupKeys, reason)
-	if err != nil {
-		return 0, fmt.Errorf("mark %d groups dirty (%s): %w", len(groupKeys), reason, err)
+	slices.Sort(reasons)
+	if _, err := tx.Exec(ctx, lockMarkedSQL, all); err != nil {
+		return 0, fmt.Errorf("lock %d groups to mark dirty: %w", len(all), err)
 	}
-	if tag.RowsAffected() > 0 {
+	var n int64
+	notify := ""
+	for _, reason := range reasons {
+		tag, err := tx.Exec(ctx, markDirtySQL, byReason[reason], reason)
+		if err != nil {
+			return 0, fmt.Errorf("mark %d groups dirty (%s): %w", len(byReason[reason]), reason, err)
+		}
+		if tag.RowsAffected() > 0 && notify == "" {
+			notify = reason
+		}
+		n += tag.RowsAffected()
+	}
+	if notify != "" {
 		// Delivered at commit: wakes event-driven scanners; polling stays the source of truth.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, reason); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, notify); err != nil {
 			return 0, fmt.Errorf("notify scanners: %w", err)
 		}
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // rebaseCandidates moves verdicts from the previous active ruleset to the newly activated one: groups the diff

@@ -39,3 +39,13 @@ var SelectedKeys = selectedKeys
 
 // CheckFence runs the fencing check a Fenced context's transactions run before committing (tests only).
 func CheckFence(ctx context.Context, tx pgx.Tx) error { return checkFence(ctx, tx) }
+
+// MarkDirtyByReason marks groups dirty, one reason per key set, in one transaction that then runs then (tests only).
+func MarkDirtyByReason(ctx context.Context, s *Store, byReason map[string][]string, then func(pgx.Tx) error) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := markDirtyByReason(ctx, tx, byReason); err != nil {
+			return err
+		}
+		return then(tx)
+	})
+}

@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -202,23 +202,15 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 			byReason[reason][g] = true
 		}
 	}
-	reasons := make([]string, 0, len(byReason))
-	for r := range byReason {
-		reasons = append(reasons, r)
+	marks := make(map[string][]string, len(byReason))
+	for reason, keys := range byReason {
+		marks[reason] = slices.Sorted(maps.Keys(keys))
 	}
-	sort.Strings(reasons)
-	for _, reason := range reasons {
-		keys := make([]string, 0, len(byReason[reason]))
-		for k := range byReason[reason] {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		n, err := markDirty(ctx, tx, keys, reason)
-		if err != nil {
-			return nil, st, err
-		}
-		st.Dirtied += n
+	n, err := markDirtyByReason(ctx, tx, marks)
+	if err != nil {
+		return nil, st, err
 	}
+	st.Dirtied += n
 	st.Signals = len(sigs)
 	if err := s.emitHandoffs(ctx, tx, sigs, &st); err != nil {
 		return nil, st, err

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -173,5 +174,51 @@ func TestFullAuditBaselineIsTheLastCompletedAudit(t *testing.T) {
 	}
 	if st != "abandoned" {
 		t.Fatalf("the killed audit's run is %q, want abandoned by the next holder of the role", st)
+	}
+}
+
+// TestMarkingNeverDeadlocks: transactions marking overlapping sets of groups with several reasons each (as an intake
+// page does, one statement per reason), from many connections at once, wait for each other in one lock order and
+// never deadlock.
+func TestMarkingNeverDeadlocks(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 1500, nil)
+	keys := b.sb12Strings(t, `SELECT group_key FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) ORDER BY 1`)
+	if len(keys) < 40 {
+		t.Fatalf("only %d groups", len(keys))
+	}
+	reasons := []string{gcos.DirtyAuthority, gcos.DirtyAxis, gcos.DirtyInput}
+	const workers, txs = 6, 40
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for range txs {
+				byReason := map[string][]string{}
+				var all []string
+				for _, k := range r.Perm(len(keys))[:30] {
+					reason := reasons[r.IntN(len(reasons))]
+					byReason[reason] = append(byReason[reason], keys[k])
+					all = append(all, keys[k])
+				}
+				// Clear the marks again in the same transaction, so every transaction writes (and locks) its rows.
+				if err := postgres.MarkDirtyByReason(b.ctx, b.store, byReason, func(tx pgx.Tx) error {
+					_, err := tx.Exec(b.ctx, `UPDATE governance_candidate_state SET dirty = false, recompute_status = 'ok' WHERE group_key = ANY($1)`, all)
+					return err
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatalf("marking: %v", err)
+		}
+	}
+	if n := b.store.TxRetries(); n != 0 {
+		t.Fatalf("%d transactions failed on a lock conflict", n)
 	}
 }

@@ -33,6 +33,8 @@ type Store struct {
 	routeFallbackLogged atomic.Bool
 	// gateSQLText is built once from the source binding: the gate is the hot path.
 	gateSQLText string
+	// txRetries counts transactions that failed on a deadlock or a serialization conflict; their loop retries them.
+	txRetries atomic.Int64
 	// owner names this store's process in role leases: unique per process start, so a restarted process (even
 	// with the same pid) takes its roles over with a new epoch instead of renewing a dead holder's lease.
 	owner string
@@ -125,15 +127,30 @@ func (s *Store) Prepare(ctx context.Context, opts PrepareOptions) (PrepareResult
 	return res, nil
 }
 
-// inTx runs fn in one transaction.
+// inTx runs fn in one transaction; under a Fenced context the commit first checks the role's lease.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
 		return checkFence(ctx, tx)
 	})
+	s.noteConflict(err)
+	return err
 }
+
+// noteConflict counts a transaction that failed on a deadlock (40P01) or a serialization failure (40001). Marking
+// takes its locks in one order, so a deadlock there is a defect; the counter (gcos_tx_retries_total) shows any.
+func (s *Store) noteConflict(err error) {
+	if tailIsPgCode(err, "40P01", "40001") {
+		s.txRetries.Add(1)
+		s.logger.Warn("transaction conflict; its loop retries it", "err", err)
+	}
+}
+
+// TxRetries is how many of this store's transactions failed on a deadlock or a serialization conflict (and were
+// retried by their loop: the intake's next poll, the scan's next tick).
+func (s *Store) TxRetries() int64 { return s.txRetries.Load() }
 
 // mapError normalises driver errors at the edge so pgx never leaks upward.
 // RouteFallbacks is how many changes this process's intake could not place precisely, so they dirtied every

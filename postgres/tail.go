@@ -542,8 +542,9 @@ func tailErrNoCursor(source string) error {
 // PollTail runs one poll of src in one transaction: the horizon, the cursor lock, one keyset page below the
 // horizon, apply, the retry lane for failed rows, the cursor advance, commit. Another worker polling the same
 // source makes this poll return Busy at once.
-func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeConfig, apply ApplyFunc) (PollResult, error) {
-	res := PollResult{Source: src.Name}
+func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeConfig, apply ApplyFunc) (res PollResult, err error) {
+	defer func() { s.noteConflict(err) }()
+	res = PollResult{Source: src.Name}
 	if err := src.Validate(); err != nil {
 		return res, err
 	}
