@@ -124,6 +124,9 @@ func (s *Store) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.seed', 0))`); err != nil {
 			return err
 		}
+		if err := lockCandidates(ctx, tx, rs.Version); err != nil {
+			return err
+		}
 		if err := upsertGroups(ctx, tx, snap.Groups); err != nil {
 			return err
 		}

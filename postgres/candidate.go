@@ -262,6 +262,9 @@ type candidateArrays struct {
 
 func toArrays(vs []candidateValues) candidateArrays {
 	var a candidateArrays
+	// Rows are written in group-key order, the order every marking transaction locks them in (lockMarkedSQL).
+	vs = slices.Clone(vs)
+	slices.SortFunc(vs, func(x, y candidateValues) int { return strings.Compare(x.GroupKey, y.GroupKey) })
 	for _, v := range vs {
 		a.keys = append(a.keys, v.GroupKey)
 		a.verdicts = append(a.verdicts, string(v.Verdict))
@@ -386,6 +389,16 @@ WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1)
 const lockMarkedSQL = `
 SELECT c.group_key FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
 WHERE c.group_key = ANY($1) ORDER BY c.group_key FOR UPDATE OF c`
+
+// lockCandidates locks every candidate row under ruleset in group-key order. A transaction that writes the whole
+// estate (the backfill, the full audit's reconciliation) takes it first: a scan tick holds the candidate rows it
+// claimed and then writes their groups, so candidate rows come before group rows in every transaction's lock order.
+func lockCandidates(ctx context.Context, tx pgx.Tx, ruleset string) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM governance_candidate_state WHERE ruleset_version = $1 ORDER BY group_key FOR UPDATE`, ruleset); err != nil {
+		return fmt.Errorf("lock the candidate rows: %w", err)
+	}
+	return nil
+}
 
 func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
 	return markDirtyByReason(ctx, tx, map[string][]string{reason: groupKeys})

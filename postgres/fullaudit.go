@@ -102,6 +102,9 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 	}
 	res.SnapshotID = snap.ID
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := lockCandidates(ctx, tx, rs.Version); err != nil {
+			return err
+		}
 		held, err := heldCounts(ctx, tx) // before the snapshot's counts are recorded in the group registry
 		if err != nil {
 			return err

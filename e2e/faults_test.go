@@ -1,0 +1,629 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos"
+	"gcos/embeddedpg"
+	"gcos/intake"
+	"gcos/oracle"
+	"gcos/postgres"
+	"gcos/world"
+)
+
+// TestFaults_RolesSurviveKill9 runs three `gcos up` processes (the real binary) on one database under a writer load
+// and injects real faults: SIGKILL of the holder of the full-audit role in the middle of an audit, of the holder of
+// the silent-gap monitor, of random processes at random moments, SIGSTOP of an audit holder past its lease (then
+// SIGCONT), a PostgreSQL restart and a PostgreSQL pause (SIGSTOP/SIGCONT of every server process). Each killed
+// process is replaced by a new one. Then: no intake row lost or handed off twice, every role taken over by a
+// survivor after each kill, no run left running, and the final state equal to a from-scratch evaluation.
+func TestFaults_RolesSurviveKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs three daemons")
+	}
+	if _, err := embeddedpg.FindBinaries(""); err != nil {
+		t.Fatalf("this test needs the local PostgreSQL server binaries: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gcos")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "gcos/cmd/gcos").CombinedOutput(); err != nil {
+		t.Fatalf("build gcos: %v\n%s", err, out)
+	}
+
+	pgCfg := embeddedpg.Config{DataDir: filepath.Join(dir, "pg"), Ephemeral: true}
+	cluster, err := embeddedpg.Start(ctx, pgCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgCfg.Port = cluster.Port()
+	defer func() { _ = cluster.Stop(context.Background()) }()
+	if err := cluster.CreateDatabase(ctx, "gcos_faults"); err != nil {
+		t.Fatal(err)
+	}
+	dsn := cluster.DatabaseDSN("gcos_faults")
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	ttl := 3 * time.Second
+	conf := gcos.DefaultConfig()
+	conf.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+	conf.Intake.HorizonGuard = gcos.Duration(10 * time.Millisecond)
+	conf.Intake.HeartbeatInterval = gcos.Duration(500 * time.Millisecond)
+	conf.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+	conf.Scan.IncrementalInterval = gcos.Duration(time.Second)
+	conf.Scan.FullAuditInterval = gcos.Duration(2 * time.Second)
+	conf.Scan.StormFraction = 1
+	conf.Scan.VerifySample = 50
+	conf.Roles.LeaseTTL = gcos.Duration(ttl)
+	confPath := filepath.Join(dir, "gcos.json")
+	doc, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(confPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := postgres.New(pool, conf, slog.New(slog.DiscardHandler))
+	if _, err := store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := world.Generate(ctx, pool, world.Options{Births: 3000, Seed: 23}); err != nil {
+		t.Fatal(err)
+	}
+	bf, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ActivateRuleset(ctx, bf.RulesetVersion, "APR-FAULTS", "faults-approver"); err != nil {
+		t.Fatal(err)
+	}
+
+	d := &daemons{t: t, bin: bin, dsn: dsn, config: confPath, dir: dir}
+	defer d.killAll()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "gcos-*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			t.Logf("%s (last lines):\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-15):], "\n"))
+		}
+	})
+	for range 3 {
+		d.start()
+	}
+
+	// The writer load: births and registry changes, committed by their own connections.
+	writeCtx, stopWriting := context.WithCancel(ctx)
+	var writer sync.WaitGroup
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
+		r := rand.New(rand.NewPCG(5, 5))
+		var failures int
+		for i := 0; writeCtx.Err() == nil; i++ {
+			_, err := pool.Exec(writeCtx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+				SELECT $1, collection_name, entity_type, 'active', 'birth-api', 'faults'
+				FROM birth_registry WHERE parent_code IS NULL ORDER BY id OFFSET $2 LIMIT 1`, fmt.Sprint("fault-", i), r.IntN(2500))
+			if err == nil && i%5 == 0 {
+				_, err = pool.Exec(writeCtx, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by)
+					SELECT entity_type, entity_code, 'update', 'registry-sync' FROM birth_registry ORDER BY id OFFSET $1 LIMIT 1`, r.IntN(2500))
+			}
+			if err != nil && writeCtx.Err() == nil {
+				if failures++; failures == 1 {
+					t.Logf("writer: %v (the database is down or paused; retrying)", err)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	m := &matrix{}
+	r := rand.New(rand.NewPCG(17, 3))
+	var pausedEpoch int64 = -1
+	for round := range 7 {
+		// The holder of the full-audit role, in the middle of an audit.
+		if owner, epoch, ok := d.waitRunningAudit(ctx, pool); ok {
+			d.kill(owner, syscall.SIGKILL)
+			m.add("SIGKILL audit holder", "full_audit", d.handover(ctx, pool, postgres.RoleFullAudit.Name, epoch))
+			d.start()
+		}
+		// The holder of the silent-gap monitor.
+		if owner, epoch, ok := d.holder(ctx, pool, intake.MonitorLease); ok {
+			d.kill(owner, syscall.SIGKILL)
+			m.add("SIGKILL monitor holder", "monitor", d.handover(ctx, pool, intake.MonitorLease, epoch))
+			d.start()
+		}
+		// A random process at a random moment (mid intake poll, scan tick, promotion, or idle).
+		time.Sleep(time.Duration(r.IntN(400)) * time.Millisecond)
+		d.killRandom(r)
+		m.add("SIGKILL random process", "any", -1)
+		d.start()
+
+		switch round {
+		case 1: // a backfill killed mid-run (a one-off command): the next backfill abandons its run and completes
+			for try := 0; ; try++ {
+				cmd := exec.Command(bin, "backfill", "--database-url", dsn, "--config", confPath)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				running := func() bool {
+					return count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE mode = 'backfill' AND status = 'running'`) > 0
+				}
+				for deadline := time.Now().Add(10 * time.Second); !running() && time.Now().Before(deadline); {
+					time.Sleep(2 * time.Millisecond)
+				}
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				if running() || try == 20 {
+					break // killed in the middle of its run
+				}
+			}
+			d.kills++
+			// The killed one's lease refuses a new backfill (naming its holder) until it expires.
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				out, err := exec.Command(bin, "backfill", "--database-url", dsn, "--config", confPath).CombinedOutput()
+				if err == nil {
+					break
+				}
+				if !strings.Contains(string(out), "is held by") || time.Now().After(deadline) {
+					t.Fatalf("the backfill after a killed one: %v\n%s", err, out)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			m.add("SIGKILL mid-run, then run again", "backfill", -1)
+		case 2: // an audit holder paused past its lease: it must not commit when it wakes up
+			if owner, epoch, ok := d.waitRunningAudit(ctx, pool); ok {
+				d.kill(owner, syscall.SIGSTOP)
+				m.add("SIGSTOP audit holder past its lease", "full_audit", d.handover(ctx, pool, postgres.RoleFullAudit.Name, epoch))
+				d.kill(owner, syscall.SIGCONT)
+				pausedEpoch = epoch
+			}
+		case 4: // PostgreSQL restarted under the daemons
+			if err := cluster.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if cluster, err = embeddedpg.Start(ctx, pgCfg); err != nil {
+				t.Fatal(err)
+			}
+			m.add("PostgreSQL stop + start", "all", -1)
+		case 5: // PostgreSQL paused: every server process stopped for two seconds
+			pids := serverPIDs(t, pgCfg.DataDir)
+			for _, p := range pids {
+				_ = syscall.Kill(p, syscall.SIGSTOP)
+			}
+			time.Sleep(2 * time.Second)
+			for _, p := range pids {
+				_ = syscall.Kill(p, syscall.SIGCONT)
+			}
+			m.add("PostgreSQL SIGSTOP/SIGCONT", "all", -1)
+		}
+	}
+	if d.kills < 20 {
+		t.Errorf("only %d processes killed; the test asks for at least 20 kill points", d.kills)
+	}
+	lastFault := time.Now()
+	stopWriting()
+	writer.Wait()
+
+	// Settle: the intake caught up with every row, the dirty set empty, and an audit completed after the last fault
+	// (which takes its role over and abandons what the killed holders left running).
+	settle(t, ctx, pool, lastFault)
+	d.stopAll()
+
+	if n := count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE status = 'running'`); n != 0 {
+		t.Errorf("%d runs left running", n)
+	}
+	abandoned := count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE status = 'abandoned'`)
+	if n := count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE lease_role = $1 AND lease_epoch = $2 AND status = 'succeeded'`,
+		postgres.RoleFullAudit.Name, pausedEpoch); n != 0 {
+		t.Errorf("the audit paused past its lease completed after it woke up (fencing failed)")
+	}
+	if n := count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE mode = 'backfill' AND status = 'abandoned'`); n == 0 {
+		t.Errorf("the killed backfill's run was not abandoned by the next backfill")
+	}
+	if n := count(t, ctx, pool, `SELECT coalesce(sum(late_rows + future_rows), 0) FROM gov_worker_cursor`); n != 0 {
+		t.Errorf("%d rows were handed off out of order (a row the cursor passed without handing it off)", n)
+	}
+	if n := count(t, ctx, pool, `SELECT coalesce(sum(dead_lettered), 0) FROM gov_worker_cursor`); n != 0 {
+		t.Errorf("%d rows dead-lettered", n)
+	}
+	// A birth handed off twice would be counted twice in the counts the handoff keeps.
+	if n := count(t, ctx, pool, keptCountsDifferSQL); n != 0 {
+		t.Errorf("%d kept member counts differ from the source (a birth handed off twice or never)", n)
+	}
+	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 300, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, mm := range rep.Mismatches {
+		if i == 20 {
+			break
+		}
+		t.Errorf("incremental state differs from the reference: %s", mm)
+	}
+	t.Logf("faults: %d kills, %d runs abandoned by successors, %d births; hand-over after a holder's death (lease %s): %s\n%s",
+		d.kills, abandoned, rep.Births, ttl, m.handovers(), m)
+}
+
+// daemons manages the `gcos up` processes.
+type daemons struct {
+	t                     *testing.T
+	bin, dsn, config, dir string
+	mu                    sync.Mutex
+	procs                 map[int]*exec.Cmd // by pid
+	started, kills        int
+	stopping              bool
+	exited                []string // daemons that exited while they should have been running
+}
+
+func (d *daemons) start() {
+	d.t.Helper()
+	d.waitUp(d.spawn())
+}
+
+func (d *daemons) spawn() string {
+	d.t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.started++
+	logf, err := os.Create(filepath.Join(d.dir, fmt.Sprintf("gcos-%d.log", d.started)))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	cmd := exec.Command(d.bin, "up", "--database-url", d.dsn, "--config", d.config, "--listen", "127.0.0.1:0", "--insecure-no-auth")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	if d.procs == nil {
+		d.procs = map[int]*exec.Cmd{}
+	}
+	pid := cmd.Process.Pid
+	d.procs[pid] = cmd
+	go func() {
+		err := cmd.Wait()
+		_ = logf.Close()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if _, ours := d.procs[pid]; ours && !d.stopping {
+			// Not killed by the test and not asked to stop: a daemon must ride out every fault.
+			d.exited = append(d.exited, fmt.Sprintf("%s (pid %d): %v", filepath.Base(logf.Name()), pid, err))
+			delete(d.procs, pid)
+		}
+	}()
+	return logf.Name()
+}
+
+// waitUp waits until the daemon writing log has started serving (a daemon started while the database is down
+// refuses to start, which is not what this test is about).
+func (d *daemons) waitUp(log string) {
+	d.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), `msg="gcos up"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%s: the daemon did not start within 60 s", filepath.Base(log))
+		}
+		d.check()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// check fails the test if a daemon exited on its own.
+func (d *daemons) check() {
+	d.t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.exited) > 0 {
+		d.t.Fatalf("daemons exited on their own: %s", strings.Join(d.exited, "; "))
+	}
+}
+
+// kill sends sig to the process named by a lease owner (host:pid:nonce); SIGKILL also forgets it.
+func (d *daemons) kill(owner string, sig syscall.Signal) {
+	d.t.Helper()
+	parts := strings.Split(owner, ":")
+	if len(parts) < 2 {
+		d.t.Fatalf("lease owner %q names no pid", owner)
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil {
+		d.t.Fatalf("lease owner %q: %v", owner, err)
+	}
+	d.signal(pid, sig)
+}
+
+func (d *daemons) signal(pid int, sig syscall.Signal) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.procs[pid]; !ok {
+		d.t.Fatalf("process %d is not one of the daemons", pid)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		d.t.Fatalf("signal %d: %v", pid, err)
+	}
+	if sig == syscall.SIGKILL {
+		d.kills++
+		delete(d.procs, pid)
+	}
+}
+
+func (d *daemons) killRandom(r *rand.Rand) {
+	d.check()
+	d.mu.Lock()
+	pids := slices.Sorted(func(yield func(int) bool) {
+		for p := range d.procs {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	d.mu.Unlock()
+	d.signal(pids[r.IntN(len(pids))], syscall.SIGKILL)
+}
+
+// stopAll stops every daemon the way an operator does (SIGTERM) and waits for each to exit.
+func (d *daemons) stopAll() {
+	d.check()
+	d.mu.Lock()
+	procs := d.procs
+	d.stopping = true
+	d.mu.Unlock()
+	for _, cmd := range procs {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, cmd := range procs {
+		for syscall.Kill(cmd.Process.Pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	d.mu.Lock()
+	d.procs = nil
+	d.mu.Unlock()
+}
+
+func (d *daemons) killAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopping = true
+	for pid := range d.procs {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	d.procs = nil
+}
+
+// holder returns a role's live holder and epoch, waiting for one (false when none appears in time).
+func (d *daemons) holder(ctx context.Context, pool *pgxpool.Pool, role string) (string, int64, bool) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var owner string
+		var epoch int64
+		err := pool.QueryRow(ctx, `SELECT owner, epoch FROM governance_role_lease WHERE role = $1 AND owner IS NOT NULL
+			AND expires_at > clock_timestamp()`, role).Scan(&owner, &epoch)
+		if err == nil && d.alive(owner) {
+			return owner, epoch, true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.t.Logf("no live holder of %s within 30 s", role)
+	return "", 0, false
+}
+
+// waitRunningAudit waits for a full audit under way and returns its holder.
+func (d *daemons) waitRunningAudit(ctx context.Context, pool *pgxpool.Pool) (string, int64, bool) {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var owner string
+		var epoch int64
+		err := pool.QueryRow(ctx, `SELECT l.owner, l.epoch FROM governance_role_lease l
+			JOIN candidate_scan_run r ON r.lease_role = l.role AND r.lease_epoch = l.epoch AND r.status = 'running'
+			WHERE l.role = $1 AND l.owner IS NOT NULL AND l.expires_at > clock_timestamp() LIMIT 1`, postgres.RoleFullAudit.Name).Scan(&owner, &epoch)
+		if err == nil && d.alive(owner) {
+			return owner, epoch, true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.t.Logf("no full audit under way within 30 s")
+	return "", 0, false
+}
+
+func (d *daemons) alive(owner string) bool {
+	parts := strings.Split(owner, ":")
+	if len(parts) < 2 {
+		return false
+	}
+	pid, err := strconv.Atoi(parts[1])
+	if err != nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.procs[pid]
+	return ok
+}
+
+// handover polls until another holder took the role (a later epoch) and returns how long that took.
+func (d *daemons) handover(ctx context.Context, pool *pgxpool.Pool, role string, epoch int64) time.Duration {
+	d.t.Helper()
+	start := time.Now()
+	deadline := start.Add(90 * time.Second)
+	for {
+		var now int64
+		if err := pool.QueryRow(ctx, `SELECT epoch FROM governance_role_lease WHERE role = $1`, role).Scan(&now); err == nil && now > epoch {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("%s was not taken over within 90 s of its holder's fault (epoch %d)", role, epoch)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// settle waits until the intake has handed off every row, no group is dirty and a full audit completed after t.
+func settle(t *testing.T, ctx context.Context, pool *pgxpool.Pool, after time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		behind := count(t, ctx, pool, `SELECT
+			(SELECT count(*) FROM birth_registry b JOIN gov_worker_cursor c ON c.source = 'birth_registry'
+			 WHERE (b.born_at, b.id) > (coalesce(c.position_tstz, '-infinity'), coalesce(c.position_id, 0))) +
+			(SELECT count(*) FROM registry_changelog r JOIN gov_worker_cursor c ON c.source = 'registry_changelog'
+			 WHERE (r."timestamp", r.id) > (coalesce(c.position_ts, '-infinity'), coalesce(c.position_id, 0)))`)
+		dirty := count(t, ctx, pool, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) WHERE c.dirty`)
+		audited := count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE mode = 'full_audit' AND status = 'succeeded' AND started_at > $1`, after)
+		if behind == 0 && dirty == 0 && audited > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled within 3 minutes: %d rows not handed off, %d dirty groups, %d audits completed since the last fault", behind, dirty, audited)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func count(t *testing.T, ctx context.Context, pool *pgxpool.Pool, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// keptCountsDifferSQL counts the base groups of kept collections (no recount pending) whose kept member count
+// differs from the source's.
+const keptCountsDifferSQL = `
+WITH x AS (
+    SELECT coalesce(p.entity_type, b.entity_type) AS c, coalesce(p.collection_name, b.collection_name) AS k,
+           coalesce(p.status, b.status) AS s
+    FROM birth_registry b
+    LEFT JOIN birth_registry p ON b.parent_code IS NOT NULL AND p.collection_name = b.collection_name AND p.entity_code = b.parent_code
+), src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
+SELECT count(*) FROM (SELECT object_class, source_registry, lifecycle_status, members FROM governance_base_count) kb
+FULL JOIN src ON (src.c, src.k, src.s) = (kb.object_class, kb.source_registry, kb.lifecycle_status)
+WHERE coalesce(kb.source_registry, src.k) IN (SELECT source_registry FROM governance_collection_count)
+  AND coalesce(kb.source_registry, src.k) NOT IN (SELECT source_registry FROM governance_recount_request)
+  AND kb.members IS DISTINCT FROM src.n`
+
+// serverPIDs are the postmaster of the cluster in dataDir and its children.
+func serverPIDs(t *testing.T, dataDir string) []int {
+	t.Helper()
+	var postmaster int
+	err := filepath.WalkDir(dataDir, func(path string, e os.DirEntry, err error) error {
+		if err == nil && e.Name() == "postmaster.pid" {
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = f.Close() }()
+			s := bufio.NewScanner(f)
+			if s.Scan() {
+				postmaster, _ = strconv.Atoi(strings.TrimSpace(s.Text()))
+			}
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if err != nil || postmaster == 0 {
+		t.Fatalf("find the postmaster under %s: %v", dataDir, err)
+	}
+	pids := []int{postmaster}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: the comm may hold spaces, so read after its closing parenthesis.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == strconv.Itoa(postmaster) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// matrix records each fault and, for a role holder's, how long its role took to pass to a survivor.
+type matrix struct {
+	rows []struct {
+		fault, role string
+		handover    time.Duration
+	}
+}
+
+func (m *matrix) add(fault, role string, handover time.Duration) {
+	m.rows = append(m.rows, struct {
+		fault, role string
+		handover    time.Duration
+	}{fault, role, handover})
+}
+
+func (m *matrix) handovers() string {
+	var ds []time.Duration
+	for _, r := range m.rows {
+		if r.handover >= 0 {
+			ds = append(ds, r.handover)
+		}
+	}
+	if len(ds) == 0 {
+		return "none measured"
+	}
+	slices.Sort(ds)
+	return fmt.Sprintf("median %s, max %s over %d", ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), len(ds))
+}
+
+func (m *matrix) String() string {
+	counts := map[string]int{}
+	var order []string
+	for _, r := range m.rows {
+		k := r.fault + " × " + r.role
+		if counts[k] == 0 {
+			order = append(order, k)
+		}
+		counts[k]++
+	}
+	var b strings.Builder
+	for _, k := range order {
+		fmt.Fprintf(&b, "  %-45s %d\n", k, counts[k])
+	}
+	return b.String()
+}
