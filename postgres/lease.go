@@ -11,7 +11,7 @@ import (
 	"gcos"
 )
 
-// Singleton roles (the full audit, the silent-gap monitor, event promotion, the backfill) are held by short leases in
+// Singleton roles (the full audit, the backfill, event promotion, snapshot pruning, the silent-gap monitor) are held by short leases in
 // governance_role_lease, renewed by their holder while it works (SPEC §2). Every change of holder gives the lease a
 // new epoch, and every transaction a holder commits on the role's behalf checks that epoch (fencing): a holder that
 // was paused, cut off or killed past its lease never commits after its successor took over. Taking a role over
@@ -30,6 +30,7 @@ var (
 	RoleFullAudit = Role{Name: "gcos.role.full_audit", RunMode: ModeFullAudit}
 	RoleBackfill  = Role{Name: "gcos.role.backfill", RunMode: ModeBackfill}
 	RolePromotion = Role{Name: "gcos.role.event_promotion"}
+	RolePrune     = Role{Name: "gcos.role.snapshot_prune"}
 )
 
 // Lease is a holder's claim on a role: valid while the lease row still names its owner and epoch and has not expired.

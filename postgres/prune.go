@@ -28,8 +28,18 @@ WITH gov AS (
 SELECT id, (SELECT count(*) FROM gov) FROM gov WHERE id NOT IN (SELECT id FROM keep WHERE id IS NOT NULL) ORDER BY id`
 
 // PruneSnapshots removes GCOS snapshots beyond the retention policy (SPEC §5). Snapshots of other scopes are never
-// touched. The removal is summarised in one audit row, never silent.
-func (s *Store) PruneSnapshots(ctx context.Context, dryRun bool) (PruneResult, error) {
+// touched. The removal is summarised in one audit row, never silent. It runs as the holder of RolePrune (ECONFLICT
+// while another process holds it).
+func (s *Store) PruneSnapshots(ctx context.Context, dryRun bool) (res PruneResult, err error) {
+	err = s.asRole(ctx, RolePrune, func(ctx context.Context) error {
+		var err error
+		res, err = s.pruneSnapshots(ctx, dryRun)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) pruneSnapshots(ctx context.Context, dryRun bool) (PruneResult, error) {
 	res := PruneResult{DryRun: dryRun, Removed: []int64{}}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.snapshot.prune', 0))`); err != nil {

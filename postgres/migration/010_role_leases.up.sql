@@ -1,4 +1,4 @@
--- Singleton roles (the full audit, the silent-gap monitor, event promotion, the backfill) are held by short leases
+-- Singleton roles (the full audit, the backfill, event promotion, snapshot pruning, the silent-gap monitor) are held by short leases
 -- that their holder renews while it works. The epoch grows with every change of holder; the transaction that
 -- commits a role's work checks that its holder's epoch is still the lease's (fencing), so a process that was paused
 -- or cut off past its lease can never commit work its successor is doing.
