@@ -262,7 +262,7 @@ type candidateArrays struct {
 
 func toArrays(vs []candidateValues) candidateArrays {
 	var a candidateArrays
-	// Rows are written in group-key order, the order every marking transaction locks them in (lockMarkedSQL).
+	// Rows are written in group-key order, the order every marking transaction locks them in (markDirtySQL).
 	vs = slices.Clone(vs)
 	slices.SortFunc(vs, func(x, y candidateValues) int { return strings.Compare(x.GroupKey, y.GroupKey) })
 	for _, v := range vs {
@@ -374,21 +374,26 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 	return n, err
 }
 
+// markDirtySQL marks groups ($1) dirty, each with its reason ($2, the same length): an idempotent upsert on the
+// group's row under the current ruleset. A group already dirty keeps its first mark (many changes inside the window
+// collapse into one), except while a scan is re-evaluating it, when the mark is refreshed so the scan cannot clear
+// it; a group named with several reasons takes the first in sort order. The rows it writes are locked first, in
+// group-key order (the CTE), and written in the same statement: two transactions marking overlapping sets (two
+// daemons' intakes, an audit and an intake) wait for each other in one order and never deadlock, and a row already
+// dirty is neither locked nor written.
 const markDirtySQL = `
+WITH marks AS (
+    SELECT DISTINCT ON (k) k, r FROM unnest($1::text[], $2::text[]) AS m(k, r) ORDER BY k, r
+), locked AS (
+    SELECT c.group_key, c.ruleset_version FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
+    WHERE c.group_key IN (SELECT k FROM marks) AND (NOT c.dirty OR c.recompute_status = 'scanning')
+    ORDER BY c.group_key FOR UPDATE OF c
+)
 UPDATE governance_candidate_state c
-SET dirty = true, dirty_reason = CASE WHEN c.dirty THEN c.dirty_reason ELSE $2 END, dirtied_at = now(),
+SET dirty = true, dirty_reason = CASE WHEN c.dirty THEN c.dirty_reason ELSE m.r END, dirtied_at = now(),
     recompute_status = CASE WHEN c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END, updated_at = now()
-FROM v_current_ruleset cr
-WHERE c.ruleset_version = cr.ruleset_version AND c.group_key = ANY($1)
-  AND (NOT c.dirty OR c.recompute_status = 'scanning')`
-
-// lockMarkedSQL locks, in group-key order, the candidate rows under the current ruleset that a dirty mark may
-// write. Every marking transaction takes its rows this way, all of them before it writes any: two transactions
-// marking overlapping sets (two daemons' intakes, an audit and an intake) then wait for each other in one order
-// and never deadlock, however many statements (one per reason) each then runs.
-const lockMarkedSQL = `
-SELECT c.group_key FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
-WHERE c.group_key = ANY($1) ORDER BY c.group_key FOR UPDATE OF c`
+FROM locked l JOIN marks m ON m.k = l.group_key
+WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version`
 
 // lockCandidates locks every candidate row under ruleset in group-key order. A transaction that writes the whole
 // estate (the backfill, the full audit's reconciliation) takes it first: a scan tick holds the candidate rows it
@@ -404,46 +409,32 @@ func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string
 	return markDirtyByReason(ctx, tx, map[string][]string{reason: groupKeys})
 }
 
-// markDirtyByReason marks groups dirty with a reason each (SPEC §8): it locks every row it may write first, in
-// key order (lockMarkedSQL), then runs one update per reason. It returns how many groups became dirty.
+// markDirtyByReason marks groups dirty with a reason each (SPEC §8) in one statement (markDirtySQL). It returns how
+// many groups became dirty.
 func markDirtyByReason(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (int64, error) {
-	var all []string
-	reasons := make([]string, 0, len(byReason))
-	for reason, keys := range byReason {
+	var keys, reasons []string
+	for reason, ks := range byReason {
 		if !gcos.ValidDirtyReason(reason) {
 			return 0, gcos.Errorf(gcos.EINVALID, "dirty reason %q is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", reason)
 		}
-		if len(keys) > 0 {
-			reasons = append(reasons, reason)
-			all = append(all, keys...)
+		for _, k := range ks {
+			keys, reasons = append(keys, k), append(reasons, reason)
 		}
 	}
-	if len(all) == 0 {
+	if len(keys) == 0 {
 		return 0, nil
 	}
-	slices.Sort(reasons)
-	if _, err := tx.Exec(ctx, lockMarkedSQL, all); err != nil {
-		return 0, fmt.Errorf("lock %d groups to mark dirty: %w", len(all), err)
+	tag, err := tx.Exec(ctx, markDirtySQL, keys, reasons)
+	if err != nil {
+		return 0, fmt.Errorf("mark %d groups dirty: %w", len(keys), err)
 	}
-	var n int64
-	notify := ""
-	for _, reason := range reasons {
-		tag, err := tx.Exec(ctx, markDirtySQL, byReason[reason], reason)
-		if err != nil {
-			return 0, fmt.Errorf("mark %d groups dirty (%s): %w", len(byReason[reason]), reason, err)
-		}
-		if tag.RowsAffected() > 0 && notify == "" {
-			notify = reason
-		}
-		n += tag.RowsAffected()
-	}
-	if notify != "" {
+	if tag.RowsAffected() > 0 {
 		// Delivered at commit: wakes event-driven scanners; polling stays the source of truth.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, notify); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, "dirty"); err != nil {
 			return 0, fmt.Errorf("notify scanners: %w", err)
 		}
 	}
-	return n, nil
+	return tag.RowsAffected(), nil
 }
 
 // rebaseCandidates moves verdicts from the previous active ruleset to the newly activated one: groups the diff
