@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -375,7 +376,7 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 }
 
 // markDirtySQL marks groups ($1) dirty, each with its reason ($2, the same length): an idempotent upsert on the
-// group's row under the current ruleset. A group already dirty keeps its first mark (many changes inside the window
+// group's row under the current ruleset ($3). A group already dirty keeps its first mark (many changes inside the window
 // collapse into one), except while a scan is re-evaluating it, when the mark is refreshed so the scan cannot clear
 // it; a group named with several reasons takes the first in sort order. The rows it writes are locked first, in
 // group-key order (the CTE), and written in the same statement: two transactions marking overlapping sets (two
@@ -385,14 +386,14 @@ const markDirtySQL = `
 WITH marks AS (
     SELECT DISTINCT ON (k) k, r FROM unnest($1::text[], $2::text[]) AS m(k, r) ORDER BY k, r
 ), locked AS (
-    SELECT c.group_key, c.ruleset_version FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
-    WHERE c.group_key IN (SELECT k FROM marks) AND (NOT c.dirty OR c.recompute_status = 'scanning')
+    SELECT c.group_key, c.ruleset_version, m.r FROM governance_candidate_state c JOIN marks m ON m.k = c.group_key
+    WHERE c.group_key = ANY($1) AND c.ruleset_version = $3 AND (NOT c.dirty OR c.recompute_status = 'scanning')
     ORDER BY c.group_key FOR UPDATE OF c
 )
 UPDATE governance_candidate_state c
-SET dirty = true, dirty_reason = CASE WHEN c.dirty THEN c.dirty_reason ELSE m.r END, dirtied_at = now(),
+SET dirty = true, dirty_reason = CASE WHEN c.dirty THEN c.dirty_reason ELSE l.r END, dirtied_at = now(),
     recompute_status = CASE WHEN c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END, updated_at = now()
-FROM locked l JOIN marks m ON m.k = l.group_key
+FROM locked l
 WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version`
 
 // lockCandidates locks every candidate row under ruleset in group-key order. A transaction that writes the whole
@@ -424,7 +425,14 @@ func markDirtyByReason(ctx context.Context, tx pgx.Tx, byReason map[string][]str
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	tag, err := tx.Exec(ctx, markDirtySQL, keys, reasons)
+	// The current ruleset as a value, so the rows are found through the (group_key, ruleset_version) key.
+	var ruleset string
+	if err := tx.QueryRow(ctx, `SELECT ruleset_version FROM v_current_ruleset`).Scan(&ruleset); errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil // no ruleset: no candidate row to mark
+	} else if err != nil {
+		return 0, fmt.Errorf("mark dirty: current ruleset: %w", err)
+	}
+	tag, err := tx.Exec(ctx, markDirtySQL, keys, reasons, ruleset)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d groups dirty: %w", len(keys), err)
 	}
