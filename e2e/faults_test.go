@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
-	"gcos/embeddedpg"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -38,9 +36,6 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs three daemons")
 	}
-	if _, err := embeddedpg.FindBinaries(""); err != nil {
-		t.Fatalf("this test needs the local PostgreSQL server binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -49,27 +44,8 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 		t.Fatalf("build gcos: %v\n%s", err, out)
 	}
 
-	pgCfg := embeddedpg.Config{DataDir: filepath.Join(dir, "pg"), Ephemeral: true}
-	cluster, err := embeddedpg.Start(ctx, pgCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgCfg.Port = cluster.Port()
-	defer func() { _ = cluster.Stop(context.Background()) }()
-	if err := cluster.CreateDatabase(ctx, "gcos_faults"); err != nil {
-		t.Fatal(err)
-	}
-	dsn := cluster.DatabaseDSN("gcos_faults")
-	pcfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	db := newPrivateDB(ctx, t, filepath.Join(dir, "pg"), "gcos_faults")
+	pool, dsn := db.pool, db.dsn
 
 	ttl := 3 * time.Second
 	conf := gcos.DefaultConfig()
@@ -210,15 +186,18 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 				pausedEpoch = epoch
 			}
 		case 4: // PostgreSQL restarted under the daemons
-			if err := cluster.Stop(ctx); err != nil {
+			if err := db.stop(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if cluster, err = embeddedpg.Start(ctx, pgCfg); err != nil {
+			if err := db.start(ctx); err != nil {
 				t.Fatal(err)
 			}
 			m.add("PostgreSQL stop + start", "all", -1)
 		case 5: // PostgreSQL paused: every server process stopped for two seconds
-			pids := serverPIDs(t, pgCfg.DataDir)
+			pids := db.cluster.ServerPIDs()
+			if len(pids) == 0 {
+				t.Fatal("no PostgreSQL server process found to pause")
+			}
 			for _, p := range pids {
 				_ = syscall.Kill(p, syscall.SIGSTOP)
 			}
@@ -538,49 +517,6 @@ FULL JOIN src ON (src.c, src.k, src.s) = (kb.object_class, kb.source_registry, k
 WHERE coalesce(kb.source_registry, src.k) IN (SELECT source_registry FROM governance_collection_count)
   AND coalesce(kb.source_registry, src.k) NOT IN (SELECT source_registry FROM governance_recount_request)
   AND kb.members IS DISTINCT FROM src.n`
-
-// serverPIDs are the postmaster of the cluster in dataDir and its children.
-func serverPIDs(t *testing.T, dataDir string) []int {
-	t.Helper()
-	var postmaster int
-	err := filepath.WalkDir(dataDir, func(path string, e os.DirEntry, err error) error {
-		if err == nil && e.Name() == "postmaster.pid" {
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = f.Close() }()
-			s := bufio.NewScanner(f)
-			if s.Scan() {
-				postmaster, _ = strconv.Atoi(strings.TrimSpace(s.Text()))
-			}
-			return filepath.SkipAll
-		}
-		return nil
-	})
-	if err != nil || postmaster == 0 {
-		t.Fatalf("find the postmaster under %s: %v", dataDir, err)
-	}
-	pids := []int{postmaster}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: the comm may hold spaces, so read after its closing parenthesis.
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[1] == strconv.Itoa(postmaster) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
 
 // matrix records each fault and, for a role holder's, how long its role took to pass to a survivor.
 type matrix struct {

@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
-	"gcos/embeddedpg"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
@@ -24,32 +22,10 @@ import (
 // retrying instead of exiting; once it is back they reconnect on their own and a birth committed after the restart
 // is tailed, its group dirtied and re-scanned, and the gate answers from fresh state again.
 func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
-	if _, err := embeddedpg.FindBinaries(""); err != nil {
-		t.Fatalf("this test needs the local PostgreSQL server binaries: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	cfg := embeddedpg.Config{DataDir: dir, Ephemeral: true}
-	cluster, err := embeddedpg.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Port = cluster.Port() // the restarted server must answer on the same DSN
-	t.Cleanup(func() { _ = cluster.Stop(context.Background()) })
-	if err := cluster.CreateDatabase(ctx, "gcos_restart"); err != nil {
-		t.Fatal(err)
-	}
-	pcfg, err := pgxpool.ParseConfig(cluster.DatabaseDSN("gcos_restart"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	db := newPrivateDB(ctx, t, t.TempDir(), "gcos_restart")
+	pool := db.pool
 
 	conf := gcos.DefaultConfig()
 	conf.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
@@ -140,7 +116,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 	}
 
 	// The server goes away.
-	if err := cluster.Stop(ctx); err != nil {
+	if err := db.stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
@@ -157,7 +133,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 	}
 
 	// It comes back on the same address; nothing is restarted on the GCOS side.
-	if cluster, err = embeddedpg.Start(ctx, cfg); err != nil {
+	if err := db.start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	restarted := time.Now()

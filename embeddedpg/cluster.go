@@ -513,6 +513,10 @@ func (c *Cluster) DatabaseDSN(database string) string {
 // Port is the TCP port the server listens on (127.0.0.1).
 func (c *Cluster) Port() int { return c.port }
 
+// ServerPIDs are the live processes of the running server (the postmaster and its children; Linux only, nil
+// elsewhere), for tests that pause it.
+func (c *Cluster) ServerPIDs() []int { return clusterProcesses(c.pgDir) }
+
 // LogPath is the server log file.
 func (c *Cluster) LogPath() string { return c.logPath }
 

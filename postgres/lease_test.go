@@ -101,7 +101,11 @@ func TestRoleLeaseFenceHoldsOffTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lease runs out while the fenced transaction is still open (a holder that stalled before its commit).
+	expiry := time.Now().Add(60 * time.Second)
 	for b.count(t, `SELECT count(*) FROM governance_role_lease WHERE role = $1 AND expires_at > clock_timestamp()`, role.Name) != 0 {
+		if time.Now().After(expiry) {
+			t.Fatal("the lease never expired")
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	taken := make(chan *postgres.Lease, 1)

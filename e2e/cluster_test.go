@@ -1,0 +1,63 @@
+package e2e_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos/embeddedpg"
+)
+
+// privateDB is one database on a PostgreSQL cluster of the test's own, which the test may stop, start again on the
+// same address, and pause.
+type privateDB struct {
+	cfg     embeddedpg.Config
+	cluster *embeddedpg.Cluster
+	dsn     string
+	pool    *pgxpool.Pool
+}
+
+// newPrivateDB starts a cluster in dataDir, creates database name on it and connects a pool (short connect timeout,
+// so callers notice an outage quickly). Both are cleaned up with the test.
+func newPrivateDB(ctx context.Context, t *testing.T, dataDir, name string) *privateDB {
+	t.Helper()
+	if _, err := embeddedpg.FindBinaries(""); err != nil {
+		t.Fatalf("this test needs the local PostgreSQL server binaries: %v", err)
+	}
+	p := &privateDB{cfg: embeddedpg.Config{DataDir: dataDir, Ephemeral: true}}
+	var err error
+	if p.cluster, err = embeddedpg.Start(ctx, p.cfg); err != nil {
+		t.Fatal(err)
+	}
+	p.cfg.Port = p.cluster.Port() // a restarted server must answer on the same DSN
+	t.Cleanup(func() { _ = p.cluster.Stop(context.Background()) })
+	if err := p.cluster.CreateDatabase(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	p.dsn = p.cluster.DatabaseDSN(name)
+	pcfg, err := pgxpool.ParseConfig(p.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	if p.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.pool.Close)
+	return p
+}
+
+// stop shuts the server down.
+func (p *privateDB) stop(ctx context.Context) error { return p.cluster.Stop(ctx) }
+
+// start starts the server again on the same address.
+func (p *privateDB) start(ctx context.Context) error {
+	c, err := embeddedpg.Start(ctx, p.cfg)
+	if err != nil {
+		return err
+	}
+	p.cluster = c
+	return nil
+}
