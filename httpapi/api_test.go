@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -573,12 +574,25 @@ func TestAPI(t *testing.T) {
 				continue
 			}
 			var op struct {
-				Access    string           `json:"x-gcos-access"`
-				Security  []map[string]any `json:"security"`
-				Responses map[string]any   `json:"responses"`
+				Access     string           `json:"x-gcos-access"`
+				Security   []map[string]any `json:"security"`
+				Responses  map[string]any   `json:"responses"`
+				Parameters []struct {
+					Name string `json:"name"`
+					In   string `json:"in"`
+				} `json:"parameters"`
 			}
 			if err := json.Unmarshal(raw, &op); err != nil {
 				t.Fatal(err)
+			}
+			var query []string
+			for _, p := range op.Parameters {
+				if p.In == "query" {
+					query = append(query, p.Name)
+				}
+			}
+			if !slices.Equal(query, r.Params) {
+				t.Errorf("%s %s: document's query parameters %q, route's %q", r.Method, r.Path, query, r.Params)
 			}
 			if op.Access != string(r.Access) {
 				t.Errorf("%s %s: document says access %q, route %q", r.Method, r.Path, op.Access, r.Access)

@@ -20,15 +20,22 @@ const (
 	AccessOperator Access = "operator" // an operator token (mutating endpoints)
 )
 
-// CheckListen refuses --insecure-no-auth on an address that is not loopback-only (an empty host listens on every
-// interface). Without insecure it accepts any well-formed host:port: tokens protect the API.
-func CheckListen(addr string, insecure bool) error {
-	host, _, err := net.SplitHostPort(addr)
+// CheckListen is run before anything starts: it refuses a malformed address, --insecure-no-auth on an address that
+// is not loopback-only (an empty host listens on every interface), and a non-loopback address with no API token
+// (every endpoint would answer 401 to the network, which is a misconfiguration, not a deployment).
+func CheckListen(cfg gcos.HTTPConfig) error {
+	host, _, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
-		return gcos.Errorf(gcos.EINVALID, "listen address %q: want host:port", addr)
+		return gcos.Errorf(gcos.EINVALID, "--listen %q: want host:port", cfg.Listen)
 	}
-	if insecure && !loopbackHost(host) {
-		return gcos.Errorf(gcos.EINVALID, "--insecure-no-auth is only allowed on a loopback address (127.0.0.1, ::1, localhost), not %q", addr)
+	if loopbackHost(host) {
+		return nil
+	}
+	if cfg.InsecureNoAuth {
+		return gcos.Errorf(gcos.EINVALID, "--insecure-no-auth is only allowed on a loopback --listen address (127.0.0.1, ::1, localhost), not %q", cfg.Listen)
+	}
+	if len(cfg.ReaderTokens)+len(cfg.OperatorTokens) == 0 {
+		return gcos.Errorf(gcos.EINVALID, "--listen %q is not a loopback address and no API token is configured: set GCOS_READER_TOKEN and/or GCOS_OPERATOR_TOKEN (or http.reader_tokens / http.operator_tokens in --config), or listen on 127.0.0.1", cfg.Listen)
 	}
 	return nil
 }

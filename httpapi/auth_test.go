@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 
 	"gcos"
@@ -80,29 +81,41 @@ func TestAuthBearerParsing(t *testing.T) {
 
 func TestCheckListen(t *testing.T) {
 	t.Parallel()
+	tokens := []string{"reader-token"}
 	for _, tc := range []struct {
 		addr     string
 		insecure bool
-		ok       bool
+		tokens   []string
+		want     string // "" accepted, else a word the refusal must contain
 	}{
-		{"127.0.0.1:8080", true, true},
-		{"[::1]:8080", true, true},
-		{"localhost:8080", true, true},
-		{"127.1.2.3:1", true, true},
-		{"0.0.0.0:8080", true, false},
-		{":8080", true, false},
-		{"10.0.0.5:8080", true, false},
-		{"example.com:8080", true, false},
-		{"0.0.0.0:8080", false, true},
-		{":8080", false, true},
-		{"no-port", false, false},
+		{"127.0.0.1:8080", true, nil, ""},
+		{"[::1]:8080", true, nil, ""},
+		{"localhost:8080", true, nil, ""},
+		{"127.1.2.3:1", true, nil, ""},
+		{"127.0.0.1:8080", false, nil, ""},
+		{"0.0.0.0:8080", true, tokens, "--insecure-no-auth"},
+		{":8080", true, nil, "--insecure-no-auth"},
+		{"10.0.0.5:8080", true, nil, "--insecure-no-auth"},
+		{"example.com:8080", true, nil, "--insecure-no-auth"},
+		{"0.0.0.0:8080", false, tokens, ""},
+		{":8080", false, tokens, ""},
+		{"0.0.0.0:8080", false, nil, "GCOS_READER_TOKEN"},
+		{":8080", false, nil, "--listen"},
+		{"no-port", false, tokens, "--listen"},
 	} {
-		err := CheckListen(tc.addr, tc.insecure)
-		if (err == nil) != tc.ok {
-			t.Errorf("CheckListen(%q, %v) = %v, want ok=%v", tc.addr, tc.insecure, err, tc.ok)
+		err := CheckListen(gcos.HTTPConfig{Listen: tc.addr, InsecureNoAuth: tc.insecure, ReaderTokens: tc.tokens})
+		if (err == nil) != (tc.want == "") {
+			t.Errorf("CheckListen(%q, insecure=%v, tokens=%d) = %v, want ok=%v", tc.addr, tc.insecure, len(tc.tokens), err, tc.want == "")
+			continue
 		}
-		if err != nil && gcos.ErrorCode(err) != gcos.EINVALID {
+		if err == nil {
+			continue
+		}
+		if gcos.ErrorCode(err) != gcos.EINVALID {
 			t.Errorf("CheckListen(%q): code %s, want EINVALID", tc.addr, gcos.ErrorCode(err))
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckListen(%q) = %q, want it to name %s", tc.addr, err, tc.want)
 		}
 	}
 }

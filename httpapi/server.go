@@ -10,7 +10,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,9 +43,10 @@ const (
 // Route is one entry of the API's route table: the ServeMux registers exactly these, and the OpenAPI document
 // must describe exactly these (a test holds the two together).
 type Route struct {
-	Method string `json:"method"`
-	Path   string `json:"path"` // OpenAPI path syntax, which is also ServeMux's ("/" is registered as "/{$}")
-	Access Access `json:"access"`
+	Method string   `json:"method"`
+	Path   string   `json:"path"` // OpenAPI path syntax, which is also ServeMux's ("/" is registered as "/{$}")
+	Access Access   `json:"access"`
+	Params []string `json:"params,omitempty"` // the query parameters it takes; any other is refused with 400
 }
 
 // Pattern is the ServeMux pattern of the route.
@@ -64,24 +68,24 @@ type route struct {
 
 // routeTable is the whole API. Keep it small and flat: one line per endpoint.
 var routeTable = []route{
-	{Route{http.MethodGet, "/v1/gate", AccessReader}, (*server).gate},
-	{Route{http.MethodGet, "/v1/explain", AccessReader}, (*server).explain},
-	{Route{http.MethodGet, "/v1/groups", AccessReader}, (*server).groups},
-	{Route{http.MethodGet, "/v1/groups/{key}", AccessReader}, (*server).group},
-	{Route{http.MethodGet, "/v1/invariant", AccessReader}, (*server).invariant},
-	{Route{http.MethodGet, "/v1/summary", AccessReader}, (*server).summary},
-	{Route{http.MethodGet, "/v1/rulesets", AccessReader}, (*server).rulesets},
-	{Route{http.MethodGet, "/v1/snapshots", AccessReader}, (*server).snapshots},
-	{Route{http.MethodGet, "/v1/findings", AccessReader}, (*server).findings},
-	{Route{http.MethodGet, "/v1/workers", AccessReader}, (*server).workers},
-	{Route{http.MethodPost, "/v1/rulesets/{version}/activate", AccessOperator}, (*server).activate},
-	{Route{http.MethodPost, "/v1/cursors/{source}/reset", AccessOperator}, (*server).resetCursor},
-	{Route{http.MethodGet, "/metrics", AccessReader}, (*server).metrics},
-	{Route{http.MethodGet, "/healthz", AccessPublic}, (*server).healthz},
-	{Route{http.MethodGet, "/readyz", AccessPublic}, (*server).readyz},
-	{Route{http.MethodGet, "/openapi.json", AccessPublic}, (*server).openapi},
-	{Route{http.MethodGet, "/", AccessPublic}, (*server).dashboard},
-	{Route{http.MethodGet, "/static/{file}", AccessPublic}, (*server).static},
+	{Route{http.MethodGet, "/v1/gate", AccessReader, []string{"object", "action"}}, (*server).gate},
+	{Route{http.MethodGet, "/v1/explain", AccessReader, []string{"object", "group"}}, (*server).explain},
+	{Route{http.MethodGet, "/v1/groups", AccessReader, []string{"scope", "object_class", "source_registry", "verdict", "dirty", "after", "limit"}}, (*server).groups},
+	{Route{http.MethodGet, "/v1/groups/{key}", AccessReader, nil}, (*server).group},
+	{Route{http.MethodGet, "/v1/invariant", AccessReader, []string{"scope"}}, (*server).invariant},
+	{Route{http.MethodGet, "/v1/summary", AccessReader, nil}, (*server).summary},
+	{Route{http.MethodGet, "/v1/rulesets", AccessReader, nil}, (*server).rulesets},
+	{Route{http.MethodGet, "/v1/snapshots", AccessReader, []string{"limit"}}, (*server).snapshots},
+	{Route{http.MethodGet, "/v1/findings", AccessReader, []string{"open", "type", "limit"}}, (*server).findings},
+	{Route{http.MethodGet, "/v1/workers", AccessReader, nil}, (*server).workers},
+	{Route{http.MethodPost, "/v1/rulesets/{version}/activate", AccessOperator, nil}, (*server).activate},
+	{Route{http.MethodPost, "/v1/cursors/{source}/reset", AccessOperator, nil}, (*server).resetCursor},
+	{Route{http.MethodGet, "/metrics", AccessReader, nil}, (*server).metrics},
+	{Route{http.MethodGet, "/healthz", AccessPublic, nil}, (*server).healthz},
+	{Route{http.MethodGet, "/readyz", AccessPublic, nil}, (*server).readyz},
+	{Route{http.MethodGet, "/openapi.json", AccessPublic, nil}, (*server).openapi},
+	{Route{http.MethodGet, "/", AccessPublic, nil}, (*server).dashboard},
+	{Route{http.MethodGet, "/static/{file}", AccessPublic, nil}, (*server).static},
 }
 
 // Routes lists every route New registers.
@@ -112,7 +116,7 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: Config.Store is required")
 	}
 	if cfg.HTTP.InsecureNoAuth {
-		if err := CheckListen(cfg.HTTP.Listen, true); err != nil {
+		if err := CheckListen(cfg.HTTP); err != nil {
 			return nil, err
 		}
 	}
@@ -183,11 +187,51 @@ func (s *server) wrap(rt route) http.Handler {
 			code = s.fail(w, r, gcos.Errorf(gcos.EFORBIDDEN, "cross-origin request refused"))
 		} else if err := s.auth.check(r, rt.Access); err != nil {
 			code = s.fail(w, r, err)
+		} else if err := checkInput(r, rt.Params); err != nil {
+			if rt.Path == gatePath {
+				code = s.gateRefused(w, r, err)
+			} else {
+				code = s.fail(w, r, err)
+			}
 		} else {
 			code = rt.h(s, w, r)
 		}
 		counts.inc(code)
 	})
+}
+
+// checkInput refuses, before any handler runs, what no endpoint takes: a malformed query string, a query parameter
+// the route does not declare or one given twice, and any path segment or value that gcos.CheckParam refuses
+// (invalid UTF-8, NUL and control characters, over-long values). Handlers then only check meaning.
+func checkInput(r *http.Request, allowed []string) error {
+	if err := gcos.CheckParam("path", r.URL.Path); err != nil {
+		return err
+	}
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return gcos.Errorf(gcos.EINVALID, "query string: %v", err)
+	}
+	for name, values := range q {
+		if !slices.Contains(allowed, name) {
+			if err := gcos.CheckParam(name, ""); err != nil {
+				return err
+			}
+			if len(allowed) == 0 {
+				return gcos.Errorf(gcos.EINVALID, "unknown query parameter %q (this endpoint takes none)", name)
+			}
+			return gcos.Errorf(gcos.EINVALID, "unknown query parameter %q (allowed: %s)", name, strings.Join(allowed, ", "))
+		}
+		if len(values) > 1 {
+			return gcos.Errorf(gcos.EINVALID, "query parameter %q given %d times", name, len(values))
+		}
+		if err := gcos.CheckParam(name, values[0]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // codeCounter caches the request counter of one route per status code.

@@ -23,14 +23,12 @@ func (o ObjectRef) String() string { return o.Collection + ":" + o.Code }
 
 // ParseObjectRef validates "COLLECTION:CODE". Bad input is a clear EINVALID error.
 func ParseObjectRef(s string) (ObjectRef, error) {
+	if err := gcos.CheckParam("object", s); err != nil {
+		return ObjectRef{}, err
+	}
 	coll, code, ok := strings.Cut(s, ":")
-	switch {
-	case !ok || coll == "" || code == "":
+	if !ok || coll == "" || code == "" {
 		return ObjectRef{}, gcos.Errorf(gcos.EINVALID, "object %q: want COLLECTION:CODE", s)
-	case len(s) > 512:
-		return ObjectRef{}, gcos.Errorf(gcos.EINVALID, "object reference longer than 512 bytes")
-	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return ObjectRef{}, gcos.Errorf(gcos.EINVALID, "object %q contains control characters", s)
 	}
 	return ObjectRef{Collection: coll, Code: code}, nil
 }

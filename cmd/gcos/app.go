@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"gcos"
 	"gcos/embeddedpg"
@@ -30,6 +32,7 @@ type app struct {
 	logLevel    string
 
 	cfg     gcos.Config
+	secrets []string // redacted from every line the process writes (database password, API tokens)
 	logger  *slog.Logger
 	store   *postgres.Store
 	cluster *embeddedpg.Cluster
@@ -52,12 +55,20 @@ func (a *app) rootCommand() *cobra.Command {
 		Short:         "GCOS keeps fail-closed, decaying governance verdicts per group of born objects",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkInput(cmd, args); err != nil {
+				return err
+			}
 			return a.setup()
 		},
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return gcos.Errorf(gcos.EINVALID, "%v", err) // exit 2 like any other bad input
+	})
 	f := root.PersistentFlags()
-	f.StringVar(&a.databaseURL, "database-url", os.Getenv("GCOS_DATABASE_URL"), "PostgreSQL URL (env GCOS_DATABASE_URL); empty starts the embedded cluster in --data-dir")
+	// The URL's default is read from the environment in setup, not here: a flag's default is printed by --help,
+	// and this one carries a password.
+	f.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (env GCOS_DATABASE_URL); empty starts the embedded cluster in --data-dir")
 	f.StringVar(&a.dataDir, "data-dir", envOr("GCOS_DATA_DIR", "./.gcos"), "data directory of the embedded PostgreSQL (env GCOS_DATA_DIR)")
 	f.StringVar(&a.configPath, "config", os.Getenv("GCOS_CONFIG"), "configuration file, JSON (env GCOS_CONFIG)")
 	f.BoolVar(&a.jsonOut, "json", false, "machine-readable JSON output")
@@ -72,7 +83,15 @@ func (a *app) rootCommand() *cobra.Command {
 // extraCommands lets each command file register itself without main.go knowing every command.
 var extraCommands []func(*app) *cobra.Command
 
-func (a *app) execute(ctx context.Context, args []string) int {
+func (a *app) execute(ctx context.Context, args []string) (code int) {
+	defer func() {
+		// A panic's value and stack can carry a connection string or a token: print them redacted.
+		if r := recover(); r != nil {
+			a.close()
+			fmt.Fprintf(a.stderr, "gcos: panic: %s\n%s", a.redact(fmt.Sprint(r)), a.redact(string(debug.Stack())))
+			code = 2
+		}
+	}()
 	root := a.rootCommand()
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
@@ -93,15 +112,55 @@ func (a *app) execute(ctx context.Context, args []string) int {
 		return ee.code
 	}
 	a.reportError(err)
+	if gcos.ErrorCode(err) == gcos.EINVALID {
+		return exitUsage
+	}
 	return 1
 }
 
+// exitUsage is the exit status of bad input: a refused flag, argument or configuration value.
+const exitUsage = 2
+
+// checkInput refuses, before anything runs, a flag value or argument that gcos.CheckParam refuses: the same
+// rule, and the same message, as the HTTP API's 400.
+func checkInput(cmd *cobra.Command, args []string) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if err == nil {
+			err = gcos.CheckParam(f.Name, f.Value.String())
+		}
+	})
+	for i, arg := range args {
+		if err == nil {
+			err = gcos.CheckParam(fmt.Sprintf("argument %d", i+1), arg)
+		}
+	}
+	return err
+}
+
 func (a *app) reportError(err error) {
+	msg := a.redact(err.Error())
 	if a.jsonOut {
-		_ = json.NewEncoder(a.stdout).Encode(map[string]any{"error": map[string]string{"code": gcos.ErrorCode(err), "message": err.Error()}})
+		_ = json.NewEncoder(a.stdout).Encode(map[string]any{"error": map[string]string{"code": gcos.ErrorCode(err), "message": msg}})
 		return
 	}
-	fmt.Fprintln(a.stderr, "gcos:", err)
+	fmt.Fprintln(a.stderr, "gcos:", msg)
+}
+
+// redact hides the process's secrets and any connection string's password in s.
+func (a *app) redact(s string) string { return gcos.Redact(s, a.secrets...) }
+
+// redactAttr is the logger's ReplaceAttr: every string and error value is redacted before it is written.
+func (a *app) redactAttr(_ []string, attr slog.Attr) slog.Attr {
+	switch v := attr.Value; v.Kind() {
+	case slog.KindString:
+		attr.Value = slog.StringValue(a.redact(v.String()))
+	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			attr.Value = slog.StringValue(a.redact(err.Error()))
+		}
+	}
+	return attr
 }
 
 func (a *app) setup() error {
@@ -109,12 +168,17 @@ func (a *app) setup() error {
 	if err := lvl.UnmarshalText([]byte(a.logLevel)); err != nil {
 		return gcos.Errorf(gcos.EINVALID, "--log-level: %q is not one of debug, info, warn, error", a.logLevel)
 	}
-	a.logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl}))
+	if a.databaseURL == "" {
+		a.databaseURL = os.Getenv("GCOS_DATABASE_URL")
+	}
+	a.secrets = gcos.URLSecrets(a.databaseURL)
+	a.logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl, ReplaceAttr: a.redactAttr}))
 	cfg, err := gcos.LoadConfig(a.configPath)
 	if err != nil {
 		return err
 	}
 	cfg.ApplyEnv(os.Getenv)
+	a.secrets = append(append(a.secrets, cfg.HTTP.ReaderTokens...), cfg.HTTP.OperatorTokens...)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func (a *app) gateFailed(cmd *cobra.Command, args []string, err error) int {
 		err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", a.cfg.Gate.Timeout.Duration())
 	}
 	// One line: driver errors span several (one per address tried).
-	reason := strings.Join(strings.Fields(err.Error()), " ")
+	reason := a.redact(strings.Join(strings.Fields(err.Error()), " "))
 	res := postgres.GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Consulted: []postgres.ConsultedRow{},
 		Reasons: []string{fmt.Sprintf("the gate could not decide (%s); it fails closed", reason)}}
 	a.jsonOut = a.jsonOut || slices.Contains(args, "--json") || slices.Contains(args, "--json=true")

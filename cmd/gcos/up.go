@@ -37,11 +37,13 @@ func (a *app) upCommand() *cobra.Command {
 			if insecure {
 				a.cfg.HTTP.InsecureNoAuth = true
 			}
-			if err := httpapi.CheckListen(a.cfg.HTTP.Listen, a.cfg.HTTP.InsecureNoAuth); err != nil {
-				return err
+			noTokens := len(a.cfg.HTTP.ReaderTokens)+len(a.cfg.HTTP.OperatorTokens) == 0
+			if err := httpapi.CheckListen(a.cfg.HTTP); err != nil {
+				return err // before anything starts: a wrong address must not cost a world generation first
 			}
-			if demo && len(a.cfg.HTTP.ReaderTokens) == 0 && len(a.cfg.HTTP.OperatorTokens) == 0 {
-				// The demo runs on loopback without tokens so an evaluator can open the dashboard at once.
+			if demo && noTokens {
+				// The demo runs on loopback (CheckListen refused anything else without tokens) so an evaluator can
+				// open the dashboard at once.
 				a.cfg.HTTP.InsecureNoAuth = true
 			}
 			store, err := a.openPrepared(ctx, demo)

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBadInputExitsTwo: a flag value or argument the API would answer 400 is refused before anything runs, with
+// exit 2 and the API's message naming the parameter.
+func TestBadInputExitsTwo(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"explain", "--object", "x:\xff"}, `parameter "object": not valid UTF-8`},
+		{[]string{"explain", "--group", "a\x00b"}, `parameter "group": contains a NUL byte`},
+		{[]string{"invariant", "--scope", strings.Repeat("s", 513)}, `parameter "scope": 513 bytes, longer than 512`},
+		{[]string{"ruleset", "show", "gov-rs-\x01"}, `parameter "argument 1": contains control characters`},
+		{[]string{"findings", "--scpoe", "x"}, "unknown flag: --scpoe"},
+		{[]string{"--log-level", "loud", "status"}, "--log-level"},
+	} {
+		code, stdout, stderr := runGate(t, append([]string{"--data-dir", t.TempDir()}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("gcos %q: exit %d, stderr %q; want exit %d naming %q (stdout %q)", tc.args, code, stderr, exitUsage, tc.want, stdout)
+		}
+	}
+}
+
+// TestUpRefusesAnExposedListenWithoutTokens: a non-loopback --listen with no token is refused before anything
+// starts (no embedded cluster, no world), naming the flag and the environment variables that fix it.
+func TestUpRefusesAnExposedListenWithoutTokens(t *testing.T) {
+	t.Setenv("GCOS_READER_TOKEN", "")
+	t.Setenv("GCOS_OPERATOR_TOKEN", "")
+	dir := filepath.Join(t.TempDir(), "data")
+	for _, demo := range []bool{true, false} {
+		args := []string{"--data-dir", dir, "up", "--listen", "0.0.0.0:0"}
+		if demo {
+			args = append(args, "--demo")
+		}
+		code, _, stderr := runGate(t, args...)
+		if code != exitUsage {
+			t.Fatalf("gcos %q: exit %d, want %d; stderr %q", args, code, exitUsage, stderr)
+		}
+		for _, want := range []string{"--listen", "GCOS_READER_TOKEN", "GCOS_OPERATOR_TOKEN"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("gcos %q: %q does not name %s", args, stderr, want)
+			}
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("gcos %q started something before refusing: %s exists (%v)", args, dir, err)
+		}
+	}
+}
+
+// TestSecretsAreNeverPrinted: the database password and the API tokens appear in no help text, error or log line.
+func TestSecretsAreNeverPrinted(t *testing.T) {
+	const password, token = "pw-s3cret-4711", "reader-tok-0815-secret"
+	t.Setenv("GCOS_DATABASE_URL", "postgres://gcos:"+password+"@127.0.0.1:1/none?connect_timeout=5")
+	t.Setenv("GCOS_READER_TOKEN", token)
+	leaks := func(what, out string) {
+		t.Helper()
+		if strings.Contains(out, password) || strings.Contains(out, token) {
+			t.Errorf("%s prints a secret:\n%s", what, out)
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"gate", "--help"}} {
+		code, stdout, stderr := runGate(t, args...)
+		if code != 0 || !strings.Contains(stdout, "GCOS_DATABASE_URL") {
+			t.Errorf("gcos %q: exit %d, help does not mention GCOS_DATABASE_URL:\n%s", args, code, stdout)
+		}
+		leaks(strings.Join(args, " "), stdout+stderr)
+	}
+	for _, args := range [][]string{{"status"}, {"status", "--json"}, {"--database-url", "host=127.0.0.1 port=1 password=" + password, "status"}} {
+		code, stdout, stderr := runGate(t, args...)
+		if code == 0 {
+			t.Errorf("gcos %q against an unreachable database: exit 0", args)
+		}
+		leaks(strings.Join(args, " "), stdout+stderr)
+	}
+	// The logger redacts every string and error value, whatever the message.
+	var out strings.Builder
+	a := newApp(&out, &out)
+	a.logLevel = "info"
+	if err := a.setup(); err != nil {
+		t.Fatal(err)
+	}
+	a.logger.Error("connect", "err", errors.New("dial postgres://gcos:"+password+"@db/gov: refused"), "token", token, "dsn", "password="+password)
+	leaks("a log line", out.String())
+	if !strings.Contains(out.String(), "gcos:xxxxx@db") {
+		t.Errorf("the log line lost more than the secret: %s", out.String())
+	}
+}
