@@ -230,12 +230,28 @@ type EventsConfig struct {
 	Domain string `json:"domain"`
 }
 
-// HTTPConfig configures the API listener and its tokens.
+// HTTPConfig configures the API listener, its tokens and its limits. The limits keep a slow, idle or greedy client
+// from holding connections, file descriptors or database connections the gate needs.
 type HTTPConfig struct {
 	Listen         string   `json:"listen"`
 	ReaderTokens   []string `json:"reader_tokens"`
 	OperatorTokens []string `json:"operator_tokens"`
 	InsecureNoAuth bool     `json:"insecure_no_auth"` // refused unless Listen is a loopback address
+
+	ReadHeaderTimeout Duration `json:"read_header_timeout"` // to read a request's headers
+	ReadTimeout       Duration `json:"read_timeout"`        // to read a whole request, body included
+	WriteTimeout      Duration `json:"write_timeout"`       // from the end of the headers to the end of the answer
+	IdleTimeout       Duration `json:"idle_timeout"`        // a keep-alive connection with no request is closed after it
+	RequestTimeout    Duration `json:"request_timeout"`     // the database deadline of one request (the gate has gate.timeout)
+	MaxHeaderBytes    int      `json:"max_header_bytes"`
+	MaxBodyBytes      int64    `json:"max_body_bytes"`
+	// MaxConcurrent caps the requests being answered at once, gate excluded; beyond it the answer is 503 with
+	// Retry-After. MaxConcurrentGate is the gate's own cap, so readers can never take the gate's places.
+	MaxConcurrent     int `json:"max_concurrent"`
+	MaxConcurrentGate int `json:"max_concurrent_gate"`
+	// ReadCacheInterval: the expensive reads (invariant, summary) are computed at most once per interval and
+	// served from that result with its as_of.
+	ReadCacheInterval Duration `json:"read_cache_interval"`
 }
 
 // VerdictPolicyConfig overrides the shipped verdict policy with a file (Path) or an inline Document; neither
@@ -322,7 +338,13 @@ func DefaultConfig() Config {
 			ChangelogKinds: DefaultChangelogKinds(),
 		},
 		Events: EventsConfig{Domain: "governance"},
-		HTTP:   HTTPConfig{Listen: "127.0.0.1:8080", ReaderTokens: []string{}, OperatorTokens: []string{}},
+		HTTP: HTTPConfig{
+			Listen: "127.0.0.1:8080", ReaderTokens: []string{}, OperatorTokens: []string{},
+			ReadHeaderTimeout: Duration(5 * time.Second), ReadTimeout: Duration(15 * time.Second),
+			WriteTimeout: Duration(30 * time.Second), IdleTimeout: Duration(60 * time.Second),
+			RequestTimeout: Duration(15 * time.Second), MaxHeaderBytes: 64 << 10, MaxBodyBytes: 1 << 20,
+			MaxConcurrent: 64, MaxConcurrentGate: 512, ReadCacheInterval: Duration(2 * time.Second),
+		},
 	}
 }
 
@@ -610,6 +632,17 @@ func (c Config) Validate() error {
 	} else if c.HTTP.InsecureNoAuth && !isLoopback(host) {
 		p.add("http.insecure_no_auth", "only allowed on a loopback listen address, not %q", c.HTTP.Listen)
 	}
+	for name, d := range map[string]Duration{
+		"http.read_header_timeout": c.HTTP.ReadHeaderTimeout, "http.read_timeout": c.HTTP.ReadTimeout,
+		"http.write_timeout": c.HTTP.WriteTimeout, "http.idle_timeout": c.HTTP.IdleTimeout,
+		"http.request_timeout": c.HTTP.RequestTimeout, "http.read_cache_interval": c.HTTP.ReadCacheInterval,
+	} {
+		p.positive(name, d)
+	}
+	p.positiveInt("http.max_header_bytes", c.HTTP.MaxHeaderBytes)
+	p.positiveInt("http.max_body_bytes", int(c.HTTP.MaxBodyBytes))
+	p.positiveInt("http.max_concurrent", c.HTTP.MaxConcurrent)
+	p.positiveInt("http.max_concurrent_gate", c.HTTP.MaxConcurrentGate)
 	for name, tokens := range map[string][]string{
 		"http.reader_tokens": c.HTTP.ReaderTokens, "http.operator_tokens": c.HTTP.OperatorTokens,
 	} {

@@ -488,7 +488,7 @@ func TestAPI(t *testing.T) {
 			{"trailing data", `{"to":"start"}{"to":"start"}`, "application/json", 400},
 			{"empty", ``, "application/json", 400},
 			{"not json", `to=start`, "application/x-www-form-urlencoded", 415},
-			{"too large", `{"to":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`, "application/json", 413},
+			{"too large", `{"to":"` + strings.Repeat("x", int(gcos.DefaultConfig().HTTP.MaxBodyBytes)) + `"}`, "application/json", 413},
 			{"bad watermark", `{"to":"yesterday"}`, "application/json", 400},
 			{"missing to", `{}`, "application/json", 400},
 		} {

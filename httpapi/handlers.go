@@ -62,7 +62,7 @@ func (s *server) gateRefused(w http.ResponseWriter, r *http.Request, err error) 
 func (s *server) explain(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
 	object, group := q.Get("object"), q.Get("group")
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	var ex postgres.Explanation
 	var err error
@@ -96,7 +96,7 @@ func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
 	if f.Limit, err = intParam(q, "limit", 0, postgres.MaxGroupLimit); err != nil {
 		return s.fail(w, r, err)
 	}
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	page, err := s.store.ListGroups(ctx, f)
 	if err != nil {
@@ -107,7 +107,7 @@ func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
 
 // group answers GET /v1/groups/{key}.
 func (s *server) group(w http.ResponseWriter, r *http.Request) int {
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	g, err := s.store.GetGroup(ctx, r.PathValue("key"))
 	if err != nil {
@@ -143,7 +143,7 @@ func NewInvariantView(rep postgres.LedgerReport) InvariantView {
 // invariant answers GET /v1/invariant[?scope=S].
 func (s *server) invariant(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	rep, err := s.store.Invariant(ctx, q.Get("scope"))
 	if err != nil {
@@ -154,7 +154,7 @@ func (s *server) invariant(w http.ResponseWriter, r *http.Request) int {
 
 // summary answers GET /v1/summary.
 func (s *server) summary(w http.ResponseWriter, r *http.Request) int {
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	sum, err := s.store.Summary(ctx)
 	if err != nil {
@@ -165,7 +165,7 @@ func (s *server) summary(w http.ResponseWriter, r *http.Request) int {
 
 // rulesets answers GET /v1/rulesets (newest first).
 func (s *server) rulesets(w http.ResponseWriter, r *http.Request) int {
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	list, err := s.store.ListRulesets(ctx)
 	if err != nil {
@@ -184,7 +184,7 @@ func (s *server) snapshots(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return s.fail(w, r, err)
 	}
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	list, err := s.store.ListSnapshots(ctx, limit)
 	if err != nil {
@@ -216,7 +216,7 @@ func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 	if f.Limit, err = intParam(q, "limit", 100, 1000); err != nil {
 		return s.fail(w, r, err)
 	}
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	list, err := s.store.ListFindings(ctx, f)
 	if err != nil {
@@ -230,7 +230,7 @@ func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 
 // workers answers GET /v1/workers.
 func (s *server) workers(w http.ResponseWriter, r *http.Request) int {
-	ctx, cancel := readContext(r)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	rep, err := s.store.Workers(ctx)
 	if err != nil {
@@ -254,7 +254,7 @@ func (s *server) activate(w http.ResponseWriter, r *http.Request) int {
 		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "ruleset version %q: want gov-rs- and 12 hex digits", version))
 	}
 	var req ActivateRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	if err := s.decodeBody(r, &req); err != nil {
 		return s.failRequest(w, r, err)
 	}
 	req.ApprovalRef, req.Actor = strings.TrimSpace(req.ApprovalRef), strings.TrimSpace(req.Actor)
@@ -264,7 +264,7 @@ func (s *server) activate(w http.ResponseWriter, r *http.Request) int {
 	if err := textField("actor", req.Actor); err != nil {
 		return s.fail(w, r, err)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	res, err := s.store.ActivateRuleset(ctx, version, req.ApprovalRef, req.Actor)
 	if err != nil {
@@ -288,13 +288,13 @@ func (s *server) resetCursor(w http.ResponseWriter, r *http.Request) int {
 		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "source %q: not a cursor source name", source))
 	}
 	var req ResetRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	if err := s.decodeBody(r, &req); err != nil {
 		return s.failRequest(w, r, err)
 	}
 	if strings.TrimSpace(req.To) == "" {
 		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, `to: a watermark is required ("start", "<timestamp>" or "<timestamp>/<id>")`))
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	cur, err := s.store.ResetCursor(ctx, source, req.To)
 	if err != nil {

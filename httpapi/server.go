@@ -33,12 +33,8 @@ type Config struct {
 	Version  string               // shown by /healthz, the dashboard and gcos_build_info
 }
 
-// Limits of the request side.
-const (
-	MaxBodyBytes = 1 << 20          // request bodies are refused beyond 1 MiB
-	readTimeout  = 15 * time.Second // a read endpoint answers within this or fails with 503
-	readyTimeout = time.Second      // /readyz: the database must answer within this
-)
+// readyTimeout bounds /readyz's own checks: a probe must answer quickly either way.
+const readyTimeout = time.Second
 
 // Route is one entry of the API's route table: the ServeMux registers exactly these, and the OpenAPI document
 // must describe exactly these (a test holds the two together).
@@ -99,14 +95,17 @@ func Routes() []Route {
 
 // server is the handler New returns.
 type server struct {
-	store   *postgres.Store
-	logger  *slog.Logger
-	version string
-	auth    *authenticator
-	csrf    *http.CrossOriginProtection
-	mux     *http.ServeMux
-	m       *metrics
-	ui      *dashboardAssets
+	limits    gcos.HTTPConfig // the configured limits, zero values replaced by the defaults
+	slots     chan struct{}   // one per request being answered, gate and /healthz excluded
+	gateSlots chan struct{}   // the gate's own places
+	store     *postgres.Store
+	logger    *slog.Logger
+	version   string
+	auth      *authenticator
+	csrf      *http.CrossOriginProtection
+	mux       *http.ServeMux
+	m         *metrics
+	ui        *dashboardAssets
 }
 
 // New builds the API handler. It refuses InsecureNoAuth unless cfg.HTTP.Listen is loopback (the caller must also
@@ -137,14 +136,18 @@ func New(cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	limits := withDefaults(cfg.HTTP)
 	s := &server{
-		store:   cfg.Store,
-		logger:  logger.With("system", "httpapi"),
-		version: cfg.Version,
-		auth:    auth,
-		csrf:    http.NewCrossOriginProtection(),
-		mux:     http.NewServeMux(),
-		ui:      ui,
+		limits:    limits,
+		slots:     make(chan struct{}, limits.MaxConcurrent),
+		gateSlots: make(chan struct{}, limits.MaxConcurrentGate),
+		store:     cfg.Store,
+		logger:    logger.With("system", "httpapi"),
+		version:   cfg.Version,
+		auth:      auth,
+		csrf:      http.NewCrossOriginProtection(),
+		mux:       http.NewServeMux(),
+		ui:        ui,
 	}
 	if s.m, err = newMetrics(reg, s, cfg.Version); err != nil {
 		return nil, err
@@ -156,6 +159,53 @@ func New(cfg Config) (http.Handler, error) {
 		s.mux.Handle(rt.Pattern(), s.wrap(rt))
 	}
 	return s, nil
+}
+
+// NewServer builds the API handler (New) into an http.Server with the configured timeouts and header limit; its
+// own error log (failed handshakes, malformed requests) goes to cfg.Logger at warn level.
+func NewServer(cfg Config) (*http.Server, error) {
+	h, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l := withDefaults(cfg.HTTP)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: l.ReadHeaderTimeout.Duration(),
+		ReadTimeout:       l.ReadTimeout.Duration(),
+		WriteTimeout:      l.WriteTimeout.Duration(),
+		IdleTimeout:       l.IdleTimeout.Duration(),
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.With("system", "http").Handler(), slog.LevelWarn),
+	}, nil
+}
+
+// withDefaults fills the limits a caller left zero (tests, embedders) from gcos.DefaultConfig.
+func withDefaults(c gcos.HTTPConfig) gcos.HTTPConfig {
+	d := gcos.DefaultConfig().HTTP
+	for _, f := range []struct{ v, def *gcos.Duration }{
+		{&c.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&c.ReadTimeout, &d.ReadTimeout}, {&c.WriteTimeout, &d.WriteTimeout},
+		{&c.IdleTimeout, &d.IdleTimeout}, {&c.RequestTimeout, &d.RequestTimeout}, {&c.ReadCacheInterval, &d.ReadCacheInterval},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	for _, f := range []struct{ v, def *int }{
+		{&c.MaxHeaderBytes, &d.MaxHeaderBytes}, {&c.MaxConcurrent, &d.MaxConcurrent}, {&c.MaxConcurrentGate, &d.MaxConcurrentGate},
+	} {
+		if *f.v <= 0 {
+			*f.v = *f.def
+		}
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	return c
 }
 
 // Security headers, shared read-only slices assigned straight into the header map (no per-request allocation).
@@ -181,7 +231,28 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // wrap applies the cross-origin check and the route's access, then counts the answer.
 func (s *server) wrap(rt route) http.Handler {
 	counts := &codeCounter{vec: s.m.requests, route: rt.Pattern()}
+	slots := s.slots
+	switch rt.Path {
+	case gatePath:
+		slots = s.gateSlots
+	case "/healthz":
+		slots = nil // liveness answers even when every place is taken
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slots != nil {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			default:
+				// Shed load at once rather than queue: a queued request holds a connection and answers late.
+				w.Header().Set("Retry-After", "1")
+				counts.inc(s.fail(w, r, gcos.Errorf(gcos.EUNAVAILABLE, "too many requests in progress (%d); retry shortly", cap(slots))))
+				return
+			}
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, s.limits.MaxBodyBytes)
+		}
 		var code int
 		if err := s.csrf.Check(r); err != nil {
 			code = s.fail(w, r, gcos.Errorf(gcos.EFORBIDDEN, "cross-origin request refused"))
@@ -299,10 +370,11 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) int {
 	if code == gcos.EINTERNAL {
 		var netErr net.Error
 		switch {
+		case r.Context().Err() != nil:
+			// The client went away (or the server is shutting down): whatever the driver said, it is not a bug.
+			code, msg = gcos.EUNAVAILABLE, "request canceled"
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr):
 			code, msg = gcos.EUNAVAILABLE, "the database did not answer in time or is unreachable"
-		case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-			code, msg = gcos.EUNAVAILABLE, "request canceled"
 		default:
 			s.logger.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
@@ -314,22 +386,26 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) int {
 	return writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: msg}})
 }
 
-// decodeBody reads a JSON request body into v: application/json only, at most MaxBodyBytes, one object, no
-// unknown fields.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+// decodeBody reads a JSON request body into v: application/json only, at most the body limit (wrap bounds every
+// body), one object, no unknown fields.
+func (s *server) decodeBody(r *http.Request, v any) error {
 	ct := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 		return &httpError{status: http.StatusUnsupportedMediaType, code: gcos.EINVALID, msg: "the body must be JSON (Content-Type: application/json)"}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return &httpError{status: http.StatusRequestEntityTooLarge, code: gcos.EINVALID, msg: fmt.Sprintf("the body exceeds %d bytes", MaxBodyBytes)}
+			return &httpError{status: http.StatusRequestEntityTooLarge, code: gcos.EINVALID, msg: fmt.Sprintf("the body exceeds %d bytes", tooBig.Limit)}
 		}
 		if errors.Is(err, io.EOF) {
 			return gcos.Errorf(gcos.EINVALID, "the body is empty; want a JSON object")
+		}
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			return &httpError{status: http.StatusRequestTimeout, code: gcos.EINVALID, msg: "the body did not arrive within the read timeout"}
 		}
 		return gcos.Errorf(gcos.EINVALID, "body: %s", err.Error())
 	}
@@ -357,7 +433,7 @@ func (s *server) failRequest(w http.ResponseWriter, r *http.Request, err error) 
 	return s.fail(w, r, err)
 }
 
-// readContext bounds a read endpoint's database work.
-func readContext(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(r.Context(), readTimeout)
+// requestContext bounds a request's database work (http.request_timeout).
+func (s *server) requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.limits.RequestTimeout.Duration())
 }

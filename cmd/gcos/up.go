@@ -113,7 +113,7 @@ func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 
 // serve runs intake, scans, event promotion, the API and (demo) churn until ctx ends.
 func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birthsPerSecond, changesPerSecond float64) error {
-	handler, err := httpapi.New(httpapi.Config{Store: store, HTTP: a.cfg.HTTP, Logger: a.logger, Version: version})
+	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: a.cfg.HTTP, Logger: a.logger, Version: version})
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,6 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birth
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", a.cfg.HTTP.Listen, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
