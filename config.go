@@ -29,6 +29,7 @@ type Config struct {
 	Events        EventsConfig        `json:"events"`
 	HTTP          HTTPConfig          `json:"http"`
 	Roles         RolesConfig         `json:"roles"`
+	Outage        OutageConfig        `json:"outage"`
 	VerdictPolicy VerdictPolicyConfig `json:"verdict_policy"`
 }
 
@@ -37,6 +38,14 @@ type RolesConfig struct {
 	// LeaseTTL is how long a role's lease lasts without renewal: a killed holder's role passes to another process
 	// after at most this long. The holder renews every third of it while it works.
 	LeaseTTL Duration `json:"lease_ttl"`
+}
+
+// OutageConfig sets how every loop (intake, scans, audit, monitor, event promotion) behaves while the database
+// fails: its retries back off exponentially up to BackoffMax, and it logs once when the failures start, every
+// LogEvery while they last, and once when they end.
+type OutageConfig struct {
+	BackoffMax Duration `json:"backoff_max"`
+	LogEvery   Duration `json:"log_every"`
 }
 
 // ColumnBinding names the table and column a dimension is read from (SPEC §4: never literals in code).
@@ -109,6 +118,8 @@ func (t *TTLConfig) UnmarshalJSON(b []byte) error {
 type GateConfig struct {
 	LowRiskClasses []string `json:"low_risk_classes"` // every other risk class (and unknown) is high risk
 	Timeout        Duration `json:"timeout"`          // past it the gate blocks
+	// PoolConns is the size of the gate's own connection pool: no other work can take these connections.
+	PoolConns int `json:"pool_conns"`
 	// ObjectRiskClasses are the risk classes whose write-path objects get their own candidate row for the gate to
 	// consult (doc 40 §40.6, fourth criterion); other write-path objects are represented by their group. Empty by
 	// default: a high-volume write class (orders, invoices) would turn the group grain back into per-row state, so an
@@ -302,11 +313,12 @@ func DefaultConfig() Config {
 			UnknownRisk:        Duration(time.Hour),
 			TTLDefaultKey:      Duration(24 * time.Hour),
 		},
-		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), ObjectRiskClasses: []string{}},
+		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), PoolConns: 4, ObjectRiskClasses: []string{}},
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
-		Roles: RolesConfig{LeaseTTL: Duration(30 * time.Second)},
+		Roles:  RolesConfig{LeaseTTL: Duration(30 * time.Second)},
+		Outage: OutageConfig{BackoffMax: Duration(10 * time.Second), LogEvery: Duration(time.Minute)},
 		Scan: ScanConfig{
 			BatchSize:           500,
 			CoalesceWindow:      Duration(100 * time.Millisecond),
@@ -553,6 +565,9 @@ func (c Config) Validate() error {
 		}
 	}
 	p.positive("gate.timeout", c.Gate.Timeout)
+	p.positiveInt("gate.pool_conns", c.Gate.PoolConns)
+	p.positive("outage.backoff_max", c.Outage.BackoffMax)
+	p.positive("outage.log_every", c.Outage.LogEvery)
 
 	p.positiveInt("snapshot.batch_size", c.Snapshot.BatchSize)
 	p.positive("snapshot.statement_timeout", c.Snapshot.StatementTimeout)

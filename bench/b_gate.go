@@ -75,26 +75,9 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	if _, err := prepare(ctx, ws.store); err != nil {
 		return nil, err
 	}
-	rows, err := ws.pool.Query(ctx, `SELECT collection_name, entity_code FROM birth_registry ORDER BY hashint8(id) LIMIT 10000`)
+	objs, err := gateObjects(ctx, ws)
 	if err != nil {
 		return nil, err
-	}
-	type obj struct{ coll, code string }
-	var objs []obj
-	for rows.Next() {
-		var o obj
-		if err := rows.Scan(&o.coll, &o.code); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		objs = append(objs, o)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(objs) == 0 {
-		return nil, errors.New("no objects to gate")
 	}
 
 	handler, err := httpapi.New(httpapi.Config{Store: ws.store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", InsecureNoAuth: true}, Version: "bench"})

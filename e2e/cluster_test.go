@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"context"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -60,4 +62,14 @@ func (p *privateDB) start(ctx context.Context) error {
 	}
 	p.cluster = c
 	return nil
+}
+
+// buildGCOS builds the gcos binary into dir and returns its path.
+func buildGCOS(ctx context.Context, t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "gcos")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "gcos/cmd/gcos").CombinedOutput(); err != nil {
+		t.Fatalf("build gcos: %v\n%s", err, out)
+	}
+	return bin
 }

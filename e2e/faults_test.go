@@ -39,10 +39,7 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "gcos")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "gcos/cmd/gcos").CombinedOutput(); err != nil {
-		t.Fatalf("build gcos: %v\n%s", err, out)
-	}
+	bin := buildGCOS(ctx, t, dir)
 
 	db := newPrivateDB(ctx, t, filepath.Join(dir, "pg"), "gcos_faults")
 	pool, dsn := db.pool, db.dsn

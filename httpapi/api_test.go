@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -756,13 +757,71 @@ func TestAPIActivate(t *testing.T) {
 	}
 }
 
-// TestAPIReadyz: /readyz follows the database; /healthz does not; the gate blocks while the store is unreachable.
+// TestAPIReadyz: /readyz is ready only while the database answers, the gate can give answers other than block
+// (an active ruleset with seeded candidate rows) and every added check (the daemon's intake) holds; /healthz does
+// not follow them; the gate blocks while the store is unreachable.
 func TestAPIReadyz(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 0, false)
-	if a := e.call(t, "GET", "/readyz", "", ""); a.status != 200 {
-		t.Fatalf("readyz with a database: %d %s", a.status, a.body)
+	readiness := func(a answer) httpapi.Readiness {
+		var r httpapi.Readiness
+		a.json(t, &r)
+		return r
 	}
+	if a := e.call(t, "GET", "/readyz", "", ""); a.status != 503 || !strings.Contains(readiness(a).Checks["gate"], "no ruleset is active") {
+		t.Fatalf("readyz before any ruleset: %d %s", a.status, a.body)
+	}
+	if _, err := world.Generate(e.ctx, e.pool, world.Options{Births: 500, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	bf, err := e.store.Backfill(e.ctx, postgres.BackfillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := e.call(t, "GET", "/readyz", "", ""); a.status != 503 {
+		t.Fatalf("readyz with only a draft ruleset: %d %s", a.status, a.body)
+	}
+	if _, err := e.store.ActivateRuleset(e.ctx, bf.RulesetVersion, "APR-1", "approver"); err != nil {
+		t.Fatal(err)
+	}
+	if a := e.call(t, "GET", "/readyz", "", ""); a.status != 200 || readiness(a).Checks["gate"] != "ok" || readiness(a).Checks["database"] != "ok" {
+		t.Fatalf("readyz with an active, seeded ruleset: %d %s", a.status, a.body)
+	}
+
+	// An added check that fails (the daemon's intake) makes the server not ready, named.
+	var stalled atomic.Bool
+	h, err := httpapi.New(httpapi.Config{Store: e.store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", InsecureNoAuth: true},
+		Registry: prometheus.NewRegistry(), Ready: []httpapi.ReadyCheck{{Name: "intake", Check: func(context.Context) error {
+			if stalled.Load() {
+				return gcos.Errorf(gcos.EUNAVAILABLE, "intake has not completed a poll for 2m0s")
+			}
+			return nil
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	probe := func() (int, httpapi.Readiness) {
+		resp, err := http.Get(srv.URL + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r httpapi.Readiness
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, r
+	}
+	if code, r := probe(); code != 200 || r.Checks["intake"] != "ok" {
+		t.Fatalf("readyz with a live intake: %d %+v", code, r)
+	}
+	stalled.Store(true)
+	if code, r := probe(); code != 503 || !strings.Contains(r.Checks["intake"], "has not completed a poll") {
+		t.Fatalf("readyz with a stalled intake: %d %+v", code, r)
+	}
+
 	e.pool.Close()
 	a := e.call(t, "GET", "/readyz", "", "")
 	if a.status != 503 {

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -129,6 +131,8 @@ type InvariantView struct {
 	SnapshotID *int64       `json:"snapshot_id"`
 	Closes     bool         `json:"closes"`
 	Ledgers    []LedgerView `json:"ledgers"`
+	// AsOf is when the ledger was computed: the API computes it at most once per http.read_cache_interval.
+	AsOf *time.Time `json:"as_of,omitempty"`
 }
 
 // NewInvariantView spells out each ledger's sum, difference and whether it closes.
@@ -145,22 +149,58 @@ func (s *server) invariant(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	rep, err := s.store.Invariant(ctx, q.Get("scope"))
+	scope := q.Get("scope")
+	body, _, err := s.invariants.get(ctx, scope, func(ctx context.Context, asOf time.Time) ([]byte, error) {
+		rep, err := s.store.Invariant(ctx, scope)
+		if err != nil {
+			return nil, err
+		}
+		v := NewInvariantView(rep)
+		v.AsOf = &asOf
+		return encodeJSON(v)
+	})
 	if err != nil {
 		return s.fail(w, r, err)
 	}
-	return writeJSON(w, http.StatusOK, NewInvariantView(rep))
+	return writeEncoded(w, http.StatusOK, body)
+}
+
+// encodeJSON encodes v as writeJSON would.
+func encodeJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode answer: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// invalidateReads drops the cached invariant and summary after a change made through this API.
+func (s *server) invalidateReads() {
+	s.invariants.invalidate()
+	s.summaries.invalidate()
+}
+
+// SummaryView is the summary answer with the time it was computed (at most once per http.read_cache_interval).
+type SummaryView struct {
+	postgres.Summary
+	AsOf time.Time `json:"as_of"`
 }
 
 // summary answers GET /v1/summary.
 func (s *server) summary(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	sum, err := s.store.Summary(ctx)
+	body, _, err := s.summaries.get(ctx, "", func(ctx context.Context, asOf time.Time) ([]byte, error) {
+		sum, err := s.store.Summary(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return encodeJSON(SummaryView{Summary: sum, AsOf: asOf})
+	})
 	if err != nil {
 		return s.fail(w, r, err)
 	}
-	return writeJSON(w, http.StatusOK, sum)
+	return writeEncoded(w, http.StatusOK, body)
 }
 
 // rulesets answers GET /v1/rulesets (newest first).
@@ -270,6 +310,7 @@ func (s *server) activate(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return s.fail(w, r, err)
 	}
+	s.invalidateReads()
 	s.logger.Info("ruleset activated over HTTP", "ruleset_version", version, "actor", req.Actor, "approval_ref", req.ApprovalRef)
 	return writeJSON(w, http.StatusOK, res)
 }
@@ -300,6 +341,7 @@ func (s *server) resetCursor(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return s.fail(w, r, err)
 	}
+	s.invalidateReads()
 	s.logger.Info("cursor reset over HTTP", "source", source, "to", req.To)
 	return writeJSON(w, http.StatusOK, cur)
 }
@@ -315,14 +357,28 @@ func (s *server) healthz(w http.ResponseWriter, _ *http.Request) int {
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "version": s.version})
 }
 
-// readyz answers GET /readyz: 200 when the database answers within a second, else 503.
+// Readiness is the /readyz answer: each check's state ("ok" or why not).
+type Readiness struct {
+	Status string            `json:"status"` // ready or unavailable
+	Checks map[string]string `json:"checks"`
+}
+
+// readyz answers GET /readyz: 200 while every check holds (the database answers, the gate can give answers other
+// than block, and whatever the daemon added, its intake), else 503 naming what does not. The checks share a second.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
-	if err := s.store.Pool().Ping(ctx); err != nil {
-		return writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "the database is not reachable"})
+	res := Readiness{Status: "ready", Checks: make(map[string]string, len(s.ready))}
+	for _, c := range s.ready {
+		res.Checks[c.Name] = "ok"
+		if err := c.Check(ctx); err != nil {
+			res.Status, res.Checks[c.Name] = "unavailable", gcos.ErrorMessage(err)
+		}
 	}
-	return writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	if res.Status != "ready" {
+		return writeJSON(w, http.StatusServiceUnavailable, res)
+	}
+	return writeJSON(w, http.StatusOK, res)
 }
 
 // intParam reads an optional non-negative integer parameter; values above max are capped.

@@ -31,6 +31,15 @@ type Config struct {
 	Logger   *slog.Logger         // nil discards
 	Registry *prometheus.Registry // nil: a fresh registry with the Go and process collectors
 	Version  string               // shown by /healthz, the dashboard and gcos_build_info
+	// Ready lists conditions /readyz requires besides the database and the gate (the daemon adds its intake).
+	Ready []ReadyCheck
+}
+
+// ReadyCheck is one condition /readyz requires; Check returns nil while it holds, else why not (a gcos error's
+// message is shown, anything else as a generic text).
+type ReadyCheck struct {
+	Name  string
+	Check func(context.Context) error
 }
 
 // readyTimeout bounds /readyz's own checks: a probe must answer quickly either way.
@@ -98,14 +107,18 @@ type server struct {
 	limits    gcos.HTTPConfig // the configured limits, zero values replaced by the defaults
 	slots     chan struct{}   // one per request being answered, gate and /healthz excluded
 	gateSlots chan struct{}   // the gate's own places
-	store     *postgres.Store
-	logger    *slog.Logger
-	version   string
-	auth      *authenticator
-	csrf      *http.CrossOriginProtection
-	mux       *http.ServeMux
-	m         *metrics
-	ui        *dashboardAssets
+	// The expensive reads' answers, JSON-encoded once per computation: a dashboard's poll is then a copy.
+	invariants *cachedRead[[]byte] // by scope
+	summaries  *cachedRead[[]byte]
+	store      *postgres.Store
+	logger     *slog.Logger
+	version    string
+	auth       *authenticator
+	csrf       *http.CrossOriginProtection
+	mux        *http.ServeMux
+	m          *metrics
+	ui         *dashboardAssets
+	ready      []ReadyCheck
 }
 
 // New builds the API handler. It refuses InsecureNoAuth unless cfg.HTTP.Listen is loopback (the caller must also
@@ -138,17 +151,28 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	limits := withDefaults(cfg.HTTP)
 	s := &server{
-		limits:    limits,
-		slots:     make(chan struct{}, limits.MaxConcurrent),
-		gateSlots: make(chan struct{}, limits.MaxConcurrentGate),
-		store:     cfg.Store,
-		logger:    logger.With("system", "httpapi"),
-		version:   cfg.Version,
-		auth:      auth,
-		csrf:      http.NewCrossOriginProtection(),
-		mux:       http.NewServeMux(),
-		ui:        ui,
+		limits:     limits,
+		slots:      make(chan struct{}, limits.MaxConcurrent),
+		gateSlots:  make(chan struct{}, limits.MaxConcurrentGate),
+		invariants: newCachedRead[[]byte](limits.ReadCacheInterval.Duration()),
+		summaries:  newCachedRead[[]byte](limits.ReadCacheInterval.Duration()),
+		store:      cfg.Store,
+		logger:     logger.With("system", "httpapi"),
+		version:    cfg.Version,
+		auth:       auth,
+		csrf:       http.NewCrossOriginProtection(),
+		mux:        http.NewServeMux(),
+		ui:         ui,
 	}
+	s.ready = append([]ReadyCheck{
+		{"database", func(ctx context.Context) error {
+			if err := s.store.Pool().Ping(ctx); err != nil {
+				return gcos.Errorf(gcos.EUNAVAILABLE, "the database is not reachable")
+			}
+			return nil
+		}},
+		{"gate", s.store.GateReady},
+	}, cfg.Ready...)
 	if s.m, err = newMetrics(reg, s, cfg.Version); err != nil {
 		return nil, err
 	}
@@ -329,6 +353,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) int {
 	h["Cache-Control"] = hdrNoStore
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+	return status
+}
+
+// writeEncoded answers with an already encoded JSON body.
+func writeEncoded(w http.ResponseWriter, status int, body []byte) int {
+	h := w.Header()
+	h["Content-Type"] = hdrJSON
+	h["Cache-Control"] = hdrNoStore
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 	return status
 }
 

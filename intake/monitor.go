@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -95,12 +96,15 @@ func (m *Monitor) Run(ctx context.Context) error {
 		defer cancel()
 		_ = m.Store.ReleaseLease(rctx, lease)
 	}()
+	outage := gcos.NewOutageLog("silent-gap monitor", every, m.Store.Config().Outage, log)
+	wait := every
 	for {
 		// The first check waits one interval: a worker that lives shorter than that (a one-off pass) leaves the
 		// watching to the long-running ones.
-		if !sleep(ctx, every) {
+		if !sleep(ctx, wait) {
 			return nil
 		}
+		wait = every
 		l, err := m.Store.TakeRole(ctx, role, owner, ttl)
 		if err == nil {
 			lease = l
@@ -110,11 +114,15 @@ func (m *Monitor) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			log.Warn("monitor lease", "error", err)
+			wait = max(every, outage.Failed(fmt.Errorf("take the monitor role: %w", err)))
 		case held:
 			if _, err := m.Check(postgres.Fenced(ctx, l)); err != nil && ctx.Err() == nil {
-				log.Warn("silent-gap check failed; retrying", "error", err)
+				wait = max(every, outage.Failed(err))
+			} else {
+				outage.Succeeded()
 			}
+		default:
+			outage.Succeeded()
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"gcos"
@@ -25,6 +26,20 @@ type Worker struct {
 
 	lastLag map[string]time.Time
 	counts  map[string]int64 // since the last governance.handoff.heartbeat
+	lastOK  atomic.Int64     // unix nanoseconds at the end of the last pass over every source without an error
+}
+
+// Ready reports whether the tail is live: it completed a pass over every source without an error within
+// intake.lag_threshold. A tail that waits on another process's lock is live; one that keeps failing is not.
+func (w *Worker) Ready() error {
+	last := w.lastOK.Load()
+	if last == 0 {
+		return gcos.Errorf(gcos.EUNAVAILABLE, "intake has not completed a poll yet")
+	}
+	if age := time.Since(time.Unix(0, last)); age > w.Config.LagThreshold.Duration() {
+		return gcos.Errorf(gcos.EUNAVAILABLE, "intake has not completed a poll for %s (intake.lag_threshold %s)", age.Round(time.Second), w.Config.LagThreshold.Duration())
+	}
+	return nil
 }
 
 // SourceTick is what one pass did for one source.
@@ -160,7 +175,8 @@ func (w *Worker) heartbeatInterval() time.Duration {
 // intake.heartbeat_interval, and, unless DisableMonitor, the silent-gap Monitor runs beside the tail.
 func (w *Worker) Run(ctx context.Context) error {
 	log := w.logger()
-	backoff := w.pollInterval()
+	outageCfg := w.Store.Config().Outage
+	startOutage := gcos.NewOutageLog("intake start", w.pollInterval(), outageCfg, log)
 	for {
 		err := w.Start(ctx)
 		if err == nil {
@@ -173,12 +189,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		case gcos.EINVALID, gcos.ECONFLICT, gcos.ENOTFOUND:
 			return err
 		}
-		log.Warn("intake start failed; retrying", "error", err, "in", backoff)
-		if !sleep(ctx, backoff) {
+		if !sleep(ctx, startOutage.Failed(err)) {
 			return nil
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
+	startOutage.Succeeded()
 	if !w.DisableMonitor {
 		mctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -190,10 +205,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	lagEvery := max(w.pollInterval(), min(w.Config.LagThreshold.Duration()/4, 30*time.Second))
 	w.lastLag = map[string]time.Time{}
-	errWait := w.pollInterval()
+	outage := gcos.NewOutageLog("intake poll (nothing is skipped)", w.pollInterval(), outageCfg, log)
 	lastBeat := time.Now()
 	for {
 		busy, failed := false, false
+		var pollErr error
 		for _, src := range w.sources() {
 			if ctx.Err() != nil {
 				break
@@ -210,7 +226,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			switch {
 			case err != nil:
 				failed = true
-				log.Warn("intake poll failed; nothing was skipped, retrying", "source", src.Name, "error", err)
+				pollErr = fmt.Errorf("source %s: %w", src.Name, err)
 			case t.Stalled != "":
 				log.Warn("intake stalled", "source", src.Name, "reason", t.Stalled)
 			case t.Read > 0 || t.Retry.Attempted > 0:
@@ -226,18 +242,22 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.stopped(src0(w.sources()))
 			return nil
 		}
-		if time.Since(lastBeat) >= w.heartbeatInterval() {
+		if !failed {
+			w.lastOK.Store(time.Now().UnixNano())
+		}
+		if !failed && time.Since(lastBeat) >= w.heartbeatInterval() {
 			w.heartbeat(ctx)
 			lastBeat = time.Now()
 		}
 		wait := w.pollInterval()
 		switch {
 		case failed:
-			wait, errWait = errWait, min(errWait*2, 5*time.Second)
+			wait = outage.Failed(pollErr)
 		case busy:
-			wait, errWait = 0, w.pollInterval()
+			wait = 0
+			outage.Succeeded()
 		default:
-			errWait = w.pollInterval()
+			outage.Succeeded()
 		}
 		if !sleep(ctx, wait) {
 			w.stopped(src0(w.sources()))

@@ -46,7 +46,7 @@ func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, 
 	if err != nil {
 		return Explanation{}, err
 	}
-	o, err := s.gateInputs(ctx, ref)
+	o, err := s.gateInputs(ctx, s.pool, ref)
 	if err != nil {
 		return Explanation{}, fmt.Errorf("explain %s: %w", object, err)
 	}

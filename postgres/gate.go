@@ -228,7 +228,7 @@ func (s *Store) decide(ctx context.Context, object, action string) (GateResult, 
 		return res, fu
 	}
 	timeout := s.cfg.Gate.Timeout.Duration()
-	o, err := s.gateInputs(ctx, ref)
+	o, err := s.gateInputs(ctx, s.gatePool, ref)
 	reads, now := o.reads, o.now
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -314,8 +314,8 @@ type objectReads struct {
 // gateInputs reads, in one statement, the object's birth, its materialized row and its group in every scope, and
 // derives the coverage in force now, the current ruleset's scopes (decoded once per version) and the object's
 // input problems under that ruleset's policy.
-func (s *Store) gateInputs(ctx context.Context, ref ObjectRef) (objectReads, error) {
-	o, version, fingerprint, err := s.gateReads(ctx, ref)
+func (s *Store) gateInputs(ctx context.Context, q querier, ref ObjectRef) (objectReads, error) {
+	o, version, fingerprint, err := s.gateReads(ctx, q, ref)
 	if err != nil || len(o.reads) == 0 {
 		return o, err
 	}
@@ -326,7 +326,7 @@ func (s *Store) gateInputs(ctx context.Context, ref ObjectRef) (objectReads, err
 	if version == "" {
 		return o, nil // nothing was ever backfilled: every row reads as never seeded and blocks
 	}
-	rs, err := s.rulesetVersion(ctx, version)
+	rs, err := s.rulesetVersionVia(ctx, q, version)
 	if err != nil {
 		return o, err
 	}
@@ -343,9 +343,9 @@ func (s *Store) gateInputs(ctx context.Context, ref ObjectRef) (objectReads, err
 
 // gateReads reads the object's birth, its materialized row and its groups in one statement, with the clock, the
 // current ruleset version and the object's fingerprint.
-func (s *Store) gateReads(ctx context.Context, ref ObjectRef) (objectReads, string, *string, error) {
+func (s *Store) gateReads(ctx context.Context, q querier, ref ObjectRef) (objectReads, string, *string, error) {
 	var o objectReads
-	rows, err := s.pool.Query(ctx, s.gateSQLText, ref.Collection, ref.Code)
+	rows, err := q.Query(ctx, s.gateSQLText, ref.Collection, ref.Code)
 	if err != nil {
 		return o, "", nil, err
 	}
@@ -370,7 +370,7 @@ func (s *Store) gateReads(ctx context.Context, ref ObjectRef) (objectReads, stri
 	}
 	if len(o.reads) == 0 {
 		// No row: the object has no birth. Read the clock for the decision time.
-		if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&o.now); err != nil {
+		if err := q.QueryRow(ctx, `SELECT now()`).Scan(&o.now); err != nil {
 			return o, "", nil, err
 		}
 		return o, "", nil, nil
@@ -452,7 +452,7 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 	if len(rescan) == 0 && len(unknown) == 0 && len(orphans) == 0 && len(lifts) == 0 && len(inputs) == 0 {
 		return nil
 	}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTxOn(ctx, s.gatePool, func(tx pgx.Tx) error {
 		if _, err := markDirty(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
 			return err
 		}
@@ -598,4 +598,28 @@ func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveSta
 		out += fmt.Sprintf("; now %s (%s)", eff.Verdict, strings.Join(eff.Reasons, ", "))
 	}
 	return out
+}
+
+// gateReadySQL: an active ruleset, and candidate rows seeded under it. Without them every answer is a block.
+const gateReadySQL = `
+	SELECT r.ruleset_version,
+	       EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.ruleset_version = r.ruleset_version)
+	FROM governance_ruleset r WHERE r.status = 'active'`
+
+// GateReady reports, through the gate's own pool, whether the gate can give answers other than block: its
+// connections reach the database, a ruleset is active and candidate rows are seeded under it.
+func (s *Store) GateReady(ctx context.Context) error {
+	var version string
+	var seeded bool
+	err := s.gatePool.QueryRow(ctx, gateReadySQL).Scan(&version, &seeded)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return gcos.Errorf(gcos.EUNAVAILABLE, "no ruleset is active: every answer would be a block")
+	case err != nil:
+		s.logger.Debug("gate readiness", "err", err)
+		return gcos.Errorf(gcos.EUNAVAILABLE, "the gate's connections cannot read the candidate state")
+	case !seeded:
+		return gcos.Errorf(gcos.EUNAVAILABLE, "no candidate rows are seeded under the active ruleset %s (run gcos backfill)", version)
+	}
+	return nil
 }

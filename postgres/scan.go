@@ -503,13 +503,18 @@ func (s *Store) currentRuleset(ctx context.Context) (RulesetRow, error) {
 // content is its hash, so it never changes). Its lifecycle columns are as first read: callers that need them
 // current read them themselves.
 func (s *Store) rulesetVersion(ctx context.Context, version string) (RulesetRow, error) {
+	return s.rulesetVersionVia(ctx, s.pool, version)
+}
+
+// rulesetVersionVia is rulesetVersion read through q (the gate reads through its own pool).
+func (s *Store) rulesetVersionVia(ctx context.Context, q querier, version string) (RulesetRow, error) {
 	s.rulesetCache.mu.Lock()
 	cached, ok := s.rulesetCache.rows[version]
 	s.rulesetCache.mu.Unlock()
 	if ok {
 		return cached, nil
 	}
-	cached, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, version))
+	cached, err := scanRuleset(q.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, version))
 	if err != nil {
 		return RulesetRow{}, mapError(err, "ruleset "+version)
 	}

@@ -20,7 +20,10 @@ import (
 
 // Store is GCOS's handle on its PostgreSQL database.
 type Store struct {
-	pool         *pgxpool.Pool
+	pool *pgxpool.Pool
+	// gatePool answers the gate (its reads and its follow-ups) and nothing else, so readers, scans and intake can
+	// never take the connections a gate decision needs. New shares pool; Open opens its own (gate.pool_conns).
+	gatePool     *pgxpool.Pool
 	logger       *slog.Logger
 	cfg          gcos.Config
 	regCache     registryCache
@@ -47,6 +50,9 @@ func Open(ctx context.Context, dsn string, cfg gcos.Config, logger *slog.Logger)
 		return nil, gcos.Errorf(gcos.EINVALID, "database url: %v", err)
 	}
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "gcos"
+	gcfg := pcfg.Copy()
+	gcfg.MaxConns = int32(cfg.Gate.PoolConns)
+	gcfg.ConnConfig.RuntimeParams["application_name"] = "gcos-gate"
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
@@ -55,8 +61,22 @@ func Open(ctx context.Context, dsn string, cfg gcos.Config, logger *slog.Logger)
 		pool.Close()
 		return nil, gcos.Errorf(gcos.EUNAVAILABLE, "connect to PostgreSQL: %v", err)
 	}
-	return New(pool, cfg, logger), nil
+	gatePool, err := pgxpool.NewWithConfig(ctx, gcfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect the gate's pool: %w", err)
+	}
+	return New(pool, cfg, logger).WithGatePool(gatePool), nil
 }
+
+// WithGatePool gives the gate its own pool (call before the store is used; Close closes it too).
+func (s *Store) WithGatePool(p *pgxpool.Pool) *Store {
+	s.gatePool = p
+	return s
+}
+
+// GatePool is the pool the gate runs on (the store's pool unless WithGatePool gave it its own).
+func (s *Store) GatePool() *pgxpool.Pool { return s.gatePool }
 
 // New wraps an existing pool (tests hand one in).
 func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
@@ -64,7 +84,7 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	host, _ := os.Hostname()
-	s := &Store{pool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8])}
+	s := &Store{pool: pool, gatePool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8])}
 	s.gateSQLText = s.birthBinding().gateSQL()
 	return s
 }
@@ -79,7 +99,12 @@ func (s *Store) Owner() string { return s.owner }
 func (s *Store) Config() gcos.Config { return s.cfg }
 
 // Close releases every connection.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	if s.gatePool != s.pool {
+		s.gatePool.Close()
+	}
+	s.pool.Close()
+}
 
 // PrepareOptions says how far Prepare may go.
 type PrepareOptions struct {
@@ -129,7 +154,12 @@ func (s *Store) Prepare(ctx context.Context, opts PrepareOptions) (PrepareResult
 
 // inTx runs fn in one transaction; under a Fenced context the commit first checks the role's lease.
 func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.inTxOn(ctx, s.pool, fn)
+}
+
+// inTxOn is inTx on a given pool (the gate's follow-ups run on the gate's pool).
+func (s *Store) inTxOn(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := fn(tx); err != nil {
 			return err
 		}

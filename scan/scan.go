@@ -154,7 +154,8 @@ func (s *Scheduler) drain(ctx context.Context, mode string, debounce, expired bo
 
 func (s *Scheduler) tick(ctx context.Context, name, status string) {
 	if err := s.Store.Heartbeat(ctx, "gcos.scan."+name, "scan", status); err != nil && ctx.Err() == nil {
-		s.logger().Warn("heartbeat", "worker", name, "err", err)
+		// Debug: a heartbeat fails with the database, and the loop's own outage log already says so.
+		s.logger().Debug("heartbeat", "worker", name, "err", err)
 	}
 }
 
@@ -164,15 +165,15 @@ func (s *Scheduler) eventLoop(ctx context.Context) error {
 	poll := max(window, 50*time.Millisecond)
 	listener := s.Store.ListenDirty()
 	defer listener.Close()
+	outage := s.outage("event scan", poll)
 	for ctx.Err() == nil {
 		p, err := s.drain(ctx, postgres.ModeEvent, true, false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.logger().Error("event scan", "err", err)
 			s.tick(ctx, postgres.ModeEvent, "error")
-			sleep(ctx, poll)
+			sleep(ctx, outage.Failed(err))
 			continue
 		}
 		s.tick(ctx, postgres.ModeEvent, "ok")
@@ -186,8 +187,9 @@ func (s *Scheduler) eventLoop(ctx context.Context) error {
 			wait = window
 		}
 		if _, err := listener.Wait(ctx, wait); err != nil && ctx.Err() == nil {
-			s.logger().Warn("wait for dirty marks", "err", err)
-			sleep(ctx, poll)
+			sleep(ctx, outage.Failed(fmt.Errorf("wait for dirty marks: %w", err)))
+		} else {
+			outage.Succeeded()
 		}
 	}
 	return ctx.Err()
@@ -196,19 +198,22 @@ func (s *Scheduler) eventLoop(ctx context.Context) error {
 // incrementalLoop expires rows past stale_after and scans the whole dirty set every interval.
 func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 	interval := s.Config.IncrementalInterval.Duration()
+	outage := s.outage("incremental scan", interval)
 	for ctx.Err() == nil {
 		p, err := s.Once(ctx, postgres.ModeIncremental)
+		wait := interval
 		switch {
 		case err != nil && ctx.Err() == nil:
-			s.logger().Error("incremental scan", "err", err)
 			s.tick(ctx, postgres.ModeIncremental, "error")
+			wait = max(interval, outage.Failed(err))
 		case err == nil:
+			outage.Succeeded()
 			s.tick(ctx, postgres.ModeIncremental, "ok")
 			if p.Scanned > 0 || p.Storm {
 				s.logger().Info("incremental scan", "run_id", p.RunID, "scanned", p.Scanned, "verdict_changes", p.VerdictChanges, "storm", p.Storm, "remaining", p.Remaining)
 			}
 		}
-		sleep(ctx, interval)
+		sleep(ctx, wait)
 	}
 	return ctx.Err()
 }
@@ -219,18 +224,23 @@ func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 func (s *Scheduler) auditLoop(ctx context.Context) error {
 	interval := s.Config.FullAuditInterval.Duration()
 	every := min(interval, max(s.Store.Config().Roles.LeaseTTL.Duration()/3, 100*time.Millisecond))
+	outage := s.outage("full audit", every)
 	for ctx.Err() == nil {
 		res, ran, err := s.Store.FullAuditIfDue(ctx, interval, nil)
+		wait := every
 		switch {
 		case ctx.Err() != nil:
 		case gcos.ErrorCode(err) == gcos.ECONFLICT:
 			// Another process holds the audit role.
+			outage.Succeeded()
 		case err != nil:
-			s.logger().Error("full audit", "err", err)
 			s.tick(ctx, postgres.ModeFullAudit, "error")
+			wait = max(every, outage.Failed(err))
 		case !ran:
+			outage.Succeeded()
 			s.tick(ctx, postgres.ModeFullAudit, "idle")
 		default:
+			outage.Succeeded()
 			s.tick(ctx, postgres.ModeFullAudit, "ok")
 			s.logger().Info("full audit", "run_id", res.RunID, "snapshot", res.SnapshotID, "changed_groups", res.ChangedGroups,
 				"lost_signals", len(res.LostSignals), "count_drift", res.CountDrift, "kept_count_drift", len(res.KeptCountDrift),
@@ -242,9 +252,14 @@ func (s *Scheduler) auditLoop(ctx context.Context) error {
 					"gate_checks", rep.GateChecks, "evaluate_secs", rep.EvaluateTime)
 			}
 		}
-		sleep(ctx, every)
+		sleep(ctx, wait)
 	}
 	return ctx.Err()
+}
+
+// outage is a loop's outage log: back off from base, say so once per state change.
+func (s *Scheduler) outage(what string, base time.Duration) *gcos.OutageLog {
+	return gcos.NewOutageLog(what, base, s.Store.Config().Outage, s.logger())
 }
 
 func sleep(ctx context.Context, d time.Duration) {

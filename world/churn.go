@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos"
 )
 
 // Churn keeps a world alive for the demo: it inserts new births and registry_changelog rows at steady rates, the way
@@ -30,6 +32,8 @@ type Churn struct {
 	Seed uint64
 	// Logger receives a summary every minute and write errors; nil discards them.
 	Logger *slog.Logger
+	// Outage sets the back-off and the logging of failed writes (zero: the defaults).
+	Outage gcos.OutageConfig
 
 	births, changes atomic.Int64
 }
@@ -89,6 +93,12 @@ func (c *Churn) Run(ctx context.Context) error {
 	tick := time.NewTicker(churnTick)
 	defer tick.Stop()
 	last := start
+	ocfg := c.Outage
+	if ocfg.BackoffMax <= 0 || ocfg.LogEvery <= 0 {
+		ocfg = gcos.DefaultConfig().Outage
+	}
+	outage := gcos.NewOutageLog("demo churn", churnTick, ocfg, log)
+	var retryAt time.Time // while the writes fail, ticks before this are skipped (the due rows accumulate, capped)
 	for {
 		select {
 		case <-ctx.Done():
@@ -98,6 +108,9 @@ func (c *Churn) Run(ctx context.Context) error {
 			last = now
 			dueBirths = min(dueBirths+c.BirthsPerSecond*dt, churnMaxPerTick)
 			dueChanges = min(dueChanges+c.ChangesPerSecond*dt, churnMaxPerTick)
+			if now.Before(retryAt) {
+				continue
+			}
 			// A tick's writes are not cut off by the end of ctx: a transaction cancelled while it commits may have
 			// committed, and then Births and Changes would under-count what was written.
 			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), churnWriteTimeout)
@@ -107,8 +120,9 @@ func (c *Churn) Run(ctx context.Context) error {
 						cancel()
 						return nil
 					}
-					log.Warn("churn births failed; retrying next tick", "rows", n, "err", err)
+					retryAt = now.Add(outage.Failed(fmt.Errorf("insert %d births: %w", n, err)))
 				} else {
+					outage.Succeeded()
 					dueBirths -= float64(n)
 					c.births.Add(int64(n))
 				}
@@ -119,8 +133,9 @@ func (c *Churn) Run(ctx context.Context) error {
 						cancel()
 						return nil
 					}
-					log.Warn("churn changes failed; retrying next tick", "rows", n, "err", err)
+					retryAt = now.Add(outage.Failed(fmt.Errorf("insert %d changes: %w", n, err)))
 				} else {
+					outage.Succeeded()
 					dueChanges -= float64(n)
 					c.changes.Add(int64(n))
 				}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"gcos"
@@ -46,9 +49,9 @@ func (a *app) upCommand() *cobra.Command {
 				// open the dashboard at once.
 				a.cfg.HTTP.InsecureNoAuth = true
 			}
-			store, err := a.openPrepared(ctx, demo)
-			if err != nil {
-				return err
+			store, err := a.openWhenReachable(ctx, demo)
+			if err != nil || store == nil {
+				return err // nil store: stopped while waiting for the database
 			}
 			if demo {
 				if err := a.demoWorld(ctx, store); err != nil {
@@ -64,6 +67,41 @@ func (a *app) upCommand() *cobra.Command {
 	cmd.Flags().Float64Var(&birthsPerSecond, "demo-births-per-second", 50, "demo churn: new births per second")
 	cmd.Flags().Float64Var(&changesPerSecond, "demo-changes-per-second", 5, "demo churn: registry changes per second")
 	return cmd
+}
+
+// openWhenReachable is openPrepared that waits out a database it cannot reach yet (a daemon started before its
+// database, or during a restart): it retries with back-off and logs once per state change. Any other error, and
+// a failure to start the embedded cluster, ends it. It returns a nil store if ctx ends while it waits.
+func (a *app) openWhenReachable(ctx context.Context, demo bool) (*postgres.Store, error) {
+	outage := gcos.NewOutageLog("connect to the database", 250*time.Millisecond, a.cfg.Outage, a.logger)
+	for {
+		store, err := a.openPrepared(ctx, demo)
+		if err == nil {
+			outage.Succeeded()
+			return store, nil
+		}
+		if a.databaseURL == "" || !unreachable(err) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			return nil, err
+		}
+		t := time.NewTimer(outage.Failed(err))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+	}
+}
+
+// unreachable reports whether err says the database cannot be reached (yet), not that it refused something.
+func unreachable(err error) bool {
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return gcos.ErrorCode(err) == gcos.EUNAVAILABLE || errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // demoWorld loads the synthetic world into an empty database, seeds it and activates its ruleset as a demo
@@ -113,7 +151,10 @@ func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 
 // serve runs intake, scans, event promotion, the API and (demo) churn until ctx ends.
 func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birthsPerSecond, changesPerSecond float64) error {
-	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: a.cfg.HTTP, Logger: a.logger, Version: version})
+	w := a.intakeWorker(store)
+	intakeReady := httpapi.ReadyCheck{Name: "intake", Check: func(context.Context) error { return w.Ready() }}
+	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: a.cfg.HTTP, Logger: a.logger, Version: version,
+		Ready: []httpapi.ReadyCheck{intakeReady}})
 	if err != nil {
 		return err
 	}
@@ -135,7 +176,6 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birth
 			}
 		}()
 	}
-	w := a.intakeWorker(store)
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
@@ -143,7 +183,7 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birth
 	run("scan", (&scan.Scheduler{Store: store, Config: a.cfg.Scan, Logger: a.logger}).Run)
 	run("events", func(ctx context.Context) error { return a.promoteLoop(ctx, store) })
 	if demo {
-		churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: birthsPerSecond, ChangesPerSecond: changesPerSecond, Seed: uint64(time.Now().UnixNano()), Logger: a.logger}
+		churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: birthsPerSecond, ChangesPerSecond: changesPerSecond, Seed: uint64(time.Now().UnixNano()), Logger: a.logger, Outage: a.cfg.Outage}
 		run("demo churn", churn.Run)
 	}
 	run("http", func(ctx context.Context) error {
@@ -173,17 +213,23 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birth
 // promoteLoop moves captured signals whose type became active to the outbox, in order, in whichever process holds
 // the promotion role.
 func (a *app) promoteLoop(ctx context.Context, store *postgres.Store) error {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
+	const every = 2 * time.Second
+	outage := gcos.NewOutageLog("promote pending signals", every, a.cfg.Outage, a.logger)
+	wait := every
 	for {
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
 		case <-t.C:
-			// ECONFLICT: another process holds the promotion role.
-			if _, err := store.PromotePending(ctx); err != nil && ctx.Err() == nil && gcos.ErrorCode(err) != gcos.ECONFLICT {
-				a.logger.Warn("promote pending signals", "err", err)
-			}
+		}
+		wait = every
+		// ECONFLICT: another process holds the promotion role.
+		if _, err := store.PromotePending(ctx); err != nil && ctx.Err() == nil && gcos.ErrorCode(err) != gcos.ECONFLICT {
+			wait = max(every, outage.Failed(err))
+		} else if err == nil || gcos.ErrorCode(err) == gcos.ECONFLICT {
+			outage.Succeeded()
 		}
 	}
 }

@@ -1,0 +1,172 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/httpapi"
+	"gcos/postgres"
+	"gcos/world"
+)
+
+// TestOutage_BackOffLogOnceReadiness runs `gcos up` through a PostgreSQL outage: /readyz turns 503 naming the
+// database and back to 200 after; every loop backs off and logs the outage once per state change (down, still
+// down, recovered) instead of once per try; and a daemon started while the database is down waits for it instead
+// of exiting.
+func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and stops PostgreSQL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin := buildGCOS(ctx, t, dir)
+	db := newPrivateDB(ctx, t, filepath.Join(dir, "pg"), "gcos_outage")
+
+	conf := gcos.DefaultConfig()
+	conf.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+	conf.Intake.HeartbeatInterval = gcos.Duration(500 * time.Millisecond)
+	conf.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond) // the event loop tries every 50 ms
+	conf.Scan.IncrementalInterval = gcos.Duration(200 * time.Millisecond)
+	conf.Scan.FullAuditInterval = gcos.Duration(time.Second)
+	conf.Roles.LeaseTTL = gcos.Duration(time.Second)
+	conf.Outage = gcos.OutageConfig{BackoffMax: gcos.Duration(time.Second), LogEvery: gcos.Duration(3 * time.Second)}
+	confPath := filepath.Join(dir, "gcos.json")
+	doc, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(confPath, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store := postgres.New(db.pool, conf, slog.New(slog.DiscardHandler))
+	if _, err := store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := world.Generate(ctx, db.pool, world.Options{Births: 500, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	bf, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ActivateRuleset(ctx, bf.RulesetVersion, "APR-OUTAGE", "outage-approver"); err != nil {
+		t.Fatal(err)
+	}
+
+	up := func(name string) (*exec.Cmd, string) {
+		log := filepath.Join(dir, name+".log")
+		f, err := os.Create(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "up", "--database-url", db.dsn, "--config", confPath, "--listen", "127.0.0.1:0", "--insecure-no-auth")
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = f.Close() })
+		return cmd, log
+	}
+	read := func(log string) string {
+		b, _ := os.ReadFile(log)
+		return string(b)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range []string{"first", "second"} {
+				t.Logf("%s daemon's log:\n%s", name, read(filepath.Join(dir, name+".log")))
+			}
+		}
+	})
+	listenAt := regexp.MustCompile(`msg="gcos up" listen=(http://\S+)`)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(90 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 90 s: %s", what)
+			}
+		}
+	}
+	readyz := func(base string) (int, httpapi.Readiness) {
+		var r httpapi.Readiness
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return 0, r
+		}
+		defer resp.Body.Close()
+		_ = json.NewDecoder(resp.Body).Decode(&r)
+		return resp.StatusCode, r
+	}
+
+	first, log := up("first")
+	var base string
+	waitFor("the daemon serves", func() bool {
+		m := listenAt.FindStringSubmatch(read(log))
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	})
+	waitFor("/readyz answers 200", func() bool { code, _ := readyz(base); return code == 200 })
+
+	// The outage.
+	before := len(read(log))
+	if err := db.stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var notReady httpapi.Readiness
+	waitFor("/readyz answers 503 while the database is down", func() bool {
+		code, r := readyz(base)
+		notReady = r
+		return code == 503
+	})
+	if notReady.Checks["database"] == "ok" {
+		t.Errorf("/readyz during the outage does not name the database: %+v", notReady)
+	}
+	// A daemon started now waits for the database instead of exiting.
+	second, log2 := up("second")
+	waitFor("the second daemon says it cannot reach the database", func() bool {
+		return strings.Contains(read(log2), "connect to the database failed; retrying")
+	})
+	time.Sleep(8 * time.Second) // the outage lasts; loops that retried every 50 ms would log hundreds of lines
+	if err := db.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("/readyz answers 200 after the outage", func() bool { code, _ := readyz(base); return code == 200 })
+	waitFor("the second daemon comes up once the database is back", func() bool { return listenAt.MatchString(read(log2)) })
+	for name, cmd := range map[string]*exec.Cmd{"first": first, "second": second} {
+		if cmd.ProcessState != nil {
+			t.Errorf("the %s daemon exited: %v", name, cmd.ProcessState)
+		}
+	}
+	waitFor("the first daemon logs its recoveries", func() bool { return strings.Contains(read(log)[before:], " recovered") })
+
+	outage := read(log)[before:]
+	var loud []string
+	for _, line := range strings.Split(outage, "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			loud = append(loud, line)
+		}
+	}
+	downs := strings.Count(outage, "failed; retrying with back-off")
+	t.Logf("the outage (~10 s) logged %d warnings or errors, %d outage starts, %d reminders, %d recoveries",
+		len(loud), downs, strings.Count(outage, "still failing"), strings.Count(outage, " recovered"))
+	// About eight loops, each: one line when it fails, a reminder every 3 s, one recovery (at info).
+	if len(loud) > 50 {
+		t.Errorf("the outage logged %d warnings or errors; want a few per loop:\n%s", len(loud), strings.Join(loud, "\n"))
+	}
+	if downs == 0 {
+		t.Errorf("no loop said it was failing:\n%s", outage)
+	}
+}
