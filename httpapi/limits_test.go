@@ -4,22 +4,26 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gcos"
 	"gcos/httpapi"
+	"gcos/postgres"
 )
 
 // lockedBuffer is a log sink the server's goroutines write while the test reads.
@@ -44,10 +48,16 @@ func (l *lockedBuffer) String() string {
 // address and its log.
 func serveReal(t *testing.T, e *env, limits gcos.HTTPConfig) (string, *lockedBuffer) {
 	t.Helper()
+	return serveStore(t, e.store, limits)
+}
+
+// serveStore is serveReal for any store.
+func serveStore(t *testing.T, store *postgres.Store, limits gcos.HTTPConfig) (string, *lockedBuffer) {
+	t.Helper()
 	limits.Listen = "127.0.0.1:0"
 	limits.ReaderTokens, limits.OperatorTokens = []string{readerToken}, []string{operatorToken}
 	logs := &lockedBuffer{}
-	srv, err := httpapi.NewServer(httpapi.Config{Store: e.store, HTTP: limits, Registry: prometheus.NewRegistry(),
+	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: limits, Registry: prometheus.NewRegistry(),
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), Version: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -278,5 +288,124 @@ func TestServerBoundsDatabaseWork(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "level=ERROR") {
 		t.Errorf("a timed-out read or a client that left was logged as an error:\n%s", logs)
+	}
+}
+
+// TestGateIsNotStarvedByReaders: forty clients read /v1/invariant in a loop while every connection of the shared
+// pool is taken; the gate, on its own pool, gives every object the same decision it gave idle (never a block for
+// lack of an answer), and the readers are served the invariant computed once, with its as_of.
+func TestGateIsNotStarvedByReaders(t *testing.T) {
+	e := newEnv(t, 3000, true)
+	cfg := gcos.DefaultConfig()
+	cfg.Gate.Timeout = gcos.Duration(500 * time.Millisecond)
+	open := func(conns int32) *pgxpool.Pool {
+		pc := e.pool.Config().Copy()
+		pc.MaxConns = conns
+		p, err := pgxpool.NewWithConfig(e.ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	shared, gatePool := open(1), open(2)
+	store := postgres.New(shared, cfg, nil).WithGatePool(gatePool)
+	addr, _ := serveStore(t, store, gcos.HTTPConfig{ReadCacheInterval: gcos.Duration(time.Hour)})
+	base := "http://" + addr
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
+	get := func(path string, v any) int {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+readerToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Error(err)
+		}
+		return resp.StatusCode
+	}
+	var objects []string
+	rows, err := e.pool.Query(e.ctx, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 200`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		objects = append(objects, o)
+	}
+	rows.Close()
+	decide := func(o string) postgres.GateResult {
+		var res postgres.GateResult
+		if code := get("/v1/gate?object="+url.QueryEscape(o), &res); code != 200 {
+			t.Errorf("gate %s: status %d", o, code)
+		}
+		return res
+	}
+	idle := map[string]string{}
+	allowed := 0
+	for _, o := range objects {
+		res := decide(o)
+		idle[o] = res.Decision
+		if res.Decision == gcos.GateAllow {
+			allowed++
+		}
+	}
+	if allowed == 0 {
+		t.Fatal("no object is allowed idle: the comparison below could not see a starved gate")
+	}
+	var first httpapi.InvariantView
+	if code := get("/v1/invariant", &first); code != 200 || first.AsOf == nil {
+		t.Fatalf("invariant: %d, as_of %v", code, first.AsOf)
+	}
+
+	// Take the shared pool's only connection, as forty slow ledger queries would.
+	hog, err := shared.Acquire(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hog.Release()
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	stopReaders := sync.OnceFunc(func() { close(stop); readers.Wait() })
+	defer stopReaders() // before the test ends, also when it fails
+	var reads, bad atomic.Int64
+	for range 40 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var v httpapi.InvariantView
+				if code := get("/v1/invariant", &v); code != 200 || v.AsOf == nil || !v.AsOf.Equal(*first.AsOf) {
+					bad.Add(1)
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	for _, o := range objects {
+		res := decide(o)
+		if res.Decision != idle[o] {
+			t.Errorf("%s: %s beside the readers, %s idle: %v", o, res.Decision, idle[o], res.Reasons)
+		}
+		for _, r := range res.Reasons {
+			if strings.Contains(r, "could not read the candidate state") {
+				t.Fatalf("the gate was starved: %s", r)
+			}
+		}
+	}
+	stopReaders()
+	if reads.Load() < 40 || bad.Load() > 0 {
+		t.Errorf("the readers got %d answers, %d of them not the cached invariant", reads.Load(), bad.Load())
 	}
 }
