@@ -150,6 +150,27 @@ func (a *app) reportError(err error) {
 // redact hides the process's secrets and any connection string's password in s.
 func (a *app) redact(s string) string { return gcos.Redact(s, a.secrets...) }
 
+// redactingHandler redacts each record's message (the attributes go through redactAttr): a message is not always
+// a constant, e.g. net/http's error log writes a recovered panic as one.
+type redactingHandler struct {
+	slog.Handler
+	redact func(string) string
+}
+
+func (h redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, h.redact(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool { out.AddAttrs(a); return true })
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h redactingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return redactingHandler{h.Handler.WithAttrs(attrs), h.redact}
+}
+
+func (h redactingHandler) WithGroup(name string) slog.Handler {
+	return redactingHandler{h.Handler.WithGroup(name), h.redact}
+}
+
 // redactAttr is the logger's ReplaceAttr: every string and error value is redacted before it is written.
 func (a *app) redactAttr(_ []string, attr slog.Attr) slog.Attr {
 	switch v := attr.Value; v.Kind() {
@@ -172,7 +193,7 @@ func (a *app) setup() error {
 		a.databaseURL = os.Getenv("GCOS_DATABASE_URL")
 	}
 	a.secrets = gcos.URLSecrets(a.databaseURL)
-	a.logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl, ReplaceAttr: a.redactAttr}))
+	a.logger = slog.New(redactingHandler{slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl, ReplaceAttr: a.redactAttr}), a.redact})
 	cfg, err := gcos.LoadConfig(a.configPath)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,6 +90,8 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.logger.Error("connect", "err", errors.New("dial postgres://gcos:"+password+"@db/gov: refused"), "token", token, "dsn", "password="+password)
+	a.logger.With("system", "http").Warn("http: panic serving 127.0.0.1:1: bad token " + token) // net/http's error log
+	slog.NewLogLogger(a.logger.Handler(), slog.LevelWarn).Printf("panic: postgres://gcos:%s@db/gov", password)
 	leaks("a log line", out.String())
 	if !strings.Contains(out.String(), "gcos:xxxxx@db") {
 		t.Errorf("the log line lost more than the secret: %s", out.String())
