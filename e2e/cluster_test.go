@@ -2,6 +2,9 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -9,7 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"gcos"
 	"gcos/embeddedpg"
+	"gcos/postgres"
+	"gcos/world"
 )
 
 // privateDB is one database on a PostgreSQL cluster of the test's own, which the test may stop, start again on the
@@ -72,4 +78,39 @@ func buildGCOS(ctx context.Context, t *testing.T, dir string) string {
 		t.Fatalf("build gcos: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// seedWorld creates the substrate and GCOS's schema on p, generates a world of births, backfills it and activates
+// the ruleset, and returns a store over p's pool with conf.
+func (p *privateDB) seedWorld(ctx context.Context, t *testing.T, conf gcos.Config, births int, seed uint64) *postgres.Store {
+	t.Helper()
+	store := postgres.New(p.pool, conf, slog.New(slog.DiscardHandler))
+	if _, err := store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := world.Generate(ctx, p.pool, world.Options{Births: births, Seed: seed}); err != nil {
+		t.Fatal(err)
+	}
+	bf, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ActivateRuleset(ctx, bf.RulesetVersion, "APR-E2E", "e2e-approver"); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// writeConfig writes conf as a configuration file in dir and returns its path.
+func writeConfig(t *testing.T, dir string, conf gcos.Config) string {
+	t.Helper()
+	path := filepath.Join(dir, "gcos.json")
+	doc, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -2,9 +2,7 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -23,7 +21,6 @@ import (
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
-	"gcos/world"
 )
 
 // TestFaults_RolesSurviveKill9 runs three `gcos up` processes (the real binary) on one database under a writer load
@@ -55,28 +52,8 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 	conf.Scan.StormFraction = 1
 	conf.Scan.VerifySample = 50
 	conf.Roles.LeaseTTL = gcos.Duration(ttl)
-	confPath := filepath.Join(dir, "gcos.json")
-	doc, err := json.Marshal(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(confPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store := postgres.New(pool, conf, slog.New(slog.DiscardHandler))
-	if _, err := store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := world.Generate(ctx, pool, world.Options{Births: 3000, Seed: 23}); err != nil {
-		t.Fatal(err)
-	}
-	bf, err := store.Backfill(ctx, postgres.BackfillOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ActivateRuleset(ctx, bf.RulesetVersion, "APR-FAULTS", "faults-approver"); err != nil {
-		t.Fatal(err)
-	}
+	confPath := writeConfig(t, dir, conf)
+	store := db.seedWorld(ctx, t, conf, 3000, 23)
 
 	d := &daemons{t: t, bin: bin, dsn: dsn, config: confPath, dir: dir}
 	defer d.killAll()

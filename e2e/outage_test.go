@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,8 +14,6 @@ import (
 
 	"gcos"
 	"gcos/httpapi"
-	"gcos/postgres"
-	"gcos/world"
 )
 
 // TestOutage_BackOffLogOnceReadiness runs `gcos up` through a PostgreSQL outage: /readyz turns 503 naming the
@@ -41,28 +38,8 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 	conf.Scan.FullAuditInterval = gcos.Duration(time.Second)
 	conf.Roles.LeaseTTL = gcos.Duration(time.Second)
 	conf.Outage = gcos.OutageConfig{BackoffMax: gcos.Duration(time.Second), LogEvery: gcos.Duration(3 * time.Second)}
-	confPath := filepath.Join(dir, "gcos.json")
-	doc, err := json.Marshal(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(confPath, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store := postgres.New(db.pool, conf, slog.New(slog.DiscardHandler))
-	if _, err := store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := world.Generate(ctx, db.pool, world.Options{Births: 500, Seed: 3}); err != nil {
-		t.Fatal(err)
-	}
-	bf, err := store.Backfill(ctx, postgres.BackfillOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ActivateRuleset(ctx, bf.RulesetVersion, "APR-OUTAGE", "outage-approver"); err != nil {
-		t.Fatal(err)
-	}
+	confPath := writeConfig(t, dir, conf)
+	db.seedWorld(ctx, t, conf, 500, 3)
 
 	up := func(name string) (*exec.Cmd, string) {
 		log := filepath.Join(dir, name+".log")

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
-	"gcos/world"
 )
 
 // TestRestart_WorkersReconnectGateBlocks is SPEC §14's "PostgreSQL restart mid-run": with the intake and the scan
@@ -33,20 +31,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 	conf.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
 	conf.Scan.StormFraction = 1
 	conf.Gate.Timeout = gcos.Duration(2 * time.Second)
-	store := postgres.New(pool, conf, slog.New(slog.DiscardHandler))
-	if _, err := store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := world.Generate(ctx, pool, world.Options{Births: 3000, Seed: 11}); err != nil {
-		t.Fatal(err)
-	}
-	bf, err := store.Backfill(ctx, postgres.BackfillOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ActivateRuleset(ctx, bf.RulesetVersion, "APR-RESTART", "restart-approver"); err != nil {
-		t.Fatal(err)
-	}
+	store := db.seedWorld(ctx, t, conf, 3000, 11)
 
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
