@@ -67,18 +67,11 @@ func (g *gateFigures) add(rate float64, lat []float64) {
 
 func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	// The store's pool has pgxpool's default size, as `gcos up` opens it (unless -pool-conns).
-	ws, done, err := r.openWorld(ctx, "gate", r.opts.births, 0)
+	ws, objs, done, err := r.gateWorld(ctx, "gate")
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if _, err := prepare(ctx, ws.store); err != nil {
-		return nil, err
-	}
-	objs, err := gateObjects(ctx, ws)
-	if err != nil {
-		return nil, err
-	}
 
 	handler, err := httpapi.New(httpapi.Config{Store: ws.store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", InsecureNoAuth: true}, Version: "bench"})
 	if err != nil {

@@ -25,18 +25,11 @@ const invariantReaders = 40
 // server `gcos up` runs (the gate on its own pool, expensive reads computed once per interval); the naive column
 // is the same server with one shared pool and no read cache, as before the gate had its own connections.
 func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
-	ws, done, err := r.openWorld(ctx, "gate_readers", r.opts.births, 0)
+	ws, objs, done, err := r.gateWorld(ctx, "gate_readers")
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	if _, err := prepare(ctx, ws.store); err != nil {
-		return nil, err
-	}
-	objs, err := gateObjects(ctx, ws)
-	if err != nil {
-		return nil, err
-	}
 	cfg := benchConfig(r.opts)
 	gatePool, err := r.env.pool(ctx, ws.db, int32(cfg.Gate.PoolConns), "gcos-bench-gate")
 	if err != nil {
@@ -175,6 +168,25 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 
 // gateObject is one object the gate benchmarks ask about.
 type gateObject struct{ coll, code string }
+
+// gateWorld opens a prepared world (backfilled, ruleset and event types active, as `gcos up --demo` leaves it) and
+// draws the objects the gate benchmarks ask about.
+func (r *runner) gateWorld(ctx context.Context, label string) (*worldStore, []gateObject, func(), error) {
+	ws, done, err := r.openWorld(ctx, label, r.opts.births, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if _, err := prepare(ctx, ws.store); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	objs, err := gateObjects(ctx, ws)
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return ws, objs, done, nil
+}
 
 // gateObjects draws up to 10,000 objects of the world in a random but repeatable order.
 func gateObjects(ctx context.Context, ws *worldStore) ([]gateObject, error) {
