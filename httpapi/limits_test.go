@@ -54,10 +54,16 @@ func serveReal(t *testing.T, e *env, limits gcos.HTTPConfig) (string, *lockedBuf
 // serveStore is serveReal for any store.
 func serveStore(t *testing.T, store *postgres.Store, limits gcos.HTTPConfig) (string, *lockedBuffer) {
 	t.Helper()
+	return serveWithRegistry(t, store, limits, prometheus.NewRegistry())
+}
+
+// serveWithRegistry is serveStore with the server's metrics in reg, for tests that read them in process.
+func serveWithRegistry(t *testing.T, store *postgres.Store, limits gcos.HTTPConfig, reg *prometheus.Registry) (string, *lockedBuffer) {
+	t.Helper()
 	limits.Listen = "127.0.0.1:0"
 	limits.ReaderTokens, limits.OperatorTokens = []string{readerToken}, []string{operatorToken}
 	logs := &lockedBuffer{}
-	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: limits, Registry: prometheus.NewRegistry(),
+	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: limits, Registry: reg,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), Version: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +181,8 @@ func TestServerClosesIdleConnections(t *testing.T) {
 func TestServerShedsLoadBeyondItsCap(t *testing.T) {
 	e := newEnv(t, 2000, true)
 	const capacity = 2
-	addr, logs := serveReal(t, e, gcos.HTTPConfig{MaxConcurrent: capacity, ReadTimeout: gcos.Duration(time.Minute)})
+	reg := prometheus.NewRegistry()
+	addr, logs := serveWithRegistry(t, e.store, gcos.HTTPConfig{MaxConcurrent: capacity, ReadTimeout: gcos.Duration(time.Minute)}, reg)
 	base := "http://" + addr
 	get := func(path string) (*http.Response, []byte) {
 		t.Helper()
@@ -200,16 +207,36 @@ func TestServerShedsLoadBeyondItsCap(t *testing.T) {
 		fmt.Fprintf(c, "POST /v1/cursors/src/reset HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n{", operatorToken)
 		holders[i] = c
 	}
-	var shed *http.Response
-	var body []byte
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if resp, b := get("/v1/summary"); resp.StatusCode == http.StatusServiceUnavailable {
-			shed, body = resp, b
-			break
+	// Probe only once both holders are inside their handlers: a probe answered while a holder is still being read
+	// would take its place and shed the holder instead.
+	inProgress := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "gcos_http_requests_in_progress" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "class" && l.GetValue() == "read" {
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatal("no gcos_http_requests_in_progress{class=\"read\"} gauge")
+		return 0
+	}
+	for deadline := time.Now().Add(30 * time.Second); inProgress() < capacity; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the %d held requests never reached their handlers (%v in progress)", capacity, inProgress())
 		}
 	}
-	if shed == nil {
-		t.Fatalf("with %d requests in progress and a cap of %d, reads are still served", capacity, capacity)
+	shed, body := get("/v1/summary")
+	if shed.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("with %d requests in progress and a cap of %d, a read answered %d: %s", capacity, capacity, shed.StatusCode, body)
 	}
 	if shed.Header.Get("Retry-After") == "" || !strings.Contains(string(body), gcos.EUNAVAILABLE) {
 		t.Errorf("the shed answer lacks Retry-After or a JSON error: %v %s", shed.Header, body)

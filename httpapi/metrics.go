@@ -52,7 +52,16 @@ func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, 
 		Name: "gcos_tx_retries_total",
 		Help: "Transactions of this process that failed on a deadlock or a serialization conflict and were retried by their loop.",
 	}, func() float64 { return float64(s.store.TxRetries()) })
-	for _, c := range []prometheus.Collector{decisions, m.gateLatency, m.requests, build, fallbacks, retries, &summaryCollector{s: s}} {
+	// The places taken against http.max_concurrent and http.max_concurrent_gate: at the cap, requests are shed.
+	inProgress := func(class string, slots chan struct{}) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "gcos_http_requests_in_progress",
+			Help:        "Requests being answered, by class of places (read: every capped route but the gate; gate).",
+			ConstLabels: prometheus.Labels{"class": class},
+		}, func() float64 { return float64(len(slots)) })
+	}
+	for _, c := range []prometheus.Collector{decisions, m.gateLatency, m.requests, build, fallbacks, retries,
+		inProgress("read", s.slots), inProgress("gate", s.gateSlots), &summaryCollector{s: s}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
