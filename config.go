@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -154,7 +153,7 @@ type ScanConfig struct {
 const ChangelogSkip = "skip"
 
 // ChangelogRule maps registry_changelog rows to a change kind. EntityType and Action are glob patterns
-// (path.Match syntax, matched case-insensitively); empty matches anything.
+// (Glob syntax, matched case-insensitively); empty matches anything.
 type ChangelogRule struct {
 	EntityType string `json:"entity_type,omitempty"`
 	Action     string `json:"action,omitempty"`
@@ -167,8 +166,7 @@ func (r ChangelogRule) matches(entityType, action string) bool {
 		if pattern == "" {
 			return true
 		}
-		ok, err := path.Match(strings.ToLower(pattern), strings.ToLower(s))
-		return err == nil && ok
+		return globMatch(pattern, s, true)
 	}
 	return glob(r.EntityType, entityType) && glob(r.Action, action)
 }
@@ -223,13 +221,14 @@ func (c IntakeConfig) ClassifyChangelog(entityType, action string) (kind ChangeK
 }
 
 // Trusted reports whether a signal's source system (a birth's source_system, a changelog row's changed_by) is
-// trusted: it matches one of the trusted_sources glob patterns. An empty source system is never trusted.
+// trusted: it matches one of the trusted_sources patterns (Glob: `*` matches any name, `/` included). An empty
+// source system is never trusted.
 func (c IntakeConfig) Trusted(sourceSystem string) bool {
 	if sourceSystem == "" {
 		return false
 	}
 	for _, p := range c.TrustedSources {
-		if ok, err := path.Match(p, sourceSystem); err == nil && ok {
+		if globMatch(p, sourceSystem, false) {
 			return true
 		}
 	}
@@ -616,8 +615,8 @@ func (c Config) Validate() error {
 			in.HeartbeatInterval)
 	}
 	for i, src := range in.TrustedSources {
-		if _, err := path.Match(src, ""); src == "" || err != nil {
-			p.add(fmt.Sprintf("intake.trusted_sources[%d]", i), "must be a non-empty glob pattern")
+		if _, err := ParseGlob(src, false); err != nil {
+			p.add(fmt.Sprintf("intake.trusted_sources[%d]", i), "must be a glob pattern: %v", err)
 		}
 	}
 	if in.SignalBucket <= 0 {
@@ -631,8 +630,8 @@ func (c Config) Validate() error {
 			}
 		}
 		for field, pattern := range map[string]string{"entity_type": r.EntityType, "action": r.Action} {
-			if _, err := path.Match(pattern, ""); err != nil {
-				p.add(at+"."+field, "bad glob pattern %q", pattern)
+			if _, err := ParseGlob(pattern, true); pattern != "" && err != nil {
+				p.add(at+"."+field, "bad glob pattern: %v", err)
 			}
 		}
 	}

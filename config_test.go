@@ -105,7 +105,7 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		{"unknown change kind", `{"intake":{"changelog_kinds":[{"action":"x","kind":"object_born"},{"action":"y","kind":"born"}]}}`,
 			`intake.changelog_kinds[1].kind: unknown change kind "born"`},
 		{"bad glob", `{"intake":{"changelog_kinds":[{"action":"[","kind":"object_born"}]}}`,
-			`intake.changelog_kinds[0].action: bad glob pattern "["`},
+			`intake.changelog_kinds[0].action: bad glob pattern: pattern "[": unclosed [`},
 		{"storm fraction zero", `{"scan":{"storm_fraction":0}}`, "scan.storm_fraction: must be in (0, 1]"},
 		{"storm fraction above one", `{"scan":{"storm_fraction":1.5}}`, "scan.storm_fraction: must be in (0, 1]"},
 		{"retry max below base", `{"scan":{"retry_base":"10s","retry_max":"1s"}}`, "scan.retry_max: must be >= scan.retry_base"},

@@ -1,0 +1,96 @@
+package gcos
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// Glob is a name pattern of the configuration (trusted source systems, changelog rules). Its syntax is path.Match's
+// with one difference: a name is not a path, so `*` matches any run of characters, `/` included ("svc/*" and "*"
+// both match "svc/etl", "*" matches "s7-America/New_York"). `?` matches one character, `[…]` a class (`[^…]`
+// negates), and `\` escapes the next character. Matching is whole-name.
+type Glob struct {
+	pattern string
+	re      *regexp.Regexp
+}
+
+// ParseGlob compiles a pattern; an empty pattern or a malformed class is an error. With fold, letters match in
+// either case.
+func ParseGlob(pattern string, fold bool) (Glob, error) {
+	if pattern == "" {
+		return Glob{}, fmt.Errorf("empty pattern")
+	}
+	var b strings.Builder
+	if fold {
+		b.WriteString("(?i)")
+	}
+	b.WriteString("^")
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; c {
+		case '*':
+			b.WriteString("(?s:.*)")
+		case '?':
+			b.WriteString("(?s:.)")
+		case '\\':
+			if i+1 == len(pattern) {
+				return Glob{}, fmt.Errorf("pattern %q ends with a lone \\", pattern)
+			}
+			i++
+			b.WriteString(regexp.QuoteMeta(pattern[i : i+1]))
+		case '[':
+			end := strings.IndexByte(pattern[i+1:], ']')
+			if end < 0 {
+				return Glob{}, fmt.Errorf("pattern %q: unclosed [", pattern)
+			}
+			class := pattern[i+1 : i+1+end]
+			if class == "" || class == "^" {
+				return Glob{}, fmt.Errorf("pattern %q: empty class", pattern)
+			}
+			neg := strings.HasPrefix(class, "^")
+			class = strings.TrimPrefix(class, "^")
+			b.WriteString("[")
+			if neg {
+				b.WriteString("^")
+			}
+			// Ranges (`a-z`) and escapes keep their meaning; a `[` inside is literal.
+			b.WriteString(strings.ReplaceAll(class, `[`, `\[`))
+			b.WriteString("]")
+			i += end + 1
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString("$")
+	re, err := regexp.Compile(b.String())
+	if err != nil {
+		return Glob{}, fmt.Errorf("pattern %q: %w", pattern, err)
+	}
+	return Glob{pattern: pattern, re: re}, nil
+}
+
+// Match reports whether name matches the whole pattern.
+func (g Glob) Match(name string) bool { return g.re != nil && g.re.MatchString(name) }
+
+// String is the pattern as written.
+func (g Glob) String() string { return g.pattern }
+
+// globs caches compiled patterns: the intake matches every row against the same few.
+var globs sync.Map // globKey → Glob (nil re when malformed)
+
+type globKey struct {
+	pattern string
+	fold    bool
+}
+
+// globMatch matches one pattern; a malformed pattern matches nothing (configuration validation refuses it first).
+func globMatch(pattern, name string, fold bool) bool {
+	k := globKey{pattern, fold}
+	g, ok := globs.Load(k)
+	if !ok {
+		parsed, _ := ParseGlob(pattern, fold)
+		g, _ = globs.LoadOrStore(k, parsed)
+	}
+	return g.(Glob).Match(name)
+}
