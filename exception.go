@@ -19,6 +19,7 @@ const (
 	LiftNoScope            = "no_scope"
 	LiftNotApproved        = "not_approved"
 	LiftShadowed           = "shadowed" // another exception on the same object is the one its row carries
+	LiftWithdrawn          = "withdrawn" // the registry no longer holds it, or it no longer names the row
 )
 
 // ExceptionLift says why an exception stopped counting, in words a person can act on.
@@ -70,32 +71,77 @@ func checkPin(id, object string, pinned, current *string) *ExceptionLift {
 	return nil
 }
 
-// CoverageRecord is a relevant row's coverage as its scan recorded it, with the terms of the exception it rests on.
+// ExceptionTarget is the candidate row an exception's coverage was recorded on: its scope, its group's class and
+// registry, and the object (collection:code) for an object row ("" for a group row).
+type ExceptionTarget struct {
+	Scope, Class, Registry string
+	Object                 string
+}
+
+// HoldsFor reports whether the exception, as the registry holds it now, still suppresses on target at now: it
+// holds (Holds), and it still names the target — an object exception the same object in the target's scope, a
+// group exception the target's scope, class and registry (a nil selector matches any). objectFingerprint is the
+// target object's fingerprint read now (nil for a group row or an object with no birth). The lift is nil when it
+// holds.
+func (e ExceptionRow) HoldsFor(now time.Time, t ExceptionTarget, objectFingerprint *string) *ExceptionLift {
+	if lift := e.Holds(now, objectFingerprint); lift != nil {
+		return lift
+	}
+	withdrawn := func(detail string, args ...any) *ExceptionLift {
+		return &ExceptionLift{ExceptionID: e.ExceptionID, Reason: LiftWithdrawn, Detail: fmt.Sprintf(detail, args...)}
+	}
+	if e.EntityCode != nil {
+		switch {
+		case e.objectName() != t.Object:
+			return withdrawn("exception %s now names object %s, not %s", e.ExceptionID, e.objectName(), nonEmptyOr(t.Object, "this group"))
+		case deref(e.ScopeCode) != t.Scope:
+			return withdrawn("exception %s now names scope %s, not %s", e.ExceptionID, deref(e.ScopeCode), t.Scope)
+		}
+		return nil
+	}
+	if !matches(e.ScopeCode, &t.Scope) || !matches(e.EntityType, &t.Class) || !matches(e.CollectionName, &t.Registry) {
+		return withdrawn("exception %s now names scope %s, class %s, collection %s, not this row's %s/%s/%s", e.ExceptionID,
+			nonEmptyOr(deref(e.ScopeCode), "*"), nonEmptyOr(deref(e.EntityType), "*"), nonEmptyOr(deref(e.CollectionName), "*"),
+			t.Scope, t.Class, t.Registry)
+	}
+	return nil
+}
+
+func nonEmptyOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// CoverageRecord is a relevant row's coverage as its scan recorded it, with the terms of the exception it rests on
+// (kept to show what was recorded; the registry's current row decides, see At).
 type CoverageRecord struct {
 	Outcome              CoverageOutcome // "" when none is recorded
 	Owner                *string
 	ExceptionID          *string
-	ExceptionExpiresAt   *time.Time // nil: the exception does not expire
-	ExceptionFingerprint *string    // the object fingerprint an object exception pins; nil for a group exception
-	Object               string     // the excepted object (collection:code) of a pinned exception, for the lift's words
+	ExceptionExpiresAt   *time.Time // nil: the exception did not expire when recorded
+	ExceptionFingerprint *string    // the object fingerprint an object exception pinned when recorded
 }
 
-// At is the coverage in force at now (SPEC §12). A recorded approved_exception counts only until the exception's
-// expires_at and, when it pins the excepted object's fingerprint, only while objectFingerprint (the object's
-// fingerprint read now; nil when it has no birth) matches. Otherwise the exception is lifted and the coverage is
-// what a scan at now would resolve without it: covered when an owner resolves, orphan when none does.
-func (c CoverageRecord) At(now time.Time, objectFingerprint *string) (CoverageOutcome, *ExceptionLift) {
+// At is the coverage in force at now (SPEC §12). A recorded approved_exception counts only while the exception
+// registry's current row (current; nil when the row or the registry is gone) holds on the row it was recorded on
+// (ExceptionRow.HoldsFor): a revocation, an expiry moved into the past, a changed scope or a broken pin stops it
+// suppressing at once, with no scan, and a term recorded earlier that the registry no longer holds never counts.
+// The exception is then lifted and the coverage is what a scan at now would resolve without it: covered when an
+// owner resolves, orphan when none does. objectFingerprint is the target object's fingerprint read now.
+func (c CoverageRecord) At(now time.Time, current *ExceptionRow, t ExceptionTarget, objectFingerprint *string) (CoverageOutcome, *ExceptionLift) {
 	if c.Outcome != CoverageApprovedException {
 		return c.Outcome, nil
 	}
 	id := deref(c.ExceptionID)
 	var lift *ExceptionLift
 	switch {
-	case c.ExceptionExpiresAt != nil && !now.Before(*c.ExceptionExpiresAt):
-		lift = &ExceptionLift{ExceptionID: id, Reason: LiftExpired,
-			Detail: fmt.Sprintf("exception %s expired at %s", id, c.ExceptionExpiresAt.UTC().Format(time.RFC3339))}
-	case c.ExceptionFingerprint != nil:
-		lift = checkPin(id, c.Object, c.ExceptionFingerprint, objectFingerprint)
+	case current == nil || current.ExceptionID != id:
+		lift = &ExceptionLift{ExceptionID: id, Reason: LiftWithdrawn,
+			Detail: fmt.Sprintf("exception %s is no longer in the exception registry", id)}
+	default:
+		lift = current.HoldsFor(now, t, objectFingerprint)
 	}
 	if lift == nil {
 		return c.Outcome, nil

@@ -59,31 +59,67 @@ func TestCoverageRecordAt(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	fp := gcos.Str("00000000000000010000000000000002")
-	rec := func(owner *string, expires *time.Time, pin *string) gcos.CoverageRecord {
+	// What the scan recorded: an approved exception in 2030, pinned; the registry's row now decides.
+	rec := func(owner *string) gcos.CoverageRecord {
 		return gcos.CoverageRecord{Outcome: gcos.CoverageApprovedException, Owner: owner, ExceptionID: gcos.Str("EXC-1"),
-			ExceptionExpiresAt: expires, ExceptionFingerprint: pin, Object: "orders:o-1"}
+			ExceptionExpiresAt: ptr(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), ExceptionFingerprint: fp}
+	}
+	objectRow := gcos.ExceptionTarget{Scope: "health", Class: "order", Registry: "orders", Object: "orders:o-1"}
+	groupRow := gcos.ExceptionTarget{Scope: "health", Class: "order", Registry: "orders"}
+	onObject := func(edits ...func(*gcos.ExceptionRow)) *gcos.ExceptionRow {
+		e := gcos.ExceptionRow{ExceptionID: "EXC-1", ScopeCode: gcos.Str("health"), CollectionName: gcos.Str("orders"),
+			EntityCode: gcos.Str("o-1"), ApprovalRef: gcos.Str("APR-1"), ExpiresAt: ptr(now.Add(time.Hour)), Fingerprint: fp,
+			Status: "approved"}
+		for _, f := range edits {
+			f(&e)
+		}
+		return &e
+	}
+	onGroup := func(edits ...func(*gcos.ExceptionRow)) *gcos.ExceptionRow {
+		return onObject(append([]func(*gcos.ExceptionRow){func(e *gcos.ExceptionRow) {
+			e.EntityCode, e.Fingerprint, e.EntityType = nil, nil, gcos.Str("order")
+		}}, edits...)...)
 	}
 	tests := []struct {
 		name    string
 		rec     gcos.CoverageRecord
-		current *string
+		current *gcos.ExceptionRow
+		target  gcos.ExceptionTarget
+		fp      *string
 		want    gcos.CoverageOutcome
 		lift    string
 	}{
-		{"an unexpired exception counts", rec(nil, ptr(now.Add(time.Second)), nil), nil, gcos.CoverageApprovedException, ""},
-		{"expired, no owner: orphan", rec(nil, ptr(now), nil), nil, gcos.CoverageOrphan, gcos.LiftExpired},
-		{"expired, an owner: covered", rec(gcos.Str("team-a"), ptr(now.Add(-time.Hour)), nil), nil, gcos.CoverageCovered, gcos.LiftExpired},
-		{"an empty owner is no owner", rec(gcos.Str(""), ptr(now), nil), nil, gcos.CoverageOrphan, gcos.LiftExpired},
-		{"pinned, the object unchanged", rec(nil, nil, fp), fp, gcos.CoverageApprovedException, ""},
-		{"pinned, the object changed", rec(nil, nil, fp), gcos.Str("00000000000000010000000000000003"), gcos.CoverageOrphan, gcos.LiftFingerprintChanged},
-		{"pinned, the object gone", rec(nil, nil, fp), nil, gcos.CoverageOrphan, gcos.LiftObjectGone},
-		{"an outcome without an exception is as recorded", gcos.CoverageRecord{Outcome: gcos.CoverageOrphan}, nil, gcos.CoverageOrphan, ""},
-		{"no outcome stays none", gcos.CoverageRecord{}, nil, "", ""},
+		{"the registry's row holds", rec(nil), onObject(), objectRow, fp, gcos.CoverageApprovedException, ""},
+		{"expiry moved into the past (recorded 2030): orphan", rec(nil), onObject(func(e *gcos.ExceptionRow) { e.ExpiresAt = ptr(now.Add(-time.Minute)) }),
+			objectRow, fp, gcos.CoverageOrphan, gcos.LiftExpired},
+		{"expires this instant, an owner: covered", rec(gcos.Str("team-a")), onObject(func(e *gcos.ExceptionRow) { e.ExpiresAt = ptr(now) }),
+			objectRow, fp, gcos.CoverageCovered, gcos.LiftExpired},
+		{"an empty owner is no owner", rec(gcos.Str("")), onObject(func(e *gcos.ExceptionRow) { e.Status = "revoked" }),
+			objectRow, fp, gcos.CoverageOrphan, gcos.LiftNotApproved},
+		{"deleted from the registry", rec(nil), nil, objectRow, fp, gcos.CoverageOrphan, gcos.LiftWithdrawn},
+		{"the registry row is another exception", rec(nil), onObject(func(e *gcos.ExceptionRow) { e.ExceptionID = "EXC-2" }),
+			objectRow, fp, gcos.CoverageOrphan, gcos.LiftWithdrawn},
+		{"moved to another scope", rec(nil), onObject(func(e *gcos.ExceptionRow) { e.ScopeCode = gcos.Str("finance") }),
+			objectRow, fp, gcos.CoverageOrphan, gcos.LiftWithdrawn},
+		{"moved to another object", rec(nil), onObject(func(e *gcos.ExceptionRow) { e.EntityCode = gcos.Str("o-2") }),
+			objectRow, fp, gcos.CoverageOrphan, gcos.LiftWithdrawn},
+		{"re-pinned to another fingerprint", rec(nil), onObject(func(e *gcos.ExceptionRow) { e.Fingerprint = gcos.Str("00000000000000030000000000000004") }),
+			objectRow, fp, gcos.CoverageOrphan, gcos.LiftFingerprintChanged},
+		{"the object changed", rec(nil), onObject(), objectRow, gcos.Str("00000000000000010000000000000003"), gcos.CoverageOrphan, gcos.LiftFingerprintChanged},
+		{"the object gone", rec(nil), onObject(), objectRow, nil, gcos.CoverageOrphan, gcos.LiftObjectGone},
+		{"a group exception holds on its group", rec(nil), onGroup(), groupRow, nil, gcos.CoverageApprovedException, ""},
+		{"a group exception holds on an object row of its group", rec(nil), onGroup(), objectRow, fp, gcos.CoverageApprovedException, ""},
+		{"a group exception narrowed to another class", rec(nil), onGroup(func(e *gcos.ExceptionRow) { e.EntityType = gcos.Str("invoice") }),
+			groupRow, nil, gcos.CoverageOrphan, gcos.LiftWithdrawn},
+		{"a group exception widened to every scope still holds", rec(nil), onGroup(func(e *gcos.ExceptionRow) { e.ScopeCode = nil }),
+			groupRow, nil, gcos.CoverageApprovedException, ""},
+		{"an outcome without an exception is as recorded", gcos.CoverageRecord{Outcome: gcos.CoverageOrphan}, nil, groupRow, nil, gcos.CoverageOrphan, ""},
+		{"no outcome stays none", gcos.CoverageRecord{}, nil, groupRow, nil, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, lift := tt.rec.At(now, tt.current)
+			got, lift := tt.rec.At(now, tt.current, tt.target, tt.fp)
 			if got != tt.want {
 				t.Fatalf("At = %q, want %q", got, tt.want)
 			}

@@ -63,21 +63,6 @@ var knownDivergences = []knownDivergence{
 	// counts it only at its next scan.
 	{on("untrusted_birth"), nil, "group", "member_count", "the group counts a quarantined birth at its next scan"},
 	{on("untrusted_birth"), nil, "ledger", "*", "that birth is counted stale (not yet placed) meanwhile"},
-	// Object rows are materialized and re-evaluated only by the full audit.
-	{on("birth_object_row"), on("births", "untrusted_birth", "late_birth", "future_birth", "replay"), "object", "exists",
-		"a new object of an independently authoritative class gets its row only at the full audit"},
-	{on("retire_object_row"), on("exception_object", "fingerprint_changed", "exception_expires"), "object", "*",
-		"an object row is re-evaluated only by the full audit (an exception on an object that has a row for its class, too)"},
-	{nil, on("retire_object_row"), "ledger", "*", "the retired object's row keeps its old bucket until the full audit"},
-	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "object", "*", "object rows a ruleset bump dirties are rescanned only by the full audit"},
-	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "gate", "*", "the gate blocks those object rows as stale (dirty) meanwhile"},
-	{on("ruleset_object_rows"), on("ruleset", "policy", "axis"), "ledger", "*", "the ledger counts those object rows as stale"},
-	{on("coverage"), nil, "object", "verdict", "object rows are re-evaluated only by the full audit"},
-	{on("coverage"), nil, "object", "coverage", "object rows are re-evaluated only by the full audit"},
-	{on("coverage"), nil, "object", "coverage_required", "object rows are re-evaluated only by the full audit"},
-	{on("coverage"), nil, "ledger", "*", "the ledger counts the stale object rows"},
-	{on("exception_object", "fingerprint_changed"), nil, "object", "exists", "an excepted object's row is materialized only by the full audit"},
-	{on("exception_object"), nil, "ledger", "*", "the exception counts only once its object row exists"},
 }
 
 // explains reports whether the entry covers mismatch m.

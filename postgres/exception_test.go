@@ -303,3 +303,61 @@ func TestException_TheWorldPinsItsObjectExceptionsAsGCOSReadsThem(t *testing.T) 
 	}
 	b.ledgerCloses(t)
 }
+
+// The way a risk desk revokes an exception: its expires_at moved into the past (with its changelog row). The terms
+// recorded with the object's coverage said 2030; the gate, explain, the views and the ledger read the registry's
+// current row, so the exception stops suppressing at once, with no intake and no scan in between.
+func TestException_RevokedInTheRegistryStopsSuppressingAtOnce(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 20000, nil)
+	obj, scope, _, _ := b.orphanInOneScope(t)
+	coll, code, _ := strings.Cut(obj, ":")
+	before := b.ledgerOf(t, scope)
+	b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
+		VALUES ('EXC-T-REVOKE', $1, $2, $3, 'APR-T', '2030-01-01T00:00:00Z', $4, 'approved')`, scope, coll, code, b.objectFingerprint(t, obj))
+	if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.scanAll(t, postgres.ModeIncremental)
+	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+		t.Fatalf("under its exception in %s, %s = %s %q, want allow", scope, obj, r.Decision, r.Reasons)
+	}
+	if got := b.ledgerOf(t, scope); got.ApprovedExceptions != before.ApprovedExceptions+1 {
+		t.Fatalf("approved_exceptions in %s = %d under the exception, want %d", scope, got.ApprovedExceptions, before.ApprovedExceptions+1)
+	}
+
+	// Revoked: no intake, no scan from here on.
+	b.exec(t, `UPDATE governance_exception SET expires_at = now() - interval '1 minute' WHERE exception_id = 'EXC-T-REVOKE'`)
+	b.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ('exception', 'EXC-T-REVOKE', 'update', 'risk-desk')`)
+	var recordedExpiry time.Time
+	if err := b.pool.QueryRow(b.ctx, `SELECT exception_expires_at FROM governance_candidate_coverage WHERE exception_id = 'EXC-T-REVOKE'`).
+		Scan(&recordedExpiry); err != nil || recordedExpiry.Year() != 2030 {
+		t.Fatalf("the recorded terms changed without a scan (%v, err %v): the test no longer shows the read", recordedExpiry, err)
+	}
+	r := b.store.Gate(b.ctx, obj, gcos.ActionWrite)
+	if r.Decision != gcos.GateBlock || !strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+scope) {
+		t.Fatalf("after the revocation, %s = %s %q, want block as an orphan in %s", obj, r.Decision, r.Reasons, scope)
+	}
+	if got := b.ledgerOf(t, scope); got.ApprovedExceptions != before.ApprovedExceptions || !got.Closes() {
+		t.Fatalf("ledger %s after the revocation: %+v, want approved_exceptions back to %d", scope, got, before.ApprovedExceptions)
+	}
+	if n := b.count(t, `SELECT count(*) FROM v_candidate_object_effective WHERE exception_id = 'EXC-T-REVOKE'
+		AND coverage_outcome = 'approved_exception'`); n != 0 {
+		t.Fatal("v_candidate_object_effective still counts the revoked exception")
+	}
+	ex, err := b.store.ExplainObject(b.ctx, obj)
+	if err != nil || ex.Rows[0].ExceptionLifted == nil || ex.Rows[0].ExceptionLifted.Reason != gcos.LiftExpired {
+		t.Fatalf("explain %s: rows %+v (err %v), want the exception lifted as expired", obj, ex.Rows, err)
+	}
+
+	// Withdrawn altogether (the row deleted): still nothing suppresses.
+	b.exec(t, `DELETE FROM governance_exception WHERE exception_id = 'EXC-T-REVOKE'`)
+	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateBlock {
+		t.Fatalf("after the exception was deleted, %s = %s %q, want block", obj, r.Decision, r.Reasons)
+	}
+	ex, err = b.store.ExplainObject(b.ctx, obj)
+	if err != nil || ex.Rows[0].ExceptionLifted == nil || ex.Rows[0].ExceptionLifted.Reason != gcos.LiftWithdrawn {
+		t.Fatalf("explain %s: rows %+v (err %v), want the exception lifted as withdrawn", obj, ex.Rows, err)
+	}
+	b.ledgerCloses(t)
+}

@@ -85,7 +85,8 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 			       c.coverage_required, c.coverage_scan_ref, c.owner_scope, c.lifecycle_status, c.member_count,
 			       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
 			       s.id IS NOT NULL, s.snapshot_at,
-			       cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint
+			       cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint,
+			       gcos_exception_row(cov.exception_id), coalesce(g.object_class, ''), coalesce(g.source_registry, '')
 			FROM governance_group g
 			LEFT JOIN v_current_ruleset cr ON true
 			LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = cr.ruleset_version
@@ -97,12 +98,13 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 			return err
 		}
 		for rows.Next() {
-			r, _, err := scanCandidate(rows, gcos.GateSourceGroup)
+			var class, registry string
+			r, _, err := scanCandidate(rows, gcos.GateSourceGroup, &class, &registry)
 			if err != nil {
 				rows.Close()
 				return err
 			}
-			r.coverageAt(now, "", nil) // a group's exception pins no object fingerprint
+			r.coverageAt(now, class, registry, "", nil)
 			reads = append(reads, r)
 		}
 		return rows.Err()

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -66,15 +67,22 @@ type candidateRead struct {
 	snapshotExists bool
 	snapshotAt     *time.Time
 	recorded       gcos.CoverageRecord  // the coverage its scan recorded, with the exception's terms
+	exception      *gcos.ExceptionRow   // the recorded exception's row in the registry now (nil: gone or none)
 	coverage       gcos.CoverageOutcome // the coverage in force when read ("" when no outcome is recorded)
 	lift           *gcos.ExceptionLift  // the exception recorded but no longer counted, if any
 }
 
-// coverageAt sets the coverage in force at now: a recorded exception lapses the instant it expires, and an
-// exception pinned to the object's fingerprint lapses once the object (fingerprint, nil when not read) changed.
-func (r *candidateRead) coverageAt(now time.Time, object string, fingerprint *string) {
-	r.recorded.Object = object
-	r.coverage, r.lift = r.recorded.At(now, fingerprint)
+// coverageAt sets the coverage in force at now: a recorded exception counts only while the registry's current row
+// holds on this row (gcos.CoverageRecord.At). class and registry are the row's group's; object is the object of an
+// object row ("" for a group row) and fingerprint its fingerprint now.
+func (r *candidateRead) coverageAt(now time.Time, class, registry, object string, fingerprint *string) {
+	t := gcos.ExceptionTarget{Scope: r.scope, Class: class, Registry: registry}
+	if r.source == gcos.GateSourceObject {
+		t.Object = object
+	} else {
+		fingerprint = nil // a group's exception pins no object
+	}
+	r.coverage, r.lift = r.recorded.At(now, r.exception, t, fingerprint)
 }
 
 // gateSQL reads, in one statement (one round trip, one consistent snapshot), everything the gate judges an object
@@ -130,7 +138,8 @@ SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''),
        x.input_quality_state, x.dirty, x.dirty_reason, x.stale_after, x.recompute_status, x.risk_class,
        x.coverage_required, x.coverage_scan_ref, x.owner_scope, x.lifecycle_status, x.member_count,
        r.status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at,
-       cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint
+       cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint,
+       gcos_exception_row(cov.exception_id) -- the registry's current terms decide, not the recorded ones
 FROM obj
 CROSS JOIN (SELECT * FROM objrow UNION ALL SELECT * FROM grprow) x
 LEFT JOIN governance_ruleset r ON r.ruleset_version = x.ruleset_version
@@ -157,15 +166,23 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 	var dirty, required *bool
 	var members *int64
 	var key, coverage *string
+	var exception []byte
 	rec := &cr.recorded
 	dest := []any{&key, &cr.scope, &snapRef, &ruleset, &scanTime, &verdict, &cr.row.InputQualityState, &dirty,
 		&cr.row.DirtyReason, &cr.row.StaleAfter, &recompute, &risk, &required, &cr.row.CoverageScanRef,
 		&cr.row.OwnerScope, &lifecycle, &members, &rsStatus, &cr.activeVersion, &cr.snapshotExists, &cr.snapshotAt,
-		&coverage, &rec.Owner, &rec.ExceptionID, &rec.ExceptionExpiresAt, &rec.ExceptionFingerprint}
+		&coverage, &rec.Owner, &rec.ExceptionID, &rec.ExceptionExpiresAt, &rec.ExceptionFingerprint, &exception}
 	if err := rows.Scan(append(append(lead, dest...), extra...)...); err != nil {
 		return cr, false, err
 	}
 	cr.source = source
+	if exception != nil {
+		var x gcos.ExceptionRow
+		if err := json.Unmarshal(exception, &x); err != nil {
+			return cr, false, fmt.Errorf("read exception %s: %w", deref(rec.ExceptionID), err)
+		}
+		cr.exception = &x
+	}
 	if key != nil {
 		cr.key = *key
 	}
@@ -321,7 +338,7 @@ func (s *Store) gateInputs(ctx context.Context, q querier, ref ObjectRef) (objec
 	}
 	o.fingerprint = fingerprint
 	for i := range o.reads {
-		o.reads[i].coverageAt(o.now, ref.String(), fingerprint)
+		o.reads[i].coverageAt(o.now, o.birth.Class, o.birth.Collection, ref.String(), fingerprint)
 	}
 	if version == "" {
 		return o, nil // nothing was ever backfilled: every row reads as never seeded and blocks

@@ -15,9 +15,13 @@ import (
 )
 
 // Object rows are materialized only for the four reasons of doc 40 §40.6: an independently authoritative class,
-// an open (input) finding on the object, an exception on the object, a high-risk write-path class. The backfill
-// derives all four from the registries and system_issues; the intake also writes a quarantined birth's row at once
-// (quarantineUntrusted), which the backfill then leaves as it is while its finding stays open.
+// an open (input) finding on the object, an exception on the object, a high-risk write-path class. They follow
+// their group: every scan that writes a group's verdict re-derives, in the same transaction, the object rows of
+// that group's base (class, registry, lifecycle) in every scope (followObjects) — a new object of such a class gets
+// its row, an exception granted, changed or broken re-judges its object, a row whose reason lapsed becomes a
+// tombstone, and coverage, ownership and ruleset changes re-judge the rows of the groups they dirty. The backfill
+// and the full audit derive every row (the safety net, not the mechanism). The intake also writes a quarantined
+// birth's row at once (quarantineUntrusted), which a pass leaves as it is while its finding stays open.
 
 type objectCandidate struct {
 	key, objectType, objectRef, reason, groupKey string
@@ -90,10 +94,16 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 	return chosen, holds, lifts
 }
 
-// materializeObjects upserts the object rows the criteria select under the evaluator's ruleset and turns rows
-// whose reason lapsed into tombstones (lifecycle retired). A tombstone whose reason returns is re-activated.
+// objectPass says which object rows one derivation covers and what they link to.
+type objectPass struct {
+	snapshotID int64
+	groups     []gcos.Group       // the groups an object row may link to (one per base and scope)
+	bases      map[birthBase]bool // the bases whose rows are re-derived; nil: the whole estate
+	baseKeys   []string           // every group key of those bases, retired ones too (the rows a pass may retire)
+}
+
+// materializeObjects derives every object row of the estate against snapshot snap (the backfill and the full audit).
 func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, snap Snapshot, runID string) (materialized, retired int64, err error) {
-	classes, excepted := ev.objectCriteria(s.cfg.Gate.ObjectRiskClasses)
 	// The views check pinned fingerprints with the statement of this binding: record it with the pins.
 	if _, err := tx.Exec(ctx, `INSERT INTO gcos_object_fingerprint_statement AS f (singleton, statement) VALUES (true, $1)
 		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
@@ -106,9 +116,81 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		WHERE e.statement IS DISTINCT FROM EXCLUDED.statement`, s.birthBinding().estateCountSQL()); err != nil {
 		return 0, 0, fmt.Errorf("record the estate statement: %w", err)
 	}
+	return s.deriveObjects(ctx, tx, ev, objectPass{snapshotID: snap.ID, groups: snap.Groups}, runID)
+}
+
+// followObjectsSQL reads the groups of the bases a scan judged: the live ones (an object row links to one) and the
+// retired ones (a row still linked to one is re-derived or retired too).
+const followObjectsSQL = `
+SELECT g.group_key, g.object_class, g.source_registry, g.axis_family, g.scope, g.lifecycle_status, g.owner_scope,
+       g.member_count, g.retired_at IS NOT NULL
+FROM unnest($1::text[], $2::text[], $3::text[]) AS z(cls, coll, st)
+JOIN governance_group g ON g.object_class = z.cls AND g.source_registry = z.coll AND g.lifecycle_status = z.st
+ORDER BY g.group_key`
+
+// followObjects re-derives, in the scan's transaction, the object rows of the bases of the groups it judged (in
+// every scope: an object row links to one scope's group, and a change to any scope's group may move it). Passes
+// over the same base are serialised by a transaction lock per base, taken in one order.
+func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, snapshotID int64, runID string, bases map[birthBase]bool) error {
+	if len(bases) == 0 {
+		return nil
+	}
+	list := make([]birthBase, 0, len(bases))
+	for b := range bases {
+		list = append(list, b)
+	}
+	slices.SortFunc(list, func(a, b birthBase) int { return strings.Compare(a.lockKey(), b.lockKey()) })
+	classes, colls, statuses, locks := make([]string, len(list)), make([]string, len(list)), make([]string, len(list)), make([]string, len(list))
+	for i, b := range list {
+		classes[i], colls[i], statuses[i], locks[i] = b.class, b.coll, b.status, b.lockKey()
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(k, 0))
+		FROM (SELECT k FROM unnest($1::text[]) AS k ORDER BY k) ordered`, locks); err != nil {
+		return fmt.Errorf("lock the object rows of %d bases: %w", len(locks), err)
+	}
+	rows, err := tx.Query(ctx, followObjectsSQL, classes, colls, statuses)
+	if err != nil {
+		return fmt.Errorf("read the groups of scanned bases: %w", err)
+	}
+	pass := objectPass{snapshotID: snapshotID, bases: bases}
+	for rows.Next() {
+		var g gcos.Group
+		var retired bool
+		if err := rows.Scan(&g.Key, &g.ObjectClass, &g.SourceRegistry, &g.AxisFamily, &g.Scope, &g.LifecycleStatus, &g.OwnerScope,
+			&g.MemberCount, &retired); err != nil {
+			rows.Close()
+			return fmt.Errorf("read the groups of scanned bases: %w", err)
+		}
+		pass.baseKeys = append(pass.baseKeys, g.Key)
+		if !retired {
+			pass.groups = append(pass.groups, g)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the groups of scanned bases: %w", err)
+	}
+	_, _, err = s.deriveObjects(ctx, tx, ev, pass, runID)
+	return err
+}
+
+// lockKey names the base's object rows for a transaction lock.
+func (b birthBase) lockKey() string { return "gcos.objects\x1f" + b.class + "\x1f" + b.coll + "\x1f" + b.status }
+
+// deriveObjects upserts the object rows the criteria select under the evaluator's ruleset within the pass and
+// turns rows of the pass whose reason lapsed into tombstones (lifecycle retired). A tombstone whose reason returns
+// is re-activated.
+func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pass objectPass, runID string) (materialized, retired int64, err error) {
+	classes, excepted := ev.objectCriteria(s.cfg.Gate.ObjectRiskClasses)
 	classList := make([]string, 0, len(classes))
 	for c := range classes {
 		classList = append(classList, c)
+	}
+	// A scan's pass reads the births of its bases of those classes only (through the (collection, code) index).
+	var zClasses, zColls, zStatuses []string
+	for b := range pass.bases {
+		if _, ok := classes[b.class]; ok {
+			zClasses, zColls, zStatuses = append(zClasses, b.class), append(zColls, b.coll), append(zStatuses, b.status)
+		}
 	}
 	held, err := openObjectFindings(ctx, tx)
 	if err != nil {
@@ -158,10 +240,20 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 	// §40.6 criterion 1, M-DEF-7), so children added under a container of such a class add no row. A child named
 	// by an exception or a finding is placed in its anchor's group.
 	// An object named one by one also yields its own fingerprint, which an exception on it must pin.
+	byClass := `FROM %[1]s b
+		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL`
+	if pass.bases != nil {
+		byClass = `FROM unnest($4::text[], $5::text[], $6::text[]) AS z(cls, coll, st)
+		JOIN %[1]s b ON b.%[2]s = z.coll AND b.%[4]s = z.cls AND b.%[5]s = z.st
+		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL`
+	}
+	args := []any{classList, namedColls, namedCodes}
+	if pass.bases != nil {
+		args = append(args, zClasses, zColls, zStatuses)
+	}
 	rows, err = tx.Query(ctx, fmt.Sprintf(`
 		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s, NULL::bigint, NULL::bigint
-		FROM %[1]s b
-		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL
+		`+byClass+`
 		UNION ALL
 		SELECT b.%[2]s, b.%[3]s, coalesce(p.%[4]s, b.%[4]s), coalesce(p.%[5]s, b.%[5]s), coalesce(p.%[2]s, b.%[2]s), b.%[6]s,
 		       fh.h, hashint8extended(fh.h, 1)
@@ -171,13 +263,13 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		LEFT JOIN %[1]s p ON b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s`,
 		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Canonical), ident(b.Parent),
 		b.rowHash()),
-		classList, namedColls, namedCodes)
+		args...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
 	}
 	// An object row links to its base group in the first scope, or in the scope of the exception it carries.
 	byBase := map[[3]string]map[string]gcos.Group{}
-	for _, g := range snap.Groups {
+	for _, g := range pass.groups {
 		k := [3]string{deref(g.ObjectClass), deref(g.SourceRegistry), deref(g.LifecycleStatus)}
 		if byBase[k] == nil {
 			byBase[k] = map[string]gcos.Group{}
@@ -211,6 +303,9 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 		}
 		if seen[key] || kept[key] || kept[ref] {
 			continue // selected twice (a class and a name), or held by its finding as it is
+		}
+		if pass.bases != nil && !pass.bases[birthBase{class, anchorColl, status}] {
+			continue // named, but in a base this pass does not cover: its own base's scan derives it
 		}
 		inScope, ok := byBase[[3]string{class, anchorColl, status}]
 		if !ok {
@@ -292,9 +387,10 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 	for k := range kept {
 		keep = append(keep, k)
 	}
-	// An exception naming an object with no birth suppresses nothing, and says so.
+	// An exception naming an object with no birth suppresses nothing, and says so (a pass over the estate: a
+	// scan's pass does not see every named object).
 	for k, xs := range excepted {
-		if !born[k] {
+		if !born[k] && pass.bases == nil {
 			for _, x := range xs {
 				lifts = append(lifts, objectLift{object: k[0] + ":" + k[1], lift: *x.Holds(ev.now, nil)})
 			}
@@ -305,7 +401,7 @@ func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator
 			return 0, 0, err
 		}
 	}
-	return upsertObjects(ctx, tx, snap.ID, ev.ruleset.Version, runID, objs, keep)
+	return upsertObjects(ctx, tx, pass, ev.ruleset.Version, runID, objs, keep)
 }
 
 // objectLift is an exception on an object that does not count, found while materializing the object.
@@ -390,19 +486,23 @@ WHERE o.lifecycle_status <> 'active' OR o.evidence_fingerprint IS DISTINCT FROM 
    -- or it would stay stale for good once its TTL passed
    OR o.dirty OR o.recompute_status <> 'ok' OR o.stale_after <= now()`
 
-// Rows whose reason lapsed become tombstones. A row held by an open finding lapses when the finding closes; the
-// recheck keeps a row whose finding was raised (and the row written) after this run read the findings.
+// Rows whose reason lapsed become tombstones: among every row of the ruleset, or only those linked to a group of
+// the pass's bases ($4). A row held by an open finding lapses when the finding closes; the recheck keeps a row whose
+// finding was raised (and the row written) after this run read the findings.
 const tombstoneObjectsSQL = `
 UPDATE governance_candidate_object o SET lifecycle_status = 'retired', updated_at = now(), last_run_id = $3
 WHERE o.ruleset_version = $1 AND o.lifecycle_status = 'active'
+  AND ($4::text[] IS NULL OR o.group_key = ANY($4))
   AND o.candidate_key NOT IN (SELECT unnest($2::text[]))
   AND (o.materialization_reason <> 'open_finding' OR NOT EXISTS (
         SELECT 1 FROM system_issues i WHERE i.status = 'open'
           AND i.coalesce_key IN ('gov:input:' || o.input_quality_state || ':' || o.candidate_key,
                                  'gov:input:' || o.input_quality_state || ':' || o.object_ref)))`
 
-func upsertObjects(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []objectCandidate, keep []string) (int64, int64, error) {
-	n, err := upsertObjectRows(ctx, tx, snapshotID, ruleset, runID, objs)
+func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, runID string, objs []objectCandidate, keep []string) (int64, int64, error) {
+	// One lock order for every writer of object rows: by candidate key.
+	slices.SortFunc(objs, func(a, b objectCandidate) int { return strings.Compare(a.key, b.key) })
+	n, err := upsertObjectRows(ctx, tx, pass.snapshotID, ruleset, runID, objs)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -412,7 +512,11 @@ func upsertObjects(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, ru
 	}
 	keys = append(keys, keep...)
 	slices.Sort(keys)
-	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, ruleset, keys, runID)
+	var scope []string // nil: every row of the ruleset
+	if pass.bases != nil {
+		scope = append([]string{}, pass.baseKeys...)
+	}
+	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, ruleset, keys, runID, scope)
 	if err != nil {
 		return 0, 0, fmt.Errorf("retire lapsed objects: %w", err)
 	}

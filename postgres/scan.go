@@ -294,6 +294,19 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err := s.recordFailures(ctx, tx, rs.Version, res.RunID, failed); err != nil {
 			return err
 		}
+		// Object rows follow their group: the rows of every base judged here are re-derived with its verdicts.
+		bases := map[birthBase]bool{}
+		for _, v := range append(ok, seeds...) {
+			if g, found := groups[v.GroupKey]; found {
+				bases[baseOf(g)] = true
+			}
+		}
+		for _, g := range place.moved {
+			bases[baseOf(g)] = true
+		}
+		if err := s.followObjects(ctx, tx, ev, snapshotID, res.RunID, bases); err != nil {
+			return err
+		}
 		// An unchanged result raises nothing again (it did when it was new); it still closes what it settles, such
 		// as the finding a failed or expired scan of the same group raised.
 		if err := s.candidateFindings(ctx, tx, rs.Version, res.RunID, append(ok, seeds...), unchanged); err != nil {
@@ -589,6 +602,9 @@ func groupsByKey(ctx context.Context, q querier, keys []string) (map[string]gcos
 func (s *Store) ExpireStale(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := dirtyLapsedExceptions(ctx, tx); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `
 			UPDATE governance_candidate_state c SET dirty = true, dirty_reason = 'ttl', dirtied_at = now(),
 			    recompute_status = CASE WHEN recompute_status = 'ok' THEN 'dirty' ELSE recompute_status END, updated_at = now()
@@ -630,6 +646,34 @@ func (s *Store) ExpireStale(ctx context.Context) (int64, error) {
 		return err
 	})
 	return n, err
+}
+
+// lapsedExceptionGroupsSQL finds the groups of active object rows materialized for an exception that the registry
+// no longer approves now ($1: whether the registry exists; without it nothing is excepted). An exception lapses by
+// the clock alone, with no change row to dirty anything: the periodic pass finds it so the object's row is
+// re-derived (its reason gone, a tombstone or the class's row) instead of waiting for the full audit.
+const lapsedExceptionGroupsSQL = `
+SELECT DISTINCT o.group_key FROM governance_candidate_object o
+JOIN v_current_ruleset cr ON cr.ruleset_version = o.ruleset_version
+WHERE o.lifecycle_status = 'active' AND o.materialization_reason = 'exception'
+  AND NOT (gcos_exception_held(o.object_ref, now()))
+ORDER BY 1`
+
+// dirtyLapsedExceptions marks dirty (authority) the groups of object rows whose exception lapsed.
+func dirtyLapsedExceptions(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, lapsedExceptionGroupsSQL)
+	if err != nil {
+		return fmt.Errorf("find lapsed object exceptions: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("find lapsed object exceptions: %w", err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	_, err = markDirty(ctx, tx, keys, gcos.DirtyAuthority)
+	return err
 }
 
 // DirtySetSize is the number of dirty groups under the current ruleset.
