@@ -174,7 +174,9 @@ func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, sna
 }
 
 // lockKey names the base's object rows for a transaction lock.
-func (b birthBase) lockKey() string { return "gcos.objects\x1f" + b.class + "\x1f" + b.coll + "\x1f" + b.status }
+func (b birthBase) lockKey() string {
+	return "gcos.objects\x1f" + b.class + "\x1f" + b.coll + "\x1f" + b.status
+}
 
 // deriveObjects upserts the object rows the criteria select under the evaluator's ruleset within the pass and
 // turns rows of the pass whose reason lapsed into tombstones (lifecycle retired). A tombstone whose reason returns
