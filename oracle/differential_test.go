@@ -59,10 +59,6 @@ type knownDivergence struct {
 func on(triggers ...string) []string { return triggers }
 
 var knownDivergences = []knownDivergence{
-	// A birth from an untrusted source is quarantined under its own object row and dirties nothing, so its group
-	// counts it only at its next scan.
-	{on("untrusted_birth"), nil, "group", "member_count", "the group counts a quarantined birth at its next scan"},
-	{on("untrusted_birth"), nil, "ledger", "*", "that birth is counted stale (not yet placed) meanwhile"},
 }
 
 // explains reports whether the entry covers mismatch m.

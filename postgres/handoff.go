@@ -375,6 +375,14 @@ func (s *Store) recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Gr
 	return nil
 }
 
+// quarantined is one birth from an untrusted source.
+type quarantined struct {
+	row    *TailRow
+	base   birthBase
+	key    string   // the finding's coalesce key
+	groups []string // its base's group keys, one per scope (counted at once unless recorded for it)
+}
+
 // quarantineUntrusted materializes an object row (needs_input, untrusted_source, held by an open finding) and raises
 // an input.untrusted_source finding for every birth from an untrusted source system: the gate consults that row
 // before the group's, so the object is blocked until its source is trusted. The birth dirties no group. A group
@@ -392,11 +400,6 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if err := countRows(ctx, tx, rows[0].Source, "untrusted_rows", len(rows)); err != nil {
 		return err
 	}
-	type quarantined struct {
-		row  *TailRow
-		base birthBase
-		key  string // the finding's coalesce key
-	}
 	var qs []quarantined
 	var keys []string
 	for _, r := range rows {
@@ -405,7 +408,7 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 			b = a
 		}
 		k := gcos.CoalesceKey(gcos.InputIssue(gcos.InputUntrustedSource), r.ObjectRef())
-		qs = append(qs, quarantined{r, b, k})
+		qs = append(qs, quarantined{row: r, base: b, key: k})
 		keys = append(keys, k)
 	}
 	rows2, err := tx.Query(ctx, `SELECT DISTINCT coalesce_key FROM system_issues WHERE coalesce_key = ANY($1)`, keys)
@@ -416,9 +419,9 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}
-	seen := map[string]bool{}
+	seen, seenBefore := map[string]bool{}, map[string]bool{}
 	for _, k := range known {
-		seen[k] = true
+		seen[k], seenBefore[k] = true, true
 	}
 	rs, err := s.currentRuleset(ctx)
 	noStore := gcos.ErrorCode(err) == gcos.ENOTFOUND
@@ -436,7 +439,7 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	var findings []gcos.Finding
 	newBases := map[birthBase]int64{}
 	var baseOrder []birthBase
-	for _, q := range qs {
+	for i, q := range qs {
 		if seen[q.key] {
 			continue // already quarantined (a replay of the same birth)
 		}
@@ -465,6 +468,9 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 		}
 		class := q.base.class
 		dims := regs.Dimensions(gcos.BaseGroup{ObjectClass: class, SourceRegistry: q.base.coll, LifecycleStatus: q.base.status})
+		for _, d := range dims {
+			qs[i].groups = append(qs[i].groups, gcos.GroupKey(d))
+		}
 		g := gcos.NewGroup(dims[0], 1)
 		objs = append(objs, objectCandidate{key: r.CanonicalRef(), objectType: class, objectRef: ref, reason: "open_finding", groupKey: g.Key,
 			values: candidateValues{GroupKey: "object:" + r.CanonicalRef(), Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
@@ -474,7 +480,11 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if len(objs) == 0 {
 		return nil
 	}
-	if err := s.holdUntrustedGroups(ctx, tx, regs, snapshotID, rs.Version, baseOrder, newBases); err != nil {
+	fresh, err := s.holdUntrustedGroups(ctx, tx, regs, snapshotID, rs.Version, baseOrder, newBases)
+	if err != nil {
+		return err
+	}
+	if err := countQuarantined(ctx, tx, rs.Version, qs, seenBefore, fresh); err != nil {
 		return err
 	}
 	if _, err = upsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs); err != nil {
@@ -488,12 +498,58 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	return nil
 }
 
-// holdUntrustedGroups records the groups of bases only untrusted births name that the registry does not know yet,
-// each with a needs_input (untrusted_source) row under the current ruleset. Known groups are left as they are.
-func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Registries, snapshotID int64, ruleset string,
-	bases []birthBase, counts map[birthBase]int64) error {
-	if len(bases) == 0 {
+// countQuarantinedSQL adds quarantined births to the member counts of their groups' rows under the current
+// ruleset ($1), each base's groups by $4 (group keys $2, one row per scope): the kept counts already hold them, so
+// the count a scan writes next is the same. Rows are locked in group-key order, as every marking writer does.
+const countQuarantinedSQL = `
+WITH adds AS (
+    SELECT k, sum(n)::bigint AS n FROM unnest($2::text[], $3::bigint[]) AS a(k, n) GROUP BY k
+), locked AS (
+    SELECT c.group_key, a.n FROM governance_candidate_state c JOIN adds a ON a.k = c.group_key
+    WHERE c.ruleset_version = $1 ORDER BY c.group_key FOR UPDATE OF c
+), counted AS (
+    UPDATE governance_candidate_state c SET member_count = c.member_count + l.n
+    FROM locked l WHERE c.group_key = l.group_key AND c.ruleset_version = $1
+    RETURNING c.group_key, l.n
+)
+UPDATE governance_group g SET member_count = g.member_count + c.n FROM counted c WHERE g.group_key = c.group_key`
+
+// countQuarantined counts newly quarantined births in their base's groups (fresh: the groups recorded for untrusted
+// births alone, holdUntrustedGroups, were recorded with their count): a quarantined birth is counted
+// at once where it belongs — its object row, needs_input (untrusted_source), takes it out of its group's bucket in
+// the ledger — instead of showing as unplaced until its group's next scan. Nothing is dirtied: an untrusted source
+// cannot make work. A replayed birth (its finding seen before) is not counted again.
+func countQuarantined(ctx context.Context, tx pgx.Tx, ruleset string, qs []quarantined, seenBefore, fresh map[string]bool) error {
+	var keys []string
+	var adds []int64
+	counted := map[string]bool{}
+	for _, q := range qs {
+		if seenBefore[q.key] || counted[q.key] {
+			continue
+		}
+		counted[q.key] = true
+		for _, k := range q.groups {
+			if !fresh[k] {
+				keys, adds = append(keys, k), append(adds, 1)
+			}
+		}
+	}
+	if len(keys) == 0 {
 		return nil
+	}
+	if _, err := tx.Exec(ctx, countQuarantinedSQL, ruleset, keys, adds); err != nil {
+		return fmt.Errorf("count quarantined births in their groups: %w", err)
+	}
+	return nil
+}
+
+// holdUntrustedGroups records the groups of bases only untrusted births name that the registry does not know yet,
+// each with a needs_input (untrusted_source) row under the current ruleset, and returns their keys. Known groups are
+// left as they are.
+func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Registries, snapshotID int64, ruleset string,
+	bases []birthBase, counts map[birthBase]int64) (fresh map[string]bool, err error) {
+	if len(bases) == 0 {
+		return nil, nil
 	}
 	var all []gcos.Group
 	var keys []string
@@ -505,23 +561,23 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	}
 	rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE group_key = ANY($1)`, keys)
 	if err != nil {
-		return fmt.Errorf("quarantine groups: %w", err)
+		return nil, fmt.Errorf("quarantine groups: %w", err)
 	}
 	existing, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("quarantine groups: %w", err)
+		return nil, fmt.Errorf("quarantine groups: %w", err)
 	}
-	var fresh []gcos.Group
+	var recorded []gcos.Group
 	var held []candidateValues
 	for _, g := range all {
 		if slices.Contains(existing, g.Key) {
 			continue
 		}
-		fresh = append(fresh, g)
+		recorded = append(recorded, g)
 		class := deref(g.ObjectClass)
 		deps, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		sum := sha256.Sum256([]byte("untrusted:" + g.Key + ":" + ruleset))
 		held = append(held, candidateValues{GroupKey: g.Key, Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
@@ -529,14 +585,20 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 			CoverageRequired: regs.CoverageRequired(class), OwnerScope: g.OwnerScope, DependsOn: deps,
 			TTL: s.cfg.TTL.TTLFor(regs.RiskClass(class)), Evidence: hex.EncodeToString(sum[:16]), MemberCount: g.MemberCount})
 	}
-	if len(fresh) == 0 {
-		return nil
+	if len(recorded) == 0 {
+		return nil, nil
 	}
-	if err := s.recordNewGroups(ctx, tx, fresh); err != nil {
-		return err
+	if err := s.recordNewGroups(ctx, tx, recorded); err != nil {
+		return nil, err
 	}
-	_, err = seedCandidates(ctx, tx, snapshotID, ruleset, "intake", held)
-	return err
+	if _, err = seedCandidates(ctx, tx, snapshotID, ruleset, "intake", held); err != nil {
+		return nil, err
+	}
+	fresh = map[string]bool{}
+	for _, g := range recorded {
+		fresh[g.Key] = true
+	}
+	return fresh, nil
 }
 
 // ownAuditRows are the ids among the page's changelog rows that GCOS itself wrote (governance_audit_row).
