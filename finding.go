@@ -57,6 +57,7 @@ const (
 	IssueVerifyMismatch           IssueType = "verify_mismatch"      // the incremental state differs from a from-scratch evaluation
 	IssueHandoffUnmappedRow       IssueType = "handoff_unmapped_row" // a tailed row no mapping rule matches
 	IssueHandoffOutOfOrder        IssueType = "handoff_out_of_order" // a row behind the committed cursor or in the future
+	IssueOwnerDispute             IssueType = "owner_dispute"        // equally specific ownership rows name different owners
 )
 
 // inputIssuePrefix starts every input-quality finding type ("input.<state>").
@@ -106,6 +107,7 @@ var IssueSpecs = []IssueSpec{
 	{IssueVerifyMismatch, "coverage", "verify_mismatch", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
 	{IssueHandoffUnmappedRow, "handoff", "unmapped_row", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 	{IssueHandoffOutOfOrder, "handoff", "out_of_order", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
+	{IssueOwnerDispute, "coverage", "owner_dispute", SeverityHigh, SeverityHigh, DefaultEscalateAfter},
 }
 
 // inputEventState maps an input-quality state to its doc 41 event name where the two differ.

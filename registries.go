@@ -145,22 +145,10 @@ func (r Registries) AxisFamily(class string) *string {
 	return best
 }
 
-// OwnerScope resolves the owner of (scope, class, collection) from active ownership rows: a class-specific row
-// wins over a collection-wide one, lower id first. Nil when none matches or the registry is absent.
+// OwnerScope is the owner of (scope, class, collection) by ResolveOwnership: nil when none resolves, in a
+// dispute, or when the ownership registry is absent.
 func (r Registries) OwnerScope(scope, class, collection string) *string {
-	var byCollection *string
-	for _, o := range r.Ownership {
-		if o.Status != "active" || o.ScopeCode != scope {
-			continue
-		}
-		if o.EntityType != nil && *o.EntityType == class && (o.CollectionName == nil || *o.CollectionName == collection) {
-			return Str(o.OwnerRef)
-		}
-		if o.EntityType == nil && o.CollectionName != nil && *o.CollectionName == collection && byCollection == nil {
-			byCollection = Str(o.OwnerRef)
-		}
-	}
-	return byCollection
+	return ResolveOwnership(r.Ownership, scope, class, collection).Owner
 }
 
 // BaseGroup is one (class, registry, lifecycle) aggregate of births, before the scope multiplies it. Inherited

@@ -3,10 +3,12 @@ package events
 import (
 	"slices"
 	"strings"
+
+	"gcos"
 )
 
 // CouncilOwner is the owner of last resort: a route that resolves to nobody, or to a dispute, escalates here.
-const CouncilOwner = "GOV-COUNCIL"
+const CouncilOwner = gcos.CouncilOwner
 
 // Where an owner came from.
 const (
@@ -57,35 +59,32 @@ func ResolveOwner(q OwnerQuery, src OwnerSources) ResolvedOwner {
 	if src.Ownerships == nil {
 		reasons = append(reasons, "ownership registry absent")
 	} else {
-		best, bestScore := []Ownership(nil), -1
-		for _, o := range src.Ownerships {
-			score, ok := ownershipMatch(q, o)
-			if !ok {
-				continue
-			}
-			switch {
-			case score > bestScore:
-				best, bestScore = []Ownership{o}, score
-			case score == bestScore:
-				best = append(best, o)
+		// The ownership step is the one owner resolver coverage uses (gcos.ResolveOwnership); an empty Scope asks
+		// every scope at once.
+		rows := make([]gcos.OwnershipRow, len(src.Ownerships))
+		for i, o := range src.Ownerships {
+			rows[i] = gcos.OwnershipRow{ID: o.ID, ScopeCode: o.ScopeCode, EntityType: optional(o.EntityType),
+				CollectionName: optional(o.CollectionName), OwnerRef: o.OwnerRef, Status: o.Status}
+			if q.Scope == "" {
+				rows[i].ScopeCode = ""
 			}
 		}
-		owners := distinctOwners(best)
-		switch len(owners) {
-		case 0:
-			reasons = append(reasons, "no active ownership matches")
-		case 1:
-			first := best[0]
-			for _, o := range best[1:] {
-				if o.ID < first.ID {
-					first = o
+		res := gcos.ResolveOwnership(rows, q.Scope, q.EntityType, q.CollectionName)
+		switch {
+		case res.Disputed:
+			return ResolvedOwner{OwnerRef: CouncilOwner, Source: OwnerFromCouncil,
+				Reason: "ownership dispute between " + strings.Join(res.Claimants, ", ") + ": routed to " + CouncilOwner}
+		case res.Owner != nil:
+			scope := q.Scope
+			for _, o := range src.Ownerships {
+				if o.ID == res.RowID {
+					scope = o.ScopeCode
 				}
 			}
-			return ResolvedOwner{OwnerRef: owners[0], Source: OwnerFromOwnership, RowID: first.ID,
-				Reason: "active ownership row of scope " + first.ScopeCode}
+			return ResolvedOwner{OwnerRef: *res.Owner, Source: OwnerFromOwnership, RowID: res.RowID,
+				Reason: "active ownership row of scope " + scope}
 		default:
-			return ResolvedOwner{OwnerRef: CouncilOwner, Source: OwnerFromCouncil,
-				Reason: "ownership dispute between " + strings.Join(owners, ", ") + ": routed to " + CouncilOwner}
+			reasons = append(reasons, "no active ownership matches")
 		}
 	}
 	if src.ScopeDefault == nil {
@@ -112,34 +111,10 @@ func ResolveOwner(q OwnerQuery, src OwnerSources) ResolvedOwner {
 		Reason: strings.Join(append(reasons, "escalated to "+CouncilOwner), "; ")}
 }
 
-// ownershipMatch reports whether o can own q and how specific it is (2 per exact class or collection match).
-func ownershipMatch(q OwnerQuery, o Ownership) (int, bool) {
-	if !strings.EqualFold(o.Status, "active") || strings.TrimSpace(o.OwnerRef) == "" {
-		return 0, false
+// optional is a wildcard selector ("") as NULL.
+func optional(s string) *string {
+	if s == "" {
+		return nil
 	}
-	if q.Scope != "" && o.ScopeCode != q.Scope {
-		return 0, false
-	}
-	score := 0
-	for _, f := range [][2]string{{o.EntityType, q.EntityType}, {o.CollectionName, q.CollectionName}} {
-		switch {
-		case f[0] == "":
-		case f[0] == f[1]:
-			score += 2
-		default:
-			return 0, false
-		}
-	}
-	return score, true
-}
-
-func distinctOwners(rows []Ownership) []string {
-	var out []string
-	for _, o := range rows {
-		if !slices.Contains(out, o.OwnerRef) {
-			out = append(out, o.OwnerRef)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return &s
 }

@@ -30,7 +30,7 @@ func TestResolveOwner(t *testing.T) {
 		{"class row beats scope-wide row", OwnerQuery{"health", "invoice", "fin_other"}, OwnerSources{own, defaults}, "CLASS-OWNER", OwnerFromOwnership, "", 2},
 		{"scope-wide row", OwnerQuery{"health", "order", "shop_orders"}, OwnerSources{own, defaults}, "SCOPE-WIDE", OwnerFromOwnership, "", 1},
 		{"dispute goes to council", OwnerQuery{"health", "account", "crm_accounts"}, OwnerSources{own, defaults}, CouncilOwner, OwnerFromCouncil, "dispute", 0},
-		{"same owner twice is no dispute", OwnerQuery{"render", "page", "cms_pages"}, OwnerSources{own, defaults}, "PAGES", OwnerFromOwnership, "", 7},
+		{"same owner twice is no dispute; status is exact (ACTIVE is not active)", OwnerQuery{"render", "page", "cms_pages"}, OwnerSources{own, defaults}, "PAGES", OwnerFromOwnership, "", 8},
 		{"inactive rows never own", OwnerQuery{"audit", "invoice", ""}, OwnerSources{own, defaults}, "GOV-AUDIT", OwnerFromScopeDefault, "no active ownership", 0},
 		{"unknown class cannot match a class row", OwnerQuery{"audit", "", ""}, OwnerSources{own, defaults}, "GOV-AUDIT", OwnerFromScopeDefault, "", 0},
 		{"empty hint falls to council", OwnerQuery{"policy", "x", "y"}, OwnerSources{own, defaults}, CouncilOwner, OwnerFromCouncil, "no default owner hint", 0},

@@ -58,8 +58,7 @@ type knownDivergence struct {
 
 func on(triggers ...string) []string { return triggers }
 
-var knownDivergences = []knownDivergence{
-}
+var knownDivergences = []knownDivergence{}
 
 // explains reports whether the entry covers mismatch m.
 func (k knownDivergence) explains(m oracle.Mismatch) bool {

@@ -323,22 +323,10 @@ func axisFamily(rs gcos.RulesetComponents, class string) *string {
 	return best
 }
 
-// owner resolves (scope, class, collection) to an owner from active ownership rows (sorted by id): a row for the
-// class wins over one for the whole collection.
+// owner is the owner of (scope, class, collection) by the one owner resolver GCOS uses (gcos.ResolveOwnership):
+// its rules are pure and table-tested where they live, so the reference does not keep a copy of them.
 func owner(rows []gcos.OwnershipRow, scope, class, collection string) *string {
-	var byCollection *string
-	for _, o := range rows {
-		if o.Status != "active" || o.ScopeCode != scope {
-			continue
-		}
-		if o.EntityType != nil && *o.EntityType == class && (o.CollectionName == nil || *o.CollectionName == collection) {
-			return gcos.Str(o.OwnerRef)
-		}
-		if o.EntityType == nil && o.CollectionName != nil && *o.CollectionName == collection && byCollection == nil {
-			byCollection = gcos.Str(o.OwnerRef)
-		}
-	}
-	return byCollection
+	return gcos.ResolveOwnership(rows, scope, class, collection).Owner
 }
 
 // Gate is the decision the gate must take on the object (collection:code) for action, judged from the reference's

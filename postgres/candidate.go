@@ -121,6 +121,9 @@ type candidateValues struct {
 	// The terms the exception is counted under at read time (gcos.CoverageRecord.At).
 	ExceptionExpiresAt   *time.Time
 	ExceptionFingerprint *string
+	// OwnerDispute lists the owners that equally specific ownership rows of the group's scope name: no owner
+	// (fail closed), and an owner_dispute finding routed to the council.
+	OwnerDispute []string
 }
 
 // evaluate judges one group (or, with objectKey set, one materialized object of it).
@@ -159,6 +162,11 @@ func (e *evaluator) evaluate(g gcos.Group, objectKey string) (candidateValues, e
 		return v, err
 	}
 	v.DependsOn = deps
+	if scope := deref(g.Scope); g.OwnerScope == nil && scope != gcos.UnscopedScope && objectKey == "" {
+		if r := gcos.ResolveOwnership(e.regs.Ownership, scope, class, deref(g.SourceRegistry)); r.Disputed {
+			v.OwnerDispute = r.Claimants
+		}
+	}
 	if v.Verdict == gcos.VerdictRelevant {
 		exc := e.regs.GroupException(g.Dimensions, e.now)
 		if exc != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,8 @@ type ExplainedRow struct {
 	// RecordedCoverage is the outcome its scan recorded, when an exception it rested on has since been lifted.
 	RecordedCoverage gcos.CoverageOutcome `json:"recorded_coverage_outcome,omitempty"`
 	ExceptionLifted  *gcos.ExceptionLift  `json:"exception_lifted,omitempty"`
+	// OwnerDispute lists the owners equally specific ownership rows of the row's scope name: no owner resolves.
+	OwnerDispute []string `json:"owner_dispute,omitempty"`
 	Age              string               `json:"age,omitempty"` // since the row's scan, as of the explanation
 }
 
@@ -54,6 +57,9 @@ func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, 
 		return Explanation{}, gcos.Errorf(gcos.ENOTFOUND, "object %s has no birth", object)
 	}
 	ex := s.explain(ref.String(), o.reads, o.now)
+	if err := s.explainDisputes(ctx, &ex); err != nil {
+		return Explanation{}, fmt.Errorf("explain %s: %w", object, err)
+	}
 	ex.ObjectFingerprint = deref(o.fingerprint)
 	ex.InputProblems = o.problems
 	for _, p := range o.problems {
@@ -115,7 +121,51 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 	if len(reads) == 0 {
 		return Explanation{}, gcos.Errorf(gcos.ENOTFOUND, "group %s is not in the group registry", key)
 	}
-	return s.explain("group "+key, reads, now), nil
+	ex := s.explain("group "+key, reads, now)
+	if err := s.explainDisputes(ctx, &ex); err != nil {
+		return Explanation{}, fmt.Errorf("explain group %s: %w", key, err)
+	}
+	return ex, nil
+}
+
+// explainDisputes names the ownership disputes of the explained groups (their open owner_dispute findings).
+func (s *Store) explainDisputes(ctx context.Context, ex *Explanation) error {
+	var keys []string
+	for _, r := range ex.Rows {
+		if r.Source == gcos.GateSourceGroup {
+			keys = append(keys, gcos.CoalesceKey(gcos.IssueOwnerDispute, r.Key))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (coalesce_key) evidence_snapshot ->> 'group_key',
+		       coalesce(ARRAY(SELECT jsonb_array_elements_text(evidence_snapshot -> 'claimants')), '{}')
+		FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open' ORDER BY coalesce_key, id`, keys)
+	if err != nil {
+		return fmt.Errorf("read owner disputes: %w", err)
+	}
+	disputes := map[string][]string{}
+	for rows.Next() {
+		var key string
+		var claimants []string
+		if err := rows.Scan(&key, &claimants); err != nil {
+			rows.Close()
+			return fmt.Errorf("read owner disputes: %w", err)
+		}
+		disputes[key] = claimants
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read owner disputes: %w", err)
+	}
+	for i, r := range ex.Rows {
+		if c, ok := disputes[r.Key]; ok && r.Source == gcos.GateSourceGroup {
+			ex.Rows[i].OwnerDispute = c
+			ex.Statements = append(ex.Statements, fmt.Sprintf("group %s (scope %s): ownership dispute between %s: no owner resolves (fail closed); routed to %s",
+				r.Key, r.Scope, strings.Join(c, ", "), gcos.CouncilOwner))
+		}
+	}
+	return nil
 }
 
 func (s *Store) explain(subject string, reads []candidateRead, now time.Time) Explanation {

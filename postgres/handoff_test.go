@@ -655,9 +655,15 @@ func TestHandoffUntrustedSource(t *testing.T) {
 		t.Fatalf("need two relevant classes without a pending group: %v %v", picks, err)
 	}
 	rogue, trusted := picks[0], picks[1]
-	activeRows := `SELECT c.* FROM governance_candidate_state c JOIN governance_group g USING (group_key)
+	// Everything but the member count: a quarantined birth is counted in its group at once, and changes nothing else.
+	activeRows := `SELECT c.group_key, c.ruleset_version, c.candidate_verdict, c.input_quality_state, c.dirty, c.dirty_reason,
+		    c.scan_time, c.stale_after, c.recompute_status, c.evidence_fingerprint, c.coverage_required, c.updated_at
+		FROM governance_candidate_state c JOIN governance_group g USING (group_key)
 		WHERE g.object_class = '` + rogue.class + `' AND g.lifecycle_status = 'active'`
-	activeBefore := e.digest(t, activeRows)
+	activeCount := `SELECT sum(c.member_count) FROM governance_candidate_state c JOIN governance_group g USING (group_key)
+		WHERE g.object_class = '` + rogue.class + `' AND g.source_registry = '` + rogue.coll + `' AND g.lifecycle_status = 'active' AND c.ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`
+	activeGroups := `SELECT count(*) FROM governance_group g WHERE g.object_class = '` + rogue.class + `' AND g.source_registry = '` + rogue.coll + `' AND g.lifecycle_status = 'active' AND g.retired_at IS NULL`
+	activeBefore, countBefore := e.digest(t, activeRows), e.count(t, activeCount)
 	before := e.signalIDs(t)
 	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref) VALUES
 		('rogue-1', $1, $2, 'pending', 'rogue-loader', 'mallory'),
@@ -672,7 +678,11 @@ func TestHandoffUntrustedSource(t *testing.T) {
 		t.Fatalf("signals %+v, want only the trusted birth's", sigs)
 	}
 	if e.digest(t, activeRows) != activeBefore {
-		t.Fatal("an untrusted birth touched the rows of its (existing) group")
+		t.Fatal("an untrusted birth touched the verdict rows of its (existing) group")
+	}
+	// rogue-2 and rogue-3 are active: counted once in the active group of every scope.
+	if got, want := e.count(t, activeCount), countBefore+2*e.count(t, activeGroups); got != want {
+		t.Fatalf("members of the rogue class's active groups = %d, want %d (two quarantined births counted in every scope)", got, want)
 	}
 	objects := `SELECT candidate_key, candidate_verdict || '/' || input_quality_state || '/' || materialization_reason
 		FROM governance_candidate_object WHERE object_ref LIKE $1 || ':rogue-%'`

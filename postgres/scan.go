@@ -381,8 +381,9 @@ func (s *Store) scanBackoff(attempts int) time.Duration {
 	return d
 }
 
-// candidateFindings raises candidate_unknown for groups the scan could not decide and auto-closes candidate_unknown
-// and candidate_stale for groups it settled, and coverage_orphan for groups that are no longer orphans, keyed by
+// candidateFindings raises candidate_unknown for groups the scan could not decide and owner_dispute for groups whose
+// ownership rows disagree, and auto-closes candidate_unknown and candidate_stale for groups it settled,
+// owner_dispute for groups no longer disputed, and coverage_orphan for groups that are no longer orphans, keyed by
 // the current ruleset. Groups in quiet are not raised again.
 func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues, quiet map[string]bool) error {
 	type pending struct {
@@ -405,6 +406,16 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 		for _, t := range []gcos.IssueType{gcos.IssueCandidateUnknown, gcos.IssueCandidateStale} {
 			settled = append(settled, pending{t, v.GroupKey})
 			keys = append(keys, gcos.CoalesceKey(t, v.GroupKey))
+		}
+		if len(v.OwnerDispute) > 0 && !quiet[v.GroupKey] {
+			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueOwnerDispute, Subject: v.GroupKey, Group: v.GroupKey,
+				RunID: runID, RulesetVersion: ruleset, Evidence: map[string]any{"group_key": v.GroupKey, "claimants": v.OwnerDispute,
+					"routed_to": gcos.CouncilOwner, "reason": "equally specific active ownership rows name different owners: no owner until one is retired"}}); err != nil {
+				return err
+			}
+		} else if len(v.OwnerDispute) == 0 {
+			settled = append(settled, pending{gcos.IssueOwnerDispute, v.GroupKey})
+			keys = append(keys, gcos.CoalesceKey(gcos.IssueOwnerDispute, v.GroupKey))
 		}
 		if v.Verdict != gcos.VerdictRelevant || v.Coverage != gcos.CoverageOrphan {
 			// The gate raised coverage_orphan on this group; it now has an owner (or needs none).
