@@ -393,6 +393,96 @@ var triggers = []trigger{
 		}
 		return "object " + obj + " under exception " + id + " changed", e.changelog(class, code, "update", "registry-sync")
 	}},
+	{"exception_revoked", func(e *env, r *rand.Rand) (string, error) {
+		// A risk desk revokes an object exception by moving its expiry into the past, with its changelog row. A full
+		// audit ran in between: the object's row and its coverage carry the terms as granted (a year).
+		id, obj, err := e.objectException(r, "1 year")
+		if err != nil {
+			return "", err
+		}
+		if err := e.settle(); err != nil {
+			return "", err
+		}
+		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE governance_exception SET expires_at = now() - interval '1 minute' WHERE exception_id = $1`, id); err != nil {
+			return "", err
+		}
+		return "object exception " + id + " on " + obj + " revoked (expiry moved into the past)", e.changelog("exception", id, "update", "registry-risk-desk")
+	}},
+	{"exception_orphan_edited", func(e *env, r *rand.Rand) (string, error) {
+		// An exception granted on one high-risk orphan object, pinned to its fingerprint; its birth row edited after.
+		class, coll, code, err := e.object(r, `status = 'active' AND (entity_type, collection_name) IN (
+			SELECT object_class, source_registry FROM v_candidate_effective
+			WHERE coverage_outcome = 'orphan' AND risk_class <> 'read_descriptive' AND lifecycle_status = 'active')`)
+		if err != nil {
+			return "", err
+		}
+		var scope string
+		if err := e.pool.QueryRow(e.ctx, `SELECT min(scope) FROM v_candidate_effective WHERE coverage_outcome = 'orphan'
+			AND object_class = $1 AND source_registry = $2 AND lifecycle_status = 'active'`, class, coll).Scan(&scope); err != nil {
+			return "", err
+		}
+		fp, err := e.fingerprint(coll, code)
+		if err != nil {
+			return "", err
+		}
+		e.seq++
+		id := fmt.Sprintf("EXC-OO-%d-%d", e.seq, r.IntN(1e6))
+		obj := coll + ":" + code
+		e.touched = append(e.touched, obj)
+		if err := e.exec(`INSERT INTO governance_exception (exception_id, scope_code, entity_type, collection_name, entity_code,
+			approval_ref, expires_at, fingerprint) VALUES ($1, $2, $3, $4, $5, 'APR-X', now() + interval '1 day', $6)`,
+			id, scope, class, coll, code, fp); err != nil {
+			return "", err
+		}
+		if err := e.changelog("exception", id, "create", "registry-sync"); err != nil {
+			return "", err
+		}
+		if err := e.settle(); err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE birth_registry SET actor_ref = 'edited-' || coalesce(actor_ref, '') WHERE collection_name = $1 AND entity_code = $2`,
+			coll, code); err != nil {
+			return "", err
+		}
+		return "exception " + id + " on orphan " + obj + " in " + scope + ", then its birth row edited", e.changelog(class, code, "update", "registry-sync")
+	}},
+	{"owner_dispute", func(e *env, r *rand.Rand) (string, error) {
+		// A second owner for a collection that has one in a scope: equally specific rows, different owners.
+		owned, err := e.strings(`SELECT scope_code || '|' || collection_name FROM governance_object_ownership
+			WHERE status = 'active' AND entity_type IS NULL AND collection_name IS NOT NULL ORDER BY id`)
+		if err != nil || len(owned) == 0 {
+			return "", fmt.Errorf("no collection owner (%v)", err)
+		}
+		o := strings.SplitN(pick(r, owned), "|", 2)
+		var id, object string
+		if err := e.pool.QueryRow(e.ctx, `INSERT INTO governance_object_ownership (scope_code, collection_name, owner_ref)
+			VALUES ($1, $2, $3) RETURNING id::text`, o[0], o[1], fmt.Sprintf("team-rival-%d", r.IntN(1000))).Scan(&id); err != nil {
+			return "", err
+		}
+		if err := e.pool.QueryRow(e.ctx, `SELECT coalesce(min(collection_name || ':' || entity_code), '') FROM birth_registry
+			WHERE collection_name = $1 AND status = 'active' AND parent_code IS NULL`, o[1]).Scan(&object); err != nil {
+			return "", err
+		}
+		if object != "" {
+			e.touched = append(e.touched, object)
+		}
+		return "a rival owner of " + o[1] + " in " + o[0], e.changelog("ownership", id, "create", "registry-sync")
+	}},
+	{"writer_with_slash", func(e *env, r *rand.Rand) (string, error) {
+		// A changelog row from a writer whose name has a '/': trusted by a glob like any other name.
+		class, coll, code, err := e.object(r, "status = 'active'")
+		if err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
+			return "", err
+		}
+		e.touched = append(e.touched, coll+":"+code)
+		return "retire of " + coll + ":" + code + " logged by registry-sync/eu-west", e.changelog(class, code, "retire", "registry-sync/eu-west")
+	}},
 	{"ruleset", func(e *env, r *rand.Rand) (string, error) {
 		classes, err := e.strings(`SELECT entity_type FROM governance_coverage_profile ORDER BY 1`)
 		if err != nil {

@@ -40,7 +40,7 @@ type ExplainedRow struct {
 	ExceptionLifted  *gcos.ExceptionLift  `json:"exception_lifted,omitempty"`
 	// OwnerDispute lists the owners equally specific ownership rows of the row's scope name: no owner resolves.
 	OwnerDispute []string `json:"owner_dispute,omitempty"`
-	Age              string               `json:"age,omitempty"` // since the row's scan, as of the explanation
+	Age          string   `json:"age,omitempty"` // since the row's scan, as of the explanation
 }
 
 // ExplainObject explains an object's verdict(s) from stored values only.
