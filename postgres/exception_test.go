@@ -361,3 +361,68 @@ func TestException_RevokedInTheRegistryStopsSuppressingAtOnce(t *testing.T) {
 	}
 	b.ledgerCloses(t)
 }
+
+// Two equally specific active ownership rows naming different owners are a dispute: the group has no owner (an
+// orphan: never coverage), an owner_dispute finding routed to the council names the claimants, explain says so, and
+// retiring one row settles it.
+func TestOwnership_ADisputeIsNoOwner(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 20000, nil)
+	var scope, class, coll, owner, key string
+	if err := b.pool.QueryRow(b.ctx, `SELECT e.scope, e.object_class, e.source_registry, o.owner_ref, e.group_key
+		FROM v_candidate_effective e
+		JOIN governance_object_ownership o ON o.scope_code = e.scope AND o.collection_name = e.source_registry
+		     AND o.entity_type IS NULL AND o.status = 'active'
+		WHERE e.coverage_outcome = 'covered' AND e.clean AND e.lifecycle_status = 'active'
+		  AND NOT EXISTS (SELECT 1 FROM governance_object_ownership c WHERE c.scope_code = e.scope AND c.entity_type = e.object_class)
+		ORDER BY e.group_key LIMIT 1`).Scan(&scope, &class, &coll, &owner, &key); err != nil {
+		t.Fatalf("no group covered by a collection owner: %v", err)
+	}
+	var rival int64
+	if err := b.pool.QueryRow(b.ctx, `INSERT INTO governance_object_ownership (scope_code, collection_name, owner_ref)
+		VALUES ($1, $2, 'team-rival') RETURNING id`, scope, coll).Scan(&rival); err != nil {
+		t.Fatal(err)
+	}
+	rescan := func(key string) string {
+		t.Helper()
+		if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
+			t.Fatal(err)
+		}
+		b.scanAll(t, postgres.ModeIncremental)
+		var k string
+		if err := b.pool.QueryRow(b.ctx, `SELECT group_key FROM v_candidate_effective WHERE scope = $1 AND object_class = $2
+			AND source_registry = $3 AND lifecycle_status = 'active' AND member_count > 0`, scope, class, coll).Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	disputed := rescan(key)
+	var cov string
+	var ownerScope *string
+	if err := b.pool.QueryRow(b.ctx, `SELECT coverage_outcome, owner_scope FROM v_candidate_effective WHERE group_key = $1`, disputed).
+		Scan(&cov, &ownerScope); err != nil || cov != "orphan" || ownerScope != nil {
+		t.Fatalf("disputed group %s: coverage %q, owner %v (err %v), want an orphan with no owner", disputed, cov, ownerScope, err)
+	}
+	fkey := gcos.CoalesceKey(gcos.IssueOwnerDispute, disputed)
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'
+		AND evidence_snapshot ->> 'routed_to' = $2 AND evidence_snapshot::jsonb -> 'claimants' ? $3 AND evidence_snapshot::jsonb -> 'claimants' ? 'team-rival'`,
+		fkey, gcos.CouncilOwner, owner); n != 1 {
+		t.Fatalf("open owner_dispute findings naming %s and team-rival, routed to the council = %d, want 1", owner, n)
+	}
+	ex, err := b.store.ExplainGroup(b.ctx, disputed)
+	if err != nil || len(ex.Rows) != 1 || len(ex.Rows[0].OwnerDispute) != 2 ||
+		!strings.Contains(strings.Join(ex.Statements, " | "), "ownership dispute between") {
+		t.Fatalf("explain %s: %+v %q (err %v), want the dispute named", disputed, ex.Rows, ex.Statements, err)
+	}
+	// Settled: the rival row retired, the owner is back and the finding closes.
+	b.exec(t, `UPDATE governance_object_ownership SET status = 'inactive' WHERE id = $1`, rival)
+	settled := rescan(disputed)
+	if err := b.pool.QueryRow(b.ctx, `SELECT coverage_outcome, owner_scope FROM v_candidate_effective WHERE group_key = $1`, settled).
+		Scan(&cov, &ownerScope); err != nil || cov != "covered" || ownerScope == nil || *ownerScope != owner {
+		t.Fatalf("after the rival row was retired: coverage %q, owner %v (err %v), want covered by %s", cov, ownerScope, err, owner)
+	}
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, fkey); n != 0 {
+		t.Fatalf("the owner_dispute finding of %s is still open after the dispute was settled", disputed)
+	}
+	b.ledgerCloses(t)
+}

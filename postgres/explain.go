@@ -140,7 +140,7 @@ func (s *Store) explainDisputes(ctx context.Context, ex *Explanation) error {
 		return nil
 	}
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (coalesce_key) evidence_snapshot ->> 'group_key',
-		       coalesce(ARRAY(SELECT jsonb_array_elements_text(evidence_snapshot -> 'claimants')), '{}')
+		       coalesce(ARRAY(SELECT jsonb_array_elements_text(evidence_snapshot::jsonb -> 'claimants')), '{}')
 		FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open' ORDER BY coalesce_key, id`, keys)
 	if err != nil {
 		return fmt.Errorf("read owner disputes: %w", err)
