@@ -488,37 +488,86 @@ WHERE o.lifecycle_status <> 'active' OR o.evidence_fingerprint IS DISTINCT FROM 
    -- or it would stay stale for good once its TTL passed
    OR o.dirty OR o.recompute_status <> 'ok' OR o.stale_after <= now()`
 
-// Rows whose reason lapsed become tombstones: among every row of the ruleset, or only those linked to a group of
-// the pass's bases ($4). A row held by an open finding lapses when the finding closes; the recheck keeps a row whose
-// finding was raised (and the row written) after this run read the findings.
+// The rows ($2) a pass read and did not select become tombstones: their reason lapsed. A row held by an open
+// finding lapses when the finding closes; the recheck keeps a row whose finding was raised (and the row written)
+// after this run read the findings.
 const tombstoneObjectsSQL = `
 UPDATE governance_candidate_object o SET lifecycle_status = 'retired', updated_at = now(), last_run_id = $3
-WHERE o.ruleset_version = $1 AND o.lifecycle_status = 'active'
-  AND ($4::text[] IS NULL OR o.group_key = ANY($4))
-  AND o.candidate_key NOT IN (SELECT unnest($2::text[]))
+WHERE o.ruleset_version = $1 AND o.lifecycle_status = 'active' AND o.candidate_key = ANY($2)
   AND (o.materialization_reason <> 'open_finding' OR NOT EXISTS (
         SELECT 1 FROM system_issues i WHERE i.status = 'open'
           AND i.coalesce_key IN ('gov:input:' || o.input_quality_state || ':' || o.candidate_key,
                                  'gov:input:' || o.input_quality_state || ':' || o.object_ref)))`
 
+// storedObjectsSQL reads the object rows a pass may rewrite or retire: those linked to a group of its bases ($2),
+// or every row of the ruleset ($2 NULL). settled: active and clean, so an equal result needs no write.
+const storedObjectsSQL = `
+SELECT candidate_key, materialization_reason, group_key, coalesce(evidence_fingerprint, ''), lifecycle_status = 'active',
+       lifecycle_status = 'active' AND NOT dirty AND recompute_status = 'ok' AND stale_after > now()
+FROM governance_candidate_object
+WHERE ruleset_version = $1 AND ($2::text[] IS NULL OR group_key = ANY($2))`
+
+// storedObject is what a pass compares a derived row with.
+type storedObject struct {
+	reason, groupKey, evidence string
+	active, settled            bool
+}
+
 func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, runID string, objs []objectCandidate, keep []string) (int64, int64, error) {
-	// One lock order for every writer of object rows: by candidate key.
-	slices.SortFunc(objs, func(a, b objectCandidate) int { return strings.Compare(a.key, b.key) })
-	n, err := upsertObjectRows(ctx, tx, pass.snapshotID, ruleset, runID, objs)
-	if err != nil {
-		return 0, 0, err
-	}
-	keys := make([]string, 0, len(objs)+len(keep))
-	for _, o := range objs {
-		keys = append(keys, o.key)
-	}
-	keys = append(keys, keep...)
-	slices.Sort(keys)
 	var scope []string // nil: every row of the ruleset
 	if pass.bases != nil {
 		scope = append([]string{}, pass.baseKeys...)
 	}
-	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, ruleset, keys, runID, scope)
+	rows, err := tx.Query(ctx, storedObjectsSQL, ruleset, scope)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read stored objects: %w", err)
+	}
+	stored := map[string]storedObject{}
+	for rows.Next() {
+		var key string
+		var o storedObject
+		if err := rows.Scan(&key, &o.reason, &o.groupKey, &o.evidence, &o.active, &o.settled); err != nil {
+			rows.Close()
+			return 0, 0, fmt.Errorf("read stored objects: %w", err)
+		}
+		stored[key] = o
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("read stored objects: %w", err)
+	}
+	// Only a row whose result differs (or that is not clean) is written: a pass over an unchanged base writes
+	// nothing, so its cost is reading, not locking every row it derived.
+	selected := make(map[string]bool, len(objs)+len(keep))
+	var changed []objectCandidate
+	for _, o := range objs {
+		selected[o.key] = true
+		if was, ok := stored[o.key]; ok && was.settled && was.evidence == o.values.Evidence && was.reason == o.reason && was.groupKey == o.groupKey {
+			continue
+		}
+		changed = append(changed, o)
+	}
+	for _, k := range keep {
+		selected[k] = true
+	}
+	// One lock order for every writer of object rows: by candidate key.
+	slices.SortFunc(changed, func(a, b objectCandidate) int { return strings.Compare(a.key, b.key) })
+	var n int64
+	if len(changed) > 0 {
+		if n, err = upsertObjectRows(ctx, tx, pass.snapshotID, ruleset, runID, changed); err != nil {
+			return 0, 0, err
+		}
+	}
+	var lapsed []string // active rows the pass read and did not select
+	for k, o := range stored {
+		if o.active && !selected[k] {
+			lapsed = append(lapsed, k)
+		}
+	}
+	if len(lapsed) == 0 {
+		return n, 0, nil
+	}
+	slices.Sort(lapsed)
+	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, ruleset, lapsed, runID)
 	if err != nil {
 		return 0, 0, fmt.Errorf("retire lapsed objects: %w", err)
 	}
