@@ -121,6 +121,7 @@ type signal struct {
 	occurred  time.Time
 	table     string
 	objectTyp string
+	object    *birthBase // a change to one object: its base now (its object row, if any, is judged again)
 }
 
 // ApplyHandoff is the intake's apply step for a page of tailed rows. Rows that cannot be mapped are returned as
@@ -211,11 +212,89 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 		return nil, st, err
 	}
 	st.Dirtied += n
+	// After the dirty marks (candidate rows, then queued objects: the order a scan's pass takes them in).
+	if err := s.queueObjects(ctx, tx, births, sigs); err != nil {
+		return nil, st, err
+	}
 	st.Signals = len(sigs)
 	if err := s.emitHandoffs(ctx, tx, sigs, &st); err != nil {
 		return nil, st, err
 	}
 	return failures, st, nil
+}
+
+// queueObjectsSQL queues objects for the scan of their base (governance_object_pending); a queued object queued
+// again moves to its newest base.
+const queueObjectsSQL = `
+INSERT INTO governance_object_pending AS p (collection_name, entity_code, object_class, source_registry, lifecycle_status)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+ON CONFLICT (collection_name, entity_code) DO UPDATE SET object_class = EXCLUDED.object_class,
+    source_registry = EXCLUDED.source_registry, lifecycle_status = EXCLUDED.lifecycle_status, queued_at = now()`
+
+// queueObjects queues, for the scan of their base, the page's objects whose rows a scan must judge one by one: a
+// trusted birth (not an inherited child) of a class whose objects have rows under the current ruleset, and an
+// object a change row names. The scan's pass then reads just their births (followObjects), never its whole base.
+func (s *Store) queueObjects(ctx context.Context, tx pgx.Tx, births []*TailRow, sigs []*signal) error {
+	queued := map[[2]string]birthBase{}
+	for _, sig := range sigs {
+		if sig.object != nil && sig.kind != gcos.ChangeObjectBorn {
+			queued[[2]string{sig.coll, sig.code}] = *sig.object
+		}
+	}
+	if len(births) > 0 {
+		classes, err := s.objectRowClasses(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, r := range births {
+			if r.ParentCode == "" && classes[r.EntityType] && s.cfg.Intake.Trusted(r.SourceSystem) {
+				queued[[2]string{r.CollectionName, r.EntityCode}] = birthBase{r.EntityType, r.CollectionName, r.Status}
+			}
+		}
+	}
+	if len(queued) == 0 {
+		return nil
+	}
+	keys := slices.SortedFunc(maps.Keys(queued), func(a, b [2]string) int {
+		if c := strings.Compare(a[0], b[0]); c != 0 {
+			return c
+		}
+		return strings.Compare(a[1], b[1])
+	})
+	n := len(keys)
+	colls, codes, cls, regs, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, k := range keys {
+		b := queued[k]
+		colls[i], codes[i], cls[i], regs[i], sts[i] = k[0], k[1], b.class, b.coll, b.status
+	}
+	if _, err := tx.Exec(ctx, queueObjectsSQL, colls, codes, cls, regs, sts); err != nil {
+		return fmt.Errorf("queue objects for their scan: %w", err)
+	}
+	return nil
+}
+
+// objectRowClasses are the classes whose objects have rows under the current ruleset, read in tx (so a ruleset
+// activated before it commits is the one it sees); none before anything was backfilled.
+func (s *Store) objectRowClasses(ctx context.Context, tx pgx.Tx) (map[string]bool, error) {
+	var version string
+	if err := tx.QueryRow(ctx, `SELECT ruleset_version FROM v_current_ruleset`).Scan(&version); errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("read the current ruleset: %w", err)
+	}
+	rs, err := s.rulesetVersionVia(ctx, tx, version)
+	if err != nil {
+		return nil, err
+	}
+	classes := map[string]bool{}
+	if !rs.Components.IsAbsent(gcos.ComponentCoverageProfile) {
+		for _, p := range rs.Components.CoverageProfile {
+			if gcos.ObjectRowClassReason(p, s.cfg.Gate.ObjectRiskClasses) != "" {
+				classes[p.EntityType] = true
+			}
+		}
+	}
+	return classes, nil
 }
 
 // birthBase is one (class, registry, lifecycle) base group of births.
@@ -730,6 +809,7 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 		}
 		if found {
 			subject.Object = &base
+			sig.object = &birthBase{base.ObjectClass, base.SourceRegistry, base.LifecycleStatus}
 			if subject.Moved, err = s.movedBases(ctx, tx, counts, base); err != nil {
 				return nil, err
 			}

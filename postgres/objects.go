@@ -33,11 +33,8 @@ type objectCandidate struct {
 func (e *evaluator) objectCriteria(objectRisk []string) (classes map[string]string, excepted map[[2]string][]gcos.ExceptionRow) {
 	classes = map[string]string{}
 	for class, p := range e.regs.Profile {
-		switch {
-		case p.IndependentlyAuthoritative:
-			classes[class] = "independently_authoritative"
-		case p.WritePath && slices.Contains(objectRisk, e.regs.RiskClass(class)):
-			classes[class] = "high_risk_write_path"
+		if reason := gcos.ObjectRowClassReason(p, objectRisk); reason != "" {
+			classes[class] = reason
 		}
 	}
 	excepted = map[[2]string][]gcos.ExceptionRow{}
@@ -97,9 +94,10 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 // objectPass says which object rows one derivation covers and what they link to.
 type objectPass struct {
 	snapshotID int64
-	groups     []gcos.Group       // the groups an object row may link to (one per base and scope)
-	bases      map[birthBase]bool // the bases whose rows are re-derived; nil: the whole estate
-	baseKeys   []string           // every group key of those bases, retired ones too (the rows a pass may retire)
+	groups     []gcos.Group         // the groups an object row may link to (one per base and scope)
+	bases      map[birthBase]bool   // the bases whose rows are re-derived; nil: the whole estate
+	baseKeys   []string             // every group key of those bases, retired ones too (the rows a pass may retire)
+	baseOf     map[string]birthBase // the base of each of baseKeys
 }
 
 // materializeObjects derives every object row of the estate against snapshot snap (the backfill and the full audit).
@@ -152,7 +150,7 @@ func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, sna
 	if err != nil {
 		return fmt.Errorf("read the groups of scanned bases: %w", err)
 	}
-	pass := objectPass{snapshotID: snapshotID, bases: bases}
+	pass := objectPass{snapshotID: snapshotID, bases: bases, baseOf: map[string]birthBase{}}
 	for rows.Next() {
 		var g gcos.Group
 		var retired bool
@@ -162,6 +160,7 @@ func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, sna
 			return fmt.Errorf("read the groups of scanned bases: %w", err)
 		}
 		pass.baseKeys = append(pass.baseKeys, g.Key)
+		pass.baseOf[g.Key] = baseOf(g)
 		if !retired {
 			pass.groups = append(pass.groups, g)
 		}
@@ -187,11 +186,29 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	for c := range classes {
 		classList = append(classList, c)
 	}
-	// A scan's pass reads the births of its bases of those classes only (through the (collection, code) index).
+	// The rows the pass may rewrite or retire: every row of the ruleset, or those linked to its bases' groups.
+	var scope []string
+	if pass.bases != nil {
+		scope = append([]string{}, pass.baseKeys...)
+	}
+	stored, err := readStoredObjects(ctx, tx, ev.ruleset.Version, scope)
+	if err != nil {
+		return 0, 0, err
+	}
+	// A scan's pass reads every birth of a base (through the (collection, code) index) only the first time it
+	// derives that base under the ruleset; after that, the intake's queue names the objects to look at.
 	var zClasses, zColls, zStatuses []string
-	for b := range pass.bases {
-		if _, ok := classes[b.class]; ok {
+	var pending [][2]string
+	if pass.bases != nil {
+		full, err := basesToDerive(ctx, tx, ev.ruleset.Version, pass.bases, classes)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, b := range full {
 			zClasses, zColls, zStatuses = append(zClasses, b.class), append(zColls, b.coll), append(zStatuses, b.status)
+		}
+		if pending, err = takePending(ctx, tx, pass.bases); err != nil {
+			return 0, 0, err
 		}
 	}
 	held, err := openObjectFindings(ctx, tx)
@@ -232,6 +249,14 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	for k := range excepted {
 		addNamed(k[0], k[1])
 	}
+	for _, k := range pending {
+		addNamed(k[0], k[1]) // born or changed since the base was derived
+	}
+	for _, o := range stored {
+		if coll, code, ok := strings.Cut(o.objectRef, ":"); ok && o.active && !o.settled && pass.bases != nil {
+			addNamed(coll, code) // not clean (marked, failed or expired): judged from its birth again
+		}
+	}
 	for subject := range held {
 		if coll, code, ok := strings.Cut(subject, ":"); ok && coll != "" && code != "" && !kept[subject] {
 			addNamed(coll, code)
@@ -254,11 +279,11 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		args = append(args, zClasses, zColls, zStatuses)
 	}
 	rows, err = tx.Query(ctx, fmt.Sprintf(`
-		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s, NULL::bigint, NULL::bigint
+		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s, false, NULL::bigint, NULL::bigint
 		`+byClass+`
 		UNION ALL
 		SELECT b.%[2]s, b.%[3]s, coalesce(p.%[4]s, b.%[4]s), coalesce(p.%[5]s, b.%[5]s), coalesce(p.%[2]s, b.%[2]s), b.%[6]s,
-		       fh.h, hashint8extended(fh.h, 1)
+		       b.%[7]s IS NOT NULL, fh.h, hashint8extended(fh.h, 1)
 		FROM unnest($2::text[], $3::text[]) AS k(coll, code)
 		JOIN %[1]s b ON b.%[2]s = k.coll AND b.%[3]s = k.code
 		CROSS JOIN LATERAL (SELECT %[8]s AS h) fh
@@ -287,8 +312,9 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	for rows.Next() {
 		var coll, code, class, status, anchorColl string
 		var canonical *string
+		var child bool
 		var h0, h1 *int64
-		if err := rows.Scan(&coll, &code, &class, &status, &anchorColl, &canonical, &h0, &h1); err != nil {
+		if err := rows.Scan(&coll, &code, &class, &status, &anchorColl, &canonical, &child, &h0, &h1); err != nil {
 			rows.Close()
 			return 0, 0, fmt.Errorf("read object: %w", err)
 		}
@@ -318,6 +344,9 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			finding, hasFinding = held[ref]
 		}
 		reason := classes[class]
+		if child {
+			reason = "" // a class criterion never selects an inherited child; only a name does
+		}
 		var exc *gcos.ExceptionRow
 		var excHolds bool
 		var fingerprint *string
@@ -385,6 +414,51 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	if err := rows.Err(); err != nil {
 		return 0, 0, fmt.Errorf("read objects: %w", err)
 	}
+	// A scan's pass re-judges the clean rows of its bases it did not read a birth for: their object is where
+	// their row says (a change to it would have queued it), so only their group's verdict inputs can have moved.
+	if pass.bases != nil {
+		for key, o := range stored {
+			reason := classes[o.objectType]
+			if seen[key] || kept[key] || kept[o.objectRef] || !o.active || !o.settled || reason == "" {
+				continue
+			}
+			base, ok := pass.baseOf[o.groupKey]
+			if !ok {
+				continue
+			}
+			g, ok := byBase[[3]string{base.class, base.coll, base.status}][scopes[0]]
+			if !ok {
+				continue // its base has no live group left: its object moved, and its own base's scan derives it
+			}
+			gv, ok := byGroup[g.Key]
+			if !ok {
+				one := g
+				one.MemberCount = 1
+				if gv, err = ev.evaluate(one, ""); err != nil {
+					return 0, 0, err
+				}
+				byGroup[g.Key] = gv
+			}
+			v := gv
+			sum := sha256.Sum256([]byte(gv.Evidence + "\x00" + key))
+			v.Evidence = hex.EncodeToString(sum[:16])
+			v.GroupKey = "object:" + key
+			seen[key] = true
+			objs = append(objs, objectCandidate{key: key, objectType: o.objectType, objectRef: o.objectRef, reason: reason, groupKey: g.Key, values: v})
+		}
+		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, zClasses, zColls, zStatuses); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		var cs, colls, sts []string
+		for _, g := range pass.groups {
+			b := baseOf(g)
+			cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+		}
+		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, cs, colls, sts); err != nil {
+			return 0, 0, err
+		}
+	}
 	keep := make([]string, 0, len(kept))
 	for k := range kept {
 		keep = append(keep, k)
@@ -403,7 +477,62 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			return 0, 0, err
 		}
 	}
-	return upsertObjects(ctx, tx, pass, ev.ruleset.Version, runID, objs, keep)
+	return upsertObjects(ctx, tx, pass, ev.ruleset.Version, runID, objs, keep, stored)
+}
+
+// basesToDerive returns the bases of classes with object rows that no pass derived from their births under ruleset.
+func basesToDerive(ctx context.Context, tx pgx.Tx, ruleset string, bases map[birthBase]bool, classes map[string]string) ([]birthBase, error) {
+	var cs, colls, sts []string
+	for b := range bases {
+		if _, ok := classes[b.class]; ok {
+			cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+		}
+	}
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT z.cls, z.coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
+		WHERE NOT EXISTS (SELECT 1 FROM governance_object_base d WHERE d.ruleset_version = $1
+		                  AND d.object_class = z.cls AND d.source_registry = z.coll AND d.lifecycle_status = z.st)`, ruleset, cs, colls, sts)
+	if err != nil {
+		return nil, fmt.Errorf("read derived bases: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (birthBase, error) {
+		var b birthBase
+		return b, r.Scan(&b.class, &b.coll, &b.status)
+	})
+}
+
+// recordDerivedBases records that every object of these bases was derived from its births under ruleset.
+func recordDerivedBases(ctx context.Context, tx pgx.Tx, ruleset string, classes, colls, statuses []string) error {
+	if len(classes) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO governance_object_base (ruleset_version, object_class, source_registry, lifecycle_status)
+		SELECT DISTINCT $1, z.cls, z.coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
+		ORDER BY 2, 3, 4
+		ON CONFLICT DO NOTHING`, ruleset, classes, colls, statuses); err != nil {
+		return fmt.Errorf("record derived bases: %w", err)
+	}
+	return nil
+}
+
+// takePending takes the objects the intake queued for these bases (collection, code).
+func takePending(ctx context.Context, tx pgx.Tx, bases map[birthBase]bool) ([][2]string, error) {
+	var cs, colls, sts []string
+	for b := range bases {
+		cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+	}
+	rows, err := tx.Query(ctx, `DELETE FROM governance_object_pending p USING unnest($1::text[], $2::text[], $3::text[]) AS z(cls, coll, st)
+		WHERE p.object_class = z.cls AND p.source_registry = z.coll AND p.lifecycle_status = z.st
+		RETURNING p.collection_name, p.entity_code`, cs, colls, sts)
+	if err != nil {
+		return nil, fmt.Errorf("take queued objects: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) ([2]string, error) {
+		var k [2]string
+		return k, r.Scan(&k[0], &k[1])
+	})
 }
 
 // objectLift is an exception on an object that does not count, found while materializing the object.
@@ -502,39 +631,42 @@ WHERE o.ruleset_version = $1 AND o.lifecycle_status = 'active' AND o.candidate_k
 // storedObjectsSQL reads the object rows a pass may rewrite or retire: those linked to a group of its bases ($2),
 // or every row of the ruleset ($2 NULL). settled: active and clean, so an equal result needs no write.
 const storedObjectsSQL = `
-SELECT candidate_key, materialization_reason, group_key, coalesce(evidence_fingerprint, ''), lifecycle_status = 'active',
+SELECT candidate_key, object_type, object_ref, materialization_reason, group_key, coalesce(evidence_fingerprint, ''),
+       lifecycle_status = 'active',
        lifecycle_status = 'active' AND NOT dirty AND recompute_status = 'ok' AND stale_after > now()
 FROM governance_candidate_object
 WHERE ruleset_version = $1 AND ($2::text[] IS NULL OR group_key = ANY($2))`
 
 // storedObject is what a pass compares a derived row with.
 type storedObject struct {
-	reason, groupKey, evidence string
-	active, settled            bool
+	objectType, objectRef, reason, groupKey, evidence string
+	active, settled                                   bool
 }
 
-func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, runID string, objs []objectCandidate, keep []string) (int64, int64, error) {
-	var scope []string // nil: every row of the ruleset
-	if pass.bases != nil {
-		scope = append([]string{}, pass.baseKeys...)
-	}
+// readStoredObjects reads the object rows a pass may rewrite or retire (storedObjectsSQL).
+func readStoredObjects(ctx context.Context, tx pgx.Tx, ruleset string, scope []string) (map[string]storedObject, error) {
 	rows, err := tx.Query(ctx, storedObjectsSQL, ruleset, scope)
 	if err != nil {
-		return 0, 0, fmt.Errorf("read stored objects: %w", err)
+		return nil, fmt.Errorf("read stored objects: %w", err)
 	}
 	stored := map[string]storedObject{}
 	for rows.Next() {
 		var key string
 		var o storedObject
-		if err := rows.Scan(&key, &o.reason, &o.groupKey, &o.evidence, &o.active, &o.settled); err != nil {
+		if err := rows.Scan(&key, &o.objectType, &o.objectRef, &o.reason, &o.groupKey, &o.evidence, &o.active, &o.settled); err != nil {
 			rows.Close()
-			return 0, 0, fmt.Errorf("read stored objects: %w", err)
+			return nil, fmt.Errorf("read stored objects: %w", err)
 		}
 		stored[key] = o
 	}
 	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("read stored objects: %w", err)
+		return nil, fmt.Errorf("read stored objects: %w", err)
 	}
+	return stored, nil
+}
+
+func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, runID string, objs []objectCandidate, keep []string, stored map[string]storedObject) (int64, int64, error) {
+	var err error
 	// Only a row whose result differs (or that is not clean) is written: a pass over an unchanged base writes
 	// nothing, so its cost is reading, not locking every row it derived.
 	selected := make(map[string]bool, len(objs)+len(keep))

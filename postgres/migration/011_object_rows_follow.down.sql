@@ -1,4 +1,6 @@
--- Back to step 010: the views read the terms recorded with the outcome (step 007).
+-- Back to step 010: the views read the terms recorded with the outcome (step 007); scans no longer queue objects.
+DROP TABLE governance_object_base;
+DROP TABLE governance_object_pending;
 CREATE OR REPLACE VIEW v_candidate_effective AS
 SELECT g.group_key, g.object_class, g.source_registry, g.axis_family, g.scope, g.lifecycle_status, g.owner_scope,
        g.member_count AS group_member_count,

@@ -128,3 +128,29 @@ BEGIN
     RETURN held;
 END
 $$;
+
+-- Object rows follow their group without re-reading every birth of its base on every scan. The intake queues the
+-- objects a scan must look at one by one — a birth of a class whose objects have rows, an object a change row
+-- names — in the transaction that hands them off (lossless: the queue row and the cursor advance commit
+-- together); the scan of the object's base takes them in the transaction that derives their rows.
+CREATE TABLE governance_object_pending (
+    collection_name  text        NOT NULL,
+    entity_code      text        NOT NULL,
+    object_class     text        NOT NULL, -- the object's base when queued
+    source_registry  text        NOT NULL,
+    lifecycle_status text        NOT NULL,
+    queued_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (collection_name, entity_code)
+);
+CREATE INDEX governance_object_pending_base_idx ON governance_object_pending (object_class, source_registry, lifecycle_status);
+
+-- The bases whose objects were all derived from their births under a ruleset (the backfill, the full audit, or a
+-- scan's first pass over the base under that ruleset): after that, the queue brings their new objects.
+CREATE TABLE governance_object_base (
+    ruleset_version  text        NOT NULL REFERENCES governance_ruleset (ruleset_version),
+    object_class     text        NOT NULL,
+    source_registry  text        NOT NULL,
+    lifecycle_status text        NOT NULL,
+    derived_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (ruleset_version, object_class, source_registry, lifecycle_status)
+);
