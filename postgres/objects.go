@@ -25,6 +25,7 @@ import (
 
 type objectCandidate struct {
 	key, objectType, objectRef, reason, groupKey string
+	groupEvidence                                string // the evidence of the group evaluation the row was judged from
 	values                                       candidateValues
 }
 
@@ -186,14 +187,54 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	for c := range classes {
 		classList = append(classList, c)
 	}
-	// The rows the pass may rewrite or retire: every row of the ruleset, or those linked to its bases' groups.
-	var scope []string
-	if pass.bases != nil {
-		scope = append([]string{}, pass.baseKeys...)
+	// An object row links to its base group in the first scope, or in the scope of the exception it carries.
+	byBase := map[[3]string]map[string]gcos.Group{}
+	for _, g := range pass.groups {
+		k := [3]string{deref(g.ObjectClass), deref(g.SourceRegistry), deref(g.LifecycleStatus)}
+		if byBase[k] == nil {
+			byBase[k] = map[string]gcos.Group{}
+		}
+		byBase[k][deref(g.Scope)] = g
 	}
-	stored, err := readStoredObjects(ctx, tx, ev.ruleset.Version, scope)
-	if err != nil {
-		return 0, 0, err
+	scopes := ev.regs.ScopeCodes()
+	// Objects share their group's verdict inputs: each group is evaluated once (as one member), and an object's
+	// evidence is keyed by its candidate key.
+	byGroup := map[string]candidateValues{}
+	judge := func(g gcos.Group) (candidateValues, error) {
+		gv, ok := byGroup[g.Key]
+		if !ok {
+			one := g
+			one.MemberCount = 1
+			var err error
+			if gv, err = ev.evaluate(one, ""); err != nil {
+				return gv, err
+			}
+			byGroup[g.Key] = gv
+		}
+		return gv, nil
+	}
+	// The rows the pass may rewrite or retire: every row of the ruleset, or those linked to its bases' groups
+	// that may need it — a row judged from another evaluation of its group than the one of now, a row that is
+	// not clean, and every row an exception or a finding holds (their reason is judged one by one).
+	stored := map[string]storedObject{}
+	if pass.bases == nil {
+		if stored, err = readStoredObjects(ctx, tx, storedObjectsSQL, ev.ruleset.Version); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		var keys, evidence []string
+		for _, inScope := range byBase {
+			if g, ok := inScope[scopes[0]]; ok {
+				gv, err := judge(g)
+				if err != nil {
+					return 0, 0, err
+				}
+				keys, evidence = append(keys, g.Key), append(evidence, gv.Evidence)
+			}
+		}
+		if stored, err = readStoredObjects(ctx, tx, storedChangedObjectsSQL, ev.ruleset.Version, pass.baseKeys, keys, evidence); err != nil {
+			return 0, 0, err
+		}
 	}
 	// A scan's pass reads every birth of a base (through the (collection, code) index) only the first time it
 	// derives that base under the ruleset; after that, the intake's queue names the objects to look at.
@@ -294,21 +335,10 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	if err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
 	}
-	// An object row links to its base group in the first scope, or in the scope of the exception it carries.
-	byBase := map[[3]string]map[string]gcos.Group{}
-	for _, g := range pass.groups {
-		k := [3]string{deref(g.ObjectClass), deref(g.SourceRegistry), deref(g.LifecycleStatus)}
-		if byBase[k] == nil {
-			byBase[k] = map[string]gcos.Group{}
-		}
-		byBase[k][deref(g.Scope)] = g
-	}
-	scopes := ev.regs.ScopeCodes()
 	var objs []objectCandidate
 	var lifts []objectLift
 	seen := map[string]bool{}
 	born := map[[2]string]bool{} // excepted objects that have a birth
-	byGroup := map[string]candidateValues{}
 	for rows.Next() {
 		var coll, code, class, status, anchorColl string
 		var canonical *string
@@ -376,17 +406,10 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			continue // no group in that scope in the snapshot: the next audit materializes it
 		}
 		seen[key] = true
-		// Objects share their group's verdict inputs: evaluate each group once, and key the object's evidence by
-		// its candidate key.
-		gv, ok := byGroup[g.Key]
-		if !ok {
-			one := g
-			one.MemberCount = 1
-			if gv, err = ev.evaluate(one, ""); err != nil {
-				rows.Close()
-				return 0, 0, err
-			}
-			byGroup[g.Key] = gv
+		gv, err := judge(g)
+		if err != nil {
+			rows.Close()
+			return 0, 0, err
 		}
 		v := gv
 		evidence := gv.Evidence + "\x00" + key
@@ -409,7 +432,8 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		sum := sha256.Sum256([]byte(evidence))
 		v.Evidence = hex.EncodeToString(sum[:16])
 		v.GroupKey = "object:" + key
-		objs = append(objs, objectCandidate{key: key, objectType: class, objectRef: ref, reason: reason, groupKey: g.Key, values: v})
+		objs = append(objs, objectCandidate{key: key, objectType: class, objectRef: ref, reason: reason, groupKey: g.Key,
+			groupEvidence: gv.Evidence, values: v})
 	}
 	if err := rows.Err(); err != nil {
 		return 0, 0, fmt.Errorf("read objects: %w", err)
@@ -430,21 +454,17 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			if !ok {
 				continue // its base has no live group left: its object moved, and its own base's scan derives it
 			}
-			gv, ok := byGroup[g.Key]
-			if !ok {
-				one := g
-				one.MemberCount = 1
-				if gv, err = ev.evaluate(one, ""); err != nil {
-					return 0, 0, err
-				}
-				byGroup[g.Key] = gv
+			gv, err := judge(g)
+			if err != nil {
+				return 0, 0, err
 			}
 			v := gv
 			sum := sha256.Sum256([]byte(gv.Evidence + "\x00" + key))
 			v.Evidence = hex.EncodeToString(sum[:16])
 			v.GroupKey = "object:" + key
 			seen[key] = true
-			objs = append(objs, objectCandidate{key: key, objectType: o.objectType, objectRef: o.objectRef, reason: reason, groupKey: g.Key, values: v})
+			objs = append(objs, objectCandidate{key: key, objectType: o.objectType, objectRef: o.objectRef, reason: reason, groupKey: g.Key,
+				groupEvidence: gv.Evidence, values: v})
 		}
 		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, zClasses, zColls, zStatuses); err != nil {
 			return 0, 0, err
@@ -596,12 +616,13 @@ func openObjectFindings(ctx context.Context, tx pgx.Tx) (map[string]heldFinding,
 const upsertObjectsSQL = `
 INSERT INTO governance_candidate_object AS o (candidate_key, object_type, object_ref, materialization_reason, group_key,
     source_snapshot_ref, ruleset_version, scan_time, candidate_verdict, input_quality_state, depends_on, stale_after,
-    recompute_status, risk_class, coverage_required, coverage_scan_ref, last_run_id, evidence_fingerprint, owner_scope)
+    recompute_status, risk_class, coverage_required, coverage_scan_ref, last_run_id, evidence_fingerprint, owner_scope,
+    group_evidence)
 SELECT u.key, u.otype, u.oref, u.reason, u.gkey, $1, $2, now(), u.verdict, u.quality, u.deps, now() + u.ttl, 'ok',
-       u.risk, u.required, CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner
+       u.risk, u.required, CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, nullif(u.gevidence, '')
 FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::jsonb[],
-            $12::interval[], $13::text[], $14::boolean[], $15::text[], $16::text[])
-     AS u(key, otype, oref, reason, gkey, verdict, quality, deps, ttl, risk, required, evidence, owner)
+            $12::interval[], $13::text[], $14::boolean[], $15::text[], $16::text[], $17::text[])
+     AS u(key, otype, oref, reason, gkey, verdict, quality, deps, ttl, risk, required, evidence, owner, gevidence)
 ON CONFLICT (candidate_key, ruleset_version) DO UPDATE SET
     materialization_reason = EXCLUDED.materialization_reason, group_key = EXCLUDED.group_key,
     source_snapshot_ref = EXCLUDED.source_snapshot_ref, scan_time = EXCLUDED.scan_time,
@@ -610,11 +631,11 @@ ON CONFLICT (candidate_key, ruleset_version) DO UPDATE SET
     dirty_reason = NULL, risk_class = EXCLUDED.risk_class, coverage_required = EXCLUDED.coverage_required,
     coverage_scan_ref = EXCLUDED.coverage_scan_ref, last_run_id = EXCLUDED.last_run_id,
     evidence_fingerprint = EXCLUDED.evidence_fingerprint, owner_scope = EXCLUDED.owner_scope,
-    lifecycle_status = 'active', updated_at = now()
+    group_evidence = EXCLUDED.group_evidence, lifecycle_status = 'active', updated_at = now()
 WHERE o.lifecycle_status <> 'active' OR o.evidence_fingerprint IS DISTINCT FROM EXCLUDED.evidence_fingerprint
    OR o.materialization_reason IS DISTINCT FROM EXCLUDED.materialization_reason
-   -- no scan re-evaluates object rows: a row that is no longer clean (expired, dirty, failed) is re-derived here,
-   -- or it would stay stale for good once its TTL passed
+   OR o.group_key IS DISTINCT FROM EXCLUDED.group_key OR o.group_evidence IS DISTINCT FROM EXCLUDED.group_evidence
+   -- a row that is no longer clean (expired, dirty, failed) is re-derived, or it would stay stale for good
    OR o.dirty OR o.recompute_status <> 'ok' OR o.stale_after <= now()`
 
 // The rows ($2) a pass read and did not select become tombstones: their reason lapsed. A row held by an open
@@ -628,24 +649,37 @@ WHERE o.ruleset_version = $1 AND o.lifecycle_status = 'active' AND o.candidate_k
           AND i.coalesce_key IN ('gov:input:' || o.input_quality_state || ':' || o.candidate_key,
                                  'gov:input:' || o.input_quality_state || ':' || o.object_ref)))`
 
-// storedObjectsSQL reads the object rows a pass may rewrite or retire: those linked to a group of its bases ($2),
-// or every row of the ruleset ($2 NULL). settled: active and clean, so an equal result needs no write.
+// storedObjectsSQL reads every object row of the ruleset ($1), for a pass over the estate. settled: active and
+// clean, so an equal result needs no write.
 const storedObjectsSQL = `
 SELECT candidate_key, object_type, object_ref, materialization_reason, group_key, coalesce(evidence_fingerprint, ''),
-       lifecycle_status = 'active',
+       coalesce(group_evidence, ''), lifecycle_status = 'active',
        lifecycle_status = 'active' AND NOT dirty AND recompute_status = 'ok' AND stale_after > now()
 FROM governance_candidate_object
-WHERE ruleset_version = $1 AND ($2::text[] IS NULL OR group_key = ANY($2))`
+WHERE ruleset_version = $1`
+
+// storedChangedObjectsSQL reads, for a scan's pass, the active rows linked to its bases' groups ($2) that may need
+// work: not clean, held by an exception or a finding, or judged from another evaluation of their group than the
+// one of now ($3 group keys, $4 the evaluation's evidence). A clean class row of an unchanged group is not read.
+const storedChangedObjectsSQL = `
+SELECT o.candidate_key, o.object_type, o.object_ref, o.materialization_reason, o.group_key,
+       coalesce(o.evidence_fingerprint, ''), coalesce(o.group_evidence, ''), true,
+       NOT o.dirty AND o.recompute_status = 'ok' AND o.stale_after > now()
+FROM governance_candidate_object o
+LEFT JOIN unnest($3::text[], $4::text[]) AS x(k, e) ON x.k = o.group_key
+WHERE o.ruleset_version = $1 AND o.group_key = ANY($2) AND o.lifecycle_status = 'active'
+  AND (o.materialization_reason IN ('exception', 'open_finding') OR o.dirty OR o.recompute_status <> 'ok'
+       OR o.stale_after <= now() OR o.group_evidence IS DISTINCT FROM x.e)`
 
 // storedObject is what a pass compares a derived row with.
 type storedObject struct {
-	objectType, objectRef, reason, groupKey, evidence string
-	active, settled                                   bool
+	objectType, objectRef, reason, groupKey, evidence, groupEvidence string
+	active, settled                                                  bool
 }
 
-// readStoredObjects reads the object rows a pass may rewrite or retire (storedObjectsSQL).
-func readStoredObjects(ctx context.Context, tx pgx.Tx, ruleset string, scope []string) (map[string]storedObject, error) {
-	rows, err := tx.Query(ctx, storedObjectsSQL, ruleset, scope)
+// readStoredObjects reads the object rows a pass may rewrite or retire (storedObjectsSQL, storedChangedObjectsSQL).
+func readStoredObjects(ctx context.Context, tx pgx.Tx, sql string, args ...any) (map[string]storedObject, error) {
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read stored objects: %w", err)
 	}
@@ -653,7 +687,7 @@ func readStoredObjects(ctx context.Context, tx pgx.Tx, ruleset string, scope []s
 	for rows.Next() {
 		var key string
 		var o storedObject
-		if err := rows.Scan(&key, &o.objectType, &o.objectRef, &o.reason, &o.groupKey, &o.evidence, &o.active, &o.settled); err != nil {
+		if err := rows.Scan(&key, &o.objectType, &o.objectRef, &o.reason, &o.groupKey, &o.evidence, &o.groupEvidence, &o.active, &o.settled); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read stored objects: %w", err)
 		}
@@ -673,7 +707,8 @@ func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, run
 	var changed []objectCandidate
 	for _, o := range objs {
 		selected[o.key] = true
-		if was, ok := stored[o.key]; ok && was.settled && was.evidence == o.values.Evidence && was.reason == o.reason && was.groupKey == o.groupKey {
+		if was, ok := stored[o.key]; ok && was.settled && was.evidence == o.values.Evidence && was.reason == o.reason &&
+			was.groupKey == o.groupKey && was.groupEvidence == o.groupEvidence {
 			continue
 		}
 		changed = append(changed, o)
@@ -710,17 +745,17 @@ func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, run
 func upsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []objectCandidate) (int64, error) {
 	n := len(objs)
 	keys, otypes, orefs, reasons, gkeys, verdicts, quals, risks, evid := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	deps, required, owners := make([]string, n), make([]bool, n), make([]*string, n)
+	deps, required, owners, gevid := make([]string, n), make([]bool, n), make([]*string, n), make([]string, n)
 	ttls := make([]time.Duration, n)
 	var cov []candidateValues
 	for i, o := range objs {
 		v := o.values
 		keys[i], otypes[i], orefs[i], reasons[i], gkeys[i] = o.key, o.objectType, o.objectRef, o.reason, o.groupKey
 		verdicts[i], quals[i], risks[i], evid[i], deps[i], required[i], owners[i] = string(v.Verdict), v.InputQuality, v.RiskClass, v.Evidence, string(v.DependsOn), v.CoverageRequired, v.OwnerScope
-		ttls[i] = v.TTL
+		ttls[i], gevid[i] = v.TTL, o.groupEvidence
 		cov = append(cov, v) // a relevant row's outcome is recorded, any other's cleared
 	}
-	tag, err := tx.Exec(ctx, upsertObjectsSQL, snapshotID, ruleset, runID, keys, otypes, orefs, reasons, gkeys, verdicts, quals, deps, ttls, risks, required, evid, owners)
+	tag, err := tx.Exec(ctx, upsertObjectsSQL, snapshotID, ruleset, runID, keys, otypes, orefs, reasons, gkeys, verdicts, quals, deps, ttls, risks, required, evid, owners, gevid)
 	if err != nil {
 		return 0, fmt.Errorf("materialize objects: %w", err)
 	}

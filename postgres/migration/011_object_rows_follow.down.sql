@@ -1,4 +1,5 @@
 -- Back to step 010: the views read the terms recorded with the outcome (step 007); scans no longer queue objects.
+ALTER TABLE governance_candidate_object DROP COLUMN group_evidence;
 DROP TABLE governance_object_base;
 DROP TABLE governance_object_pending;
 CREATE OR REPLACE VIEW v_candidate_effective AS

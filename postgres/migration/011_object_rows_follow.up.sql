@@ -154,3 +154,7 @@ CREATE TABLE governance_object_base (
     derived_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (ruleset_version, object_class, source_registry, lifecycle_status)
 );
+
+-- The evidence of the group evaluation an object row was judged from: a scan's pass reads a clean row again only
+-- when its group's evaluation moved.
+ALTER TABLE governance_candidate_object ADD COLUMN group_evidence text;
