@@ -3,6 +3,7 @@ package gcos
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -14,6 +15,11 @@ import (
 type Glob struct {
 	pattern string
 	re      *regexp.Regexp
+	// The common shapes are matched without the regexp engine (the intake matches every row): "*", a literal, and
+	// (case-sensitive) a literal followed by one "*".
+	any             bool
+	literal, prefix *string
+	fold            bool
 }
 
 // ParseGlob compiles a pattern; an empty pattern or a malformed class is an error. With fold, letters match in
@@ -27,24 +33,25 @@ func ParseGlob(pattern string, fold bool) (Glob, error) {
 		b.WriteString("(?i)")
 	}
 	b.WriteString("^")
-	for i := 0; i < len(pattern); i++ {
-		switch c := pattern[i]; c {
+	rs := []rune(pattern)
+	for i := 0; i < len(rs); i++ {
+		switch c := rs[i]; c {
 		case '*':
 			b.WriteString("(?s:.*)")
 		case '?':
 			b.WriteString("(?s:.)")
 		case '\\':
-			if i+1 == len(pattern) {
+			if i+1 == len(rs) {
 				return Glob{}, fmt.Errorf("pattern %q ends with a lone \\", pattern)
 			}
 			i++
-			b.WriteString(regexp.QuoteMeta(pattern[i : i+1]))
+			b.WriteString(regexp.QuoteMeta(string(rs[i])))
 		case '[':
-			end := strings.IndexByte(pattern[i+1:], ']')
+			end := slices.Index(rs[i+1:], ']')
 			if end < 0 {
 				return Glob{}, fmt.Errorf("pattern %q: unclosed [", pattern)
 			}
-			class := pattern[i+1 : i+1+end]
+			class := string(rs[i+1 : i+1+end])
 			if class == "" || class == "^" {
 				return Glob{}, fmt.Errorf("pattern %q: empty class", pattern)
 			}
@@ -67,11 +74,34 @@ func ParseGlob(pattern string, fold bool) (Glob, error) {
 	if err != nil {
 		return Glob{}, fmt.Errorf("pattern %q: %w", pattern, err)
 	}
-	return Glob{pattern: pattern, re: re}, nil
+	g := Glob{pattern: pattern, re: re, fold: fold}
+	switch head := strings.TrimSuffix(pattern, "*"); {
+	case pattern == "*":
+		g.any = true
+	case !strings.ContainsAny(pattern, `*?[\`):
+		g.literal = &pattern
+	case !strings.ContainsAny(head, `*?[\`):
+		g.prefix = &head
+	}
+	return g, nil
 }
 
 // Match reports whether name matches the whole pattern.
-func (g Glob) Match(name string) bool { return g.re != nil && g.re.MatchString(name) }
+func (g Glob) Match(name string) bool {
+	switch {
+	case g.re == nil:
+		return false
+	case g.any:
+		return true
+	case g.literal != nil && !g.fold:
+		return name == *g.literal
+	case g.literal != nil:
+		return strings.EqualFold(name, *g.literal)
+	case g.prefix != nil && !g.fold:
+		return strings.HasPrefix(name, *g.prefix)
+	}
+	return g.re.MatchString(name)
+}
 
 // String is the pattern as written.
 func (g Glob) String() string { return g.pattern }

@@ -56,3 +56,21 @@ func TestDefaultConfigTrustsEveryNamedSource(t *testing.T) {
 		t.Error("an empty source system is trusted")
 	}
 }
+
+// The fast paths (any, literal, prefix) agree with the regexp on every case.
+func TestGlobFastPathsAgreeWithTheRegexp(t *testing.T) {
+	names := []string{"", "birth-api", "BIRTH-API", "birth-", "birth", "svc/etl", "registry-sync", "Registry-Sync", "ü-x", "Ü-x", "bírth-api", "\u212Airth-api"}
+	for _, pattern := range []string{"*", "birth-*", "registry-sync", "Birth-*", "svc/*", "ü-*"} {
+		for _, fold := range []bool{false, true} {
+			g, err := ParseGlob(pattern, fold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range names {
+				if got, want := g.Match(name), g.re.MatchString(name); got != want {
+					t.Errorf("%q (fold %v) on %q: fast path %v, regexp %v", pattern, fold, name, got, want)
+				}
+			}
+		}
+	}
+}
