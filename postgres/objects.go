@@ -134,43 +134,122 @@ func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, sna
 	if len(bases) == 0 {
 		return nil
 	}
-	list := make([]birthBase, 0, len(bases))
+	groups, err := readBaseGroups(ctx, tx, bases)
+	if err != nil {
+		return err
+	}
+	if bases, err = s.basesWithObjectWork(ctx, tx, ev, bases, groups); err != nil || len(bases) == 0 {
+		return err
+	}
+	locks := make([]string, 0, len(bases))
 	for b := range bases {
-		list = append(list, b)
+		locks = append(locks, b.lockKey())
 	}
-	slices.SortFunc(list, func(a, b birthBase) int { return strings.Compare(a.lockKey(), b.lockKey()) })
-	classes, colls, statuses, locks := make([]string, len(list)), make([]string, len(list)), make([]string, len(list)), make([]string, len(list))
-	for i, b := range list {
-		classes[i], colls[i], statuses[i], locks[i] = b.class, b.coll, b.status, b.lockKey()
-	}
+	slices.Sort(locks)
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(k, 0))
 		FROM (SELECT k FROM unnest($1::text[]) AS k ORDER BY k) ordered`, locks); err != nil {
 		return fmt.Errorf("lock the object rows of %d bases: %w", len(locks), err)
 	}
-	rows, err := tx.Query(ctx, followObjectsSQL, classes, colls, statuses)
-	if err != nil {
-		return fmt.Errorf("read the groups of scanned bases: %w", err)
-	}
 	pass := objectPass{snapshotID: snapshotID, bases: bases, baseOf: map[string]birthBase{}}
-	for rows.Next() {
-		var g gcos.Group
-		var retired bool
-		if err := rows.Scan(&g.Key, &g.ObjectClass, &g.SourceRegistry, &g.AxisFamily, &g.Scope, &g.LifecycleStatus, &g.OwnerScope,
-			&g.MemberCount, &retired); err != nil {
-			rows.Close()
-			return fmt.Errorf("read the groups of scanned bases: %w", err)
+	for _, bg := range groups {
+		if b := baseOf(bg.Group); bases[b] {
+			pass.baseKeys = append(pass.baseKeys, bg.Key)
+			pass.baseOf[bg.Key] = b
+			if !bg.retired {
+				pass.groups = append(pass.groups, bg.Group)
+			}
 		}
-		pass.baseKeys = append(pass.baseKeys, g.Key)
-		pass.baseOf[g.Key] = baseOf(g)
-		if !retired {
-			pass.groups = append(pass.groups, g)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read the groups of scanned bases: %w", err)
 	}
 	_, _, err = s.deriveObjects(ctx, tx, ev, pass, runID)
 	return err
+}
+
+// baseGroup is a group of a base a scan judged, live or retired.
+type baseGroup struct {
+	gcos.Group
+	retired bool
+}
+
+// readBaseGroups reads every group of the bases (followObjectsSQL).
+func readBaseGroups(ctx context.Context, tx pgx.Tx, bases map[birthBase]bool) ([]baseGroup, error) {
+	var cs, colls, sts []string
+	for b := range bases {
+		cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+	}
+	rows, err := tx.Query(ctx, followObjectsSQL, cs, colls, sts)
+	if err != nil {
+		return nil, fmt.Errorf("read the groups of scanned bases: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (baseGroup, error) {
+		var g baseGroup
+		return g, r.Scan(&g.Key, &g.ObjectClass, &g.SourceRegistry, &g.AxisFamily, &g.Scope, &g.LifecycleStatus, &g.OwnerScope,
+			&g.MemberCount, &g.retired)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the groups of scanned bases: %w", err)
+	}
+	return out, nil
+}
+
+// objectWorkSQL finds, among groups ($2) and bases ($3, $4, $5), the groups with an active object row under
+// ruleset $1 and the bases with a queued object (the other column NULL).
+const objectWorkSQL = `
+SELECT DISTINCT o.group_key, NULL, NULL, NULL FROM governance_candidate_object o
+WHERE o.group_key = ANY($2) AND o.ruleset_version = $1 AND o.lifecycle_status = 'active'
+UNION ALL
+SELECT DISTINCT NULL, p.object_class, p.source_registry, p.lifecycle_status
+FROM unnest($3::text[], $4::text[], $5::text[]) AS z(cls, coll, st)
+JOIN governance_object_pending p ON p.object_class = z.cls AND p.source_registry = z.coll AND p.lifecycle_status = z.st`
+
+// basesWithObjectWork drops the bases a pass has nothing to do for, so a scan of groups no object row concerns
+// pays one query: a base is kept when its class gives its objects rows, an approved exception names an object of
+// its collection, an object of it is queued, or an object row is linked to one of its groups.
+func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *evaluator, bases map[birthBase]bool, groups []baseGroup) (map[birthBase]bool, error) {
+	classes, excepted := ev.objectCriteria(s.cfg.Gate.ObjectRiskClasses)
+	excColls := map[string]bool{}
+	for k := range excepted {
+		excColls[k[0]] = true
+	}
+	kept := map[birthBase]bool{}
+	var cs, colls, sts []string
+	for b := range bases {
+		if _, ok := classes[b.class]; ok || excColls[b.coll] {
+			kept[b] = true
+			continue
+		}
+		cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+	}
+	if len(cs) == 0 {
+		return kept, nil
+	}
+	var keys []string
+	baseOfKey := map[string]birthBase{}
+	for _, g := range groups {
+		if b := baseOf(g.Group); !kept[b] {
+			keys = append(keys, g.Key)
+			baseOfKey[g.Key] = b
+		}
+	}
+	rows, err := tx.Query(ctx, objectWorkSQL, ev.ruleset.Version, keys, cs, colls, sts)
+	if err != nil {
+		return nil, fmt.Errorf("find object work: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, cls, coll, st *string
+		if err := rows.Scan(&key, &cls, &coll, &st); err != nil {
+			return nil, fmt.Errorf("find object work: %w", err)
+		}
+		if key != nil {
+			kept[baseOfKey[*key]] = true
+		} else {
+			kept[birthBase{deref(cls), deref(coll), deref(st)}] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("find object work: %w", err)
+	}
+	return kept, nil
 }
 
 // lockKey names the base's object rows for a transaction lock.
@@ -257,26 +336,16 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		return 0, 0, err
 	}
 	// Rows an open finding already holds (an untrusted birth's quarantine) stay as their raiser wrote them.
+	// (The pass has read them: every active open_finding row of the estate, or of its bases.)
 	kept := map[string]bool{}
-	rows, err := tx.Query(ctx, `SELECT candidate_key, object_ref FROM governance_candidate_object
-		WHERE ruleset_version = $1 AND lifecycle_status = 'active' AND materialization_reason = 'open_finding'`, ev.ruleset.Version)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read held objects: %w", err)
-	}
-	for rows.Next() {
-		var key, ref string
-		if err := rows.Scan(&key, &ref); err != nil {
-			rows.Close()
-			return 0, 0, fmt.Errorf("read held objects: %w", err)
+	for key, o := range stored {
+		if o.active && o.reason == "open_finding" {
+			if _, ok := held[key]; ok {
+				kept[key], kept[o.objectRef] = true, true
+			} else if _, ok := held[o.objectRef]; ok {
+				kept[key], kept[o.objectRef] = true, true
+			}
 		}
-		if _, ok := held[key]; ok {
-			kept[key], kept[ref] = true, true
-		} else if _, ok := held[ref]; ok {
-			kept[key], kept[ref] = true, true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("read held objects: %w", err)
 	}
 	// Objects named one by one: under an exception, or targeted by an open finding.
 	named := map[[2]string]bool{}
@@ -319,7 +388,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	if pass.bases != nil {
 		args = append(args, zClasses, zColls, zStatuses)
 	}
-	rows, err = tx.Query(ctx, fmt.Sprintf(`
+	rows, err := tx.Query(ctx, fmt.Sprintf(`
 		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s, false, NULL::bigint, NULL::bigint
 		`+byClass+`
 		UNION ALL
