@@ -331,9 +331,43 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			return 0, 0, err
 		}
 	}
-	held, err := openObjectFindings(ctx, tx)
-	if err != nil {
-		return 0, 0, err
+	// Objects named one by one: under an exception, queued, not clean, or targeted by an open finding. A scan's
+	// pass looks only at those of its bases' collections.
+	named := map[[2]string]bool{}
+	var namedColls, namedCodes []string
+	addNamed := func(coll, code string) {
+		if k := [2]string{coll, code}; !named[k] {
+			named[k] = true
+			namedColls, namedCodes = append(namedColls, coll), append(namedCodes, code)
+		}
+	}
+	passColls := map[string]bool{}
+	for b := range pass.bases {
+		passColls[b.coll] = true
+	}
+	for k := range excepted {
+		if pass.bases == nil || passColls[k[0]] {
+			addNamed(k[0], k[1])
+		}
+	}
+	for _, k := range pending {
+		addNamed(k[0], k[1]) // born or changed since the base was derived
+	}
+	held := map[string]heldFinding{}
+	needFindings := pass.bases == nil || len(named) > 0 || len(zClasses) > 0
+	for _, o := range stored {
+		if coll, code, ok := strings.Cut(o.objectRef, ":"); ok && o.active && !o.settled && pass.bases != nil {
+			addNamed(coll, code) // not clean (marked, failed or expired): judged from its birth again
+			needFindings = true
+		}
+		needFindings = needFindings || o.reason == "open_finding"
+	}
+	// The open input findings on objects: read whenever the pass judges an object from its birth or holds a row
+	// for a finding (the issue store is read in full, so a pass with neither skips it).
+	if needFindings {
+		if held, err = openObjectFindings(ctx, tx); err != nil {
+			return 0, 0, err
+		}
 	}
 	// Rows an open finding already holds (an untrusted birth's quarantine) stay as their raiser wrote them.
 	// (The pass has read them: every active open_finding row of the estate, or of its bases.)
@@ -347,28 +381,9 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			}
 		}
 	}
-	// Objects named one by one: under an exception, or targeted by an open finding.
-	named := map[[2]string]bool{}
-	var namedColls, namedCodes []string
-	addNamed := func(coll, code string) {
-		if k := [2]string{coll, code}; !named[k] {
-			named[k] = true
-			namedColls, namedCodes = append(namedColls, coll), append(namedCodes, code)
-		}
-	}
-	for k := range excepted {
-		addNamed(k[0], k[1])
-	}
-	for _, k := range pending {
-		addNamed(k[0], k[1]) // born or changed since the base was derived
-	}
-	for _, o := range stored {
-		if coll, code, ok := strings.Cut(o.objectRef, ":"); ok && o.active && !o.settled && pass.bases != nil {
-			addNamed(coll, code) // not clean (marked, failed or expired): judged from its birth again
-		}
-	}
 	for subject := range held {
-		if coll, code, ok := strings.Cut(subject, ":"); ok && coll != "" && code != "" && !kept[subject] {
+		if coll, code, ok := strings.Cut(subject, ":"); ok && coll != "" && code != "" && !kept[subject] &&
+			(pass.bases == nil || passColls[coll]) {
 			addNamed(coll, code)
 		}
 	}
