@@ -295,7 +295,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	// The rows the pass may rewrite or retire: every row of the ruleset, or those linked to its bases' groups
 	// that may need it — a row judged from another evaluation of its group than the one of now, a row that is
 	// not clean, and every row an exception or a finding holds (their reason is judged one by one).
-	stored := map[string]storedObject{}
+	var stored map[string]storedObject
 	if pass.bases == nil {
 		if stored, err = readStoredObjects(ctx, tx, storedObjectsSQL, ev.ruleset.Version); err != nil {
 			return 0, 0, err
