@@ -459,7 +459,7 @@ type quarantined struct {
 	row    *TailRow
 	base   birthBase
 	key    string   // the finding's coalesce key
-	groups []string // its base's group keys, one per scope (counted at once unless recorded for it)
+	groups []string // its base's group keys, one per scope, once it is quarantined now (counted at once)
 }
 
 // quarantineUntrusted materializes an object row (needs_input, untrusted_source, held by an open finding) and raises
@@ -498,9 +498,9 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}
-	seen, seenBefore := map[string]bool{}, map[string]bool{}
+	seen := map[string]bool{}
 	for _, k := range known {
-		seen[k], seenBefore[k] = true, true
+		seen[k] = true
 	}
 	rs, err := s.currentRuleset(ctx)
 	noStore := gcos.ErrorCode(err) == gcos.ENOTFOUND
@@ -563,7 +563,7 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if err != nil {
 		return err
 	}
-	if err := countQuarantined(ctx, tx, rs.Version, qs, seenBefore, fresh); err != nil {
+	if err := countQuarantined(ctx, tx, rs.Version, qs, fresh); err != nil {
 		return err
 	}
 	if _, err = upsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs); err != nil {
@@ -578,11 +578,11 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 }
 
 // countQuarantinedSQL adds quarantined births to the member counts of their groups' rows under the current
-// ruleset ($1), each base's groups by $4 (group keys $2, one row per scope): the kept counts already hold them, so
-// the count a scan writes next is the same. Rows are locked in group-key order, as every marking writer does.
+// ruleset ($1), one birth per occurrence of a group key in $2: the kept counts already hold them, so the count a
+// scan writes next is the same. Rows are locked in group-key order, as every marking writer does.
 const countQuarantinedSQL = `
 WITH adds AS (
-    SELECT k, sum(n)::bigint AS n FROM unnest($2::text[], $3::bigint[]) AS a(k, n) GROUP BY k
+    SELECT k, count(*) AS n FROM unnest($2::text[]) AS a(k) GROUP BY k
 ), locked AS (
     SELECT c.group_key, a.n FROM governance_candidate_state c JOIN adds a ON a.k = c.group_key
     WHERE c.ruleset_version = $1 ORDER BY c.group_key FOR UPDATE OF c
@@ -597,26 +597,21 @@ UPDATE governance_group g SET member_count = g.member_count + c.n FROM counted c
 // births alone, holdUntrustedGroups, were recorded with their count): a quarantined birth is counted
 // at once where it belongs — its object row, needs_input (untrusted_source), takes it out of its group's bucket in
 // the ledger — instead of showing as unplaced until its group's next scan. Nothing is dirtied: an untrusted source
-// cannot make work. A replayed birth (its finding seen before) is not counted again.
-func countQuarantined(ctx context.Context, tx pgx.Tx, ruleset string, qs []quarantined, seenBefore, fresh map[string]bool) error {
+// cannot make work. Only births quarantined now carry their groups: a replayed birth (its finding seen before)
+// is not counted again.
+func countQuarantined(ctx context.Context, tx pgx.Tx, ruleset string, qs []quarantined, fresh map[string]bool) error {
 	var keys []string
-	var adds []int64
-	counted := map[string]bool{}
 	for _, q := range qs {
-		if seenBefore[q.key] || counted[q.key] {
-			continue
-		}
-		counted[q.key] = true
 		for _, k := range q.groups {
 			if !fresh[k] {
-				keys, adds = append(keys, k), append(adds, 1)
+				keys = append(keys, k)
 			}
 		}
 	}
 	if len(keys) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, countQuarantinedSQL, ruleset, keys, adds); err != nil {
+	if _, err := tx.Exec(ctx, countQuarantinedSQL, ruleset, keys); err != nil {
 		return fmt.Errorf("count quarantined births in their groups: %w", err)
 	}
 	return nil

@@ -784,7 +784,6 @@ func readStoredObjects(ctx context.Context, tx pgx.Tx, sql string, args ...any) 
 }
 
 func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, runID string, objs []objectCandidate, keep []string, stored map[string]storedObject) (int64, int64, error) {
-	var err error
 	// Only a row whose result differs (or that is not clean) is written: a pass over an unchanged base writes
 	// nothing, so its cost is reading, not locking every row it derived.
 	selected := make(map[string]bool, len(objs)+len(keep))
@@ -804,6 +803,7 @@ func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, run
 	slices.SortFunc(changed, func(a, b objectCandidate) int { return strings.Compare(a.key, b.key) })
 	var n int64
 	if len(changed) > 0 {
+		var err error
 		if n, err = upsertObjectRows(ctx, tx, pass.snapshotID, ruleset, runID, changed); err != nil {
 			return 0, 0, err
 		}
