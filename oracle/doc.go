@@ -7,7 +7,8 @@
 // must exist, the invariant ledger and the gate decision. It uses none of GCOS's incremental state (candidate rows,
 // dirty marks, cursors, snapshots) and none of the SQL that feeds the scans: it shares only the pure domain
 // functions (the verdict policy, decay, the gate rule, group keys) and the definition of an object's fingerprint.
-// It prefers obvious over fast: every birth is read and placed one by one.
+// It never holds the births: the database counts every base group's members (walking each parent chain to its
+// anchor), and a birth is read one by one only where an object row or a gate decision needs it.
 //
 // Verify compares a live database's incremental state with the reference at the same instant (`gcos verify`, and
 // the periodic full audit, which raises a verify_mismatch finding when they differ).

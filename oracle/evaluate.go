@@ -39,31 +39,31 @@ type Reference struct {
 	At             time.Time
 	RulesetVersion string
 	Scopes         []string
-	Groups         map[string]*Group  // by group key; only groups with members
-	Objects        map[string]*Object // object rows by candidate key
-	Ledgers        map[string]gcos.Ledger
-	Births         int64
+	Only           []string               // the collections evaluated (nil: all)
+	Groups         map[string]*Group      // by group key; only groups with members
+	Objects        map[string]*Object     // object rows by candidate key
+	Ledgers        map[string]gcos.Ledger // only when every collection was evaluated
+	Births         int64                  // the births counted
 
-	placed     map[string]placement // by object reference
+	placed     map[string]placement // by object reference, for the births read one by one
 	policy     gcos.VerdictPolicy
 	lowRisk    []string
 	ttl        gcos.TTLConfig
 	sub        Substrate
 	objectKeys []string // object references with an object row, sorted
-	refs       []string // every object reference, sorted
+	refs       []string // the references of the births read one by one, sorted
 }
 
-// placement is where one object sits: its group in each scope (in Scopes order, shared by its base group), its
-// object row, and its birth and anchor (indexes into the substrate's births).
+// placement is where one birth read one by one sits: its group in each scope (in Scopes order, shared by its base
+// group), its object row, and the birth (an index into the substrate's births).
 type placement struct {
-	groups        []string
-	object        string // candidate key of its object row, or ""
-	birth, anchor int
-	parentFound   bool
+	groups []string
+	object string // candidate key of its object row, or ""
+	birth  int
 }
 
-// maxAnchorHops bounds the walk up a parent chain, so a cycle of parent codes ends.
-const maxAnchorHops = 1000
+// base names a base group.
+type base struct{ class, registry, lifecycle string }
 
 // Options are the configuration the reference honours: the same that configures GCOS.
 type Options struct {
@@ -72,69 +72,58 @@ type Options struct {
 	TTL               gcos.TTLConfig // read-time decay (a fresh verdict is clean; the TTL only sets stale_after)
 }
 
+// RowClasses are the classes whose roots have an object row by their class alone (SPEC §7): independently
+// authoritative, or a high-risk write path. The substrate's read takes their births one by one.
+func RowClasses(rs gcos.RulesetComponents, opts Options) []string {
+	var out []string
+	if rs.IsAbsent(gcos.ComponentCoverageProfile) {
+		return out
+	}
+	for _, p := range rs.CoverageProfile {
+		risk := gcos.UnknownRisk
+		if p.RiskClass != nil && *p.RiskClass != "" {
+			risk = *p.RiskClass
+		}
+		if p.IndependentlyAuthoritative || (p.WritePath && slices.Contains(opts.ObjectRiskClasses, risk)) {
+			out = append(out, p.EntityType)
+		}
+	}
+	return out
+}
+
 // Evaluate derives the reference from the substrate under ruleset components rs (version names them). It reads
 // no GCOS state: groups, verdicts, coverage, object rows and the ledger are computed from the rows alone.
 func Evaluate(sub Substrate, version string, rs gcos.RulesetComponents, opts Options) *Reference {
-	ref := &Reference{At: sub.At, RulesetVersion: version, Scopes: rs.ScopeCodes(), Groups: map[string]*Group{},
-		Objects: map[string]*Object{}, Ledgers: map[string]gcos.Ledger{}, Births: int64(len(sub.Births)),
-		placed: make(map[string]placement, len(sub.Births)), sub: sub, policy: rs.Policy, lowRisk: opts.LowRiskClasses, ttl: opts.TTL}
+	ref := &Reference{At: sub.At, RulesetVersion: version, Scopes: rs.ScopeCodes(), Only: sub.Only, Groups: map[string]*Group{},
+		Objects: map[string]*Object{}, Ledgers: map[string]gcos.Ledger{}, placed: make(map[string]placement, len(sub.Births)),
+		sub: sub, policy: rs.Policy, lowRisk: opts.LowRiskClasses, ttl: opts.TTL}
 	profile := map[string]gcos.CoverageProfileRow{}
 	if !rs.IsAbsent(gcos.ComponentCoverageProfile) {
 		for _, p := range rs.CoverageProfile {
 			profile[p.EntityType] = p
 		}
 	}
-	byCode := make(map[[2]string]int, len(sub.Births))
-	for i, b := range sub.Births {
-		byCode[[2]string{b.Collection, b.Code}] = i
-	}
 
-	// The anchor of an inherited child is the top of its parent chain within its collection: a child belongs to its
-	// anchor's group (SPEC §4), however deep it sits.
-	anchorOf := func(i int) (anchor int, parentFound bool) {
-		anchor, parentFound = i, true
-		for hops := 0; sub.Births[anchor].Parent != nil && hops < maxAnchorHops; hops++ {
-			a := sub.Births[anchor]
-			j, ok := byCode[[2]string{a.Collection, *a.Parent}]
-			if !ok {
-				return anchor, anchor != i
-			}
-			if j == anchor {
-				break // its own parent
-			}
-			anchor = j
-		}
-		return anchor, parentFound
-	}
-
-	// Groups: one per (class, registry, lifecycle) of each anchor, in every scope.
-	type base struct{ class, registry, lifecycle string }
-	members := map[base]int64{}
-	bases := make([]base, len(sub.Births))
-	anchors := make([]int, len(sub.Births))
-	found := make([]bool, len(sub.Births))
-	for i := range sub.Births {
-		anchors[i], found[i] = anchorOf(i)
-		a := sub.Births[anchors[i]]
-		bases[i] = base{a.Class, a.Collection, a.Status}
-		members[bases[i]]++
-	}
-	groupOf := map[base][]string{}
-	for bs, n := range members {
+	// Groups: one per base (the class, registry and lifecycle of each birth's anchor), in every scope.
+	groupOf := make(map[base][]string, len(sub.Bases))
+	for _, bs := range sub.Bases {
+		ref.Births += bs.Members
+		k := base{bs.Class, bs.Collection, bs.Lifecycle}
 		for _, scope := range ref.Scopes {
-			d := gcos.Dimensions{ObjectClass: gcos.Str(bs.class), SourceRegistry: gcos.Str(bs.registry),
-				AxisFamily: axisFamily(rs, bs.class), Scope: gcos.Str(scope), LifecycleStatus: gcos.Str(bs.lifecycle)}
+			d := gcos.Dimensions{ObjectClass: gcos.Str(bs.Class), SourceRegistry: gcos.Str(bs.Collection),
+				AxisFamily: axisFamily(rs, bs.Class), Scope: gcos.Str(scope), LifecycleStatus: gcos.Str(bs.Lifecycle)}
 			if sub.OwnershipPresent && scope != gcos.UnscopedScope {
-				d.OwnerScope = owner(sub.Ownership, scope, bs.class, bs.registry)
+				d.OwnerScope = owner(sub.Ownership, scope, bs.Class, bs.Collection)
 			}
-			g := ref.judge(sub, profile, d, n)
+			g := ref.judge(sub, profile, d, bs.Members)
 			ref.Groups[g.Key] = &g
-			groupOf[bs] = append(groupOf[bs], g.Key)
+			groupOf[k] = append(groupOf[k], g.Key)
 		}
 	}
 
 	// Object rows (SPEC §7): an open input finding on the object, an exception naming it, or its class (independently
-	// authoritative, or high-risk write path) for an object that is not an inherited child.
+	// authoritative, or high-risk write path) for an object that is not an inherited child. Every birth that may have
+	// one was read one by one, in id order: when two share a candidate key, the first holds the row.
 	named := map[[2]string][]gcos.ExceptionRow{}
 	for _, x := range sub.Exceptions {
 		if x.CollectionName != nil && x.EntityCode != nil && x.Approved(sub.At) {
@@ -143,36 +132,41 @@ func Evaluate(sub Substrate, version string, rs gcos.RulesetComponents, opts Opt
 		}
 	}
 	for i, b := range sub.Births {
-		a := sub.Births[anchors[i]]
-		p := placement{groups: groupOf[bases[i]], birth: i, anchor: anchors[i], parentFound: found[i]}
-		if o := ref.objectRow(sub, profile, opts, b, a, p.groups, named[[2]string{b.Collection, b.Code}]); o != nil {
+		groups, ok := groupOf[base{b.AnchorClass, b.Collection, b.AnchorStatus}]
+		if !ok {
+			continue // cannot happen at one instant: every birth is counted in its anchor's base
+		}
+		p := placement{groups: groups, birth: i}
+		if o := ref.objectRow(sub, profile, opts, b, p.groups, named[[2]string{b.Collection, b.Code}]); o != nil {
 			if _, dup := ref.Objects[o.Key]; !dup {
 				ref.Objects[o.Key] = o
 				p.object = o.Key
+				ref.objectKeys = append(ref.objectKeys, b.Ref())
 			}
 		}
 		ref.placed[b.Ref()] = p
 		ref.refs = append(ref.refs, b.Ref())
-		if p.object != "" {
-			ref.objectKeys = append(ref.objectKeys, b.Ref())
-		}
 	}
 	sort.Strings(ref.refs)
 	sort.Strings(ref.objectKeys)
+	if sub.Only != nil {
+		return ref // the ledger is the whole estate's: a slice cannot close it
+	}
 
 	// The ledger, in objects: every birth once per scope, in its object row's bucket in that row's scope and in its
 	// group's bucket elsewhere (SPEC §12).
 	for si, scope := range ref.Scopes {
 		l := gcos.Ledger{Scope: scope, Total: ref.Births}
-		for _, r := range ref.refs {
-			p := ref.placed[r]
-			if p.object != "" && ref.Objects[p.object].Scope == scope {
-				o := ref.Objects[p.object]
+		for _, bs := range sub.Bases {
+			g := ref.Groups[groupOf[base{bs.Class, bs.Collection, bs.Lifecycle}][si]]
+			l.Add(gcos.BucketFor(g.Verdict, g.Coverage), bs.Members)
+		}
+		for _, o := range ref.Objects {
+			if o.Scope == scope {
+				g := ref.Groups[o.GroupKey]
+				l.Add(gcos.BucketFor(g.Verdict, g.Coverage), -1)
 				l.Add(gcos.BucketFor(o.Verdict, o.Coverage), 1)
-				continue
 			}
-			g := ref.Groups[p.groups[si]]
-			l.Add(gcos.BucketFor(g.Verdict, g.Coverage), 1)
 		}
 		ref.Ledgers[scope] = l
 	}
@@ -231,11 +225,11 @@ func groupException(sub Substrate, d gcos.Dimensions) bool {
 	return false
 }
 
-// objectRow is the object row b must have, or nil. groups are b's groups in Scopes order; a is its anchor.
-func (ref *Reference) objectRow(sub Substrate, profile map[string]gcos.CoverageProfileRow, opts Options, b, a Birth,
+// objectRow is the object row b must have, or nil. groups are b's groups in Scopes order.
+func (ref *Reference) objectRow(sub Substrate, profile map[string]gcos.CoverageProfileRow, opts Options, b Birth,
 	groups []string, exceptions []gcos.ExceptionRow) *Object {
 	reason, scope := "", 0
-	p := profile[a.Class]
+	p := profile[b.AnchorClass]
 	switch {
 	case b.Parent != nil: // an inherited child is represented by its anchor's group, unless named one by one
 	case p.IndependentlyAuthoritative:
@@ -331,7 +325,8 @@ func owner(rows []gcos.OwnershipRow, scope, class, collection string) *string {
 
 // Gate is the decision the gate must take on the object (collection:code) for action, judged from the reference's
 // rows exactly as the gate judges stored ones: a fresh verdict is clean, so only the verdicts, risk and coverage
-// decide. An object with no birth is blocked.
+// decide. An object with no birth is blocked; so is one the read did not take one by one (ask for it with
+// ReadOptions.Also).
 func (ref *Reference) Gate(object, action string) gcos.ObjectGateDecision {
 	p, ok := ref.placed[object]
 	if !ok {
@@ -366,16 +361,16 @@ func (ref *Reference) Gate(object, action string) gcos.ObjectGateDecision {
 	if ref.RulesetVersion == "" {
 		return gcos.GateObject(gcos.ObjectGateInput{Action: action})
 	}
-	b, a := ref.sub.Births[p.birth], ref.sub.Births[p.anchor]
+	b := ref.sub.Births[p.birth]
 	_, registered := ref.sub.Collections[b.Collection]
-	in.Problems = ref.policy.CheckObject(gcos.ObjectBirth{Object: b.Ref(), Class: a.Class, Collection: b.Collection,
-		LifecycleStatus: a.Status, OwnLifecycleStatus: b.Status, ParentCode: b.Parent, ParentFound: b.Parent == nil || p.parentFound,
-		CollectionRegistered: registered, ClassRegistered: ref.sub.Classes[a.Class]}, risks)
+	in.Problems = ref.policy.CheckObject(gcos.ObjectBirth{Object: b.Ref(), Class: b.AnchorClass, Collection: b.Collection,
+		LifecycleStatus: b.AnchorStatus, OwnLifecycleStatus: b.Status, ParentCode: b.Parent, ParentFound: b.Parent == nil || b.ParentFound,
+		CollectionRegistered: registered, ClassRegistered: ref.sub.Classes[b.AnchorClass]}, risks)
 	return gcos.GateObject(in)
 }
 
 // ObjectsWithRows lists the references of the objects that have an object row, sorted.
 func (ref *Reference) ObjectsWithRows() []string { return ref.objectKeys }
 
-// ObjectRefs lists every object's reference, sorted.
+// ObjectRefs lists the references of the births read one by one, sorted.
 func (ref *Reference) ObjectRefs() []string { return ref.refs }

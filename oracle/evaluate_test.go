@@ -1,6 +1,7 @@
 package oracle_test
 
 import (
+	"sort"
 	"testing"
 	"time"
 
@@ -41,6 +42,7 @@ func TestEvaluateByHand(t *testing.T) {
 		Policy:          gcos.DefaultVerdictPolicy(),
 		Absent:          []string{gcos.ComponentAxis},
 	}
+	sub.Bases, sub.Births = fold(sub.Births)
 	ref := oracle.Evaluate(sub, sub.RulesetVersion, rs, oracle.Options{TTL: gcos.DefaultConfig().TTL, LowRiskClasses: []string{"read_descriptive"}})
 
 	// Groups: (order, orders, active) holds o-1, o-2 and the child o-2-line; the orphan child o-4-line keeps its own
@@ -115,4 +117,44 @@ func TestEvaluateByHand(t *testing.T) {
 	if d := ref.Gate("orders:o-1", gcos.ActionWrite); d.Allowed() {
 		t.Errorf("gate after expiry: %s", d.Decision)
 	}
+}
+
+// fold is the obvious reading of a handful of births, in Go: each one's anchor found by walking up its parent chain
+// within its collection (at most 1,000 steps; a birth that is its own parent ends the walk), and the members of every
+// base counted. The database does this for the reference (oracle.Read); TestReadWalksParentChainsAsFoldDoes holds
+// the two to the same answer.
+func fold(births []oracle.Birth) ([]oracle.Base, []oracle.Birth) {
+	byCode := map[[2]string]int{}
+	for i, b := range births {
+		byCode[[2]string{b.Collection, b.Code}] = i
+	}
+	members := map[[3]string]int64{}
+	out := make([]oracle.Birth, len(births))
+	for i, b := range births {
+		anchor, found := i, true
+		for hops := 0; births[anchor].Parent != nil && hops < 1000; hops++ {
+			j, ok := byCode[[2]string{births[anchor].Collection, *births[anchor].Parent}]
+			if !ok {
+				found = anchor != i
+				break
+			}
+			if j == anchor {
+				break
+			}
+			anchor = j
+		}
+		b.AnchorClass, b.AnchorStatus, b.ParentFound = births[anchor].Class, births[anchor].Status, found
+		members[[3]string{b.AnchorClass, b.Collection, b.AnchorStatus}]++
+		out[i] = b
+	}
+	var bases []oracle.Base
+	for k, n := range members {
+		bases = append(bases, oracle.Base{Class: k[0], Collection: k[1], Lifecycle: k[2], Members: n})
+	}
+	sort.Slice(bases, func(i, j int) bool {
+		a, b := bases[i], bases[j]
+		return a.Class+"\x00"+a.Collection+"\x00"+a.Lifecycle < b.Class+"\x00"+b.Collection+"\x00"+b.Lifecycle
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return bases, out
 }

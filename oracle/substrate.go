@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 	"gcos"
 )
 
-// Birth is one row of the born-object inventory, as the source binding names its columns.
+// Birth is one row of the born-object inventory, as the source binding names its columns, with where its parent
+// chain ends: the reference reads births one by one only where an object row or a gate decision needs them.
 type Birth struct {
 	ID           int64
 	Code         string
@@ -22,6 +24,10 @@ type Birth struct {
 	Parent       *string
 	Canonical    *string
 	SourceSystem *string
+	// The anchor is the top of the parent chain within the collection (the birth itself when it has no parent): a
+	// birth belongs to its anchor's base group (SPEC §4). ParentFound is false when its own parent is not born.
+	AnchorClass, AnchorStatus string
+	ParentFound               bool
 }
 
 // Ref is the object's reference, collection:code.
@@ -35,10 +41,23 @@ func (b Birth) Key() string {
 	return b.Ref()
 }
 
-// Substrate is everything the reference evaluator reads, all at one instant.
+// Base is one base group counted from the source: how many births have an anchor of this class, collection and
+// lifecycle. Each base is one group in every scope.
+type Base struct {
+	Class, Collection, Lifecycle string
+	Members                      int64
+}
+
+// Substrate is everything the reference evaluator reads, all at one instant. Its size is O(base groups + births
+// read one by one), never O(births): the members are counted by the database.
 type Substrate struct {
-	At               time.Time // the database clock of the read
-	RulesetVersion   string    // the active ruleset ("" when none is active)
+	At             time.Time // the database clock of the read
+	RulesetVersion string    // the active ruleset ("" when none is active)
+	// Only names the collections the read was limited to (a slice of the audit's rotating cover); nil is all of them.
+	Only  []string
+	Bases []Base
+	// Births are the births read one by one, by id: every birth that may have an object row (a root of a row class,
+	// one an exception names, the subject of an open input finding) and those the gate is asked about.
 	Births           []Birth
 	Collections      map[string]gcos.CollectionRow
 	Classes          map[string]bool // meta_catalog entity types
@@ -53,33 +72,107 @@ type Substrate struct {
 	InputFindings map[string]gcos.InputQuality
 }
 
+// ReadOptions say which births the read takes one by one, besides those that may have an object row.
+type ReadOptions struct {
+	// RowClasses are the classes whose roots have an object row by their class (RowClasses of the ruleset).
+	RowClasses []string
+	Only       []string // limit the read to these collections (nil: all)
+	Sample     int      // births drawn at random (by Seed) for the gate
+	Seed       uint64
+	Also       []string // objects (collection:code) read in any case
+}
+
+// ActiveRuleset reads the active ruleset's version in tx ("" when none is active).
+func ActiveRuleset(ctx context.Context, tx pgx.Tx) (string, error) {
+	var v string
+	if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '')`).
+		Scan(&v); err != nil {
+		return "", fmt.Errorf("read the active ruleset: %w", err)
+	}
+	return v, nil
+}
+
+// maxAnchorHops bounds the walk up a parent chain, so a cycle of parent codes ends.
+const maxAnchorHops = 1000
+
+// anchorSQL is the walk up every parent chain that starts at a birth of seed (a CTE selecting the binding's birth
+// columns as id, code, coll, class, status, parent): one row per birth with its anchor's class and status and how
+// many steps it took. A chain ends at a birth with no parent, at one whose parent is not born in its collection, at
+// one that is its own parent, or after maxAnchorHops steps (a cycle).
+func anchorSQL(b gcos.SourceBinding, seed string) string {
+	id := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	return fmt.Sprintf(`WITH RECURSIVE seed AS (%[1]s),
+	walk AS (
+		SELECT id, coll, code, parent, class, status, 0 AS hops FROM seed
+		UNION ALL
+		SELECT w.id, w.coll, a.%[3]s, a.%[4]s, a.%[5]s, a.%[6]s, w.hops + 1
+		FROM walk w JOIN %[2]s a ON a.%[7]s = w.coll AND a.%[3]s = w.parent
+		WHERE w.hops < %[8]d AND a.%[3]s <> w.code),
+	anchor AS (SELECT DISTINCT ON (id) id, class, status, hops FROM walk ORDER BY id, hops DESC)`,
+		seed, id(b.Birth.Table), id(b.Birth.EntityCode), id(b.Birth.ParentCode), id(b.ObjectClass.Column),
+		id(b.LifecycleStatus.Column), id(b.SourceRegistry.Column), maxAnchorHops)
+}
+
+// birthColumns selects the binding's birth columns of table alias t under the names anchorSQL's seed gives them,
+// then the ones only a birth read one by one needs.
+func birthColumns(b gcos.SourceBinding, t string) string {
+	id := func(name string) string { return t + "." + pgx.Identifier{name}.Sanitize() }
+	return fmt.Sprintf(`%s AS id, %s AS code, %s AS coll, %s AS class, %s AS status, %s AS parent, %s AS canonical, %s AS source_system`,
+		id(b.Birth.ID), id(b.Birth.EntityCode), id(b.SourceRegistry.Column), id(b.ObjectClass.Column), id(b.LifecycleStatus.Column),
+		id(b.Birth.ParentCode), id(b.Birth.CanonicalAddress), id(b.Birth.SourceSystem))
+}
+
+// refPairs splits object references (collection:code) into every (collection, code) they can name: a collection's
+// name may itself hold a colon, so each colon is tried.
+func refPairs(refs []string) (colls, codes []string) {
+	for _, r := range refs {
+		for i := 0; i < len(r); i++ {
+			if r[i] == ':' && i > 0 && i < len(r)-1 {
+				colls, codes = append(colls, r[:i]), append(codes, r[i+1:])
+			}
+		}
+	}
+	return colls, codes
+}
+
 // Read reads the substrate in tx, which should be REPEATABLE READ so that every table is seen at one instant.
 // fingerprintSQL reads one object's fingerprint by collection ($1) and code ($2) (postgres.Store.ObjectFingerprintSQL).
-func Read(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, fingerprintSQL string) (Substrate, error) {
-	s := Substrate{Collections: map[string]gcos.CollectionRow{}, Classes: map[string]bool{},
+// The members of every base group are counted in the database; births are read one by one only where opts asks.
+func Read(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, fingerprintSQL string, opts ReadOptions) (Substrate, error) {
+	s := Substrate{Only: opts.Only, Collections: map[string]gcos.CollectionRow{}, Classes: map[string]bool{},
 		Fingerprints: map[[2]string]string{}, InputFindings: map[string]gcos.InputQuality{}}
 	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&s.At); err != nil {
 		return s, fmt.Errorf("read the database clock: %w", err)
 	}
-	if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '')`).
-		Scan(&s.RulesetVersion); err != nil {
-		return s, fmt.Errorf("read the active ruleset: %w", err)
+	var err error
+	if s.RulesetVersion, err = ActiveRuleset(ctx, tx); err != nil {
+		return s, err
 	}
 	id := func(name string) string { return pgx.Identifier{name}.Sanitize() }
 	b := binding.Birth
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT %s, %s, %s, %s, %s, %s, %s, %s FROM %s`,
-		id(b.ID), id(b.EntityCode), id(binding.SourceRegistry.Column), id(binding.ObjectClass.Column),
-		id(binding.LifecycleStatus.Column), id(b.ParentCode), id(b.CanonicalAddress), id(b.SourceSystem), id(b.Table)))
-	if err != nil {
-		return s, fmt.Errorf("read births: %w", err)
+	table, coll, parent := id(b.Table), id(binding.SourceRegistry.Column), id(b.ParentCode)
+	// $1: the collections of the slice (NULL: all).
+	var only any
+	if opts.Only != nil {
+		only = opts.Only
 	}
-	var one Birth
-	if _, err := pgx.ForEachRow(rows, []any{&one.ID, &one.Code, &one.Collection, &one.Class, &one.Status, &one.Parent,
-		&one.Canonical, &one.SourceSystem}, func() error {
-		s.Births = append(s.Births, one)
+	within := fmt.Sprintf(`($1::text[] IS NULL OR t.%s = ANY($1::text[]))`, coll)
+
+	// Members: every root counts in its own base, every child in its anchor's.
+	if err := each(ctx, tx, anchorSQL(binding, fmt.Sprintf(`SELECT %s FROM %s t WHERE t.%s IS NOT NULL AND %s`,
+		birthColumns(binding, "t"), table, parent, within))+fmt.Sprintf(`
+		SELECT coalesce(a.class, t.%[1]s), t.%[2]s, coalesce(a.status, t.%[3]s), count(*)
+		FROM %[4]s t LEFT JOIN anchor a ON t.%[5]s IS NOT NULL AND a.id = t.%[6]s
+		WHERE %[7]s GROUP BY 1, 2, 3`, id(binding.ObjectClass.Column), coll, id(binding.LifecycleStatus.Column), table, parent,
+		id(b.ID), within), func(r pgx.Rows) error {
+		var x Base
+		if err := r.Scan(&x.Class, &x.Collection, &x.Lifecycle, &x.Members); err != nil {
+			return err
+		}
+		s.Bases = append(s.Bases, x)
 		return nil
-	}); err != nil {
-		return s, fmt.Errorf("read births: %w", err)
+	}, only); err != nil {
+		return s, fmt.Errorf("count the members of every base group: %w", err)
 	}
 
 	if err := each(ctx, tx, `SELECT collection_name, coverage_status, scope_class FROM collection_registry`, func(r pgx.Rows) error {
@@ -171,11 +264,66 @@ func Read(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, fingerprin
 		}); err != nil {
 		return s, fmt.Errorf("read open input findings: %w", err)
 	}
+	if err := readBirths(ctx, tx, binding, opts, &s); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
-func each(ctx context.Context, tx pgx.Tx, sql string, row func(pgx.Rows) error) error {
-	rows, err := tx.Query(ctx, sql)
+// readBirths reads, by id and with its anchor, every birth that may have an object row (a root of a row class, one
+// an exception names, the subject of an open input finding), a sample drawn at random and opts.Also.
+func readBirths(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, opts ReadOptions, s *Substrate) error {
+	id := func(name string) string { return pgx.Identifier{name}.Sanitize() }
+	b := binding.Birth
+	table, coll, code := id(b.Table), id(binding.SourceRegistry.Column), id(b.EntityCode)
+	var named []string
+	for _, x := range s.Exceptions {
+		if x.CollectionName != nil && x.EntityCode != nil {
+			named = append(named, *x.CollectionName+":"+*x.EntityCode)
+		}
+	}
+	subjects := make([]string, 0, len(s.InputFindings))
+	for subject := range s.InputFindings {
+		subjects = append(subjects, subject)
+	}
+	colls, codes := refPairs(slices.Concat(named, subjects, opts.Also))
+	var only any
+	if opts.Only != nil {
+		only = opts.Only
+	}
+	cols := birthColumns(binding, "t")
+	within := fmt.Sprintf(`($1::text[] IS NULL OR t.%s = ANY($1::text[]))`, coll)
+	seed := fmt.Sprintf(`
+		SELECT %[1]s FROM %[2]s t WHERE t.%[3]s IS NULL AND t.%[4]s = ANY($2::text[]) AND %[5]s
+		UNION
+		SELECT %[1]s FROM %[2]s t JOIN unnest($3::text[], $4::text[]) AS n(coll, code) ON t.%[6]s = n.coll AND t.%[7]s = n.code
+		WHERE %[5]s
+		UNION
+		SELECT %[1]s FROM %[2]s t WHERE t.%[8]s IN (SELECT unnest($5::text[])) AND %[5]s
+		UNION
+		(SELECT %[1]s FROM %[2]s t WHERE %[5]s ORDER BY hashint8(t.%[9]s # $6::bigint) LIMIT $7)`,
+		cols, table, id(b.ParentCode), id(binding.ObjectClass.Column), within, coll, code, id(b.CanonicalAddress), id(b.ID))
+	q := anchorSQL(binding, seed) + `
+		SELECT s.id, s.code, s.coll, s.class, s.status, s.parent, s.canonical, s.source_system, a.class, a.status,
+		       a.hops > 0 OR s.parent IS NULL OR s.parent = s.code
+		FROM seed s JOIN anchor a ON a.id = s.id ORDER BY s.id`
+	var one Birth
+	rows, err := tx.Query(ctx, q, only, opts.RowClasses, colls, codes, subjects, int64(opts.Seed>>1), opts.Sample)
+	if err != nil {
+		return fmt.Errorf("read births one by one: %w", err)
+	}
+	if _, err := pgx.ForEachRow(rows, []any{&one.ID, &one.Code, &one.Collection, &one.Class, &one.Status, &one.Parent,
+		&one.Canonical, &one.SourceSystem, &one.AnchorClass, &one.AnchorStatus, &one.ParentFound}, func() error {
+		s.Births = append(s.Births, one)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read births one by one: %w", err)
+	}
+	return nil
+}
+
+func each(ctx context.Context, tx pgx.Tx, sql string, row func(pgx.Rows) error, args ...any) error {
+	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
 		return err
 	}

@@ -38,60 +38,77 @@ func (m Mismatch) String() string {
 type Report struct {
 	At             time.Time  `json:"at"`
 	RulesetVersion string     `json:"ruleset_version"`
-	Births         int64      `json:"births"`
-	Groups         int        `json:"groups"`        // reference groups (with members)
-	Objects        int        `json:"objects"`       // reference object rows
-	GateChecks     int        `json:"gate_checks"`   // gate decisions compared (objects × actions)
-	EvaluateTime   float64    `json:"evaluate_secs"` // reading the substrate and evaluating it from scratch
+	Only           []string   `json:"collections,omitempty"` // the slice verified (none: everything)
+	Births         int64      `json:"births"`                // births counted (in the slice's collections)
+	Groups         int        `json:"groups"`                // reference groups (with members)
+	Objects        int        `json:"objects"`               // reference object rows
+	GateChecks     int        `json:"gate_checks"`           // gate decisions compared (objects × actions)
+	EvaluateTime   float64    `json:"evaluate_secs"`         // reading the substrate and evaluating it from scratch
+	Elapsed        float64    `json:"elapsed_secs"`          // the whole verification
 	Mismatches     []Mismatch `json:"mismatches"`
 }
 
 // Clean reports whether the incremental state equals the reference everywhere it was compared.
 func (r Report) Clean() bool { return len(r.Mismatches) == 0 }
 
-// VerifyOptions say how much of the gate to compare.
+// VerifyOptions say what to compare.
 type VerifyOptions struct {
-	Sample int      // objects sampled for the gate beyond those with object rows (both actions each)
+	Sample int      // births drawn at random for the gate beyond those with object rows (both actions each)
 	Seed   uint64   // picks the sample
 	Also   []string // objects (collection:code) the gate is asked about in any case, e.g. those just changed
+	// Only limits the verification to the groups of these collections, their object rows and their births (a slice
+	// of the full audit's rotating cover); nil verifies everything, the ledger included. A group's members are all
+	// in its registry's collection (a child's anchor is in its own), so a slice is counted from that alone.
+	Only []string
+	// GateLimit caps the objects the gate is asked about (0: every object with a row, the sample and Also).
+	GateLimit int
 }
 
-// Reference reads the substrate in one REPEATABLE READ transaction and evaluates it under the active ruleset.
+// ReferenceOf reads the whole substrate in one REPEATABLE READ transaction and evaluates it under the active ruleset.
 func ReferenceOf(ctx context.Context, store *postgres.Store) (*Reference, error) {
-	ref, _, err := evaluateIn(ctx, store, nil)
-	return ref, err
+	return evaluateIn(ctx, store, ReadOptions{}, nil)
 }
 
 // Verify compares the store's incremental state with the reference at one instant: every group with members,
-// every object row and every scope's ledger are read in the transaction that reads the substrate; the gate is then
-// asked (without follow-ups) about every object with a row and a sample of the others, for write and read.
+// every object row and every scope's ledger (or, with opts.Only, those of a slice) are read in the transaction that
+// reads the substrate; the gate is then asked (without follow-ups) about every object with a row and a sample of
+// the others, for write and read.
 func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Report, error) {
 	var inc incremental
 	start := time.Now()
-	ref, _, err := evaluateIn(ctx, store, func(tx pgx.Tx) error {
-		var err error
-		inc, err = readIncremental(ctx, tx)
-		return err
-	})
+	ref, err := evaluateIn(ctx, store, ReadOptions{Only: opts.Only, Sample: opts.Sample, Seed: opts.Seed, Also: opts.Also},
+		func(tx pgx.Tx) ([]string, error) {
+			var err error
+			inc, err = readIncremental(ctx, tx, opts.Only)
+			return inc.objectRefs, err
+		})
 	if err != nil {
 		return Report{}, err
 	}
-	rep := Report{At: ref.At, RulesetVersion: ref.RulesetVersion, Births: ref.Births, Groups: len(ref.Groups),
+	rep := Report{At: ref.At, RulesetVersion: ref.RulesetVersion, Only: opts.Only, Births: ref.Births, Groups: len(ref.Groups),
 		Objects: len(ref.Objects), EvaluateTime: time.Since(start).Seconds(), Mismatches: []Mismatch{}}
 	rep.Mismatches = append(rep.Mismatches, compareGroups(ref, inc)...)
 	rep.Mismatches = append(rep.Mismatches, compareObjects(ref, inc)...)
-	rep.Mismatches = append(rep.Mismatches, compareLedgers(ref, inc)...)
+	if opts.Only == nil {
+		rep.Mismatches = append(rep.Mismatches, compareLedgers(ref, inc)...)
+	}
 
-	objects := slices.Clone(ref.ObjectsWithRows())
+	// The gate: every birth read one by one (those that may have an object row, and the sample), every object the
+	// incremental state holds a row for, and Also (within the slice).
+	objects := slices.Clone(ref.ObjectRefs())
 	objects = append(objects, inc.objectRefs...)
-	objects = append(objects, opts.Also...)
-	all := ref.ObjectRefs()
-	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
-	for _, i := range rng.Perm(len(all))[:min(opts.Sample, len(all))] {
-		objects = append(objects, all[i])
+	for _, obj := range opts.Also {
+		if _, placed := ref.placed[obj]; placed || opts.Only == nil {
+			objects = append(objects, obj)
+		}
 	}
 	sort.Strings(objects)
 	objects = slices.Compact(objects)
+	if opts.GateLimit > 0 && len(objects) > opts.GateLimit {
+		rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
+		rng.Shuffle(len(objects), func(i, j int) { objects[i], objects[j] = objects[j], objects[i] })
+		objects = objects[:opts.GateLimit]
+	}
 	for _, obj := range objects {
 		for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
 			want := ref.Gate(obj, action)
@@ -107,6 +124,7 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 			return rep, err
 		}
 	}
+	rep.Elapsed = time.Since(start).Seconds()
 	return rep, nil
 }
 
@@ -117,37 +135,64 @@ func first(s []string) string {
 	return s[0]
 }
 
-// evaluateIn reads the substrate (and, through also, anything else at the same instant) in one read-only
-// REPEATABLE READ transaction, then evaluates it under the active ruleset's components.
-func evaluateIn(ctx context.Context, store *postgres.Store, also func(pgx.Tx) error) (*Reference, Substrate, error) {
+// evaluateIn reads the substrate (and, through also, anything else at the same instant, which may name more
+// objects to read one by one) in one read-only REPEATABLE READ transaction, then evaluates it under the active
+// ruleset's components.
+func evaluateIn(ctx context.Context, store *postgres.Store, opts ReadOptions, also func(pgx.Tx) ([]string, error)) (*Reference, error) {
+	cfg := store.Config()
+	options := Options{ObjectRiskClasses: cfg.Gate.ObjectRiskClasses, LowRiskClasses: cfg.Gate.LowRiskClasses, TTL: cfg.TTL}
+	// Which classes have object rows is the ruleset's to say, and the read needs it: the ruleset is read first and
+	// the transaction then checks it is still the active one (an activation in between is retried).
+	for attempt := 0; ; attempt++ {
+		var version string
+		if err := store.Pool().QueryRow(ctx, `SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '')`).
+			Scan(&version); err != nil {
+			return nil, fmt.Errorf("verify: read the active ruleset: %w", err)
+		}
+		if version == "" {
+			return nil, gcos.Errorf(gcos.EUNAVAILABLE, "verify: no ruleset is active, so there is nothing to judge against")
+		}
+		rs, err := store.GetRuleset(ctx, version)
+		if err != nil {
+			return nil, fmt.Errorf("verify: ruleset %s: %w", version, err)
+		}
+		opts.RowClasses = RowClasses(rs.Components, options)
+		sub, err := readAt(ctx, store, opts, also)
+		if err != nil {
+			return nil, err
+		}
+		if sub.RulesetVersion != version && attempt < 3 {
+			continue
+		}
+		if sub.RulesetVersion != version {
+			return nil, gcos.Errorf(gcos.ECONFLICT, "verify: the active ruleset keeps changing (%s, then %s)", version, sub.RulesetVersion)
+		}
+		return Evaluate(sub, rs.Version, rs.Components, options), nil
+	}
+}
+
+// readAt reads the substrate, and what also reads, in one read-only REPEATABLE READ transaction.
+func readAt(ctx context.Context, store *postgres.Store, opts ReadOptions, also func(pgx.Tx) ([]string, error)) (Substrate, error) {
 	tx, err := store.Pool().BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, Substrate{}, fmt.Errorf("verify: begin: %w", err)
+		return Substrate{}, fmt.Errorf("verify: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	cfg := store.Config()
-	sub, err := Read(ctx, tx, cfg.SourceBinding, store.ObjectFingerprintSQL())
-	if err != nil {
-		return nil, sub, fmt.Errorf("verify: read the substrate: %w", err)
-	}
 	if also != nil {
-		if err := also(tx); err != nil {
-			return nil, sub, err
+		more, err := also(tx)
+		if err != nil {
+			return Substrate{}, err
 		}
+		opts.Also = slices.Concat(opts.Also, more)
+	}
+	sub, err := Read(ctx, tx, store.Config().SourceBinding, store.ObjectFingerprintSQL(), opts)
+	if err != nil {
+		return sub, fmt.Errorf("verify: read the substrate: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, sub, fmt.Errorf("verify: %w", err)
+		return sub, fmt.Errorf("verify: %w", err)
 	}
-	if sub.RulesetVersion == "" {
-		return nil, sub, gcos.Errorf(gcos.EUNAVAILABLE, "verify: no ruleset is active, so there is nothing to judge against")
-	}
-	rs, err := store.GetRuleset(ctx, sub.RulesetVersion)
-	if err != nil {
-		return nil, sub, fmt.Errorf("verify: ruleset %s: %w", sub.RulesetVersion, err)
-	}
-	ref := Evaluate(sub, rs.Version, rs.Components, Options{ObjectRiskClasses: cfg.Gate.ObjectRiskClasses,
-		LowRiskClasses: cfg.Gate.LowRiskClasses, TTL: cfg.TTL})
-	return ref, sub, nil
+	return sub, nil
 }
 
 // incremental is GCOS's state as its views present it, read at the reference's instant.
@@ -169,14 +214,21 @@ type incObject struct {
 	required                                                         bool
 }
 
-func readIncremental(ctx context.Context, tx pgx.Tx) (incremental, error) {
+// readIncremental reads the incremental state at the transaction's instant: only the groups (and object rows of
+// groups) of registries in only, unless it is nil.
+func readIncremental(ctx context.Context, tx pgx.Tx, only []string) (incremental, error) {
+	var slice any
+	if only != nil {
+		slice = only
+	}
 	inc := incremental{groups: map[string]incGroup{}, objects: map[string]incObject{}, ledgers: map[string]gcos.Ledger{}}
 	// A group is live in the incremental state when it counts members: its candidate row's, or (never seeded) its
 	// registry row's.
 	if err := each(ctx, tx, `SELECT group_key, coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
 			coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required, coalesce(coverage_outcome, ''),
 			coalesce(member_count, group_member_count)
-		FROM v_candidate_effective WHERE coalesce(member_count, group_member_count) > 0`, func(r pgx.Rows) error {
+		FROM v_candidate_effective WHERE coalesce(member_count, group_member_count) > 0
+		  AND ($1::text[] IS NULL OR source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
 		var key string
 		var g incGroup
 		if err := r.Scan(&key, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required, &g.coverage, &g.members); err != nil {
@@ -184,13 +236,15 @@ func readIncremental(ctx context.Context, tx pgx.Tx) (incremental, error) {
 		}
 		inc.groups[key] = g
 		return nil
-	}); err != nil {
+	}, slice); err != nil {
 		return inc, fmt.Errorf("verify: read candidate rows: %w", err)
 	}
 	if err := each(ctx, tx, `SELECT candidate_key, object_ref, materialization_reason, group_key, coalesce(scope, ''),
 			effective_verdict, coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required,
 			coalesce(coverage_outcome, '')
-		FROM v_candidate_object_effective WHERE lifecycle_status = 'active'`, func(r pgx.Rows) error {
+		FROM v_candidate_object_effective o WHERE lifecycle_status = 'active'
+		  AND ($1::text[] IS NULL OR EXISTS (SELECT FROM governance_group g WHERE g.group_key = o.group_key
+		      AND g.source_registry = ANY($1::text[])))`, func(r pgx.Rows) error {
 		var key string
 		var o incObject
 		if err := r.Scan(&key, &o.ref, &o.reason, &o.groupKey, &o.scope, &o.effective, &o.quality, &o.risk, &o.required, &o.coverage); err != nil {
@@ -199,8 +253,11 @@ func readIncremental(ctx context.Context, tx pgx.Tx) (incremental, error) {
 		inc.objects[key] = o
 		inc.objectRefs = append(inc.objectRefs, o.ref)
 		return nil
-	}); err != nil {
+	}, slice); err != nil {
 		return inc, fmt.Errorf("verify: read object rows: %w", err)
+	}
+	if only != nil {
+		return inc, nil // the ledger is the whole estate's
 	}
 	if err := each(ctx, tx, `SELECT scope, coalesce(total, 0), covered, orphans, approved_exceptions, retired_or_ignored,
 			stale, deferred_birth, class_0 FROM v_invariant_ledger`, func(r pgx.Rows) error {
