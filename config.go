@@ -144,9 +144,13 @@ type ScanConfig struct {
 	RetryBase           Duration `json:"retry_base"`
 	RetryMax            Duration `json:"retry_max"`
 	MaxAttempts         int      `json:"max_attempts"` // a group failing this often is marked recompute failed
-	// VerifySample is how many objects beyond those with object rows the full audit's verification (gcos verify)
-	// asks the gate about; the groups, object rows and ledger are always compared in full.
+	// VerifySample is how many objects beyond those with object rows a whole verification (gcos verify) asks the
+	// gate about; each full audit asks about its share (CoverSample) among the objects of the slice it proves.
 	VerifySample int `json:"verify_sample"`
+	// VerifySlices is the rotating cover's size: each full audit proves one slice of the collections (CoverSlice),
+	// plus every collection with a group scanned since the previous audit, so every group is proven at least once
+	// every VerifySlices audits; 1 proves everything at every audit.
+	VerifySlices int `json:"verify_slices"`
 }
 
 // ChangelogSkip as a ChangelogRule kind means "matched: produce no signal" (e.g. GCOS's own audit echo).
@@ -326,6 +330,7 @@ func DefaultConfig() Config {
 			StormFraction:       0.25,
 			StormBatch:          200,
 			VerifySample:        2000,
+			VerifySlices:        32,
 			RetryBase:           Duration(time.Second),
 			RetryMax:            Duration(5 * time.Minute),
 			MaxAttempts:         5,
@@ -591,6 +596,7 @@ func (c Config) Validate() error {
 	if s.VerifySample < 0 {
 		p.add("scan.verify_sample", "must not be negative, got %d", s.VerifySample)
 	}
+	p.positiveInt("scan.verify_slices", s.VerifySlices)
 
 	in := c.Intake
 	p.positiveInt("intake.page_size", in.PageSize)

@@ -24,6 +24,7 @@ type Group struct {
 type Object struct {
 	Key              string               `json:"candidate_key"`
 	Ref              string               `json:"object_ref"`
+	Collection       string               `json:"collection"`
 	Reason           string               `json:"materialization_reason"`
 	GroupKey         string               `json:"group_key"`
 	Scope            string               `json:"scope"`
@@ -283,7 +284,7 @@ func (ref *Reference) objectRow(sub Substrate, profile map[string]gcos.CoverageP
 		return nil
 	}
 	g := ref.Groups[groups[scope]]
-	o := &Object{Key: b.Key(), Ref: b.Ref(), Reason: reason, GroupKey: g.Key, Scope: ref.Scopes[scope], Verdict: g.Verdict,
+	o := &Object{Key: b.Key(), Ref: b.Ref(), Collection: b.Collection, Reason: reason, GroupKey: g.Key, Scope: ref.Scopes[scope], Verdict: g.Verdict,
 		InputQuality: g.InputQuality, RiskClass: g.RiskClass, CoverageRequired: g.CoverageRequired, Coverage: g.Coverage}
 	switch {
 	case held:

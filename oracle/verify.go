@@ -21,6 +21,7 @@ type Mismatch struct {
 	Kind        string `json:"kind"` // group, object, ledger or gate
 	Key         string `json:"key"`  // group key, candidate key, scope or object reference
 	Scope       string `json:"scope,omitempty"`
+	Collection  string `json:"collection,omitempty"` // where it is (none for a ledger)
 	Field       string `json:"field"`
 	Incremental string `json:"incremental"`
 	Reference   string `json:"reference"`
@@ -97,6 +98,13 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 	// incremental state holds a row for, and Also (within the slice).
 	objects := slices.Clone(ref.ObjectRefs())
 	objects = append(objects, inc.objectRefs...)
+	collections := map[string]string{} // where each object is: its birth's collection, else its row's
+	for _, o := range inc.objects {
+		collections[o.ref] = o.collection
+	}
+	for obj, p := range ref.placed {
+		collections[obj] = ref.sub.Births[p.birth].Collection
+	}
 	for _, obj := range opts.Also {
 		if _, placed := ref.placed[obj]; placed || opts.Only == nil {
 			objects = append(objects, obj)
@@ -115,7 +123,7 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 			got := store.Decide(ctx, obj, action)
 			rep.GateChecks++
 			if got.Decision != want.Decision {
-				rep.Mismatches = append(rep.Mismatches, Mismatch{Kind: "gate", Key: obj, Field: action,
+				rep.Mismatches = append(rep.Mismatches, Mismatch{Kind: "gate", Key: obj, Collection: collections[obj], Field: action,
 					Incremental: fmt.Sprintf("%s (%s: %s)", got.Decision, got.EffectiveVerdict, first(got.Reasons)),
 					Reference:   fmt.Sprintf("%s (%s: %s)", want.Decision, want.EffectiveVerdict, first(want.Reasons))})
 			}
@@ -204,13 +212,13 @@ type incremental struct {
 }
 
 type incGroup struct {
-	scope, verdict, effective, quality, risk, coverage string
+	registry, scope, verdict, effective, quality, risk, coverage string
 	required                                           *bool
 	members                                            int64
 }
 
 type incObject struct {
-	ref, reason, groupKey, scope, effective, quality, risk, coverage string
+	ref, collection, reason, groupKey, scope, effective, quality, risk, coverage string
 	required                                                         bool
 }
 
@@ -224,14 +232,14 @@ func readIncremental(ctx context.Context, tx pgx.Tx, only []string) (incremental
 	inc := incremental{groups: map[string]incGroup{}, objects: map[string]incObject{}, ledgers: map[string]gcos.Ledger{}}
 	// A group is live in the incremental state when it counts members: its candidate row's, or (never seeded) its
 	// registry row's.
-	if err := each(ctx, tx, `SELECT group_key, coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
+	if err := each(ctx, tx, `SELECT group_key, coalesce(source_registry, ''), coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
 			coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required, coalesce(coverage_outcome, ''),
 			coalesce(member_count, group_member_count)
 		FROM v_candidate_effective WHERE coalesce(member_count, group_member_count) > 0
 		  AND ($1::text[] IS NULL OR source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
 		var key string
 		var g incGroup
-		if err := r.Scan(&key, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required, &g.coverage, &g.members); err != nil {
+		if err := r.Scan(&key, &g.registry, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required, &g.coverage, &g.members); err != nil {
 			return err
 		}
 		inc.groups[key] = g
@@ -239,15 +247,14 @@ func readIncremental(ctx context.Context, tx pgx.Tx, only []string) (incremental
 	}, slice); err != nil {
 		return inc, fmt.Errorf("verify: read candidate rows: %w", err)
 	}
-	if err := each(ctx, tx, `SELECT candidate_key, object_ref, materialization_reason, group_key, coalesce(scope, ''),
-			effective_verdict, coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required,
-			coalesce(coverage_outcome, '')
-		FROM v_candidate_object_effective o WHERE lifecycle_status = 'active'
-		  AND ($1::text[] IS NULL OR EXISTS (SELECT FROM governance_group g WHERE g.group_key = o.group_key
-		      AND g.source_registry = ANY($1::text[])))`, func(r pgx.Rows) error {
+	if err := each(ctx, tx, `SELECT o.candidate_key, o.object_ref, coalesce(g.source_registry, ''), o.materialization_reason,
+			o.group_key, coalesce(o.scope, ''), o.effective_verdict, coalesce(o.input_quality_state, ''), coalesce(o.risk_class, ''),
+			o.coverage_required, coalesce(o.coverage_outcome, '')
+		FROM v_candidate_object_effective o LEFT JOIN governance_group g ON g.group_key = o.group_key
+		WHERE o.lifecycle_status = 'active' AND ($1::text[] IS NULL OR g.source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
 		var key string
 		var o incObject
-		if err := r.Scan(&key, &o.ref, &o.reason, &o.groupKey, &o.scope, &o.effective, &o.quality, &o.risk, &o.required, &o.coverage); err != nil {
+		if err := r.Scan(&key, &o.ref, &o.collection, &o.reason, &o.groupKey, &o.scope, &o.effective, &o.quality, &o.risk, &o.required, &o.coverage); err != nil {
 			return err
 		}
 		inc.objects[key] = o
@@ -293,11 +300,11 @@ func compareGroups(ref *Reference, inc incremental) []Mismatch {
 		got, inInc := inc.groups[k]
 		diff := func(field, g, w string) {
 			if g != w {
-				scope := got.scope
+				scope, coll := got.scope, got.registry
 				if inRef {
-					scope = deref(want.Scope)
+					scope, coll = deref(want.Scope), deref(want.SourceRegistry)
 				}
-				out = append(out, Mismatch{Kind: "group", Key: k, Scope: scope, Field: field, Incremental: g, Reference: w})
+				out = append(out, Mismatch{Kind: "group", Key: k, Scope: scope, Collection: coll, Field: field, Incremental: g, Reference: w})
 			}
 		}
 		switch {
@@ -331,11 +338,11 @@ func compareObjects(ref *Reference, inc incremental) []Mismatch {
 		got, inInc := inc.objects[k]
 		diff := func(field, g, w string) {
 			if g != w {
-				scope := got.scope
+				scope, coll := got.scope, got.collection
 				if inRef {
-					scope = want.Scope
+					scope, coll = want.Scope, want.Collection
 				}
-				out = append(out, Mismatch{Kind: "object", Key: k, Scope: scope, Field: field, Incremental: g, Reference: w})
+				out = append(out, Mismatch{Kind: "object", Key: k, Scope: scope, Collection: coll, Field: field, Incremental: g, Reference: w})
 			}
 		}
 		switch {
@@ -396,36 +403,55 @@ func boolText(b *bool) string {
 	return strconv.FormatBool(*b)
 }
 
-// verifySubject is the one subject of the verify_mismatch finding: the whole estate.
-const verifySubject = "incremental_state"
+// estateSubject is the verify_mismatch subject of a place that is in no one collection (a ledger).
+const estateSubject = "incremental_state"
 
-// AuditVerify is the full audit's verification: Verify, then a verify_mismatch finding naming how many places
-// differ and the first of them when anything does, or the open one closed when nothing does.
-func AuditVerify(ctx context.Context, store *postgres.Store, runID string, opts VerifyOptions) (Report, error) {
+// AuditVerify is the full audit's verification of one turn of the rotating cover: Verify limited to the plan's
+// collections, then, for each of them, a verify_mismatch finding (subject: the collection) naming how many places
+// differ and the first of them, or the open one closed when nothing differs; and the proof recorded on the run, so
+// the next audit proves the next slice. A collection's finding stays open until an audit proves it clean again:
+// another slice's clean proof does not close it.
+func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan postgres.CoverPlan, opts VerifyOptions) (Report, error) {
+	opts.Only = plan.Collections
 	rep, err := Verify(ctx, store, opts)
 	if err != nil {
 		return rep, err
 	}
-	if rep.Clean() {
-		if _, err := store.ResolveFinding(ctx, gcos.IssueVerifyMismatch, verifySubject, ""); err != nil {
-			return rep, fmt.Errorf("verify: close verify_mismatch: %w", err)
+	where := map[string][]Mismatch{}
+	for _, m := range rep.Mismatches {
+		subject := m.Collection
+		if subject == "" {
+			subject = estateSubject
 		}
-		return rep, nil
+		where[subject] = append(where[subject], m)
 	}
-	kinds := map[string]int{}
-	var first []string
-	for i, m := range rep.Mismatches {
-		kinds[m.Kind+"."+m.Field]++
-		if i < 20 {
-			first = append(first, m.String())
+	for _, subject := range append(slices.Clone(plan.Collections), estateSubject) {
+		ms := where[subject]
+		if len(ms) == 0 {
+			if _, err := store.ResolveFinding(ctx, gcos.IssueVerifyMismatch, subject, ""); err != nil {
+				return rep, fmt.Errorf("verify: close verify_mismatch on %s: %w", subject, err)
+			}
+			continue
+		}
+		kinds := map[string]int{}
+		var first []string
+		for i, m := range ms {
+			kinds[m.Kind+"."+m.Field]++
+			if i < 20 {
+				first = append(first, m.String())
+			}
+		}
+		f := gcos.NewFinding(gcos.IssueVerifyMismatch, subject, runID, rep.RulesetVersion, map[string]any{
+			"mismatches": len(ms), "by_field": kinds, "first": first, "verified_at": rep.At,
+			"cover_slice": plan.Slice, "cover_slices": plan.Slices, "reproduce": "gcos verify",
+		})
+		if _, err := store.RaiseFinding(ctx, f); err != nil {
+			return rep, fmt.Errorf("verify: raise verify_mismatch on %s: %w", subject, err)
 		}
 	}
-	f := gcos.NewFinding(gcos.IssueVerifyMismatch, verifySubject, runID, rep.RulesetVersion, map[string]any{
-		"mismatches": len(rep.Mismatches), "by_field": kinds, "first": first, "verified_at": rep.At,
-		"reproduce": "gcos verify",
-	})
-	if _, err := store.RaiseFinding(ctx, f); err != nil {
-		return rep, fmt.Errorf("verify: raise verify_mismatch: %w", err)
+	if err := store.RecordProof(ctx, runID, postgres.CoverProof{Plan: plan, At: rep.At, Groups: rep.Groups, Objects: rep.Objects,
+		GateChecks: rep.GateChecks, Mismatches: len(rep.Mismatches)}); err != nil {
+		return rep, fmt.Errorf("verify: %w", err)
 	}
 	return rep, nil
 }

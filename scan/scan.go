@@ -115,10 +115,21 @@ type Pass struct {
 // verify runs the full audit's verification (oracle.AuditVerify): a state that differs from a from-scratch
 // evaluation raises verify_mismatch.
 func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, error) {
-	rep, err := oracle.AuditVerify(ctx, s.Store, runID, oracle.VerifyOptions{Sample: s.Store.Config().Scan.VerifySample, Seed: uint64(time.Now().UnixNano())})
+	cfg := s.Store.Config().Scan
+	plan, err := s.Store.PlanCover(ctx, runID, cfg.VerifySlices)
+	if err != nil {
+		return oracle.Report{}, fmt.Errorf("verify after the full audit: %w", err)
+	}
+	sample := gcos.CoverSample(cfg.VerifySample, plan.Slices)
+	rep, err := oracle.AuditVerify(ctx, s.Store, runID, plan, oracle.VerifyOptions{Sample: sample, GateLimit: sample,
+		Seed: uint64(time.Now().UnixNano())})
 	if err != nil {
 		return rep, fmt.Errorf("verify after the full audit: %w", err)
 	}
+	s.logger().Info("full audit: proved its slice of the cover against a from-scratch evaluation", "run_id", runID,
+		"slice", plan.Slice, "slices", plan.Slices, "collections", len(plan.Collections), "scanned_since", len(plan.Scanned),
+		"groups", rep.Groups, "objects", rep.Objects, "gate_checks", rep.GateChecks, "mismatches", len(rep.Mismatches),
+		"elapsed", time.Duration(rep.Elapsed*float64(time.Second)).Round(time.Millisecond))
 	if !rep.Clean() {
 		s.logger().Warn("full audit: the incremental state differs from a from-scratch evaluation (gcos verify lists it)",
 			"run_id", runID, "mismatches", len(rep.Mismatches), "first", rep.Mismatches[0].String())

@@ -2,6 +2,8 @@ package scan_test
 
 import (
 	"context"
+	"gcos/oracle"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,52 +118,137 @@ func TestRunWakesOnDirtyMarks(t *testing.T) {
 	}
 }
 
-// TestFullAuditVerifies: the full audit ends with the verification against a from-scratch evaluation. A state that
-// equals it raises nothing; a verdict altered behind GCOS's back in a way the audit does not repair (a relevant
-// group recorded as covered though no owner resolves) raises verify_mismatch naming the mismatch, and the next
-// clean audit closes it.
-func TestFullAuditVerifies(t *testing.T) {
+// TestFullAuditProvesTheCoverInTurn: each full audit proves one slice of the rotating cover (plus the collections
+// scanned since the previous proof) against a from-scratch evaluation, and records it on its run. A coverage outcome
+// forged behind GCOS's back in a collection outside the next audits' slices is named at once by the whole
+// verification (gcos verify), by no audit that does not cover it, and by the audit whose slice covers it, under the
+// collection's name; once repaired, only a clean proof of that slice closes the finding.
+func TestFullAuditProvesTheCoverInTurn(t *testing.T) {
 	t.Parallel()
-	store, ctx := seeded(t)
-	s := &scan.Scheduler{Store: store, Config: store.Config().Scan}
-	p, err := s.Once(ctx, "full")
-	if err != nil || p.Verify == nil || !p.Verify.Clean() {
-		t.Fatalf("full audit of an untouched world: %+v %v", p.Verify, err)
+	seededStore, ctx := seeded(t)
+	cfg := seededStore.Config()
+	cfg.Scan.VerifySlices = 4
+	store := postgres.New(seededStore.Pool(), cfg, nil)
+	s := &scan.Scheduler{Store: store, Config: cfg.Scan}
+	pool := store.Pool()
+	type proof struct {
+		slice       int
+		collections []string
 	}
-	open := func() int {
+	audit := func() (scan.Pass, proof) {
+		t.Helper()
+		p, err := s.Once(ctx, "full")
+		if err != nil || p.Verify == nil {
+			t.Fatalf("full audit: %+v %v", p.Verify, err)
+		}
+		var pr proof
+		if err := pool.QueryRow(ctx, `SELECT verify_slice, verify_collections FROM candidate_scan_run WHERE run_id = $1`,
+			p.RunID).Scan(&pr.slice, &pr.collections); err != nil {
+			t.Fatalf("the audit recorded no proof: %v", err)
+		}
+		return p, pr
+	}
+	open := func(subject string) int {
 		var n int
-		if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM system_issues WHERE issue_type = 'verify_mismatch' AND status = 'open'`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`,
+			gcos.CoalesceKey(gcos.IssueVerifyMismatch, subject)).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	if open() != 0 {
-		t.Fatal("a clean verification raised verify_mismatch")
-	}
-	var key string
-	if err := store.Pool().QueryRow(ctx, `UPDATE governance_candidate_coverage SET outcome = 'covered', owner_ref = 'forged'
-		WHERE candidate_ref = (SELECT min(group_key) FROM v_candidate_effective WHERE coverage_outcome = 'orphan')
-		RETURNING candidate_ref`).Scan(&key); err != nil {
+	var collections int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT collection_name) FROM birth_registry`).Scan(&collections); err != nil {
 		t.Fatal(err)
 	}
-	p, err = s.Once(ctx, "full")
-	if err != nil || p.Verify == nil || p.Verify.Clean() {
-		t.Fatalf("full audit after forging a coverage outcome: %+v %v", p.Verify, err)
+	// Before any proof, everything scanned since the backfill is proven: the whole estate.
+	p, first := audit()
+	if !p.Verify.Clean() || first.slice != 0 || len(first.collections) < collections {
+		t.Fatalf("first audit: slice %d, %d collections of %d, mismatches %v", first.slice, len(first.collections), collections, p.Verify.Mismatches)
 	}
-	if open() != 1 {
-		t.Fatalf("verify_mismatch open %d times, want once", open())
+	// Forge an orphan group's coverage in a collection outside the next audit's slice (1).
+	var key, coll string
+	if err := pool.QueryRow(ctx, `SELECT v.group_key, v.source_registry FROM v_candidate_effective v
+		WHERE v.coverage_outcome = 'orphan' ORDER BY v.group_key`).Scan(&key, &coll); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT v.group_key, v.source_registry FROM v_candidate_effective v
+		WHERE v.coverage_outcome = 'orphan' ORDER BY v.group_key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k, c string
+		if err := rows.Scan(&k, &c); err != nil {
+			t.Fatal(err)
+		}
+		if gcos.CoverSlice(c, 4) != 1 {
+			key, coll = k, c
+			break
+		}
+	}
+	rows.Close()
+	if gcos.CoverSlice(coll, 4) == 1 {
+		t.Fatal("every orphan group is in slice 1")
+	}
+	if _, err := pool.Exec(ctx, `UPDATE governance_candidate_coverage SET outcome = 'covered', owner_ref = 'forged' WHERE candidate_ref = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 10, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(whole.Mismatches, func(m oracle.Mismatch) bool { return m.Key == key && m.Collection == coll }) {
+		t.Fatalf("gcos verify does not name group %s: %v", key, whole.Mismatches)
+	}
+	// The next audits prove slices 1, 2, 3 and 0 in turn; only the one covering the forged collection names it.
+	target, proven := gcos.CoverSlice(coll, 4), false
+	for want := 1; want <= 4; want++ {
+		p, pr := audit()
+		if pr.slice != want%4 {
+			t.Fatalf("audit proved slice %d, want %d", pr.slice, want%4)
+		}
+		covers := slices.Contains(pr.collections, coll)
+		if covers != (pr.slice == target) {
+			t.Fatalf("slice %d (forged collection %s in slice %d) proved %v", pr.slice, coll, target, pr.collections)
+		}
+		if named := slices.ContainsFunc(p.Verify.Mismatches, func(m oracle.Mismatch) bool { return m.Key == key }); named != covers {
+			t.Fatalf("slice %d: names the forged group %v, covers it %v: %v", pr.slice, named, covers, p.Verify.Mismatches)
+		}
+		proven = proven || covers
+		if (open(coll) == 1) != proven {
+			t.Fatalf("after slice %d: verify_mismatch on %s open %d times", pr.slice, coll, open(coll))
+		}
+		for _, c := range pr.collections {
+			if gcos.CoverSlice(c, 4) != pr.slice {
+				t.Fatalf("slice %d proved %s, of slice %d, though nothing was scanned", pr.slice, c, gcos.CoverSlice(c, 4))
+			}
+		}
 	}
 	var evidence string
-	if err := store.Pool().QueryRow(ctx, `SELECT evidence_snapshot::text FROM system_issues WHERE issue_type = 'verify_mismatch'`).Scan(&evidence); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT evidence_snapshot::text FROM system_issues WHERE coalesce_key = $1`,
+		gcos.CoalesceKey(gcos.IssueVerifyMismatch, coll)).Scan(&evidence); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(evidence, key) {
 		t.Fatalf("the finding does not name group %s: %s", key, evidence)
 	}
-	if _, err := store.Pool().Exec(ctx, `UPDATE governance_candidate_coverage SET outcome = 'orphan', owner_ref = NULL WHERE candidate_ref = $1`, key); err != nil {
+	// Repaired: the finding stays open through the other slices' clean proofs, and closes with its own.
+	if _, err := pool.Exec(ctx, `UPDATE governance_candidate_coverage SET outcome = 'orphan', owner_ref = NULL WHERE candidate_ref = $1`, key); err != nil {
 		t.Fatal(err)
 	}
-	if p, err = s.Once(ctx, "full"); err != nil || !p.Verify.Clean() || open() != 0 {
-		t.Fatalf("a clean audit left verify_mismatch open: %+v %v", p.Verify, err)
+	for {
+		p, pr := audit()
+		if !p.Verify.Clean() {
+			t.Fatalf("slice %d after the repair: %v", pr.slice, p.Verify.Mismatches)
+		}
+		if pr.slice == target {
+			if open(coll) != 0 {
+				t.Fatal("a clean proof of the slice left verify_mismatch open")
+			}
+			break
+		}
+		if open(coll) != 1 {
+			t.Fatalf("slice %d's clean proof closed the finding on %s (slice %d)", pr.slice, coll, target)
+		}
 	}
 }
