@@ -213,13 +213,13 @@ type incremental struct {
 
 type incGroup struct {
 	registry, scope, verdict, effective, quality, risk, coverage string
-	required                                           *bool
-	members                                            int64
+	required                                                     *bool
+	members                                                      int64
 }
 
 type incObject struct {
 	ref, collection, reason, groupKey, scope, effective, quality, risk, coverage string
-	required                                                         bool
+	required                                                                     bool
 }
 
 // readIncremental reads the incremental state at the transaction's instant: only the groups (and object rows of
