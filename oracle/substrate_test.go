@@ -100,8 +100,9 @@ func TestReadWalksParentChainsAsFoldDoes(t *testing.T) {
 	}
 	first, again, other := read(oracle.ReadOptions{Sample: 5, Seed: 7}), read(oracle.ReadOptions{Sample: 5, Seed: 7}),
 		read(oracle.ReadOptions{Sample: 5, Seed: 8})
-	if len(first.Births) != 5 || !slices.EqualFunc(first.Births, again.Births, sameBirth) {
-		t.Errorf("a sample of 5 by seed 7: %v, then %v", first.Births, again.Births)
+	// About the sample's size (the births whose id hashes to 0 modulo births / sample), the same for the same seed.
+	if n := len(first.Births); n < 1 || n >= len(births) || !slices.EqualFunc(first.Births, again.Births, sameBirth) {
+		t.Errorf("a sample of about 5 by seed 7: %v, then %v", first.Births, again.Births)
 	}
 	if slices.EqualFunc(first.Births, other.Births, sameBirth) {
 		t.Errorf("seeds 7 and 8 drew the same sample %v", first.Births)

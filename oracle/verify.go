@@ -54,7 +54,7 @@ func (r Report) Clean() bool { return len(r.Mismatches) == 0 }
 
 // VerifyOptions say what to compare.
 type VerifyOptions struct {
-	Sample int      // births drawn at random for the gate beyond those with object rows (both actions each)
+	Sample int      // about how many births are drawn at random for the gate beyond those with object rows (both actions each)
 	Seed   uint64   // picks the sample
 	Also   []string // objects (collection:code) the gate is asked about in any case, e.g. those just changed
 	// Only limits the verification to the groups of these collections, their object rows and their births (a slice
