@@ -4,9 +4,12 @@ import (
 	"context"
 	"flag"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"gcos"
 	"gcos/oracle"
@@ -122,5 +125,70 @@ func TestVerifyNamesTampering(t *testing.T) {
 	}
 	if !ledger {
 		t.Errorf("a forged verdict and coverage leave the ledger as the reference has it: %v", rep.Mismatches)
+	}
+}
+
+// TestSliceVerifiesWhatTheWholeDoes: a verification limited to some collections (a slice of the audit's rotating
+// cover) counts and compares exactly what the whole verification does for those collections. Forged in three
+// collections (a verdict, a coverage outcome, a retired object row), each collection alone names its own mismatches
+// and only them; the slices together hold every group and object row of the whole.
+func TestSliceVerifiesWhatTheWholeDoes(t *testing.T) {
+	store, ctx := fresh(t, 3000)
+	pool := store.Pool()
+	for _, sql := range []string{
+		`UPDATE governance_candidate_state SET candidate_verdict = 'not_relevant', coverage_required = false WHERE group_key =
+			(SELECT min(group_key) FROM v_candidate_effective WHERE candidate_verdict = 'relevant' AND coverage_outcome = 'covered')`,
+		`UPDATE governance_candidate_coverage SET outcome = 'covered', owner_ref = 'forged' WHERE candidate_ref =
+			(SELECT max(group_key) FROM v_candidate_effective WHERE candidate_verdict = 'relevant' AND coverage_outcome = 'orphan')`,
+		`UPDATE governance_candidate_object SET lifecycle_status = 'retired' WHERE candidate_key =
+			(SELECT min(candidate_key) FROM governance_candidate_object WHERE lifecycle_status = 'active')`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	whole, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 0, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCollection := map[string][]string{}
+	for _, m := range whole.Mismatches {
+		if m.Kind == "group" || m.Kind == "object" {
+			byCollection[m.Collection] = append(byCollection[m.Collection], m.String())
+		}
+	}
+	if len(byCollection) < 2 {
+		t.Fatalf("the forgeries landed in %d collections: %v", len(byCollection), whole.Mismatches)
+	}
+	rows, err := pool.Query(ctx, `SELECT DISTINCT collection_name FROM birth_registry ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collections, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, objects := 0, 0
+	for _, c := range collections {
+		part, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Only: []string{c}, Sample: 5, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups, objects = groups+part.Groups, objects+part.Objects
+		var got []string
+		for _, m := range part.Mismatches {
+			if m.Collection != c {
+				t.Errorf("the slice of %s names a mismatch in %q: %s", c, m.Collection, m)
+			}
+			if m.Kind == "group" || m.Kind == "object" {
+				got = append(got, m.String())
+			}
+		}
+		if !slices.Equal(got, byCollection[c]) {
+			t.Errorf("%s alone: %v; the whole said %v", c, got, byCollection[c])
+		}
+	}
+	if groups != whole.Groups || objects != whole.Objects {
+		t.Errorf("the slices hold %d groups and %d object rows; the whole %d and %d", groups, objects, whole.Groups, whole.Objects)
 	}
 }
