@@ -248,6 +248,20 @@ type Summary struct {
 	LastSnapshot      *SnapshotBrief          `json:"last_snapshot"`
 	OpenFindings      map[string]int64        `json:"open_findings"` // by issue type
 	OpenFindingsTotal int64                   `json:"open_findings_total"`
+	Cover             *CoverBrief             `json:"cover"` // nil before any audit proved a slice
+}
+
+// CoverBrief is where the full audits' rotating cover stands: the last proof, and since when every slice of the
+// cover (at the last proof's number of slices) has been proven.
+type CoverBrief struct {
+	RunID       string     `json:"run_id"`
+	VerifiedAt  time.Time  `json:"verified_at"`
+	Slice       int        `json:"slice"`
+	Slices      int        `json:"slices"`
+	Collections int        `json:"collections"`
+	Mismatches  int        `json:"mismatches"`
+	Proven      int        `json:"slices_proven"`     // distinct slices proven at this number of slices
+	WholeSince  *time.Time `json:"whole_cover_since"` // the oldest of each slice's latest proof, once all are proven
 }
 
 // Summary reads the verdict distribution (groups and objects, overall and per scope), the dirty set and scan
@@ -329,6 +343,25 @@ func (s *Store) Summary(ctx context.Context) (Summary, error) {
 		switch {
 		case err == nil:
 			sum.LastSnapshot = &snap
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+
+		var cover CoverBrief
+		err = tx.QueryRow(ctx, `
+			WITH last AS (SELECT run_id, verified_at, verify_slice, verify_slices, cardinality(verify_collections) AS n,
+			                     verify_mismatches FROM candidate_scan_run WHERE verified_at IS NOT NULL
+			              ORDER BY verified_at DESC LIMIT 1),
+			     slices AS (SELECT verify_slice, max(verified_at) AS at FROM candidate_scan_run
+			                WHERE verify_slices = (SELECT verify_slices FROM last) GROUP BY 1)
+			SELECT l.run_id, l.verified_at, l.verify_slice, l.verify_slices, coalesce(l.n, 0), coalesce(l.verify_mismatches, 0),
+			       (SELECT count(*) FROM slices),
+			       CASE WHEN (SELECT count(*) FROM slices) >= l.verify_slices THEN (SELECT min(at) FROM slices) END
+			FROM last l`).Scan(&cover.RunID, &cover.VerifiedAt, &cover.Slice, &cover.Slices, &cover.Collections,
+			&cover.Mismatches, &cover.Proven, &cover.WholeSince)
+		switch {
+		case err == nil:
+			sum.Cover = &cover
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
 		}

@@ -224,6 +224,14 @@ func TestFullAuditProvesTheCoverInTurn(t *testing.T) {
 			}
 		}
 	}
+	// A turn of the cover is complete: the status says since when every slice has been proven.
+	sum, err := store.Summary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := sum.Cover; c == nil || c.Slices != 4 || c.Slice != 0 || c.Proven != 4 || c.WholeSince == nil {
+		t.Fatalf("status of the cover after a turn: %+v", sum.Cover)
+	}
 	var evidence string
 	if err := pool.QueryRow(ctx, `SELECT evidence_snapshot::text FROM system_issues WHERE coalesce_key = $1`,
 		gcos.CoalesceKey(gcos.IssueVerifyMismatch, coll)).Scan(&evidence); err != nil {

@@ -332,6 +332,14 @@ func rdStatusText(rep StatusReport) string {
 		findings = append(findings, fmt.Sprintf("%s %d", t, s.OpenFindings[t]))
 	}
 	fmt.Fprintf(tw, "open findings\t%d %s\n", s.OpenFindingsTotal, strings.Join(findings, ", "))
+	if c := s.Cover; c != nil {
+		whole := fmt.Sprintf("%d of %d slices proven so far", c.Proven, c.Slices)
+		if c.WholeSince != nil {
+			whole = "every slice proven since " + c.WholeSince.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "last proof	slice %d/%d (%d collections, %d mismatches) at %s by %s; %s\n", c.Slice, c.Slices,
+			c.Collections, c.Mismatches, c.VerifiedAt.UTC().Format(time.RFC3339), c.RunID, whole)
+	}
 	for _, mode := range rdSortedKeys(h.LastRuns) {
 		r := h.LastRuns[mode]
 		at := "-"
