@@ -82,10 +82,12 @@ type ReadOptions struct {
 	Also       []string // objects (collection:code) read in any case
 }
 
-// ActiveRuleset reads the active ruleset's version in tx ("" when none is active).
-func ActiveRuleset(ctx context.Context, tx pgx.Tx) (string, error) {
+// ActiveRuleset reads the active ruleset's version through q, a transaction or a pool ("" when none is active).
+func ActiveRuleset(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (string, error) {
 	var v string
-	if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '')`).
+	if err := q.QueryRow(ctx, `SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '')`).
 		Scan(&v); err != nil {
 		return "", fmt.Errorf("read the active ruleset: %w", err)
 	}
@@ -106,9 +108,9 @@ const maxAnchorHops = 1000
 
 // anchorSQL is the walk up every parent chain that starts at a birth of seed (a CTE selecting the binding's birth
 // columns as id, code, coll, class, status, parent): one row per birth with its anchor's class and status and how
-// many steps it took: each step is one probe of the source's (collection, code) index, never a join the planner
-// could turn into hashing the whole inventory. A chain ends at a birth with no parent, at one whose parent is not born in its collection, at
-// one that is its own parent, or after maxAnchorHops steps (a cycle).
+// many steps it took. Each step is one probe of the source's (collection, code) index, never a join the planner
+// could turn into hashing the whole inventory. A chain ends at a birth with no parent, at one whose parent is not
+// born in its collection, at one that is its own parent, or after maxAnchorHops steps (a cycle).
 func anchorSQL(b gcos.SourceBinding, seed string) string {
 	id := func(name string) string { return pgx.Identifier{name}.Sanitize() }
 	return fmt.Sprintf(`WITH RECURSIVE seed AS (%[1]s),

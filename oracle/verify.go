@@ -152,10 +152,9 @@ func evaluateIn(ctx context.Context, store *postgres.Store, opts ReadOptions, al
 	// Which classes have object rows is the ruleset's to say, and the read needs it: the ruleset is read first and
 	// the transaction then checks it is still the active one (an activation in between is retried).
 	for attempt := 0; ; attempt++ {
-		var version string
-		if err := store.Pool().QueryRow(ctx, `SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '')`).
-			Scan(&version); err != nil {
-			return nil, fmt.Errorf("verify: read the active ruleset: %w", err)
+		version, err := ActiveRuleset(ctx, store.Pool())
+		if err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
 		}
 		if version == "" {
 			return nil, gcos.Errorf(gcos.EUNAVAILABLE, "verify: no ruleset is active, so there is nothing to judge against")
