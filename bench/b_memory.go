@@ -92,10 +92,18 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 		return "", err
 	}
 	defer store.Close()
+	// The peak after each phase, so a figure over its target names the phase that reached it.
+	var phases []string
+	mark := func(phase string) {
+		if _, hwm, err := procStatus(); err == nil {
+			phases = append(phases, fmt.Sprintf("%s %d", phase, hwm>>10))
+		}
+	}
 	bf, err := prepare(ctx, store)
 	if err != nil {
 		return "", err
 	}
+	mark("backfill")
 	// The heaviest intake a daemon can face: the whole history handed off again (the backfill started the cursors
 	// at its horizon, so reset them to start).
 	for _, src := range bf.CursorsAtHorizon {
@@ -119,6 +127,7 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 	for _, t := range ticks {
 		read += t.Read
 	}
+	mark("intake")
 	sched := &scan.Scheduler{Store: store, Config: cfg.Scan}
 	time.Sleep(cfg.Scan.CoalesceWindow.Duration())
 	scanned, proof := 0, ""
@@ -128,6 +137,7 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 			return "", fmt.Errorf("scan %s: %w", mode, err)
 		}
 		scanned += p.Scanned
+		mark(mode)
 		if p.Verify != nil {
 			proof = fmt.Sprintf("; the full audit proved %d collections (%d groups, %d object rows, %d gate decisions) against "+
 				"a from-scratch evaluation in %.1f s, %d mismatches", len(p.Verify.Only), p.Verify.Groups, p.Verify.Objects,
@@ -159,7 +169,9 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	return fmt.Sprintf("intake read %d rows, scans evaluated %d groups, %d gate calls over HTTP%s", read, scanned, len(objs), proof), nil
+	mark("gate")
+	return fmt.Sprintf("intake read %d rows, scans evaluated %d groups, %d gate calls over HTTP%s; peak MiB after each phase: %s",
+		read, scanned, len(objs), proof, strings.Join(phases, ", ")), nil
 }
 
 // memoryNaive keeps the whole inventory in memory and re-derives every object's verdict in process: the

@@ -111,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.reps, "reps", 5, "repetitions per figure (medians are reported)")
 	fs.StringVar(&only, "only", "", "comma-separated benchmarks to run (default all): "+names())
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
-	fs.BoolVar(&o.scale10m, "scale10m", false, "also run the 10,000,000-birth backfill (≤ 20 s, linear) and the 1M vs 10M rescan")
+	fs.BoolVar(&o.scale10m, "scale10m", false, "also run the 10,000,000-birth backfill (≤ 20 s, linear), the 1M vs 10M rescan and the daemon's peak memory at 10M births")
 	fs.IntVar(&o.children, "children", 1_000_000, "inherited children added by the children benchmark")
 	fs.DurationVar(&o.timeout, "timeout", time.Hour, "time limit of each benchmark")
 	fs.Float64Var(&o.maxLoad, "max-load", 0, "before each benchmark wait (up to 10 min) until the 1-minute load average is below this (0: don't wait)")
