@@ -151,6 +151,10 @@ type ScanConfig struct {
 	// plus every collection with a group scanned since the previous audit, so every group is proven at least once
 	// every VerifySlices audits; 1 proves everything at every audit.
 	VerifySlices int `json:"verify_slices"`
+	// VerifyBatchObjects bounds the proof's memory: an audit proves its collections in batches of about this many
+	// object rows (gcos.ProofBatches), each read and compared at its own instant, so the daemon holds one batch's
+	// object rows at a time whatever the size of the estate. Each batch reads the births of its collections again.
+	VerifyBatchObjects int `json:"verify_batch_objects"`
 }
 
 // ChangelogSkip as a ChangelogRule kind means "matched: produce no signal" (e.g. GCOS's own audit echo).
@@ -331,6 +335,7 @@ func DefaultConfig() Config {
 			StormBatch:          200,
 			VerifySample:        2000,
 			VerifySlices:        32,
+			VerifyBatchObjects:  20_000,
 			RetryBase:           Duration(time.Second),
 			RetryMax:            Duration(5 * time.Minute),
 			MaxAttempts:         5,
@@ -597,6 +602,7 @@ func (c Config) Validate() error {
 		p.add("scan.verify_sample", "must not be negative, got %d", s.VerifySample)
 	}
 	p.positiveInt("scan.verify_slices", s.VerifySlices)
+	p.positiveInt("scan.verify_batch_objects", s.VerifyBatchObjects)
 
 	in := c.Intake
 	p.positiveInt("intake.page_size", in.PageSize)

@@ -95,6 +95,7 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		{"bad ttl entry", `{"ttl":{"write_high":"soon"}}`, `ttl.write_high: cannot use "soon" as a duration`},
 		{"wrong type", `{"scan":{"batch_size":"ten"}}`, "scan.batch_size: cannot use string as int"},
 		{"negative size", `{"scan":{"batch_size":-1}}`, "scan.batch_size: must be > 0, got -1"},
+		{"no proof batch", `{"scan":{"verify_batch_objects":0}}`, "scan.verify_batch_objects: must be > 0, got 0"},
 		{"zero page", `{"intake":{"page_size":0}}`, "intake.page_size: must be > 0"},
 		{"negative duration", `{"snapshot":{"statement_timeout":"-5s"}}`, "snapshot.statement_timeout: must be > 0"},
 		{"negative guard", `{"intake":{"horizon_guard":"-1ms"}}`, "intake.horizon_guard: must be >= 0"},

@@ -32,3 +32,24 @@ func CoverSample(sample, slices int) int {
 	}
 	return max(1, (sample+slices-1)/slices)
 }
+
+// ProofBatches splits the collections an audit proves into batches of at most budget object rows each (rows: per
+// collection; an unknown collection weighs nothing), in the given order. A batch is read and compared in one
+// transaction and dropped before the next, so the proof holds one batch's object rows at a time; a collection
+// heavier than the budget is a batch of its own (its groups can only be counted whole).
+func ProofBatches(collections []string, rows map[string]int64, budget int64) [][]string {
+	var out [][]string
+	var batch []string
+	var weight int64
+	for _, c := range collections {
+		w := rows[c]
+		if len(batch) > 0 && weight+w > budget {
+			out, batch, weight = append(out, batch), nil, 0
+		}
+		batch, weight = append(batch, c), weight+w
+	}
+	if len(batch) > 0 {
+		out = append(out, batch)
+	}
+	return out
+}

@@ -64,3 +64,36 @@ func TestCoverSample(t *testing.T) {
 		}
 	}
 }
+
+func TestProofBatches(t *testing.T) {
+	births := map[string]int64{"a": 300, "b": 300, "c": 500, "d": 2000, "e": 100}
+	for _, c := range []struct {
+		name        string
+		collections []string
+		budget      int64
+		want        [][]string
+	}{
+		{"none", nil, 1000, nil},
+		{"all fit", []string{"a", "b", "e"}, 1000, [][]string{{"a", "b", "e"}}},
+		{"exactly the budget", []string{"a", "b", "e"}, 700, [][]string{{"a", "b", "e"}}},
+		{"split in order", []string{"a", "b", "c", "e"}, 700, [][]string{{"a", "b"}, {"c", "e"}}},
+		{"heavier than the budget stands alone", []string{"a", "d", "e"}, 1000, [][]string{{"a"}, {"d"}, {"e"}}},
+		{"heavy first", []string{"d", "a"}, 1000, [][]string{{"d"}, {"a"}}},
+		{"unknown weighs nothing", []string{"a", "x", "y"}, 300, [][]string{{"a", "x", "y"}}},
+		{"a budget of one: one collection each", []string{"a", "b"}, 1, [][]string{{"a"}, {"b"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := ProofBatches(c.collections, births, c.budget)
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("ProofBatches(%v, %d) = %v, want %v", c.collections, c.budget, got, c.want)
+			}
+			var n int
+			for _, b := range got {
+				n += len(b)
+			}
+			if n != len(c.collections) {
+				t.Errorf("the batches hold %d collections, want every one of %d", n, len(c.collections))
+			}
+		})
+	}
+}

@@ -20,6 +20,9 @@ type CoverPlan struct {
 	Collections []string   `json:"collections"` // sorted; the slice's and the scanned ones
 	Scanned     []string   `json:"scanned"`     // the collections scanned since (sorted)
 	Since       *time.Time `json:"since"`       // when the previous proof began; nil: nothing was proven yet
+	// ObjectRows weighs each collection by its active object rows (what a proof holds in memory per collection),
+	// so the proof can be read in batches of bounded size (gcos.ProofBatches).
+	ObjectRows map[string]int64 `json:"object_rows"`
 }
 
 // PlanCover plans the verification of the full audit runID over n slices (gcos.CoverSlice): the slice after
@@ -74,6 +77,22 @@ func (s *Store) PlanCover(ctx context.Context, runID string, n int) (CoverPlan, 
 		}
 		if p.Scanned, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return fmt.Errorf("list the collections scanned since %v: %w", since, err)
+		}
+		p.ObjectRows = map[string]int64{}
+		rows, err = tx.Query(ctx, `SELECT g.source_registry, count(*) FROM governance_candidate_object o
+			JOIN governance_group g USING (group_key)
+			WHERE o.lifecycle_status = 'active' AND g.source_registry IS NOT NULL GROUP BY 1`)
+		if err != nil {
+			return fmt.Errorf("weigh the collections: %w", err)
+		}
+		var coll string
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&coll, &n}, func() error {
+			p.ObjectRows[coll] = n
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("weigh the collections: %w", err)
 		}
 		return nil
 	})

@@ -403,7 +403,12 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	if pass.bases != nil {
 		args = append(args, zClasses, zColls, zStatuses)
 	}
-	rows, err := tx.Query(ctx, fmt.Sprintf(`
+	// The births are read through a cursor, objectChunk at a time, and the changed rows written between fetches:
+	// the pass holds one chunk of derived rows, not every object row of the estate.
+	if _, err := tx.Exec(ctx, `SET LOCAL cursor_tuple_fraction = 1`); err != nil {
+		return 0, 0, fmt.Errorf("plan the object cursor: %w", err)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`DECLARE gcos_objects NO SCROLL CURSOR FOR
 		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s, false, NULL::bigint, NULL::bigint
 		`+byClass+`
 		UNION ALL
@@ -415,23 +420,14 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		LEFT JOIN %[1]s p ON b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s`,
 		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Canonical), ident(b.Parent),
 		b.rowHash()),
-		args...)
-	if err != nil {
+		args...); err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
 	}
-	var objs []objectCandidate
+	w := &objectWriter{snapshotID: pass.snapshotID, ruleset: ev.ruleset.Version, runID: runID, stored: stored}
 	var lifts []objectLift
 	seen := map[string]bool{}
 	born := map[[2]string]bool{} // excepted objects that have a birth
-	for rows.Next() {
-		var coll, code, class, status, anchorColl string
-		var canonical *string
-		var child bool
-		var h0, h1 *int64
-		if err := rows.Scan(&coll, &code, &class, &status, &anchorColl, &canonical, &child, &h0, &h1); err != nil {
-			rows.Close()
-			return 0, 0, fmt.Errorf("read object: %w", err)
-		}
+	consider := func(coll, code, class, status, anchorColl string, canonical *string, child bool, h0, h1 *int64) error {
 		ref := coll + ":" + code
 		key := ref
 		if canonical != nil && *canonical != "" {
@@ -439,19 +435,19 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		}
 		if _, named := excepted[[2]string{coll, code}]; named {
 			if h0 == nil {
-				continue // also selected by its class: judged from its named row, which carries its fingerprint
+				return nil // also selected by its class: judged from its named row, which carries its fingerprint
 			}
 			born[[2]string{coll, code}] = true
 		}
 		if seen[key] || kept[key] || kept[ref] {
-			continue // selected twice (a class and a name), or held by its finding as it is
+			return nil // selected twice (a class and a name), or held by its finding as it is
 		}
 		if pass.bases != nil && !pass.bases[birthBase{class, anchorColl, status}] {
-			continue // named, but in a base this pass does not cover: its own base's scan derives it
+			return nil // named, but in a base this pass does not cover: its own base's scan derives it
 		}
 		inScope, ok := byBase[[3]string{class, anchorColl, status}]
 		if !ok {
-			continue // born after the snapshot: the next audit materializes it
+			return nil // born after the snapshot: the next audit materializes it
 		}
 		finding, hasFinding := held[key]
 		if !hasFinding {
@@ -479,7 +475,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			reason = "open_finding"
 		}
 		if reason == "" {
-			continue
+			return nil
 		}
 		scope := scopes[0]
 		if exc != nil && reason == "exception" {
@@ -487,13 +483,12 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		}
 		g, ok := inScope[scope]
 		if !ok {
-			continue // no group in that scope in the snapshot: the next audit materializes it
+			return nil // no group in that scope in the snapshot: the next audit materializes it
 		}
 		seen[key] = true
 		gv, err := judge(g)
 		if err != nil {
-			rows.Close()
-			return 0, 0, err
+			return err
 		}
 		v := gv
 		evidence := gv.Evidence + "\x00" + key
@@ -516,11 +511,44 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		sum := sha256.Sum256([]byte(evidence))
 		v.Evidence = hex.EncodeToString(sum[:16])
 		v.GroupKey = "object:" + key
-		objs = append(objs, objectCandidate{key: key, objectType: class, objectRef: ref, reason: reason, groupKey: g.Key,
+		w.add(objectCandidate{key: key, objectType: class, objectRef: ref, reason: reason, groupKey: g.Key,
 			groupEvidence: gv.Evidence, values: v})
+		return nil
 	}
-	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("read objects: %w", err)
+	for {
+		rows, err := tx.Query(ctx, fmt.Sprintf(`FETCH FORWARD %d FROM gcos_objects`, objectChunk))
+		if err != nil {
+			return 0, 0, fmt.Errorf("read objects: %w", err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+			var coll, code, class, status, anchorColl string
+			var canonical *string
+			var child bool
+			var h0, h1 *int64
+			if err := rows.Scan(&coll, &code, &class, &status, &anchorColl, &canonical, &child, &h0, &h1); err != nil {
+				rows.Close()
+				return 0, 0, fmt.Errorf("read object: %w", err)
+			}
+			if err := consider(coll, code, class, status, anchorColl, canonical, child, h0, h1); err != nil {
+				rows.Close()
+				return 0, 0, err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, 0, fmt.Errorf("read objects: %w", err)
+		}
+		if err := w.flush(ctx, tx, objectChunk); err != nil {
+			return 0, 0, err
+		}
+		if n < objectChunk {
+			break
+		}
+	}
+	if _, err := tx.Exec(ctx, `CLOSE gcos_objects`); err != nil {
+		return 0, 0, fmt.Errorf("close the object cursor: %w", err)
 	}
 	// A scan's pass re-judges the clean rows of its bases it did not read a birth for: their object is where
 	// their row says (a change to it would have queued it), so only their group's verdict inputs can have moved.
@@ -547,8 +575,11 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			v.Evidence = hex.EncodeToString(sum[:16])
 			v.GroupKey = "object:" + key
 			seen[key] = true
-			objs = append(objs, objectCandidate{key: key, objectType: o.objectType, objectRef: o.objectRef, reason: reason, groupKey: g.Key,
+			w.add(objectCandidate{key: key, objectType: o.objectType, objectRef: o.objectRef, reason: reason, groupKey: g.Key,
 				groupEvidence: gv.Evidence, values: v})
+			if err := w.flush(ctx, tx, objectChunk); err != nil {
+				return 0, 0, err
+			}
 		}
 		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, zClasses, zColls, zStatuses); err != nil {
 			return 0, 0, err
@@ -562,10 +593,6 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, cs, colls, sts); err != nil {
 			return 0, 0, err
 		}
-	}
-	keep := make([]string, 0, len(kept))
-	for k := range kept {
-		keep = append(keep, k)
 	}
 	// An exception naming an object with no birth suppresses nothing, and says so (a pass over the estate: a
 	// scan's pass does not see every named object).
@@ -581,7 +608,11 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			return 0, 0, err
 		}
 	}
-	return upsertObjects(ctx, tx, pass, ev.ruleset.Version, runID, objs, keep, stored)
+	if err := w.flush(ctx, tx, 1); err != nil {
+		return 0, 0, err
+	}
+	retired, err = w.retireLapsed(ctx, tx, func(key string) bool { return seen[key] || kept[key] })
+	return w.written, retired, err
 }
 
 // basesToDerive returns the bases of classes with object rows that no pass derived from their births under ruleset.
@@ -783,46 +814,64 @@ func readStoredObjects(ctx context.Context, tx pgx.Tx, sql string, args ...any) 
 	return stored, nil
 }
 
-func upsertObjects(ctx context.Context, tx pgx.Tx, pass objectPass, ruleset, runID string, objs []objectCandidate, keep []string, stored map[string]storedObject) (int64, int64, error) {
-	// Only a row whose result differs (or that is not clean) is written: a pass over an unchanged base writes
-	// nothing, so its cost is reading, not locking every row it derived.
-	selected := make(map[string]bool, len(objs)+len(keep))
-	var changed []objectCandidate
-	for _, o := range objs {
-		selected[o.key] = true
-		if was, ok := stored[o.key]; ok && was.settled && was.evidence == o.values.Evidence && was.reason == o.reason &&
-			was.groupKey == o.groupKey && was.groupEvidence == o.groupEvidence {
-			continue
-		}
-		changed = append(changed, o)
+// objectChunk is how many births a pass reads per fetch and how many changed object rows it writes per statement.
+const objectChunk = 1000
+
+// objectWriter writes a pass's derived object rows in chunks. Only a row whose result differs from its stored one
+// (or that is not clean) is written: a pass over an unchanged base writes nothing, so its cost is reading, not
+// locking every row it derived.
+type objectWriter struct {
+	snapshotID     int64
+	ruleset, runID string
+	stored         map[string]storedObject // the rows the pass may rewrite or retire
+	changed        []objectCandidate       // derived, not yet written
+	written        int64
+}
+
+// add queues a derived row for writing unless it equals its stored row.
+func (w *objectWriter) add(o objectCandidate) {
+	if was, ok := w.stored[o.key]; ok && was.settled && was.evidence == o.values.Evidence && was.reason == o.reason &&
+		was.groupKey == o.groupKey && was.groupEvidence == o.groupEvidence {
+		return
 	}
-	for _, k := range keep {
-		selected[k] = true
+	w.changed = append(w.changed, o)
+}
+
+// flush writes the queued rows once at least min are queued. A statement writes its rows in candidate-key order;
+// passes that could write the same rows do not overlap (a scan's pass holds its bases' locks, the audit's pass
+// every candidate row's).
+func (w *objectWriter) flush(ctx context.Context, tx pgx.Tx, min int) error {
+	if len(w.changed) == 0 || len(w.changed) < min {
+		return nil
 	}
-	// One lock order for every writer of object rows: by candidate key.
-	slices.SortFunc(changed, func(a, b objectCandidate) int { return strings.Compare(a.key, b.key) })
-	var n int64
-	if len(changed) > 0 {
-		var err error
-		if n, err = upsertObjectRows(ctx, tx, pass.snapshotID, ruleset, runID, changed); err != nil {
-			return 0, 0, err
-		}
+	slices.SortFunc(w.changed, func(a, b objectCandidate) int { return strings.Compare(a.key, b.key) })
+	n, err := upsertObjectRows(ctx, tx, w.snapshotID, w.ruleset, w.runID, w.changed)
+	if err != nil {
+		return err
 	}
-	var lapsed []string // active rows the pass read and did not select
-	for k, o := range stored {
-		if o.active && !selected[k] {
+	w.written += n
+	clear(w.changed)
+	w.changed = w.changed[:0]
+	return nil
+}
+
+// retireLapsed turns the active stored rows the pass did not select into tombstones: their reason lapsed.
+func (w *objectWriter) retireLapsed(ctx context.Context, tx pgx.Tx, selected func(key string) bool) (int64, error) {
+	var lapsed []string
+	for k, o := range w.stored {
+		if o.active && !selected(k) {
 			lapsed = append(lapsed, k)
 		}
 	}
 	if len(lapsed) == 0 {
-		return n, 0, nil
+		return 0, nil
 	}
 	slices.Sort(lapsed)
-	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, ruleset, lapsed, runID)
+	ret, err := tx.Exec(ctx, tombstoneObjectsSQL, w.ruleset, lapsed, w.runID)
 	if err != nil {
-		return 0, 0, fmt.Errorf("retire lapsed objects: %w", err)
+		return 0, fmt.Errorf("retire lapsed objects: %w", err)
 	}
-	return n, ret.RowsAffected(), nil
+	return ret.RowsAffected(), nil
 }
 
 // upsertObjectRows writes object rows (and the coverage of relevant ones) without retiring anything.

@@ -127,7 +127,7 @@ func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, er
 		return rep, fmt.Errorf("verify after the full audit: %w", err)
 	}
 	s.logger().Info("full audit: proved its slice of the cover against a from-scratch evaluation", "run_id", runID,
-		"slice", plan.Slice, "slices", plan.Slices, "collections", len(plan.Collections), "scanned_since", len(plan.Scanned),
+		"slice", plan.Slice, "slices", plan.Slices, "collections", len(plan.Collections), "scanned_since", len(plan.Scanned), "batches", rep.Batches,
 		"groups", rep.Groups, "objects", rep.Objects, "gate_checks", rep.GateChecks, "mismatches", len(rep.Mismatches),
 		"elapsed", time.Duration(rep.Elapsed*float64(time.Second)).Round(time.Millisecond))
 	if !rep.Clean() {

@@ -128,6 +128,7 @@ func TestFullAuditProvesTheCoverInTurn(t *testing.T) {
 	seededStore, ctx := seeded(t)
 	cfg := seededStore.Config()
 	cfg.Scan.VerifySlices = 4
+	cfg.Scan.VerifyBatchObjects = 5 // the object rows are proven in batches
 	store := postgres.New(seededStore.Pool(), cfg, nil)
 	s := &scan.Scheduler{Store: store, Config: cfg.Scan}
 	pool := store.Pool()
@@ -199,6 +200,11 @@ func TestFullAuditProvesTheCoverInTurn(t *testing.T) {
 	}
 	if !slices.ContainsFunc(whole.Mismatches, func(m oracle.Mismatch) bool { return m.Key == key && m.Collection == coll }) {
 		t.Fatalf("gcos verify does not name group %s: %v", key, whole.Mismatches)
+	}
+	// The first audit proved the estate in batches, and together they proved what the whole verification does.
+	if v := p.Verify; v.Batches < 2 || v.Groups != whole.Groups || v.Objects != whole.Objects || v.Births != whole.Births {
+		t.Fatalf("first audit's proof: %d batches, %d groups, %d object rows, %d births; the whole: %d groups, %d object rows, %d births",
+			v.Batches, v.Groups, v.Objects, v.Births, whole.Groups, whole.Objects, whole.Births)
 	}
 	// The next audits prove slices 1, 2, 3 and 0 in turn; only the one covering the forged collection names it.
 	target, proven := gcos.CoverSlice(coll, 4), false
