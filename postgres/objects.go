@@ -814,8 +814,9 @@ func readStoredObjects(ctx context.Context, tx pgx.Tx, sql string, args ...any) 
 	return stored, nil
 }
 
-// objectChunk is how many births a pass reads per fetch and how many changed object rows it writes per statement.
-const objectChunk = 1000
+// objectChunk is how many births a pass reads per fetch and how many changed object rows it writes per statement
+// (a variable only so that a test can make a small world's pass span many chunks).
+var objectChunk = 1000
 
 // objectWriter writes a pass's derived object rows in chunks. Only a row whose result differs from its stored one
 // (or that is not clean) is written: a pass over an unchanged base writes nothing, so its cost is reading, not
