@@ -412,9 +412,9 @@ const estateSubject = "incremental_state"
 // the next audit proves the next slice. A collection's finding stays open until an audit proves it clean again:
 // another slice's clean proof does not close it.
 //
-// The plan is proven in batches of about scan.verify_batch_objects object rows (gcos.ProofBatches), each read at its own
-// instant and compared before the next is read, so the proof holds one batch's object rows whatever the size of
-// the estate; a collection is always proven whole, at one instant. The gate sample is shared out among the batches.
+// The plan is proven in batches of about scan.verify_batch_objects object rows (gcos.ProofBatches), each read at
+// its own instant and compared before the next is read, so the proof holds one batch's object rows whatever the
+// size of the estate; a collection is always proven whole, at one instant. The batches share the gate sample.
 func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan postgres.CoverPlan, opts VerifyOptions) (Report, error) {
 	batches := gcos.ProofBatches(plan.Collections, plan.ObjectRows, int64(store.Config().Scan.VerifyBatchObjects))
 	if len(batches) == 0 {
