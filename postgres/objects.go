@@ -371,13 +371,19 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	}
 	// Rows an open finding already holds (an untrusted birth's quarantine) stay as their raiser wrote them.
 	// (The pass has read them: every active open_finding row of the estate, or of its bases.)
+	// Such a row that is no longer clean (carried dirty into a new ruleset, or expired) is still what its finding
+	// says, so it is re-qualified as it is (refresh), or it would stay stale for as long as the finding is open.
 	kept := map[string]bool{}
+	var refresh []string
 	for key, o := range stored {
 		if o.active && o.reason == "open_finding" {
-			if _, ok := held[key]; ok {
+			_, byKey := held[key]
+			_, byRef := held[o.objectRef]
+			if byKey || byRef {
 				kept[key], kept[o.objectRef] = true, true
-			} else if _, ok := held[o.objectRef]; ok {
-				kept[key], kept[o.objectRef] = true, true
+				if !o.settled {
+					refresh = append(refresh, key)
+				}
 			}
 		}
 	}
@@ -609,6 +615,9 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		}
 	}
 	if err := w.flush(ctx, tx, 1); err != nil {
+		return 0, 0, err
+	}
+	if err := w.refreshHeld(ctx, tx, refresh); err != nil {
 		return 0, 0, err
 	}
 	retired, err = w.retireLapsed(ctx, tx, func(key string) bool { return seen[key] || kept[key] })
@@ -853,6 +862,27 @@ func (w *objectWriter) flush(ctx context.Context, tx pgx.Tx, min int) error {
 	w.written += n
 	clear(w.changed)
 	w.changed = w.changed[:0]
+	return nil
+}
+
+// refreshHeldObjectsSQL re-qualifies rows an open finding holds ($2) as their raiser wrote them: clean, scanned now,
+// for the time to live they were written with.
+const refreshHeldObjectsSQL = `
+UPDATE governance_candidate_object SET dirty = false, dirty_reason = NULL, recompute_status = 'ok', scan_time = now(),
+    stale_after = now() + (stale_after - scan_time), source_snapshot_ref = $3, last_run_id = $4, updated_at = now()
+WHERE ruleset_version = $1 AND lifecycle_status = 'active' AND candidate_key = ANY($2)`
+
+// refreshHeld re-qualifies the held rows keys (refreshHeldObjectsSQL), in candidate-key order.
+func (w *objectWriter) refreshHeld(ctx context.Context, tx pgx.Tx, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.Sort(keys)
+	tag, err := tx.Exec(ctx, refreshHeldObjectsSQL, w.ruleset, keys, w.snapshotID, w.runID)
+	if err != nil {
+		return fmt.Errorf("re-qualify objects held by their findings: %w", err)
+	}
+	w.written += tag.RowsAffected()
 	return nil
 }
 
