@@ -109,8 +109,8 @@ const maxAnchorHops = 1000
 
 // anchorSQL is the walk up every parent chain that starts at a birth of seed (ctes define it, a CTE selecting the
 // binding's birth columns as id, code, coll, class, status, parent): one row per birth with its anchor's class and
-// status and how many steps it took. Each step is one probe of the source's (collection, code) index, never a join the planner
-// could turn into hashing the whole inventory. A chain ends at a birth with no parent, at one whose parent is not
+// status and how many steps it took. Each step is one probe of the source's (collection, code) index, never a join
+// the planner could turn into hashing the whole inventory. A chain ends at a birth with no parent, at one whose parent is not
 // born in its collection, at one that is its own parent, or after maxAnchorHops steps (a cycle).
 func anchorSQL(b gcos.SourceBinding, ctes string) string {
 	id := func(name string) string { return pgx.Identifier{name}.Sanitize() }
