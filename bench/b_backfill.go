@@ -3,8 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-
-	"gcos/postgres"
+	"gcos/intake"
 )
 
 // backfillFigures are the medians of one world size.
@@ -42,7 +41,7 @@ func backfillAt(ctx context.Context, r *runner, births, reps int) (backfillFigur
 				return err
 			}
 			ourStep := func() error {
-				res, err := ws.store.Backfill(ctx, postgres.BackfillOptions{})
+				res, err := intake.New(ws.store).Backfill(ctx, intake.BackfillOptions{})
 				if err != nil {
 					return fmt.Errorf("backfill: %w", err)
 				}

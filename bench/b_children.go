@@ -26,9 +26,9 @@ func benchChildren(ctx context.Context, r *runner) ([]row, error) {
 	if _, err := prepare(ctx, ws.store); err != nil {
 		return nil, err
 	}
-	h := &handoffApply{store: ws.store}
+	h := &handoffApply{stage: intake.New(ws.store)}
 	// Births only: the children are births, and the changelog history is irrelevant to them (and slow to replay).
-	w := &intake.Worker{Store: ws.store, Config: ws.store.Config().Intake, Apply: h.apply, Logger: r.log,
+	w := &intake.Worker{Stage: h.stage, Config: ws.store.Config().Intake, Apply: h.apply, Logger: r.log,
 		Sources: []postgres.TailSource{postgres.BirthTailSource(ws.store.Config().SourceBinding)}}
 	// The daemon's steady state before the children arrive: intake caught up, dirty set drained.
 	if _, err := w.Once(ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"gcos/intake"
 	"gcos/postgres"
 )
 
@@ -58,7 +59,7 @@ func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 	}
 	var ours, naive []float64
 	var rowsRead, polls, page int
-	var st postgres.HandoffStats
+	var st intake.HandoffStats
 	for i := 0; i < r.opts.reps; i++ {
 		// Each repetition is a first pass over the whole inventory on a fresh clone of the world, prepared as the
 		// daemon would be (backfilled, ruleset and event types active), its cursor reset to start: a replay of the
@@ -79,19 +80,19 @@ func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 			}
 			cfg := ws.store.Config()
 			src := postgres.BirthTailSource(cfg.SourceBinding)
-			check, err := ws.store.CheckTail(ctx, src, cfg.Intake)
+			check, err := intake.New(ws.store).CheckTail(ctx, src, cfg.Intake)
 			if err != nil {
 				return err
 			}
 			if err := check.Err(); err != nil {
 				return err
 			}
-			if _, err := ws.store.EnsureCursor(ctx, src); err != nil {
+			if _, err := intake.New(ws.store).EnsureCursor(ctx, src); err != nil {
 				return err
 			}
 			// The backfill started the cursor at its seed horizon (nothing left to hand off): measure a first pass
 			// over the whole inventory instead.
-			if _, err := ws.store.ResetCursor(ctx, src.Name, "start"); err != nil {
+			if _, err := intake.New(ws.store).ResetCursor(ctx, src.Name, "start"); err != nil {
 				return err
 			}
 			page = cfg.Intake.PageSize
@@ -102,12 +103,12 @@ func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 			if _, _, err := naiveTail(ctx, ws.pool, page); err != nil {
 				return err
 			}
-			h := &handoffApply{store: ws.store}
+			h := &handoffApply{stage: intake.New(ws.store)}
 			ourStep := func() error {
 				polls, rowsRead = 0, 0
 				t0 := time.Now()
 				for {
-					res, err := ws.store.PollTail(ctx, src, cfg.Intake, h.apply)
+					res, err := h.stage.PollTail(ctx, src, cfg.Intake, h.apply)
 					if err != nil {
 						return err
 					}

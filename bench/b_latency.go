@@ -100,9 +100,9 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 		return nil, err
 	}
 	cfg := ws.store.Config()
-	h := &handoffApply{store: ws.store}
+	h := &handoffApply{stage: intake.New(ws.store)}
 	// The intake tails the birth source: the changes measured are births (the changelog history is not replayed).
-	w := &intake.Worker{Store: ws.store, Config: cfg.Intake, Apply: h.apply, Logger: r.log,
+	w := &intake.Worker{Stage: h.stage, Config: cfg.Intake, Apply: h.apply, Logger: r.log,
 		Sources: []postgres.TailSource{postgres.BirthTailSource(cfg.SourceBinding)}}
 	if _, err := w.Once(ctx); err != nil {
 		return nil, fmt.Errorf("intake catch-up: %w", err)

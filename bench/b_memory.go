@@ -107,7 +107,7 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 	// The heaviest intake a daemon can face: the whole history handed off again (the backfill started the cursors
 	// at its horizon, so reset them to start).
 	for _, src := range bf.CursorsAtHorizon {
-		if _, err := store.ResetCursor(ctx, src, "start"); err != nil {
+		if _, err := intake.New(store).ResetCursor(ctx, src, "start"); err != nil {
 			return "", err
 		}
 	}
@@ -117,8 +117,8 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 	}
 	srv := httptest.NewServer(handler)
 	defer srv.Close()
-	h := &handoffApply{store: store}
-	w := &intake.Worker{Store: store, Config: cfg.Intake, Apply: h.apply}
+	h := &handoffApply{stage: intake.New(store)}
+	w := &intake.Worker{Stage: h.stage, Config: cfg.Intake, Apply: h.apply}
 	ticks, err := w.Once(ctx)
 	if err != nil {
 		return "", fmt.Errorf("intake: %w", err)

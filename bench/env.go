@@ -19,6 +19,7 @@ import (
 
 	"gcos"
 	"gcos/embeddedpg"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/migration"
 	"gcos/postgres/substrate"
@@ -257,8 +258,8 @@ func benchConfig(o *options) gcos.Config {
 
 // prepared is a database with a world that has been backfilled and whose ruleset is active, with the governance
 // event vocabulary registered and active: the state `gcos up --demo` reaches before it starts its workers.
-func prepare(ctx context.Context, store *postgres.Store) (postgres.BackfillResult, error) {
-	res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+func prepare(ctx context.Context, store *postgres.Store) (intake.BackfillResult, error) {
+	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
 	if err != nil {
 		return res, fmt.Errorf("backfill: %w", err)
 	}
@@ -286,13 +287,13 @@ func prepare(ctx context.Context, store *postgres.Store) (postgres.BackfillResul
 
 // handoffApply is the intake's real apply step (as cmd/gcos wires it), counting what it did.
 type handoffApply struct {
-	store *postgres.Store
+	stage *intake.Stage
 	mu    sync.Mutex
-	stats postgres.HandoffStats
+	stats intake.HandoffStats
 }
 
-func (h *handoffApply) apply(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
-	failures, st, err := h.store.ApplyHandoff(ctx, tx, rows)
+func (h *handoffApply) apply(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
+	failures, st, err := h.stage.ApplyHandoff(ctx, tx, rows)
 	if err == nil {
 		h.mu.Lock()
 		h.stats.Rows += st.Rows
@@ -306,11 +307,11 @@ func (h *handoffApply) apply(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	return failures, err
 }
 
-func (h *handoffApply) reset() postgres.HandoffStats {
+func (h *handoffApply) reset() intake.HandoffStats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.stats
-	h.stats = postgres.HandoffStats{}
+	h.stats = intake.HandoffStats{}
 	return st
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"gcos"
 	"gcos/embeddedpg"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/world"
 )
@@ -91,7 +92,7 @@ func (p *privateDB) seedWorld(ctx context.Context, t *testing.T, conf gcos.Confi
 	if _, err := world.Generate(ctx, p.pool, world.Options{Births: births, Seed: seed}); err != nil {
 		t.Fatal(err)
 	}
-	bf, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	bf, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"gcos"
 	"gcos/intake"
 	"gcos/postgres"
@@ -36,11 +34,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	runErrs := make(chan error, 2)
-	worker := &intake.Worker{Store: store, Config: conf.Intake,
-		Apply: func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
-			f, _, err := store.ApplyHandoff(ctx, tx, rows)
-			return f, err
-		}}
+	worker := &intake.Worker{Stage: intake.New(store), Config: conf.Intake}
 	sched := &scan.Scheduler{Store: store, Config: conf.Scan, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
 	for _, run := range []func(context.Context) error{worker.Run, sched.Run} {
 		wg.Add(1)
@@ -67,7 +61,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			c, err := store.GetCursor(ctx, "birth_registry")
+			c, err := intake.New(store).GetCursor(ctx, "birth_registry")
 			var dirty int64 = -1
 			var scanned int
 			if err == nil && c.PositionID != nil && *c.PositionID >= id {

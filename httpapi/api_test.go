@@ -20,6 +20,7 @@ import (
 
 	"gcos"
 	"gcos/httpapi"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/world"
@@ -48,7 +49,7 @@ func newEnv(t *testing.T, births int, activate bool) *env {
 		if _, err := world.Generate(ctx, pool, world.Options{Births: births, Seed: 7}); err != nil {
 			t.Fatalf("generate: %v", err)
 		}
-		res, err := e.store.Backfill(ctx, postgres.BackfillOptions{})
+		res, err := intake.New(e.store).Backfill(ctx, intake.BackfillOptions{})
 		if err != nil {
 			t.Fatalf("backfill: %v", err)
 		}
@@ -512,7 +513,7 @@ func TestAPI(t *testing.T) {
 		if a := e.call(t, "POST", "/v1/cursors/Bad-Name/reset", operatorToken, `{"to":"start"}`); a.status != 400 {
 			t.Errorf("bad source: %d %s", a.status, a.body)
 		}
-		var cur postgres.Cursor
+		var cur intake.Cursor
 		a := e.call(t, "POST", reset, operatorToken, `{"to":"start"}`)
 		a.json(t, &cur)
 		if a.status != 200 || cur.Source != "birth_registry" || cur.Position != "start" {
@@ -774,7 +775,7 @@ func TestAPIReadyz(t *testing.T) {
 	if _, err := world.Generate(e.ctx, e.pool, world.Options{Births: 500, Seed: 7}); err != nil {
 		t.Fatal(err)
 	}
-	bf, err := e.store.Backfill(e.ctx, postgres.BackfillOptions{})
+	bf, err := intake.New(e.store).Backfill(e.ctx, intake.BackfillOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

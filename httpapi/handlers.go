@@ -337,7 +337,7 @@ func (s *server) resetCursor(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	cur, err := s.store.ResetCursor(ctx, source, req.To)
+	cur, err := s.intake.ResetCursor(ctx, source, req.To)
 	if err != nil {
 		return s.fail(w, r, err)
 	}

@@ -47,7 +47,7 @@ func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, 
 	fallbacks := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "gcos_route_fallbacks_total",
 		Help: "Changes the intake could not place precisely (object or authority row not found), so they dirtied every group they might affect.",
-	}, func() float64 { return float64(s.store.RouteFallbacks()) })
+	}, func() float64 { return float64(s.intake.RouteFallbacks()) })
 	retries := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "gcos_tx_retries_total",
 		Help: "Transactions of this process that failed on a deadlock or a serialization conflict and were retried by their loop.",
@@ -136,7 +136,7 @@ func (c *summaryCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descOpenFinding, prometheus.GaugeValue, float64(n), typ)
 	}
 	// The intake's counters live on its cursors (written in the transactions that handled the rows).
-	cursors, err := c.s.store.ListCursors(ctx)
+	cursors, err := c.s.intake.ListCursors(ctx)
 	if err != nil {
 		c.s.logger.Warn("metrics: read intake cursors", "err", err)
 		return

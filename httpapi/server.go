@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,12 +22,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 )
 
 // Config configures the handler New returns.
 type Config struct {
-	Store    *postgres.Store
+	Store *postgres.Store
+	// Intake is the running intake stage (its route fallbacks are exported; cursors are listed and reset through it);
+	// nil: a stage over Store.
+	Intake   *intake.Stage
 	HTTP     gcos.HTTPConfig
 	Logger   *slog.Logger         // nil discards
 	Registry *prometheus.Registry // nil: a fresh registry with the Go and process collectors
@@ -111,6 +116,7 @@ type server struct {
 	invariants *cachedRead[[]byte] // by scope
 	summaries  *cachedRead[[]byte]
 	store      *postgres.Store
+	intake     *intake.Stage // the running intake stage
 	logger     *slog.Logger
 	version    string
 	auth       *authenticator
@@ -157,6 +163,7 @@ func New(cfg Config) (http.Handler, error) {
 		invariants: newCachedRead[[]byte](limits.ReadCacheInterval.Duration()),
 		summaries:  newCachedRead[[]byte](limits.ReadCacheInterval.Duration()),
 		store:      cfg.Store,
+		intake:     cmp.Or(cfg.Intake, intake.New(cfg.Store)),
 		logger:     logger.With("system", "httpapi"),
 		version:    cfg.Version,
 		auth:       auth,

@@ -1,6 +1,17 @@
-// Package intake is the handoff intake worker (SPEC §9, doc 32 §5): it tails each source registry through the
-// store's lossless cursor (postgres.PollTail), hands every row to an apply step in the poll's own transaction,
-// retries rows that fail and dead-letters them after the configured attempts, ticks a heartbeat per source and
-// raises handoff_lag when a tail falls behind. It holds no state of its own: everything lives in the database, so
-// a worker killed at any point resumes where its last committed poll left off, losing and duplicating nothing.
+// Package intake is the intake stage (SPEC §9, doc 32 §5–6): everything between a source registry's rows and the
+// dirty marks they cause.
+//
+//   - tail.go: the lossless cursor tail (visibility horizon, keyset pages, cursor advance in the apply step's
+//     transaction), the retry lane and dead letters, cursors, and the preconditions checked at start;
+//   - sweep.go: the id sweep that hands off rows committed behind or ahead of the cursor;
+//   - handoff.go: the mapping of each row to a change kind and the groups it provably affects, and the apply step
+//     that dirties them and emits the handoff signals (Stage.ApplyHandoff);
+//   - backfill.go, handshake.go: the seed, and its handshake with the tail (cursors start at the seed's horizon);
+//   - silence.go, monitor.go: the silent-gap check and the loop that runs it under its lease;
+//   - worker.go: the loop that polls every source.
+//
+// The stage reaches candidate state only through the store core's surface (postgres: seed, mark dirty, object
+// rows, kept counts, the current ruleset). It holds no state of its own beyond caches: everything lives in the
+// database, so a worker killed at any point resumes where its last committed poll left off, losing and duplicating
+// nothing.
 package intake

@@ -14,12 +14,12 @@ import (
 // MonitorLease is the role lease that makes one process at a time run the silent-gap monitor.
 const MonitorLease = "gcos.monitor.silence.lease"
 
-// Monitor runs the silent-gap monitor (postgres.Store.CheckSilence) periodically in whichever process holds
+// Monitor runs the silent-gap monitor (Stage.CheckSilence) periodically in whichever process holds
 // MonitorLease, so that "quiet" (a worker ticking with nothing to do) and "dead" (no tick) differ: a dead worker
 // cannot report itself, another process's monitor does. Worker.Run runs one; a daemon without an intake worker can
 // run its own.
 type Monitor struct {
-	Store  *postgres.Store
+	Stage  *Stage
 	Config gcos.IntakeConfig // silent_gap_threshold and heartbeat_interval set the pace
 	Logger *slog.Logger
 	Owner  string // lease owner; default the store's (postgres.Store.Owner)
@@ -43,7 +43,7 @@ func (m *Monitor) owner() string {
 	if m.Owner != "" {
 		return m.Owner
 	}
-	return m.Store.Owner()
+	return m.Stage.core.Owner()
 }
 
 func (m *Monitor) logger() *slog.Logger {
@@ -54,8 +54,8 @@ func (m *Monitor) logger() *slog.Logger {
 }
 
 // Check runs one check (whoever holds the lease) and logs what became silent or was resolved.
-func (m *Monitor) Check(ctx context.Context) (postgres.SilenceReport, error) {
-	rep, err := m.Store.CheckSilence(ctx)
+func (m *Monitor) Check(ctx context.Context) (SilenceReport, error) {
+	rep, err := m.Stage.CheckSilence(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -82,7 +82,7 @@ func (m *Monitor) Check(ctx context.Context) (postgres.SilenceReport, error) {
 // Run checks every Interval (the first after one Interval) while this process holds the monitor lease, until ctx
 // ends (then it returns nil and gives the lease up). Errors are logged and retried at the next interval.
 func (m *Monitor) Run(ctx context.Context) error {
-	if m.Store == nil {
+	if m.Stage == nil {
 		return gcos.Errorf(gcos.EINVALID, "monitor: no store")
 	}
 	every := m.Interval()
@@ -94,9 +94,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		_ = m.Store.ReleaseLease(rctx, lease)
+		_ = m.Stage.core.ReleaseLease(rctx, lease)
 	}()
-	outage := gcos.NewOutageLog("silent-gap monitor", every, m.Store.Config().Outage, log)
+	outage := gcos.NewOutageLog("silent-gap monitor", every, m.Stage.cfg.Outage, log)
 	wait := every
 	for {
 		// The first check waits one interval: a worker that lives shorter than that (a one-off pass) leaves the
@@ -105,7 +105,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 			return nil
 		}
 		wait = every
-		l, err := m.Store.TakeRole(ctx, role, owner, ttl)
+		l, err := m.Stage.core.TakeRole(ctx, role, owner, ttl)
 		if err == nil {
 			lease = l
 		}

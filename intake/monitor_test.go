@@ -8,7 +8,6 @@ import (
 
 	"gcos"
 	"gcos/intake"
-	"gcos/postgres"
 )
 
 // TestMonitorRunsUnderLease: two monitors (two processes) share the silent-gap monitor through its lease: a dead
@@ -29,7 +28,7 @@ func TestMonitorRunsUnderLease(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m := &intake.Monitor{Store: e.store, Config: cfg, Owner: owner}
+			m := &intake.Monitor{Stage: intake.New(e.store), Config: cfg, Owner: owner}
 			if err := m.Run(ctx); err != nil {
 				t.Error(err)
 			}
@@ -58,10 +57,10 @@ func TestMonitorRunsUnderLease(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	// A fresh tick resolves the finding at the next check.
-	if err := e.store.IntakeHeartbeat(e.ctx, "birth_registry", "ok"); err != nil {
+	if err := intake.New(e.store).IntakeHeartbeat(e.ctx, "birth_registry", "ok"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := (&intake.Monitor{Store: e.store, Config: cfg}).Check(e.ctx)
+	rep, err := (&intake.Monitor{Stage: intake.New(e.store), Config: cfg}).Check(e.ctx)
 	if err != nil || len(rep.Resolved) != 1 || len(rep.Raised) != 0 {
 		t.Fatalf("check after a fresh tick: %+v (%v)", rep, err)
 	}
@@ -104,12 +103,12 @@ func TestWorkerEmitsHeartbeatEvent(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatal(err)
 	}
-	rep, err := e.store.CheckSilence(e.ctx)
+	rep, err := intake.New(e.store).CheckSilence(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range rep.Executors {
-		if x.State != postgres.ExecutorAlive {
+		if x.State != intake.ExecutorAlive {
 			t.Fatalf("a quiet worker's executor %+v", x)
 		}
 	}

@@ -16,11 +16,12 @@ import (
 // several processes) may run against one database: a source's cursor is locked per poll, so a second worker finds
 // it busy and never reads a row twice.
 type Worker struct {
-	Store   *postgres.Store
+	Stage   *Stage
 	Config  gcos.IntakeConfig
-	Sources []postgres.TailSource // nil: postgres.DefaultTailSources(Store.Config())
+	Sources []postgres.TailSource // nil: postgres.DefaultTailSources of the store's configuration
 	Logger  *slog.Logger
-	Apply   postgres.ApplyFunc // runs inside each poll's transaction; see postgres.ApplyFunc
+	// Apply runs inside each poll's transaction (see ApplyFunc); nil: the stage's handoff apply step.
+	Apply ApplyFunc
 	// DisableMonitor keeps Run from running the silent-gap Monitor next to the tail (a process that runs its own).
 	DisableMonitor bool
 
@@ -44,21 +45,21 @@ func (w *Worker) Ready() error {
 
 // SourceTick is what one pass did for one source.
 type SourceTick struct {
-	Source       string                  `json:"source"`
-	Polls        int                     `json:"polls"`
-	Read         int                     `json:"read"`
-	Applied      int                     `json:"applied"`
-	Failed       int                     `json:"failed"` // rows sent to the retry lane
-	DeadLettered int                     `json:"dead_lettered"`
-	Retry        postgres.RetryResult    `json:"retry"`
-	Busy         bool                    `json:"busy,omitempty"`
-	PageFull     bool                    `json:"page_full"` // stopped with more rows waiting (Run's page budget)
-	Position     string                  `json:"position"`
-	Horizon      time.Time               `json:"horizon"`
-	HeldBy       *postgres.HorizonHolder `json:"held_by,omitempty"`
-	Stalled      string                  `json:"stalled,omitempty"`
-	Lag          *postgres.LagReport     `json:"lag,omitempty"`
-	Error        string                  `json:"error,omitempty"`
+	Source       string         `json:"source"`
+	Polls        int            `json:"polls"`
+	Read         int            `json:"read"`
+	Applied      int            `json:"applied"`
+	Failed       int            `json:"failed"` // rows sent to the retry lane
+	DeadLettered int            `json:"dead_lettered"`
+	Retry        RetryResult    `json:"retry"`
+	Busy         bool           `json:"busy,omitempty"`
+	PageFull     bool           `json:"page_full"` // stopped with more rows waiting (Run's page budget)
+	Position     string         `json:"position"`
+	Horizon      time.Time      `json:"horizon"`
+	HeldBy       *HorizonHolder `json:"held_by,omitempty"`
+	Stalled      string         `json:"stalled,omitempty"`
+	Lag          *LagReport     `json:"lag,omitempty"`
+	Error        string         `json:"error,omitempty"`
 }
 
 // pagesPerTick bounds how many pages Run reads from one source before turning to the next, so a backlog in one
@@ -76,30 +77,30 @@ func (w *Worker) sources() []postgres.TailSource {
 	if w.Sources != nil {
 		return w.Sources
 	}
-	return postgres.DefaultTailSources(w.Store.Config())
+	return postgres.DefaultTailSources(w.Stage.cfg)
 }
 
 // Start checks every source's preconditions (refusing, with the store's message, when a tail could not be
 // lossless) and makes sure each has a cursor.
 func (w *Worker) Start(ctx context.Context) error {
-	if w.Store == nil {
-		return gcos.Errorf(gcos.EINVALID, "intake: no store")
+	if w.Stage == nil {
+		return gcos.Errorf(gcos.EINVALID, "intake: no stage")
 	}
 	if w.Apply == nil {
-		return gcos.Errorf(gcos.EINVALID, "intake: no apply step")
+		w.Apply = w.Stage.Apply
 	}
 	log := w.logger()
 	for _, src := range w.sources() {
-		check, err := w.Store.CheckTail(ctx, src, w.Config)
+		check, err := w.Stage.CheckTail(ctx, src, w.Config)
 		for _, it := range check.Items {
-			if it.Status == postgres.CheckWarn {
+			if it.Status == CheckWarn {
 				log.Warn("intake precondition", "source", src.Name, "check", it.Name, "detail", it.Detail)
 			}
 		}
 		if err != nil {
 			return err
 		}
-		c, err := w.Store.EnsureCursor(ctx, src)
+		c, err := w.Stage.EnsureCursor(ctx, src)
 		if err != nil {
 			return err
 		}
@@ -149,7 +150,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		return
 	}
 	c := w.counts
-	res, err := w.Store.EmitHeartbeat(ctx, "handoff", map[string]int64{"seen": c["seen"]})
+	res, err := w.Stage.core.EmitHeartbeat(ctx, "handoff", map[string]int64{"seen": c["seen"]})
 	if err != nil {
 		if ctx.Err() == nil {
 			w.logger().Warn("heartbeat event", "error", err)
@@ -175,7 +176,7 @@ func (w *Worker) heartbeatInterval() time.Duration {
 // intake.heartbeat_interval, and, unless DisableMonitor, the silent-gap Monitor runs beside the tail.
 func (w *Worker) Run(ctx context.Context) error {
 	log := w.logger()
-	outageCfg := w.Store.Config().Outage
+	outageCfg := w.Stage.cfg.Outage
 	startOutage := gcos.NewOutageLog("intake start", w.pollInterval(), outageCfg, log)
 	for {
 		err := w.Start(ctx)
@@ -199,7 +200,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_ = (&Monitor{Store: w.Store, Config: w.Config, Logger: w.Logger}).Run(mctx)
+			_ = (&Monitor{Stage: w.Stage, Config: w.Config, Logger: w.Logger}).Run(mctx)
 		}()
 		defer func() { stop(); <-done }()
 	}
@@ -279,7 +280,7 @@ func (w *Worker) stopped(sources []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, s := range sources {
-		_ = w.Store.IntakeHeartbeat(ctx, s, "stopped")
+		_ = w.Stage.IntakeHeartbeat(ctx, s, "stopped")
 	}
 }
 
@@ -296,7 +297,7 @@ func (w *Worker) pass(ctx context.Context, src postgres.TailSource, maxPages int
 	t := SourceTick{Source: src.Name}
 	err := func() error {
 		for maxPages == 0 || t.Polls < maxPages {
-			res, err := w.Store.PollTail(ctx, src, w.Config, w.Apply)
+			res, err := w.Stage.PollTail(ctx, src, w.Config, w.Apply)
 			if err != nil {
 				return err
 			}
@@ -313,13 +314,13 @@ func (w *Worker) pass(ctx context.Context, src postgres.TailSource, maxPages int
 				break
 			}
 		}
-		retry, err := w.Store.RetryDue(ctx, src, w.Config, w.Apply)
+		retry, err := w.Stage.RetryDue(ctx, src, w.Config, w.Apply)
 		t.Retry = retry
 		if err != nil {
 			return err
 		}
 		if checkLag {
-			lag, err := w.Store.CheckTailLag(ctx, src, w.Config)
+			lag, err := w.Stage.CheckTailLag(ctx, src, w.Config)
 			if err != nil {
 				return err
 			}
@@ -338,7 +339,7 @@ func (w *Worker) pass(ctx context.Context, src postgres.TailSource, maxPages int
 		status = "busy: another worker holds the cursor"
 	}
 	if ctx.Err() == nil {
-		if herr := w.Store.IntakeHeartbeat(ctx, src.Name, status); herr != nil && err == nil {
+		if herr := w.Stage.IntakeHeartbeat(ctx, src.Name, status); herr != nil && err == nil {
 			err = herr
 		}
 	}

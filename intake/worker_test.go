@@ -44,7 +44,7 @@ func newEnv(t *testing.T) *env {
 	return &env{ctx: ctx, pool: pool, store: postgres.New(pool, full, nil), cfg: cfg}
 }
 
-func record(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+func record(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 	sources, ids := make([]string, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {
 		sources[i], ids[i] = r.Source, r.ID
@@ -54,7 +54,7 @@ func record(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres
 }
 
 func (e *env) worker() *intake.Worker {
-	return &intake.Worker{Store: e.store, Config: e.cfg, Apply: record}
+	return &intake.Worker{Stage: intake.New(e.store), Config: e.cfg, Apply: record}
 }
 
 func (e *env) insert(t *testing.T, births, changes int) {

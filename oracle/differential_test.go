@@ -110,7 +110,7 @@ func builtWorld(t *testing.T) *pgxpool.Pool {
 		t.Fatalf("generate the world: %v", err)
 	}
 	store := postgres.New(pool, envConfig(), nil)
-	res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
 	if err != nil {
 		t.Fatalf("backfill: %v", err)
 	}
@@ -135,11 +135,7 @@ func newEnv(t *testing.T, built *pgxpool.Pool) *env {
 }
 
 func (e *env) wire() {
-	e.intake = &intake.Worker{Store: e.store, Config: e.store.Config().Intake,
-		Apply: func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
-			failures, _, err := e.store.ApplyHandoff(ctx, tx, rows)
-			return failures, err
-		}}
+	e.intake = &intake.Worker{Stage: intake.New(e.store), Config: e.store.Config().Intake}
 	e.scans = &scan.Scheduler{Store: e.store}
 }
 
@@ -599,7 +595,7 @@ var triggers = []trigger{
 			FROM birth_registry ORDER BY born_at DESC, id DESC OFFSET 2 LIMIT 1`).Scan(&from); err != nil {
 			return "", err
 		}
-		if _, err := e.store.ResetCursor(e.ctx, "birth_registry", from); err != nil {
+		if _, err := intake.New(e.store).ResetCursor(e.ctx, "birth_registry", from); err != nil {
 			return "", err
 		}
 		return "births tail replayed from " + from, nil

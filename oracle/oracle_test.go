@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -43,7 +44,7 @@ func fresh(t *testing.T, births int) (*postgres.Store, context.Context) {
 	cfg.Scan.CoalesceWindow = gcos.Duration(10 * time.Millisecond)
 	cfg.Scan.StormFraction = 1
 	store := postgres.New(pool, cfg, nil)
-	res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

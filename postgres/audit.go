@@ -33,8 +33,8 @@ type AuditEntry struct {
 	Detail     map[string]any
 }
 
-// audit writes one registry_changelog row inside tx and returns its id.
-func audit(ctx context.Context, tx pgx.Tx, e AuditEntry) (int64, error) {
+// Audit writes one registry_changelog row inside tx and returns its id.
+func Audit(ctx context.Context, tx pgx.Tx, e AuditEntry) (int64, error) {
 	detail, err := json.Marshal(e.Detail)
 	if err != nil {
 		return 0, fmt.Errorf("audit %s %s: %w", e.EntityType, e.Action, err)
@@ -54,10 +54,10 @@ func audit(ctx context.Context, tx pgx.Tx, e AuditEntry) (int64, error) {
 	return id, nil
 }
 
-// linkAudit points the audit_ref of the candidate rows an audited operation wrote (those under ruleset matching
+// LinkAudit points the audit_ref of the candidate rows an audited operation wrote (those under ruleset matching
 // where, whose $3 is arg) at the operation's audit row (doc 40 §40.4: the registry_changelog linkage). Event and
 // incremental scans write no audit row and leave the link as it was.
-func linkAudit(ctx context.Context, tx pgx.Tx, table, ruleset string, auditID int64, where string, arg any) error {
+func LinkAudit(ctx context.Context, tx pgx.Tx, table, ruleset string, auditID int64, where string, arg any) error {
 	if auditID == 0 {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,10 +17,10 @@ import (
 	"gcos"
 )
 
-// evaluator computes group verdicts under one ruleset: the rule side (coverage profile, axis, scopes, verdict
+// Evaluator computes group verdicts under one ruleset: the rule side (coverage profile, axis, scopes, verdict
 // policy) comes from the ruleset's stored components, so a verdict is reproducible from its ruleset version; the
 // source side (collections, classes, ownership, exceptions) comes from the live registries.
-type evaluator struct {
+type Evaluator struct {
 	ruleset RulesetRow
 	regs    gcos.Registries
 	policy  gcos.VerdictPolicy
@@ -27,7 +28,7 @@ type evaluator struct {
 	now     time.Time // database clock, for exception expiry
 }
 
-func (s *Store) newEvaluator(ctx context.Context, q querier, rs RulesetRow) (*evaluator, error) {
+func (s *Store) NewEvaluator(ctx context.Context, q Querier, rs RulesetRow) (*Evaluator, error) {
 	regs, err := loadRegistries(ctx, q)
 	if err != nil {
 		return nil, err
@@ -39,20 +40,20 @@ func (s *Store) newEvaluator(ctx context.Context, q querier, rs RulesetRow) (*ev
 	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return nil, fmt.Errorf("read database clock: %w", err)
 	}
-	return &evaluator{ruleset: rs, regs: regs, policy: rs.Components.Policy, ttl: s.cfg.TTL, now: now}, nil
+	return &Evaluator{ruleset: rs, regs: regs, policy: rs.Components.Policy, ttl: s.cfg.TTL, now: now}, nil
 }
 
-// dimensionRegistries loads the registries group keys are derived from: the live ones under the rule side of
+// DimensionRegistries loads the registries group keys are derived from: the live ones under the rule side of
 // ruleset version (the current ruleset when empty; the live rule registries before any ruleset exists), so the
 // intake, snapshots and scans key a base group in a scope identically.
-func (s *Store) dimensionRegistries(ctx context.Context, q querier, version string) (gcos.Registries, error) {
+func (s *Store) DimensionRegistries(ctx context.Context, q Querier, version string) (gcos.Registries, error) {
 	regs, err := loadRegistries(ctx, q)
 	if err != nil {
 		return regs, err
 	}
 	var rs RulesetRow
 	if version == "" {
-		rs, err = s.currentRuleset(ctx)
+		rs, err = s.CurrentRuleset(ctx)
 	} else {
 		rs, err = s.rulesetVersion(ctx, version)
 	}
@@ -68,7 +69,7 @@ func (s *Store) dimensionRegistries(ctx context.Context, q querier, version stri
 // underRuleset replaces the rule side of the live registries (coverage profile, axis, jurisdictions, scopes)
 // with a ruleset's components, so a group's dimensions and verdict follow from its ruleset version; ownership,
 // exceptions, collections and classes stay live.
-func underRuleset(ctx context.Context, q querier, regs gcos.Registries, c gcos.RulesetComponents) (gcos.Registries, error) {
+func underRuleset(ctx context.Context, q Querier, regs gcos.Registries, c gcos.RulesetComponents) (gcos.Registries, error) {
 	regs.Profile = map[string]gcos.CoverageProfileRow{}
 	for _, p := range c.CoverageProfile {
 		regs.Profile[p.EntityType] = p
@@ -77,7 +78,7 @@ func underRuleset(ctx context.Context, q querier, regs gcos.Registries, c gcos.R
 	regs.Pivots, regs.Jurisdictions, regs.Scopes = slices.Clone(c.Pivots), slices.Clone(c.Jurisdictions), slices.Clone(c.Scopes)
 	regs.Absent = nil
 	for _, name := range []string{gcos.TableExceptions, gcos.TableOwnership} {
-		if ok, err := tableExists(ctx, q, name); err != nil {
+		if ok, err := TableExists(ctx, q, name); err != nil {
 			return regs, err
 		} else if !ok {
 			regs.Absent = append(regs.Absent, name)
@@ -101,8 +102,8 @@ var settledWithoutCoverage = []gcos.Verdict{gcos.VerdictNotRelevant, gcos.Verdic
 // evaluateHook lets tests make one group's re-evaluation fail; nil in production.
 var evaluateHook func(gcos.Group) error
 
-// candidateValues are the evaluated columns of one candidate row.
-type candidateValues struct {
+// CandidateValues are the evaluated columns of one candidate row.
+type CandidateValues struct {
 	GroupKey         string
 	Verdict          gcos.Verdict
 	Rule             string
@@ -127,16 +128,16 @@ type candidateValues struct {
 }
 
 // evaluate judges one group (or, with objectKey set, one materialized object of it).
-func (e *evaluator) evaluate(g gcos.Group, objectKey string) (candidateValues, error) {
+func (e *Evaluator) Evaluate(g gcos.Group, objectKey string) (CandidateValues, error) {
 	if evaluateHook != nil {
 		if err := evaluateHook(g); err != nil {
-			return candidateValues{}, err
+			return CandidateValues{}, err
 		}
 	}
 	facts := e.regs.Facts(g.Dimensions, g.MemberCount)
 	// A value outside the policy's vocabulary (an odd lifecycle status, an unheard-of risk class) is input no
 	// rule can be trusted with.
-	if len(e.policy.CheckVocabulary(facts)) > 0 && deref(facts.InputQuality) == string(gcos.InputAccepted) {
+	if len(e.policy.CheckVocabulary(facts)) > 0 && Deref(facts.InputQuality) == string(gcos.InputAccepted) {
 		facts.InputQuality = gcos.Str(string(gcos.InputInvalidSchema))
 	}
 	ev := e.policy.Evaluate(facts)
@@ -144,7 +145,7 @@ func (e *evaluator) evaluate(g gcos.Group, objectKey string) (candidateValues, e
 	if g.ObjectClass != nil {
 		class = *g.ObjectClass
 	}
-	v := candidateValues{
+	v := CandidateValues{
 		GroupKey:     g.Key,
 		Verdict:      ev.Verdict,
 		Rule:         ev.Rule,
@@ -162,8 +163,8 @@ func (e *evaluator) evaluate(g gcos.Group, objectKey string) (candidateValues, e
 		return v, err
 	}
 	v.DependsOn = deps
-	if scope := deref(g.Scope); g.OwnerScope == nil && scope != gcos.UnscopedScope && objectKey == "" {
-		if r := gcos.ResolveOwnership(e.regs.Ownership, scope, class, deref(g.SourceRegistry)); r.Disputed {
+	if scope := Deref(g.Scope); g.OwnerScope == nil && scope != gcos.UnscopedScope && objectKey == "" {
+		if r := gcos.ResolveOwnership(e.regs.Ownership, scope, class, Deref(g.SourceRegistry)); r.Disputed {
 			v.OwnerDispute = r.Claimants
 		}
 	}
@@ -197,9 +198,9 @@ const (
 // retire judges a group whose source is gone: no member is left in it, or its key no longer follows from the
 // registries (an owner or axis family moved its members to another key). Doc 40 §40.8: the row becomes verdict
 // retired, lifecycle retired, zero members, and is kept for the ledger and history, never deleted.
-func (e *evaluator) retire(g gcos.Group, why string) (candidateValues, error) {
-	class := deref(g.ObjectClass)
-	v := candidateValues{GroupKey: g.Key, Verdict: gcos.VerdictRetired, Rule: "group_retired:" + why,
+func (e *Evaluator) retire(g gcos.Group, why string) (CandidateValues, error) {
+	class := Deref(g.ObjectClass)
+	v := CandidateValues{GroupKey: g.Key, Verdict: gcos.VerdictRetired, Rule: "group_retired:" + why,
 		InputQuality: string(gcos.InputAccepted), RiskClass: e.regs.RiskClass(class), OwnerScope: g.OwnerScope,
 		Lifecycle: lifecycleRetired}
 	v.TTL = e.ttl.TTLFor(v.RiskClass)
@@ -214,7 +215,7 @@ func (e *evaluator) retire(g gcos.Group, why string) (candidateValues, error) {
 }
 
 // retireGroups marks groups retired in the registry (zero members); the gate no longer consults them. A group
-// that gains members again is re-activated by upsertGroups.
+// that gains members again is re-activated by UpsertGroups.
 func retireGroups(ctx context.Context, tx pgx.Tx, keys []string) error {
 	if len(keys) == 0 {
 		return nil
@@ -226,9 +227,9 @@ func retireGroups(ctx context.Context, tx pgx.Tx, keys []string) error {
 	return nil
 }
 
-// upsertGroups records groups in the group registry with their member counts, re-activating retired ones;
+// UpsertGroups records groups in the group registry with their member counts, re-activating retired ones;
 // unchanged groups are not written.
-func upsertGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
+func UpsertGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
 	if len(groups) == 0 {
 		return nil
 	}
@@ -269,11 +270,11 @@ type candidateArrays struct {
 	lifecycles                                 []string
 }
 
-func toArrays(vs []candidateValues) candidateArrays {
+func toArrays(vs []CandidateValues) candidateArrays {
 	var a candidateArrays
 	// Rows are written in group-key order, the order every marking transaction locks them in (markDirtySQL).
 	vs = slices.Clone(vs)
-	slices.SortFunc(vs, func(x, y candidateValues) int { return strings.Compare(x.GroupKey, y.GroupKey) })
+	slices.SortFunc(vs, func(x, y CandidateValues) int { return strings.Compare(x.GroupKey, y.GroupKey) })
 	for _, v := range vs {
 		a.keys = append(a.keys, v.GroupKey)
 		a.verdicts = append(a.verdicts, string(v.Verdict))
@@ -285,7 +286,7 @@ func toArrays(vs []candidateValues) candidateArrays {
 		a.deps = append(a.deps, string(v.DependsOn))
 		a.ttls = append(a.ttls, v.TTL)
 		a.counts = append(a.counts, v.MemberCount)
-		a.lifecycles = append(a.lifecycles, nonEmpty(v.Lifecycle, lifecycleActive))
+		a.lifecycles = append(a.lifecycles, cmp.Or(v.Lifecycle, lifecycleActive))
 	}
 	return a
 }
@@ -312,7 +313,7 @@ ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
 WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.evidence_fingerprint, EXCLUDED.lifecycle_status)
   AND NOT c.dirty`
 
-func seedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, vs []candidateValues) (int64, error) {
+func SeedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, vs []CandidateValues) (int64, error) {
 	a := toArrays(vs)
 	tag, err := tx.Exec(ctx, seedCandidatesSQL, snapshotID, ruleset, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
 		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles)
@@ -326,7 +327,7 @@ func seedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, r
 }
 
 // recordCoverage stores the coverage outcome of relevant groups (unchanged outcomes are not rewritten).
-func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues) error {
+func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []CandidateValues) error {
 	var refs, outcomes, settled []string
 	var owners, exceptions, pins []*string
 	var expiries []*time.Time
@@ -375,7 +376,7 @@ func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []
 // clear it. It returns how many groups became dirty.
 func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string) (int64, error) {
 	var n int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		n, err = markDirty(ctx, tx, groupKeys, reason)
 		return err
@@ -404,10 +405,10 @@ SET dirty = true, dirty_reason = CASE WHEN c.dirty THEN c.dirty_reason ELSE l.r 
 FROM locked l
 WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version`
 
-// lockCandidates locks every candidate row under ruleset in group-key order. A transaction that writes the whole
+// LockCandidates locks every candidate row under ruleset in group-key order. A transaction that writes the whole
 // estate (the backfill, the full audit's reconciliation) takes it first: a scan tick holds the candidate rows it
 // claimed and then writes their groups, so candidate rows come before group rows in every transaction's lock order.
-func lockCandidates(ctx context.Context, tx pgx.Tx, ruleset string) error {
+func LockCandidates(ctx context.Context, tx pgx.Tx, ruleset string) error {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM governance_candidate_state WHERE ruleset_version = $1 ORDER BY group_key FOR UPDATE`, ruleset); err != nil {
 		return fmt.Errorf("lock the candidate rows: %w", err)
 	}
@@ -415,12 +416,12 @@ func lockCandidates(ctx context.Context, tx pgx.Tx, ruleset string) error {
 }
 
 func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
-	return markDirtyByReason(ctx, tx, map[string][]string{reason: groupKeys})
+	return MarkDirtyTx(ctx, tx, map[string][]string{reason: groupKeys})
 }
 
-// markDirtyByReason marks groups dirty with a reason each (SPEC §8) in one statement (markDirtySQL). It returns how
+// MarkDirtyTx marks groups dirty with a reason each (SPEC §8) in one statement (markDirtySQL). It returns how
 // many groups became dirty.
-func markDirtyByReason(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (int64, error) {
+func MarkDirtyTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (int64, error) {
 	var keys, reasons []string
 	for reason, ks := range byReason {
 		if !gcos.ValidDirtyReason(reason) {

@@ -18,7 +18,7 @@ import (
 // can move births between base groups files a recount request instead of touching the counts, so no other
 // transaction ever waits on the handoff's locks for it.
 
-// keepCounts adds a page of births to the kept counts. It takes the collections' row locks before the page records
+// KeepCounts adds a page of births to the kept counts. It takes the collections' row locks before the page records
 // or dirties any group. It first drops the counts of collections with a recount request, then adds the births of
 // kept collections, and counts a collection it does not keep yet from the source through the page's last birth
 // (every birth up to it has been committed and is handed off by now).
@@ -27,7 +27,7 @@ import (
 // collection are dropped instead, and a collection stays unkept while a birth handed off ahead of the cursor is
 // still pending (the cursor skips that row when it gets there, so no page would add it). A scan counts an unkept
 // collection from the source through the cursor, plus the births after it, which is exact either way.
-func (s *Store) keepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, anchors map[[2]string]birthBase) error {
+func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, anchors map[[2]string]BirthBase) error {
 	if len(births) == 0 {
 		return nil
 	}
@@ -49,7 +49,7 @@ func (s *Store) keepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 		}
 	}
 	var last *tailPosition
-	add := map[birthBase]int64{}
+	add := map[BirthBase]int64{}
 	var colls []string
 	seen := map[string]bool{}
 	for _, r := range births {
@@ -59,14 +59,14 @@ func (s *Store) keepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 		if last == nil || last.after(r.TS, r.ID) {
 			last = &tailPosition{r.TS, r.ID}
 		}
-		b := birthBase{r.EntityType, r.CollectionName, r.Status}
+		b := BirthBase{r.EntityType, r.CollectionName, r.Status}
 		if a, ok := anchors[[2]string{r.CollectionName, r.ParentCode}]; ok && r.ParentCode != "" {
 			b = a
 		}
 		add[b]++
-		if !seen[b.coll] {
-			seen[b.coll] = true
-			colls = append(colls, b.coll)
+		if !seen[b.Coll] {
+			seen[b.Coll] = true
+			colls = append(colls, b.Coll)
 		}
 	}
 	sort.Strings(colls)
@@ -89,9 +89,9 @@ func (s *Store) keepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 			fresh = append(fresh, c)
 		}
 	}
-	counts := map[birthBase]int64{}
+	counts := map[BirthBase]int64{}
 	for b, n := range add {
-		if kept[b.coll] {
+		if kept[b.Coll] {
 			counts[b] = n
 		}
 	}
@@ -101,7 +101,7 @@ func (s *Store) keepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 	if len(fresh) == 0 || last == nil {
 		return nil
 	}
-	counted, err := s.memberCounts(ctx, tx, fresh, last)
+	counted, err := s.MemberCounts(ctx, tx, fresh, last)
 	if err != nil {
 		return err
 	}
@@ -117,10 +117,10 @@ func (s *Store) heldCollections(ctx context.Context, tx pgx.Tx, births []*TailRo
 			held = append(held, r.CollectionName)
 		}
 	}
-	b := s.birthBinding()
+	b := s.BirthBinding()
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT DISTINCT t.%[2]s FROM %[1]s t
 		WHERE t.%[3]s = ANY ((SELECT early_ids FROM gov_worker_cursor WHERE source = $1)::bigint[])`,
-		ident(b.Table), ident(b.Collection), ident(b.ID)), BirthTailSource(s.cfg.SourceBinding).Name)
+		Ident(b.Table), Ident(b.Collection), Ident(b.ID)), BirthTailSource(s.cfg.SourceBinding).Name)
 	if err != nil {
 		return nil, fmt.Errorf("find collections with births handed off early: %w", err)
 	}
@@ -139,7 +139,7 @@ func (s *Store) heldCollections(ctx context.Context, tx pgx.Tx, births []*TailRo
 
 // keepCollectionCounts records the counts of collections counted from the source (a collection another
 // transaction recorded meanwhile keeps that record).
-func keepCollectionCounts(ctx context.Context, tx pgx.Tx, colls []string, counted map[birthBase]int64) error {
+func keepCollectionCounts(ctx context.Context, tx pgx.Tx, colls []string, counted map[BirthBase]int64) error {
 	rows, err := tx.Query(ctx, `INSERT INTO governance_collection_count (source_registry) SELECT unnest($1::text[])
 		ON CONFLICT (source_registry) DO NOTHING RETURNING source_registry`, colls)
 	if err != nil {
@@ -153,9 +153,9 @@ func keepCollectionCounts(ctx context.Context, tx pgx.Tx, colls []string, counte
 	for _, c := range inserted {
 		mine[c] = true
 	}
-	counts := map[birthBase]int64{}
+	counts := map[BirthBase]int64{}
 	for b, n := range counted {
-		if mine[b.coll] {
+		if mine[b.Coll] {
 			counts[b] = n
 		}
 	}
@@ -163,21 +163,21 @@ func keepCollectionCounts(ctx context.Context, tx pgx.Tx, colls []string, counte
 }
 
 // addBaseCounts adds n members to each base group's kept count.
-func addBaseCounts(ctx context.Context, tx pgx.Tx, counts map[birthBase]int64) error {
+func addBaseCounts(ctx context.Context, tx pgx.Tx, counts map[BirthBase]int64) error {
 	if len(counts) == 0 {
 		return nil
 	}
-	bases := make([]birthBase, 0, len(counts))
+	bases := make([]BirthBase, 0, len(counts))
 	for b := range counts {
 		bases = append(bases, b)
 	}
 	sort.Slice(bases, func(i, j int) bool {
 		a, b := bases[i], bases[j]
-		return a.coll < b.coll || (a.coll == b.coll && (a.class < b.class || (a.class == b.class && a.status < b.status)))
+		return a.Coll < b.Coll || (a.Coll == b.Coll && (a.Class < b.Class || (a.Class == b.Class && a.Status < b.Status)))
 	})
 	colls, classes, statuses, ns := make([]string, len(bases)), make([]string, len(bases)), make([]string, len(bases)), make([]int64, len(bases))
 	for i, b := range bases {
-		colls[i], classes[i], statuses[i], ns[i] = b.coll, b.class, b.status, counts[b]
+		colls[i], classes[i], statuses[i], ns[i] = b.Coll, b.Class, b.Status, counts[b]
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO governance_base_count AS c (source_registry, object_class, lifecycle_status, members)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
@@ -188,8 +188,8 @@ func addBaseCounts(ctx context.Context, tx pgx.Tx, counts map[birthBase]int64) e
 	return nil
 }
 
-// requestRecount files a recount of collections whose births may have moved between base groups.
-func requestRecount(ctx context.Context, tx pgx.Tx, colls []string, reason string) error {
+// RequestRecount files a recount of collections whose births may have moved between base groups.
+func RequestRecount(ctx context.Context, tx pgx.Tx, colls []string, reason string) error {
 	if len(colls) == 0 {
 		return nil
 	}
@@ -200,42 +200,42 @@ func requestRecount(ctx context.Context, tx pgx.Tx, colls []string, reason strin
 	return nil
 }
 
-// keepSeedCounts records, when a backfill started the births cursor at its seed horizon, the seed's counts of the
+// KeepSeedCounts records, when a backfill started the births cursor at its seed horizon, the seed's counts of the
 // collections with no birth after the horizon: every birth before it is in the snapshot, so those counts are exact
 // through the cursor. A collection with later births is counted by the handoff when it first hands one off.
-func (s *Store) keepSeedCounts(ctx context.Context, tx pgx.Tx, snap Snapshot) error {
+func (s *Store) KeepSeedCounts(ctx context.Context, tx pgx.Tx, snap Snapshot) error {
 	through, err := s.birthsThrough(ctx, tx)
 	if err != nil || through == nil {
 		return err
 	}
-	rows, err := tx.Query(ctx, s.birthBinding().basesBornAfterSQL(), through.at, through.id)
+	rows, err := tx.Query(ctx, s.BirthBinding().basesBornAfterSQL(), through.at, through.id)
 	if err != nil {
 		return fmt.Errorf("read births after the seed horizon: %w", err)
 	}
 	beyond := map[string]bool{}
 	for rows.Next() {
-		var b birthBase
-		if err := rows.Scan(&b.class, &b.coll, &b.status); err != nil {
+		var b BirthBase
+		if err := rows.Scan(&b.Class, &b.Coll, &b.Status); err != nil {
 			rows.Close()
 			return fmt.Errorf("read births after the seed horizon: %w", err)
 		}
-		beyond[b.coll] = true
+		beyond[b.Coll] = true
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read births after the seed horizon: %w", err)
 	}
-	counted := map[birthBase]int64{}
+	counted := map[BirthBase]int64{}
 	var colls []string
 	seen := map[string]bool{}
 	for _, g := range snap.Groups {
 		b := baseOf(g)
-		if beyond[b.coll] {
+		if beyond[b.Coll] {
 			continue
 		}
 		counted[b] = g.MemberCount // the same in every scope
-		if !seen[b.coll] {
-			seen[b.coll] = true
-			colls = append(colls, b.coll)
+		if !seen[b.Coll] {
+			seen[b.Coll] = true
+			colls = append(colls, b.Coll)
 		}
 	}
 	sort.Strings(colls)
@@ -258,7 +258,7 @@ func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey
 	if err != nil {
 		return nil, fmt.Errorf("read kept member counts: %w", err)
 	}
-	kept := map[birthBase]int64{}
+	kept := map[BirthBase]int64{}
 	var colls []string
 	for rows.Next() {
 		var coll string
@@ -272,7 +272,7 @@ func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey
 			colls = append(colls, coll)
 		}
 		if class != nil && status != nil && n != nil {
-			kept[birthBase{*class, coll, *status}] += *n
+			kept[BirthBase{*class, coll, *status}] += *n
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -285,17 +285,17 @@ func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey
 	for b, n := range after {
 		kept[b] += n
 	}
-	source := map[birthBase]int64{}
+	source := map[BirthBase]int64{}
 	for k, g := range bases {
 		if slices.Contains(colls, k.registry) {
-			source[birthBase{k.class, k.registry, k.lifecycle}] = g.Count
+			source[BirthBase{k.Class, k.registry, k.lifecycle}] = g.Count
 		}
 	}
 	var drift []string
-	for _, m := range []map[birthBase]int64{kept, source} {
+	for _, m := range []map[BirthBase]int64{kept, source} {
 		for b := range m {
-			if kept[b] != source[b] && !slices.Contains(drift, b.coll) {
-				drift = append(drift, b.coll)
+			if kept[b] != source[b] && !slices.Contains(drift, b.Coll) {
+				drift = append(drift, b.Coll)
 			}
 		}
 	}

@@ -31,8 +31,8 @@ type CoverPlan struct {
 // collection index) and from the groups GCOS holds, so neither side alone decides what is proven.
 func (s *Store) PlanCover(ctx context.Context, runID string, n int) (CoverPlan, error) {
 	p := CoverPlan{Slices: max(n, 1)}
-	b := s.birthBinding()
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	b := s.BirthBinding()
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		last := -1
 		var since *time.Time
 		err := tx.QueryRow(ctx, `SELECT verify_slice, started_at FROM candidate_scan_run
@@ -52,11 +52,11 @@ func (s *Store) PlanCover(ctx context.Context, runID string, n int) (CoverPlan, 
 			WITH RECURSIVE c AS (
 			    (SELECT %[2]s AS coll FROM %[1]s ORDER BY %[2]s LIMIT 1)
 			    UNION ALL
-			    SELECT (SELECT %[2]s FROM %[1]s WHERE %[2]s > c.coll ORDER BY %[2]s LIMIT 1) FROM c WHERE c.coll IS NOT NULL)
+			    SELECT (SELECT %[2]s FROM %[1]s WHERE %[2]s > c.Coll ORDER BY %[2]s LIMIT 1) FROM c WHERE c.Coll IS NOT NULL)
 			SELECT coll FROM c WHERE coll IS NOT NULL
 			UNION
 			SELECT DISTINCT source_registry FROM governance_group WHERE source_registry IS NOT NULL`,
-			ident(b.Table), ident(b.Collection)))
+			Ident(b.Table), Ident(b.Collection)))
 		if err != nil {
 			return fmt.Errorf("list the collections: %w", err)
 		}
@@ -122,7 +122,7 @@ type CoverProof struct {
 // RecordProof records on the audit run runID which slice and collections it proved and what it found; the next
 // audit's PlanCover takes the slice after it.
 func (s *Store) RecordProof(ctx context.Context, runID string, p CoverProof) error {
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE candidate_scan_run SET verify_slice = $2, verify_slices = $3, verify_collections = $4,
 			verify_groups = $5, verify_objects = $6, verify_gate_checks = $7, verify_mismatches = $8, verified_at = $9
 			WHERE run_id = $1`, runID, p.Plan.Slice, p.Plan.Slices, p.Plan.Collections, p.Groups, p.Objects, p.GateChecks,

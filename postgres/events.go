@@ -110,7 +110,7 @@ type EmitResult struct {
 // rejected and the input finding is committed.
 func (s *Store) EmitSignal(ctx context.Context, e Emit) (EmitResult, error) {
 	var res EmitResult
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		res, err = emitSignal(ctx, tx, e)
 		return err
@@ -216,7 +216,7 @@ func lookupType(ctx context.Context, tx pgx.Tx, eventType string) (registryType,
 //  5. any other type is captured in event_pending and the unregistered-type finding is raised (coalesced: the
 //     first capture opens it, later ones bump occurrence_count).
 func emitSignal(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
-	res, err := emitSignals(ctx, tx, []Emit{e})
+	res, err := EmitSignals(ctx, tx, []Emit{e})
 	if err != nil {
 		return EmitResult{}, err
 	}
@@ -230,7 +230,7 @@ func emitSignal(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
 // enqueued.
 func rejectSignal(ctx context.Context, tx pgx.Tx, e Emit, cause error) (EmitResult, error) {
 	addr := e.CanonicalAddress()
-	id, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.InputIssue(gcos.InputInvalidSchema), addr, "", "", map[string]any{
+	id, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.InputIssue(gcos.InputInvalidSchema), addr, "", "", map[string]any{
 		"reason":            "signal, not data: the payload carries more than addresses, refs and counts",
 		"event_type":        e.EventType,
 		"canonical_address": addr,
@@ -299,11 +299,11 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, rt registryType, es []Emit, pa
 	rows, err := tx.Query(ctx, emitOutboxInsertSQL, events.Domain, es[0].EventType, rt.stream, rt.lane,
 		sev, tables, refs, addrs, actors, srcs, corrs, pays, occurred)
 	if err != nil {
-		return nil, mapError(err, "emit "+es[0].EventType)
+		return nil, MapError(err, "emit "+es[0].EventType)
 	}
 	written, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ ID, Source, Correlation string }])
 	if err != nil {
-		return nil, mapError(err, "emit "+es[0].EventType)
+		return nil, MapError(err, "emit "+es[0].EventType)
 	}
 	// (source, correlation id) is unique within one type's batch: the signal key table let each through once.
 	byKey := make(map[[2]string]string, len(written))
@@ -319,10 +319,10 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, rt registryType, es []Emit, pa
 	return ids, nil
 }
 
-// emitSignals is emitSignal for many signals in one transaction, with the same outcomes (a duplicate's result does
+// EmitSignals is emitSignal for many signals in one transaction, with the same outcomes (a duplicate's result does
 // not name the earlier row): the keys are claimed in one statement and each active type's new signals are written
 // in one more. The intake emits thousands of signals per page.
-func emitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error) {
+func EmitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error) {
 	out := make([]EmitResult, len(es))
 	payloads := make([][]byte, len(es))
 	var idx []int
@@ -459,13 +459,13 @@ func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt re
 	err = tx.QueryRow(ctx, emitPendingInsertSQL, events.Domain, e.EventType, e.SubjectTable, nullIfEmpty(e.SubjectRef),
 		addr, e.ActorRef, string(envelope), occurred).Scan(&pendingID)
 	if err != nil {
-		return EmitResult{}, mapError(err, "capture "+e.EventType)
+		return EmitResult{}, MapError(err, "capture "+e.EventType)
 	}
 	state := "not registered"
 	if rt.registered {
 		state = "registered but not active"
 	}
-	findingID, err := raiseFinding(ctx, tx, gcos.NewFinding(unregisteredIssue(e.EventType), e.EventType, "", "", map[string]any{
+	findingID, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(unregisteredIssue(e.EventType), e.EventType, "", "", map[string]any{
 		"event_type":          e.EventType,
 		"event_domain":        events.Domain,
 		"state":               state,
@@ -548,7 +548,7 @@ func (s *Store) RegisterVocabulary(ctx context.Context) (RegisterResult, error) 
 		return RegisterResult{}, err
 	}
 	res := RegisterResult{Domain: events.Domain, Total: len(v.Types), Registered: []string{}}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		res.Registered, res.Present, res.Drifted, res.AuditID = []string{}, 0, nil, 0
 		if _, err := tx.Exec(ctx, registryLockSQL); err != nil {
 			return fmt.Errorf("register vocabulary: lock: %w", err)
@@ -581,14 +581,14 @@ func (s *Store) RegisterVocabulary(ctx context.Context) (RegisterResult, error) 
 			}
 			if _, err := tx.Exec(ctx, registryInsertSQL, events.Domain, t.EventType, t.EventStream, t.DeliveryLane,
 				t.DefaultSeverity, t.Description); err != nil {
-				return mapError(err, "register "+t.EventType)
+				return MapError(err, "register "+t.EventType)
 			}
 			res.Registered = append(res.Registered, t.EventType)
 		}
 		if len(res.Registered) == 0 {
 			return nil
 		}
-		res.AuditID, err = audit(ctx, tx, AuditEntry{
+		res.AuditID, err = Audit(ctx, tx, AuditEntry{
 			EntityType: "governance_event_type", EntityCode: events.Domain, Action: "register",
 			Detail: map[string]any{"event_domain": events.Domain, "registered": len(res.Registered),
 				"types": res.Registered, "active": false, "vocabulary_version": v.Version},
@@ -626,7 +626,7 @@ func (s *Store) ActivateEventType(ctx context.Context, eventType, approvalRef, a
 	if approvalRef == "" {
 		return res, gcos.Errorf(gcos.EINVALID, "activate %s: an approval reference is required (registering is not activating)", eventType)
 	}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, registryLockSQL); err != nil {
 			return fmt.Errorf("activate %s: lock: %w", eventType, err)
 		}
@@ -648,7 +648,7 @@ func (s *Store) ActivateEventType(ctx context.Context, eventType, approvalRef, a
 			return fmt.Errorf("activate %s: %w", eventType, err)
 		}
 		res.Activated = true
-		res.AuditID, err = audit(ctx, tx, AuditEntry{
+		res.AuditID, err = Audit(ctx, tx, AuditEntry{
 			EntityType: "governance_event_type", EntityCode: eventType, Action: "activate", Actor: actor,
 			Detail: map[string]any{"event_domain": events.Domain, "event_type": eventType, "approval_ref": approvalRef,
 				"activated_by": actor, "pending_backlog": res.PendingBacklog},
@@ -656,7 +656,7 @@ func (s *Store) ActivateEventType(ctx context.Context, eventType, approvalRef, a
 		if err != nil {
 			return err
 		}
-		_, err = resolveFinding(ctx, tx, unregisteredIssue(eventType), eventType, "")
+		_, err = ResolveFindingTx(ctx, tx, unregisteredIssue(eventType), eventType, "")
 		return err
 	})
 	return res, err
@@ -756,7 +756,7 @@ WHERE p.event_domain = $1 AND p.processed_at IS NULL AND p.dead_lettered_at IS N
 // crash loses nothing and a re-run finishes the job without duplicates. It runs as the holder of RolePromotion
 // (ECONFLICT while another process holds it).
 func (s *Store) PromotePending(ctx context.Context) (res PromoteResult, err error) {
-	err = s.asRole(ctx, RolePromotion, func(ctx context.Context) error {
+	err = s.AsRole(ctx, RolePromotion, func(ctx context.Context) error {
 		var err error
 		res, err = s.promotePending(ctx)
 		return err
@@ -769,7 +769,7 @@ func (s *Store) promotePending(ctx context.Context) (PromoteResult, error) {
 	for {
 		var step PromoteResult
 		var n int
-		err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := s.InTx(ctx, func(tx pgx.Tx) error {
 			var err error
 			step, n, err = promoteStep(ctx, tx, nil, promoteBatch)
 			return err
@@ -879,7 +879,7 @@ func promoteOne(ctx context.Context, tx pgx.Tx, p pendingRow) (string, error) {
 		if _, err := tx.Exec(ctx, pendingDeadLetterSQL, p.id, reason); err != nil {
 			return "", fmt.Errorf("promote %d: %w", p.id, err)
 		}
-		_, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.InputIssue(gcos.InputInvalidSchema), p.address, "", "", map[string]any{
+		_, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.InputIssue(gcos.InputInvalidSchema), p.address, "", "", map[string]any{
 			"reason": "captured signal cannot be promoted: " + reason, "pending_id": p.id, "event_type": p.eventType,
 			"canonical_address": p.address,
 		}))
@@ -919,7 +919,7 @@ func promoteOne(ctx context.Context, tx pgx.Tx, p pendingRow) (string, error) {
 	err = tx.QueryRow(ctx, outboxInsertOneSQL, events.Domain, p.eventType, p.stream, p.lane, severity, subjectTable,
 		nullIfEmpty(subjectRef), p.address, p.actor, env.SourceSystem, env.CorrelationID, string(payload), occurred).Scan(&eventID)
 	if err != nil {
-		return "", mapError(err, fmt.Sprintf("promote %d", p.id))
+		return "", MapError(err, fmt.Sprintf("promote %d", p.id))
 	}
 	if _, err := tx.Exec(ctx, pendingProcessedSQL, p.id); err != nil {
 		return "", fmt.Errorf("promote %d: %w", p.id, err)
@@ -1196,7 +1196,7 @@ func (s *Store) MarkRead(ctx context.Context, eventID, actor string) (bool, erro
 		return false, gcos.Errorf(gcos.EINVALID, "mark read: actor must not be empty")
 	}
 	var wrote bool
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM event_outbox WHERE id = $1::uuid)`, eventID).Scan(&exists); err != nil {
 			return fmt.Errorf("mark read %s: %w", eventID, err)
@@ -1209,7 +1209,7 @@ func (s *Store) MarkRead(ctx context.Context, eventID, actor string) (bool, erro
 		}
 		tag, err := tx.Exec(ctx, markReadSQL, eventID, actor)
 		if err != nil {
-			return mapError(err, "mark read "+eventID)
+			return MapError(err, "mark read "+eventID)
 		}
 		wrote = tag.RowsAffected() > 0
 		return nil

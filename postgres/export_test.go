@@ -32,7 +32,7 @@ func SetNondeterministic(s *Store, on bool) {
 }
 
 // BatchAggregateSQL is the statement one capture batch runs (parameters: the id range [$1, $2)), for plan tests.
-func BatchAggregateSQL(s *Store) string { return s.birthBinding().baseAggregateSQL() }
+func BatchAggregateSQL(s *Store) string { return s.BirthBinding().baseAggregateSQL() }
 
 // SelectedKeys exposes selectedKeys to the external tests.
 var SelectedKeys = selectedKeys
@@ -42,8 +42,8 @@ func CheckFence(ctx context.Context, tx pgx.Tx) error { return checkFence(ctx, t
 
 // MarkDirtyByReason marks groups dirty, one reason per key set, in one transaction that then runs then (tests only).
 func MarkDirtyByReason(ctx context.Context, s *Store, byReason map[string][]string, then func(pgx.Tx) error) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := markDirtyByReason(ctx, tx, byReason); err != nil {
+	return s.InTx(ctx, func(tx pgx.Tx) error {
+		if _, err := MarkDirtyTx(ctx, tx, byReason); err != nil {
 			return err
 		}
 		return then(tx)

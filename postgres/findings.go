@@ -50,15 +50,15 @@ RETURNING id`
 // the re-opening of a resolved one (reopen_count+1). It returns the system_issues id.
 func (s *Store) RaiseFinding(ctx context.Context, f gcos.Finding) (int64, error) {
 	var id int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		id, err = raiseFinding(ctx, tx, f)
+		id, err = RaiseFindingTx(ctx, tx, f)
 		return err
 	})
 	return id, err
 }
 
-func raiseFinding(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
+func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
 	id, err := raiseFindingRow(ctx, tx, f)
 	if err != nil || (f.Group == "" && f.Object == "") {
 		return id, err
@@ -144,15 +144,15 @@ SELECT count(*) FROM closed`
 // ruleset cannot mask a finding raised under a newer one. It reports whether a row was closed.
 func (s *Store) ResolveFinding(ctx context.Context, issueType gcos.IssueType, subject, rulesetVersion string) (bool, error) {
 	var closed bool
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		closed, err = resolveFinding(ctx, tx, issueType, subject, rulesetVersion)
+		closed, err = ResolveFindingTx(ctx, tx, issueType, subject, rulesetVersion)
 		return err
 	})
 	return closed, err
 }
 
-func resolveFinding(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, subject, rulesetVersion string) (bool, error) {
+func ResolveFindingTx(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, subject, rulesetVersion string) (bool, error) {
 	key := gcos.CoalesceKey(issueType, subject)
 	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
 		return false, fmt.Errorf("resolve %s: lock: %w", issueType, err)

@@ -46,7 +46,7 @@ type AuditResult struct {
 // finding), expiry of every row past stale_after, a scan of the whole dirty set and the invariant check.
 // It runs as the holder of RoleFullAudit (ECONFLICT while another process holds it).
 func (s *Store) FullAudit(ctx context.Context, progress func(done, total int64)) (res AuditResult, err error) {
-	err = s.asRole(ctx, RoleFullAudit, func(ctx context.Context) error {
+	err = s.AsRole(ctx, RoleFullAudit, func(ctx context.Context) error {
 		var err error
 		res, err = s.runFullAudit(ctx, progress)
 		return err
@@ -58,7 +58,7 @@ func (s *Store) FullAudit(ctx context.Context, progress func(done, total int64))
 // deciding that as the role's holder, so two processes never both find it due and run it back to back. ran is
 // false when it was not due; ECONFLICT when another process holds the role.
 func (s *Store) FullAuditIfDue(ctx context.Context, interval time.Duration, progress func(done, total int64)) (res AuditResult, ran bool, err error) {
-	err = s.asRole(ctx, RoleFullAudit, func(ctx context.Context) error {
+	err = s.AsRole(ctx, RoleFullAudit, func(ctx context.Context) error {
 		due, err := s.FullAuditDue(ctx, interval)
 		if err != nil || !due {
 			return err
@@ -73,12 +73,12 @@ func (s *Store) FullAuditIfDue(ctx context.Context, interval time.Duration, prog
 func (s *Store) runFullAudit(ctx context.Context, progress func(done, total int64)) (AuditResult, error) {
 	start := time.Now()
 	res := AuditResult{RunID: NewRunID("gov-audit")}
-	if err := s.startRun(ctx, res.RunID, ModeFullAudit, "auditing"); err != nil {
+	if err := s.StartRun(ctx, res.RunID, ModeFullAudit, "auditing"); err != nil {
 		return res, err
 	}
 	err := s.fullAudit(ctx, progress, &res)
-	if ferr := s.finishRun(context.WithoutCancel(ctx), res.RunID, runCounts{snapshot: res.SnapshotID, ruleset: res.RulesetVersion,
-		scanned: int64(res.Scanned), dirtied: int64(len(res.LostSignals)) + res.Expired}, err); ferr != nil {
+	if ferr := s.FinishRun(context.WithoutCancel(ctx), res.RunID, RunCounts{Snapshot: res.SnapshotID, Ruleset: res.RulesetVersion,
+		Scanned: int64(res.Scanned), Dirtied: int64(len(res.LostSignals)) + res.Expired}, err); ferr != nil {
 		err = errors.Join(err, ferr)
 	}
 	res.Elapsed = time.Since(start)
@@ -86,7 +86,7 @@ func (s *Store) runFullAudit(ctx context.Context, progress func(done, total int6
 }
 
 func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64), res *AuditResult) error {
-	rs, proposed, err := s.rulesetForScan(ctx, "gcos")
+	rs, proposed, err := s.RulesetForScan(ctx, "gcos")
 	if err != nil {
 		return err
 	}
@@ -101,27 +101,27 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		return err
 	}
 	res.SnapshotID = snap.ID
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := lockCandidates(ctx, tx, rs.Version); err != nil {
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
+		if err := LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
 		}
 		held, err := heldCounts(ctx, tx) // before the snapshot's counts are recorded in the group registry
 		if err != nil {
 			return err
 		}
-		if err := upsertGroups(ctx, tx, snap.Groups); err != nil {
+		if err := UpsertGroups(ctx, tx, snap.Groups); err != nil {
 			return err
 		}
 		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never
 		// outlives its TTL in a running daemon, and lapsed reasons become tombstones.
-		ev, err := s.newEvaluator(ctx, tx, rs)
+		ev, err := s.NewEvaluator(ctx, tx, rs)
 		if err != nil {
 			return err
 		}
-		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.materializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
+		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.MaterializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
 			return err
 		}
-		if err := linkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
+		if err := LinkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
 			return err
 		}
 		// The counts are checked against the snapshot itself, not only against the previous one: a change behind the
@@ -129,7 +129,7 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		// between (a birth handed off, then retired or deleted with no change row).
 		off, offColls := held.differFrom(snap)
 		res.CountDrift, res.KeptCountDrift = len(off), snap.keptDrift
-		if err := requestRecount(ctx, tx, sortedUnion(offColls, snap.keptDrift), gcos.DirtySnapshotDrift); err != nil {
+		if err := RequestRecount(ctx, tx, sortedUnion(offColls, snap.keptDrift), gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}
 		if prev == nil {
@@ -196,7 +196,7 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 			drift = append(drift, g.SourceRegistry)
 		}
 		slices.Sort(drift)
-		if err := requestRecount(ctx, tx, slices.Compact(drift), gcos.DirtySnapshotDrift); err != nil {
+		if err := RequestRecount(ctx, tx, slices.Compact(drift), gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}
 		if _, err := markDirty(ctx, tx, rescan, gcos.DirtySnapshotDrift); err != nil {
@@ -210,7 +210,7 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		// A fingerprint moved with no handoff to explain it: a change reached the source without a governance
 		// signal. That is an event gap, not a nondeterministic capture (which would freeze ruleset activation).
-		_, err = raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "snapshot-drift", RunID: res.RunID, RulesetVersion: rs.Version,
+		_, err = RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "snapshot-drift", RunID: res.RunID, RulesetVersion: rs.Version,
 			Evidence: map[string]any{"kind": "lost_signal", "groups": len(res.LostSignals), "sample": res.LostSignals[:min(len(res.LostSignals), 20)],
 				"snapshot_id": snap.ID, "previous_snapshot_id": prev.ID}})
 		return err
@@ -271,7 +271,7 @@ func (s *Store) reportRegistryDrift(ctx context.Context, tx pgx.Tx, res *AuditRe
 		if len(silent) == 0 {
 			continue
 		}
-		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "registry-drift:" + reg, RunID: res.RunID,
+		if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "registry-drift:" + reg, RunID: res.RunID,
 			RulesetVersion: ruleset, Evidence: map[string]any{"kind": "registry_drift", "registry": reg, "groups": len(keys),
 				"unsignalled": len(silent), "sample": silent[:min(len(silent), 20)], "snapshot_id": snapID, "previous_snapshot_id": prevID}}); err != nil {
 			return err
@@ -283,12 +283,12 @@ func (s *Store) reportRegistryDrift(ctx context.Context, tx pgx.Tx, res *AuditRe
 // latestFullSnapshot is the baseline of the next audit: the snapshot of the last audit (or backfill) that completed.
 // A snapshot whose audit did not complete (killed, failed, abandoned) is never a baseline: the changes it saw are
 // still to be reconciled.
-func latestFullSnapshot(ctx context.Context, q querier) (*Snapshot, error) {
+func latestFullSnapshot(ctx context.Context, q Querier) (*Snapshot, error) {
 	snap, err := scanSnapshot(q.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE id = (
 		SELECT source_snapshot_ref FROM candidate_scan_run WHERE status = 'succeeded' AND mode IN ('full_audit', 'backfill')
 		ORDER BY finished_at DESC LIMIT 1)`))
 	if err != nil {
-		return nil, mapError(err, "latest full snapshot")
+		return nil, MapError(err, "latest full snapshot")
 	}
 	return &snap, nil
 }
@@ -313,7 +313,7 @@ func dirtiedSince(ctx context.Context, tx pgx.Tx, keys []string, t time.Time) (m
 }
 
 // birthCursorPosition is how far the intake has handed births off (nil when no births cursor exists).
-func birthCursorPosition(ctx context.Context, q querier) (*time.Time, error) {
+func birthCursorPosition(ctx context.Context, q Querier) (*time.Time, error) {
 	var pos *time.Time
 	err := q.QueryRow(ctx, `SELECT max(position_tstz) FROM gov_worker_cursor WHERE ts_type = 'timestamptz'`).Scan(&pos)
 	if err != nil {
@@ -339,7 +339,7 @@ func (s *Store) FullAuditDue(ctx context.Context, interval time.Duration) (bool,
 // re-scan re-qualifies them under the current snapshot. Until then they read as stale (fail closed).
 func (s *Store) checkDangling(ctx context.Context, runID string) ([]int64, error) {
 	var missing []int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			SELECT c.source_snapshot_ref, array_agg(c.group_key ORDER BY c.group_key)
 			FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
@@ -366,7 +366,7 @@ func (s *Store) checkDangling(ctx context.Context, runID string) ([]int64, error
 			if _, err := markDirty(ctx, tx, groups[id], gcos.DirtySnapshotDrift); err != nil {
 				return err
 			}
-			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueSnapshotRefDangling, Subject: fmt.Sprint(id), RunID: runID,
+			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueSnapshotRefDangling, Subject: fmt.Sprint(id), RunID: runID,
 				Evidence: map[string]any{"snapshot_id": id, "groups": len(groups[id]), "effect": "rows read as stale until re-scanned"}}); err != nil {
 				return err
 			}
@@ -386,7 +386,7 @@ func (s *Store) checkDangling(ctx context.Context, runID string) ([]int64, error
 
 // heldCount is a group's member count as the incremental state holds it, and the group's collection.
 type heldCount struct {
-	coll    string
+	Coll    string
 	members int64
 }
 
@@ -409,7 +409,7 @@ func heldCounts(ctx context.Context, tx pgx.Tx) (heldCountMap, error) {
 	for rows.Next() {
 		var key string
 		var h heldCount
-		if err := rows.Scan(&key, &h.coll, &h.members); err != nil {
+		if err := rows.Scan(&key, &h.Coll, &h.members); err != nil {
 			return nil, fmt.Errorf("read held member counts: %w", err)
 		}
 		out[key] = h
@@ -423,7 +423,7 @@ func heldCounts(ctx context.Context, tx pgx.Tx) (heldCountMap, error) {
 func (h heldCountMap) differFrom(snap Snapshot) (keys, colls []string) {
 	for key, held := range h {
 		if g, ok := snap.Metrics.Groups[key]; !ok || g.Count != held.members {
-			keys, colls = append(keys, key), append(colls, held.coll)
+			keys, colls = append(keys, key), append(colls, held.Coll)
 		}
 	}
 	sort.Strings(keys)

@@ -91,9 +91,9 @@ func (r *candidateRead) coverageAt(now time.Time, class, registry, object string
 // one; the current ruleset's version (whose scopes say which groups must be there); and the object's own birth
 // values (status, parent, whether its collection and class are registered) and fingerprint, which exceptions and
 // the input checks are judged on now. An object with no birth yields no row.
-func (b birthBinding) gateSQL() string {
-	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{rowhash}", b.rowHash())
+func (b BirthBinding) gateSQL() string {
+	r := strings.NewReplacer("{t}", Ident(b.Table), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
+		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{parent}", Ident(b.Parent), "{rowhash}", b.rowHash())
 	return r.Replace(`
 WITH cr AS (SELECT ruleset_version FROM v_current_ruleset),
 active AS (SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '') AS v),
@@ -137,7 +137,7 @@ SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''),
        x.ruleset_version, x.scan_time, x.candidate_verdict,
        x.input_quality_state, x.dirty, x.dirty_reason, x.stale_after, x.recompute_status, x.risk_class,
        x.coverage_required, x.coverage_scan_ref, x.owner_scope, x.lifecycle_status, x.member_count,
-       r.status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at,
+       r.Status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at,
        cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint,
        gcos_exception_row(cov.exception_id) -- the registry's current terms decide, not the recorded ones
 FROM obj
@@ -179,7 +179,7 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 	if exception != nil {
 		var x gcos.ExceptionRow
 		if err := json.Unmarshal(exception, &x); err != nil {
-			return cr, false, fmt.Errorf("read exception %s: %w", deref(rec.ExceptionID), err)
+			return cr, false, fmt.Errorf("read exception %s: %w", Deref(rec.ExceptionID), err)
 		}
 		cr.exception = &x
 	}
@@ -260,7 +260,7 @@ func (s *Store) decide(ctx context.Context, object, action string) (GateResult, 
 	}
 	res.DecidedAt = now
 	if len(reads) == 0 {
-		res.Reasons = append(res.Reasons, fmt.Sprintf("object %s has no birth in %s: unknown objects are blocked", ref, s.birthBinding().Table))
+		res.Reasons = append(res.Reasons, fmt.Sprintf("object %s has no birth in %s: unknown objects are blocked", ref, s.BirthBinding().Table))
 		res.EffectiveVerdict = gcos.VerdictUnknown
 		return res, fu
 	}
@@ -331,7 +331,7 @@ type objectReads struct {
 // gateInputs reads, in one statement, the object's birth, its materialized row and its group in every scope, and
 // derives the coverage in force now, the current ruleset's scopes (decoded once per version) and the object's
 // input problems under that ruleset's policy.
-func (s *Store) gateInputs(ctx context.Context, q querier, ref ObjectRef) (objectReads, error) {
+func (s *Store) gateInputs(ctx context.Context, q Querier, ref ObjectRef) (objectReads, error) {
 	o, version, fingerprint, err := s.gateReads(ctx, q, ref)
 	if err != nil || len(o.reads) == 0 {
 		return o, err
@@ -343,7 +343,7 @@ func (s *Store) gateInputs(ctx context.Context, q querier, ref ObjectRef) (objec
 	if version == "" {
 		return o, nil // nothing was ever backfilled: every row reads as never seeded and blocks
 	}
-	rs, err := s.rulesetVersionVia(ctx, q, version)
+	rs, err := s.RulesetVersionVia(ctx, q, version)
 	if err != nil {
 		return o, err
 	}
@@ -360,7 +360,7 @@ func (s *Store) gateInputs(ctx context.Context, q querier, ref ObjectRef) (objec
 
 // gateReads reads the object's birth, its materialized row and its groups in one statement, with the clock, the
 // current ruleset version and the object's fingerprint.
-func (s *Store) gateReads(ctx context.Context, q querier, ref ObjectRef) (objectReads, string, *string, error) {
+func (s *Store) gateReads(ctx context.Context, q Querier, ref ObjectRef) (objectReads, string, *string, error) {
 	var o objectReads
 	rows, err := q.Query(ctx, s.gateSQLText, ref.Collection, ref.Code)
 	if err != nil {
@@ -474,7 +474,7 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			return err
 		}
 		for _, key := range unknown {
-			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key, Group: key,
+			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key, Group: key,
 				Evidence: map[string]any{"group_key": key, "raised_by": "gate"}}); err != nil {
 				return err
 			}
@@ -491,7 +491,7 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			} else {
 				f.Group = o.key
 			}
-			if _, err := raiseFinding(ctx, tx, f); err != nil {
+			if _, err := RaiseFindingTx(ctx, tx, f); err != nil {
 				return err
 			}
 		}
@@ -507,7 +507,7 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			if in.subject() == in.object {
 				f.Object = in.object // the object's own row, when it has one
 			}
-			if _, err := raiseFinding(ctx, tx, f); err != nil {
+			if _, err := RaiseFindingTx(ctx, tx, f); err != nil {
 				return err
 			}
 		}
@@ -621,7 +621,7 @@ func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveSta
 const gateReadySQL = `
 	SELECT r.ruleset_version,
 	       EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.ruleset_version = r.ruleset_version)
-	FROM governance_ruleset r WHERE r.status = 'active'`
+	FROM governance_ruleset r WHERE r.Status = 'active'`
 
 // GateReady reports, through the gate's own pool, whether the gate can give answers other than block: its
 // connections reach the database, a ruleset is active and candidate rows are seeded under it.

@@ -30,8 +30,9 @@ const hoGuard = 5 * time.Millisecond
 type hoEnv struct {
 	*bundle
 	w     *intake.Worker
+	stage *intake.Stage // the worker's: its route fallbacks are counted here
 	mu    sync.Mutex
-	stats []postgres.HandoffStats
+	stats []intake.HandoffStats
 }
 
 func newHandoffEnv(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
@@ -71,13 +72,13 @@ func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv 
 	b.activate(t, res.RulesetVersion)
 	// These tests hand off the whole history: undo the backfill's handshake (TestBackfillHandshake covers it).
 	for _, src := range res.CursorsAtHorizon {
-		if _, err := b.store.ResetCursor(ctx, src, "start"); err != nil {
+		if _, err := intake.New(b.store).ResetCursor(ctx, src, "start"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e := &hoEnv{bundle: b}
+	e := &hoEnv{bundle: b, stage: intake.New(b.store)}
 	e.activateTypes(t, "governance.handoff.")
-	e.w = &intake.Worker{Store: b.store, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}
+	e.w = &intake.Worker{Stage: e.stage, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}
 	return e
 }
 
@@ -101,8 +102,8 @@ func (e *hoEnv) activateTypes(t *testing.T, prefix string) {
 }
 
 // apply is the worker's apply step: the store's handoff apply, with its stats kept for the test.
-func (e *hoEnv) apply(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
-	failures, st, err := e.store.ApplyHandoff(ctx, tx, rows)
+func (e *hoEnv) apply(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
+	failures, st, err := e.stage.ApplyHandoff(ctx, tx, rows)
 	if err == nil {
 		e.mu.Lock()
 		e.stats = append(e.stats, st)
@@ -112,7 +113,7 @@ func (e *hoEnv) apply(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) (
 }
 
 // takeStats returns the stats of the apply calls since the last takeStats.
-func (e *hoEnv) takeStats() []postgres.HandoffStats {
+func (e *hoEnv) takeStats() []intake.HandoffStats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := e.stats
@@ -312,7 +313,7 @@ func TestHandoffApply(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := e.signalIDs(t)
-		cur, err := e.store.GetCursor(e.ctx, "birth_registry")
+		cur, err := intake.New(e.store).GetCursor(e.ctx, "birth_registry")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +344,7 @@ func TestHandoffApply(t *testing.T) {
 		}
 
 		// One page: one dirty mark per group, one signal per (base group, id bucket).
-		var page *postgres.HandoffStats
+		var page *intake.HandoffStats
 		for _, st := range e.takeStats() {
 			if st.Kinds[string(gcos.ChangeObjectBorn)] > 0 {
 				if page != nil {
@@ -371,7 +372,7 @@ func TestHandoffApply(t *testing.T) {
 
 		// Re-delivering the same page (a replay) marks nothing again and emits nothing again.
 		dirtyBefore := e.digest(t, `SELECT * FROM governance_candidate_state`)
-		if _, err := e.store.ResetCursor(e.ctx, "birth_registry", pos); err != nil {
+		if _, err := intake.New(e.store).ResetCursor(e.ctx, "birth_registry", pos); err != nil {
 			t.Fatal(err)
 		}
 		e.takeStats()
@@ -542,7 +543,7 @@ func TestHandoffApply(t *testing.T) {
 	}
 
 	// Only the row about an object the inventory does not hold fell back to its whole class.
-	if n := e.store.RouteFallbacks(); n != 1 {
+	if n := e.stage.RouteFallbacks(); n != 1 {
 		t.Errorf("route fallbacks = %d, want 1 (the register of an unborn object)", n)
 	}
 
@@ -551,7 +552,7 @@ func TestHandoffApply(t *testing.T) {
 	t.Run("governance_* rows are skipped by rule, a ruleset activation maps to ruleset_changed once", func(t *testing.T) {
 		before := e.signalIDs(t)
 		var pos string
-		if c, err := e.store.GetCursor(e.ctx, "registry_changelog"); err != nil {
+		if c, err := intake.New(e.store).GetCursor(e.ctx, "registry_changelog"); err != nil {
 			t.Fatal(err)
 		} else {
 			pos = c.Position
@@ -570,7 +571,7 @@ func TestHandoffApply(t *testing.T) {
 			}
 		}
 		check("first delivery")
-		if _, err := e.store.ResetCursor(e.ctx, "registry_changelog", pos); err != nil {
+		if _, err := intake.New(e.store).ResetCursor(e.ctx, "registry_changelog", pos); err != nil {
 			t.Fatal(err)
 		}
 		e.catchUp(t)
@@ -616,7 +617,7 @@ func TestHandoffApply(t *testing.T) {
 			fmt.Sprintf("registry_changelog:%d", poison)); n != 1 {
 			t.Fatalf("%d audit rows for the dead letter, want 1", n)
 		}
-		if c, err := e.store.GetCursor(e.ctx, "registry_changelog"); err != nil || c.DeadLettered != 1 {
+		if c, err := intake.New(e.store).GetCursor(e.ctx, "registry_changelog"); err != nil || c.DeadLettered != 1 {
 			t.Fatalf("cursor %+v (%v), want one dead letter counted", c, err)
 		}
 		e.clean(t)
@@ -738,7 +739,7 @@ func TestHandoffUntrustedSource(t *testing.T) {
 	}
 
 	// A replay of the same births quarantines nothing twice.
-	if _, err := e.store.ResetCursor(e.ctx, "birth_registry", "start"); err != nil {
+	if _, err := intake.New(e.store).ResetCursor(e.ctx, "birth_registry", "start"); err != nil {
 		t.Fatal(err)
 	}
 	e.catchUp(t)
@@ -816,7 +817,7 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 		t.Fatalf("%d kept base counts differ from the source after a retire and a recount", n)
 	}
 	// A replay of the last births drops every kept count rather than counting them twice.
-	cur, err := e.store.GetCursor(e.ctx, "birth_registry")
+	cur, err := intake.New(e.store).GetCursor(e.ctx, "birth_registry")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -825,7 +826,7 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 		WHERE entity_code LIKE 'kept-%' ORDER BY born_at, id LIMIT 1`).Scan(&back); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.ResetCursor(e.ctx, "birth_registry", back); err != nil {
+	if _, err := intake.New(e.store).ResetCursor(e.ctx, "birth_registry", back); err != nil {
 		t.Fatalf("reset from %s to %s: %v", cur.Position, back, err)
 	}
 	if kept() != 0 {

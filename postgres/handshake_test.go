@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"gcos/intake"
 	"gcos/postgres"
 )
 
@@ -21,7 +22,7 @@ func TestBackfillHandshake(t *testing.T) {
 		t.Fatalf("cursors started at the horizon: %v, want birth_registry and registry_changelog", res.CursorsAtHorizon)
 	}
 	for _, c := range []string{"birth_registry", "registry_changelog"} {
-		cur, err := b.store.GetCursor(b.ctx, c)
+		cur, err := intake.New(b.store).GetCursor(b.ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +38,7 @@ func TestBackfillHandshake(t *testing.T) {
 		if source != src.Name {
 			src = postgres.ChangelogTailSource()
 		}
-		res, err := b.store.PollTail(b.ctx, src, b.cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+		res, err := intake.New(b.store).PollTail(b.ctx, src, b.cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 			for _, r := range rows {
 				handed = append(handed, r.ID)
 			}

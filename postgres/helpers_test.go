@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/world"
@@ -70,9 +71,9 @@ func (b *bundle) objectFingerprint(t *testing.T, object string) string {
 	return ex.ObjectFingerprint
 }
 
-func (b *bundle) backfill(t *testing.T) postgres.BackfillResult {
+func (b *bundle) backfill(t *testing.T) intake.BackfillResult {
 	t.Helper()
-	res, err := b.store.Backfill(b.ctx, postgres.BackfillOptions{})
+	res, err := intake.New(b.store).Backfill(b.ctx, intake.BackfillOptions{})
 	if err != nil {
 		t.Fatalf("backfill: %v", err)
 	}

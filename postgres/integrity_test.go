@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 )
 
@@ -41,7 +42,7 @@ func TestIntakeEchoTrustUnmapped(t *testing.T) {
 	}
 	cursor := func() (unmapped, untrusted int64) {
 		t.Helper()
-		c, err := e.store.GetCursor(e.ctx, "registry_changelog")
+		c, err := intake.New(e.store).GetCursor(e.ctx, "registry_changelog")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,11 +67,11 @@ func TestIntakeEchoTrustUnmapped(t *testing.T) {
 			t.Fatalf("%d of %d recorded own rows are GCOS audit rows", n, own)
 		}
 		// Another own row, through the tail: skipped, not reported as unmapped.
-		c, err := e.store.GetCursor(e.ctx, "registry_changelog")
+		c, err := intake.New(e.store).GetCursor(e.ctx, "registry_changelog")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.store.ResetCursor(e.ctx, "registry_changelog", c.Position); err != nil {
+		if _, err := intake.New(e.store).ResetCursor(e.ctx, "registry_changelog", c.Position); err != nil {
 			t.Fatal(err)
 		}
 		e.catchUp(t)
@@ -229,7 +230,7 @@ func TestHandoffCountsBirthsHandedOffEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.catchUp(t)
-	if c, err := e.store.GetCursor(e.ctx, "birth_registry"); err != nil || c.FutureRows != 1 {
+	if c, err := intake.New(e.store).GetCursor(e.ctx, "birth_registry"); err != nil || c.FutureRows != 1 {
 		t.Fatalf("future rows %d (%v), want the birth handed off early", c.FutureRows, err)
 	}
 	if kept() != 0 || e.keptCountsDiffer(t) != 0 {
@@ -237,7 +238,7 @@ func TestHandoffCountsBirthsHandedOffEarly(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		c, err := e.store.GetCursor(e.ctx, "birth_registry")
+		c, err := intake.New(e.store).GetCursor(e.ctx, "birth_registry")
 		if err != nil {
 			t.Fatal(err)
 		}

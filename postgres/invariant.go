@@ -48,18 +48,18 @@ func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, erro
 	if cur, err := s.currentRulesetVersion(ctx); err == nil {
 		ruleset = cur
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		for _, l := range rep.Ledgers {
 			if !l.Closes() {
 				rep.Closes = false
-				if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueGovernanceSchemaDrift, Subject: l.Scope, RulesetVersion: ruleset,
+				if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueGovernanceSchemaDrift, Subject: l.Scope, RulesetVersion: ruleset,
 					Evidence: map[string]any{"scope": l.Scope, "snapshot_id": rep.SnapshotID, "total": l.Total, "sum": l.Sum(),
 						"difference": l.Difference(), "ledger": l}}); err != nil {
 					return err
 				}
 				continue
 			}
-			if _, err := resolveFinding(ctx, tx, gcos.IssueGovernanceSchemaDrift, l.Scope, ""); err != nil {
+			if _, err := ResolveFindingTx(ctx, tx, gcos.IssueGovernanceSchemaDrift, l.Scope, ""); err != nil {
 				return err
 			}
 		}
@@ -71,5 +71,5 @@ func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, erro
 func (s *Store) currentRulesetVersion(ctx context.Context) (string, error) {
 	var v string
 	err := s.pool.QueryRow(ctx, `SELECT ruleset_version FROM v_current_ruleset`).Scan(&v)
-	return v, mapError(err, "current ruleset")
+	return v, MapError(err, "current ruleset")
 }

@@ -57,7 +57,7 @@ func (s *Store) TakeRole(ctx context.Context, role Role, owner string, ttl time.
 		return nil, gcos.Errorf(gcos.EINVALID, "lease %s: ttl %s is not positive", role.Name, ttl)
 	}
 	var l *Lease
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		l = nil
 		var epoch int64
 		var fresh bool
@@ -105,7 +105,7 @@ func (s *Store) TakeRole(ctx context.Context, role Role, owner string, ttl time.
 
 // RenewLease extends a held lease by its TTL; ErrLeaseLost when it expired or passed to another holder.
 func (s *Store) RenewLease(ctx context.Context, l *Lease) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.InTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE governance_role_lease SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + $4::interval
 			WHERE role = $1 AND owner = $2 AND epoch = $3 AND expires_at > clock_timestamp()`, l.Role.Name, l.Owner, l.Epoch, l.TTL)
 		if err != nil {
@@ -123,7 +123,7 @@ func (s *Store) ReleaseLease(ctx context.Context, l *Lease) error {
 	if l == nil {
 		return nil
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.InTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE governance_role_lease SET owner = NULL, expires_at = NULL
 			WHERE role = $1 AND owner = $2 AND epoch = $3`, l.Role.Name, l.Owner, l.Epoch)
 		if err != nil {
@@ -149,9 +149,9 @@ func mirrorLease(ctx context.Context, tx pgx.Tx, name string, owner *string, ttl
 	return nil
 }
 
-// asRole runs fn as the holder of role: under the lease ctx already carries for it (its caller renews it), or under
+// AsRole runs fn as the holder of role: under the lease ctx already carries for it (its caller renews it), or under
 // one it takes for the configured TTL, renews while fn runs and releases after. Another live holder: ECONFLICT.
-func (s *Store) asRole(ctx context.Context, role Role, fn func(context.Context) error) error {
+func (s *Store) AsRole(ctx context.Context, role Role, fn func(context.Context) error) error {
 	if l := leaseOf(ctx); l != nil && l.Role.Name == role.Name {
 		return fn(ctx)
 	}

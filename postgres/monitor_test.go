@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 )
 
@@ -29,7 +30,7 @@ func TestMonitorCheckSilence(t *testing.T) {
 		('gcos.scan.full_audit', 'scan', now() - interval '20 seconds', 'idle'),
 		('gcos.scan.full_audit.lease', 'lease', now() - interval '1 hour', 'leased'),
 		('dieu45_phase3_pilot', 'pilot', now() - interval '1 day', 'ok')`)
-	rep, err := b.store.CheckSilence(b.ctx)
+	rep, err := intake.New(b.store).CheckSilence(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,12 +39,12 @@ func TestMonitorCheckSilence(t *testing.T) {
 		states[e.Name] = e.State
 	}
 	want := map[string]string{
-		"gcos.intake.birth_registry":     postgres.ExecutorAlive,
-		"gcos.intake.registry_changelog": postgres.ExecutorDead,
-		"gcos.intake.other_source":       postgres.ExecutorStopped,
-		"gcos.intake.never":              postgres.ExecutorNever,
-		"gcos.scan.incremental":          postgres.ExecutorDead,
-		"gcos.scan.full_audit":           postgres.ExecutorAlive, // 20 s < 2 s threshold + 30 s cadence
+		"gcos.intake.birth_registry":     intake.ExecutorAlive,
+		"gcos.intake.registry_changelog": intake.ExecutorDead,
+		"gcos.intake.other_source":       intake.ExecutorStopped,
+		"gcos.intake.never":              intake.ExecutorNever,
+		"gcos.scan.incremental":          intake.ExecutorDead,
+		"gcos.scan.full_audit":           intake.ExecutorAlive, // 20 s < 2 s threshold + 30 s cadence
 	}
 	if len(states) != len(want) {
 		t.Fatalf("watched executors %v, want %v", states, want)
@@ -70,26 +71,26 @@ func TestMonitorCheckSilence(t *testing.T) {
 	}
 	var state string
 	if err := b.pool.QueryRow(b.ctx, `SELECT evidence_snapshot::jsonb ->> 'state' FROM system_issues WHERE coalesce_key = $1`,
-		gcos.CoalesceKey(gcos.IssueHandoffSilentGap, "gcos.intake.other_source")).Scan(&state); err != nil || state != postgres.ExecutorStopped {
+		gcos.CoalesceKey(gcos.IssueHandoffSilentGap, "gcos.intake.other_source")).Scan(&state); err != nil || state != intake.ExecutorStopped {
 		t.Fatalf("a clean stop's evidence says %q (%v)", state, err)
 	}
 
 	// Still silent: raised again (the occurrence counts and the severity grow); ticking again resolves.
-	if _, err := b.store.CheckSilence(b.ctx); err != nil {
+	if _, err := intake.New(b.store).CheckSilence(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := b.count(t, `SELECT max(occurrence_count) FROM system_issues WHERE issue_type = 'handoff_silent_gap'`); n != 2 {
 		t.Fatalf("occurrences %d after a second check, want 2", n)
 	}
 	for _, name := range []string{"gcos.intake.registry_changelog", "gcos.intake.other_source", "gcos.intake.never"} {
-		if err := b.store.IntakeHeartbeat(b.ctx, name[len("gcos.intake."):], "ok read=0 failed=0 retried=0"); err != nil {
+		if err := intake.New(b.store).IntakeHeartbeat(b.ctx, name[len("gcos.intake."):], "ok read=0 failed=0 retried=0"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := b.store.Heartbeat(b.ctx, "gcos.scan.incremental", "scan", "ok"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = b.store.CheckSilence(b.ctx)
+	rep, err = intake.New(b.store).CheckSilence(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +112,12 @@ func TestMonitorDirtySetLag(t *testing.T) {
 	if _, err := b.store.MarkDirty(b.ctx, keys, "handoff:object_born"); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := b.store.CheckSilence(b.ctx)
+	rep, err := intake.New(b.store).CheckSilence(b.ctx)
 	if err != nil || rep.DirtySet.Lagging || rep.DirtySet.DirtyGroups != 3 {
 		t.Fatalf("fresh marks: %+v (%v)", rep.DirtySet, err)
 	}
 	b.exec(t, `UPDATE governance_candidate_state SET dirtied_at = now() - interval '5 seconds' WHERE dirty`)
-	rep, err = b.store.CheckSilence(b.ctx)
+	rep, err = intake.New(b.store).CheckSilence(b.ctx)
 	if err != nil || !rep.DirtySet.Lagging || rep.DirtySet.AgeSeconds < 5 {
 		t.Fatalf("old marks: %+v (%v)", rep.DirtySet, err)
 	}
@@ -127,7 +128,7 @@ func TestMonitorDirtySetLag(t *testing.T) {
 	b.scanAll(t, postgres.ModeIncremental)
 	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'input', dirtied_at = now() - interval '1 hour',
 		recompute_status = 'failed' WHERE group_key = $1`, keys[0])
-	rep, err = b.store.CheckSilence(b.ctx)
+	rep, err = intake.New(b.store).CheckSilence(b.ctx)
 	if err != nil || rep.DirtySet.Lagging || len(rep.Resolved) != 1 {
 		t.Fatalf("after the scan (one failed group left): %+v resolved %v (%v)", rep.DirtySet, rep.Resolved, err)
 	}

@@ -23,15 +23,15 @@ import (
 // and the full audit derive every row (the safety net, not the mechanism). The intake also writes a quarantined
 // birth's row at once (quarantineUntrusted), which a pass leaves as it is while its finding stays open.
 
-type objectCandidate struct {
-	key, objectType, objectRef, reason, groupKey string
-	groupEvidence                                string // the evidence of the group evaluation the row was judged from
-	values                                       candidateValues
+type ObjectCandidate struct {
+	Key, ObjectType, ObjectRef, Reason, GroupKey string
+	GroupEvidence                                string // the evidence of the group evaluation the row was judged from
+	Values                                       CandidateValues
 }
 
 // objectCriteria returns the classes whose objects materialize (by reason) and the approved, unexpired exceptions
 // naming one object, by object.
-func (e *evaluator) objectCriteria(objectRisk []string) (classes map[string]string, excepted map[[2]string][]gcos.ExceptionRow) {
+func (e *Evaluator) objectCriteria(objectRisk []string) (classes map[string]string, excepted map[[2]string][]gcos.ExceptionRow) {
 	classes = map[string]string{}
 	for class, p := range e.regs.Profile {
 		if reason := gcos.ObjectRowClassReason(p, objectRisk); reason != "" {
@@ -55,7 +55,7 @@ func (e *evaluator) objectCriteria(objectRisk []string) (classes map[string]stri
 func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fingerprint *string) (chosen *gcos.ExceptionRow, holds bool, lifts []gcos.ExceptionLift) {
 	xs = slices.Clone(xs)
 	slices.SortFunc(xs, func(a, b gcos.ExceptionRow) int {
-		if c := strings.Compare(deref(a.ScopeCode), deref(b.ScopeCode)); c != 0 {
+		if c := strings.Compare(Deref(a.ScopeCode), Deref(b.ScopeCode)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ExceptionID, b.ExceptionID)
@@ -63,9 +63,9 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 	why := make([]*gcos.ExceptionLift, len(xs))
 	for i, x := range xs {
 		why[i] = x.Holds(now, fingerprint)
-		if why[i] == nil && !slices.Contains(scopes, deref(x.ScopeCode)) {
+		if why[i] == nil && !slices.Contains(scopes, Deref(x.ScopeCode)) {
 			why[i] = &gcos.ExceptionLift{ExceptionID: x.ExceptionID, Reason: gcos.LiftNoScope, Detail: fmt.Sprintf(
-				"exception %s names scope %q, which is not a responsibility scope of the ruleset", x.ExceptionID, deref(x.ScopeCode))}
+				"exception %s names scope %q, which is not a responsibility scope of the ruleset", x.ExceptionID, Deref(x.ScopeCode))}
 		}
 		if chosen == nil && why[i] == nil {
 			chosen, holds = &xs[i], true
@@ -73,7 +73,7 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 	}
 	if chosen == nil {
 		for i, x := range xs {
-			if slices.Contains(scopes, deref(x.ScopeCode)) {
+			if slices.Contains(scopes, Deref(x.ScopeCode)) {
 				chosen = &xs[i]
 				break
 			}
@@ -86,7 +86,7 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 		case &xs[i] != chosen:
 			lifts = append(lifts, gcos.ExceptionLift{ExceptionID: x.ExceptionID, Reason: gcos.LiftShadowed, Detail: fmt.Sprintf(
 				"exception %s (scope %s) is not counted: the object's row carries exception %s (scope %s), one per object",
-				x.ExceptionID, deref(x.ScopeCode), chosen.ExceptionID, deref(chosen.ScopeCode))})
+				x.ExceptionID, Deref(x.ScopeCode), chosen.ExceptionID, Deref(chosen.ScopeCode))})
 		}
 	}
 	return chosen, holds, lifts
@@ -96,23 +96,23 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 type objectPass struct {
 	snapshotID int64
 	groups     []gcos.Group         // the groups an object row may link to (one per base and scope)
-	bases      map[birthBase]bool   // the bases whose rows are re-derived; nil: the whole estate
+	bases      map[BirthBase]bool   // the bases whose rows are re-derived; nil: the whole estate
 	baseKeys   []string             // every group key of those bases, retired ones too (the rows a pass may retire)
-	baseOf     map[string]birthBase // the base of each of baseKeys
+	baseOf     map[string]BirthBase // the base of each of baseKeys
 }
 
-// materializeObjects derives every object row of the estate against snapshot snap (the backfill and the full audit).
-func (s *Store) materializeObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, snap Snapshot, runID string) (materialized, retired int64, err error) {
+// MaterializeObjects derives every object row of the estate against snapshot snap (the backfill and the full audit).
+func (s *Store) MaterializeObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, snap Snapshot, runID string) (materialized, retired int64, err error) {
 	// The views check pinned fingerprints with the statement of this binding: record it with the pins.
 	if _, err := tx.Exec(ctx, `INSERT INTO gcos_object_fingerprint_statement AS f (singleton, statement) VALUES (true, $1)
 		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
-		WHERE f.statement IS DISTINCT FROM EXCLUDED.statement`, s.birthBinding().objectFingerprintSQL()); err != nil {
+		WHERE f.statement IS DISTINCT FROM EXCLUDED.statement`, s.BirthBinding().objectFingerprintSQL()); err != nil {
 		return 0, 0, fmt.Errorf("record the object fingerprint statement: %w", err)
 	}
 	// The ledger counts the estate with the statement of this binding.
 	if _, err := tx.Exec(ctx, `INSERT INTO gcos_estate_statement AS e (singleton, statement) VALUES (true, $1)
 		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
-		WHERE e.statement IS DISTINCT FROM EXCLUDED.statement`, s.birthBinding().estateCountSQL()); err != nil {
+		WHERE e.statement IS DISTINCT FROM EXCLUDED.statement`, s.BirthBinding().estateCountSQL()); err != nil {
 		return 0, 0, fmt.Errorf("record the estate statement: %w", err)
 	}
 	return s.deriveObjects(ctx, tx, ev, objectPass{snapshotID: snap.ID, groups: snap.Groups}, runID)
@@ -124,13 +124,13 @@ const followObjectsSQL = `
 SELECT g.group_key, g.object_class, g.source_registry, g.axis_family, g.scope, g.lifecycle_status, g.owner_scope,
        g.member_count, g.retired_at IS NOT NULL
 FROM unnest($1::text[], $2::text[], $3::text[]) AS z(cls, coll, st)
-JOIN governance_group g ON g.object_class = z.cls AND g.source_registry = z.coll AND g.lifecycle_status = z.st
+JOIN governance_group g ON g.object_class = z.cls AND g.source_registry = z.Coll AND g.lifecycle_status = z.st
 ORDER BY g.group_key`
 
 // followObjects re-derives, in the scan's transaction, the object rows of the bases of the groups it judged (in
 // every scope: an object row links to one scope's group, and a change to any scope's group may move it). Passes
 // over the same base are serialised by a transaction lock per base, taken in one order.
-func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, snapshotID int64, runID string, bases map[birthBase]bool) error {
+func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, snapshotID int64, runID string, bases map[BirthBase]bool) error {
 	if len(bases) == 0 {
 		return nil
 	}
@@ -150,7 +150,7 @@ func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, sna
 		FROM (SELECT k FROM unnest($1::text[]) AS k ORDER BY k) ordered`, locks); err != nil {
 		return fmt.Errorf("lock the object rows of %d bases: %w", len(locks), err)
 	}
-	pass := objectPass{snapshotID: snapshotID, bases: bases, baseOf: map[string]birthBase{}}
+	pass := objectPass{snapshotID: snapshotID, bases: bases, baseOf: map[string]BirthBase{}}
 	for _, bg := range groups {
 		if b := baseOf(bg.Group); bases[b] {
 			pass.baseKeys = append(pass.baseKeys, bg.Key)
@@ -171,10 +171,10 @@ type baseGroup struct {
 }
 
 // readBaseGroups reads every group of the bases (followObjectsSQL).
-func readBaseGroups(ctx context.Context, tx pgx.Tx, bases map[birthBase]bool) ([]baseGroup, error) {
+func readBaseGroups(ctx context.Context, tx pgx.Tx, bases map[BirthBase]bool) ([]baseGroup, error) {
 	var cs, colls, sts []string
 	for b := range bases {
-		cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+		cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
 	}
 	rows, err := tx.Query(ctx, followObjectsSQL, cs, colls, sts)
 	if err != nil {
@@ -199,31 +199,31 @@ WHERE o.group_key = ANY($2) AND o.ruleset_version = $1 AND o.lifecycle_status = 
 UNION ALL
 SELECT DISTINCT NULL, p.object_class, p.source_registry, p.lifecycle_status
 FROM unnest($3::text[], $4::text[], $5::text[]) AS z(cls, coll, st)
-JOIN governance_object_pending p ON p.object_class = z.cls AND p.source_registry = z.coll AND p.lifecycle_status = z.st`
+JOIN governance_object_pending p ON p.object_class = z.cls AND p.source_registry = z.Coll AND p.lifecycle_status = z.st`
 
 // basesWithObjectWork drops the bases a pass has nothing to do for, so a scan of groups no object row concerns
 // pays one query: a base is kept when its class gives its objects rows, an approved exception names an object of
 // its collection, an object of it is queued, or an object row is linked to one of its groups.
-func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *evaluator, bases map[birthBase]bool, groups []baseGroup) (map[birthBase]bool, error) {
+func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *Evaluator, bases map[BirthBase]bool, groups []baseGroup) (map[BirthBase]bool, error) {
 	classes, excepted := ev.objectCriteria(s.cfg.Gate.ObjectRiskClasses)
 	excColls := map[string]bool{}
 	for k := range excepted {
 		excColls[k[0]] = true
 	}
-	kept := map[birthBase]bool{}
+	kept := map[BirthBase]bool{}
 	var cs, colls, sts []string
 	for b := range bases {
-		if _, ok := classes[b.class]; ok || excColls[b.coll] {
+		if _, ok := classes[b.Class]; ok || excColls[b.Coll] {
 			kept[b] = true
 			continue
 		}
-		cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+		cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
 	}
 	if len(cs) == 0 {
 		return kept, nil
 	}
 	var keys []string
-	baseOfKey := map[string]birthBase{}
+	baseOfKey := map[string]BirthBase{}
 	for _, g := range groups {
 		if b := baseOf(g.Group); !kept[b] {
 			keys = append(keys, g.Key)
@@ -243,7 +243,7 @@ func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *evaluato
 		if key != nil {
 			kept[baseOfKey[*key]] = true
 		} else {
-			kept[birthBase{deref(cls), deref(coll), deref(st)}] = true
+			kept[BirthBase{Deref(cls), Deref(coll), Deref(st)}] = true
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -253,14 +253,14 @@ func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *evaluato
 }
 
 // lockKey names the base's object rows for a transaction lock.
-func (b birthBase) lockKey() string {
-	return "gcos.objects\x1f" + b.class + "\x1f" + b.coll + "\x1f" + b.status
+func (b BirthBase) lockKey() string {
+	return "gcos.objects\x1f" + b.Class + "\x1f" + b.Coll + "\x1f" + b.Status
 }
 
-// deriveObjects upserts the object rows the criteria select under the evaluator's ruleset within the pass and
+// deriveObjects upserts the object rows the criteria select under the Evaluator's ruleset within the pass and
 // turns rows of the pass whose reason lapsed into tombstones (lifecycle retired). A tombstone whose reason returns
 // is re-activated.
-func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pass objectPass, runID string) (materialized, retired int64, err error) {
+func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pass objectPass, runID string) (materialized, retired int64, err error) {
 	classes, excepted := ev.objectCriteria(s.cfg.Gate.ObjectRiskClasses)
 	classList := make([]string, 0, len(classes))
 	for c := range classes {
@@ -269,23 +269,23 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	// An object row links to its base group in the first scope, or in the scope of the exception it carries.
 	byBase := map[[3]string]map[string]gcos.Group{}
 	for _, g := range pass.groups {
-		k := [3]string{deref(g.ObjectClass), deref(g.SourceRegistry), deref(g.LifecycleStatus)}
+		k := [3]string{Deref(g.ObjectClass), Deref(g.SourceRegistry), Deref(g.LifecycleStatus)}
 		if byBase[k] == nil {
 			byBase[k] = map[string]gcos.Group{}
 		}
-		byBase[k][deref(g.Scope)] = g
+		byBase[k][Deref(g.Scope)] = g
 	}
 	scopes := ev.regs.ScopeCodes()
 	// Objects share their group's verdict inputs: each group is evaluated once (as one member), and an object's
 	// evidence is keyed by its candidate key.
-	byGroup := map[string]candidateValues{}
-	judge := func(g gcos.Group) (candidateValues, error) {
+	byGroup := map[string]CandidateValues{}
+	judge := func(g gcos.Group) (CandidateValues, error) {
 		gv, ok := byGroup[g.Key]
 		if !ok {
 			one := g
 			one.MemberCount = 1
 			var err error
-			if gv, err = ev.evaluate(one, ""); err != nil {
+			if gv, err = ev.Evaluate(one, ""); err != nil {
 				return gv, err
 			}
 			byGroup[g.Key] = gv
@@ -325,7 +325,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			return 0, 0, err
 		}
 		for _, b := range full {
-			zClasses, zColls, zStatuses = append(zClasses, b.class), append(zColls, b.coll), append(zStatuses, b.status)
+			zClasses, zColls, zStatuses = append(zClasses, b.Class), append(zColls, b.Coll), append(zStatuses, b.Status)
 		}
 		if pending, err = takePending(ctx, tx, pass.bases); err != nil {
 			return 0, 0, err
@@ -343,7 +343,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 	}
 	passColls := map[string]bool{}
 	for b := range pass.bases {
-		passColls[b.coll] = true
+		passColls[b.Coll] = true
 	}
 	for k := range excepted {
 		if pass.bases == nil || passColls[k[0]] {
@@ -393,7 +393,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			addNamed(coll, code)
 		}
 	}
-	b := s.birthBinding()
+	b := s.BirthBinding()
 	// A class criterion never selects an inherited child: the child is represented by its anchor's group (doc 40
 	// §40.6 criterion 1, M-DEF-7), so children added under a container of such a class add no row. A child named
 	// by an exception or a finding is placed in its anchor's group.
@@ -402,7 +402,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL`
 	if pass.bases != nil {
 		byClass = `FROM unnest($4::text[], $5::text[], $6::text[]) AS z(cls, coll, st)
-		JOIN %[1]s b ON b.%[2]s = z.coll AND b.%[4]s = z.cls AND b.%[5]s = z.st
+		JOIN %[1]s b ON b.%[2]s = z.Coll AND b.%[4]s = z.cls AND b.%[5]s = z.st
 		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL`
 	}
 	args := []any{classList, namedColls, namedCodes}
@@ -421,10 +421,10 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		SELECT b.%[2]s, b.%[3]s, coalesce(p.%[4]s, b.%[4]s), coalesce(p.%[5]s, b.%[5]s), coalesce(p.%[2]s, b.%[2]s), b.%[6]s,
 		       b.%[7]s IS NOT NULL, fh.h, hashint8extended(fh.h, 1)
 		FROM unnest($2::text[], $3::text[]) AS k(coll, code)
-		JOIN %[1]s b ON b.%[2]s = k.coll AND b.%[3]s = k.code
+		JOIN %[1]s b ON b.%[2]s = k.Coll AND b.%[3]s = k.code
 		CROSS JOIN LATERAL (SELECT %[8]s AS h) fh
 		LEFT JOIN %[1]s p ON b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s`,
-		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Canonical), ident(b.Parent),
+		Ident(b.Table), Ident(b.Collection), Ident(b.Code), Ident(b.Type), Ident(b.Status), Ident(b.Canonical), Ident(b.Parent),
 		b.rowHash()),
 		args...); err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
@@ -448,7 +448,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		if seen[key] || kept[key] || kept[ref] {
 			return nil // selected twice (a class and a name), or held by its finding as it is
 		}
-		if pass.bases != nil && !pass.bases[birthBase{class, anchorColl, status}] {
+		if pass.bases != nil && !pass.bases[BirthBase{class, anchorColl, status}] {
 			return nil // named, but in a base this pass does not cover: its own base's scan derives it
 		}
 		inScope, ok := byBase[[3]string{class, anchorColl, status}]
@@ -485,7 +485,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		}
 		scope := scopes[0]
 		if exc != nil && reason == "exception" {
-			scope = deref(exc.ScopeCode)
+			scope = Deref(exc.ScopeCode)
 		}
 		g, ok := inScope[scope]
 		if !ok {
@@ -507,7 +507,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		case "exception":
 			// Only an exception that holds suppresses, and only in its own scope (the scope of g); a lifted one
 			// leaves the coverage the group resolves in that scope, and says why in a finding.
-			evidence += "\x00fingerprint:" + deref(fingerprint)
+			evidence += "\x00fingerprint:" + Deref(fingerprint)
 			if v.Verdict == gcos.VerdictRelevant && excHolds {
 				v.Coverage, v.ExceptionID = gcos.CoverageApprovedException, &exc.ExceptionID
 				v.ExceptionExpiresAt, v.ExceptionFingerprint = exc.ExpiresAt, exc.Fingerprint
@@ -517,8 +517,8 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		sum := sha256.Sum256([]byte(evidence))
 		v.Evidence = hex.EncodeToString(sum[:16])
 		v.GroupKey = "object:" + key
-		w.add(objectCandidate{key: key, objectType: class, objectRef: ref, reason: reason, groupKey: g.Key,
-			groupEvidence: gv.Evidence, values: v})
+		w.add(ObjectCandidate{Key: key, ObjectType: class, ObjectRef: ref, Reason: reason, GroupKey: g.Key,
+			GroupEvidence: gv.Evidence, Values: v})
 		return nil
 	}
 	for {
@@ -568,7 +568,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			if !ok {
 				continue
 			}
-			g, ok := byBase[[3]string{base.class, base.coll, base.status}][scopes[0]]
+			g, ok := byBase[[3]string{base.Class, base.Coll, base.Status}][scopes[0]]
 			if !ok {
 				continue // its base has no live group left: its object moved, and its own base's scan derives it
 			}
@@ -581,8 +581,8 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 			v.Evidence = hex.EncodeToString(sum[:16])
 			v.GroupKey = "object:" + key
 			seen[key] = true
-			w.add(objectCandidate{key: key, objectType: o.objectType, objectRef: o.objectRef, reason: reason, groupKey: g.Key,
-				groupEvidence: gv.Evidence, values: v})
+			w.add(ObjectCandidate{Key: key, ObjectType: o.objectType, ObjectRef: o.objectRef, Reason: reason, GroupKey: g.Key,
+				GroupEvidence: gv.Evidence, Values: v})
 			if err := w.flush(ctx, tx, objectChunk); err != nil {
 				return 0, 0, err
 			}
@@ -594,7 +594,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 		var cs, colls, sts []string
 		for _, g := range pass.groups {
 			b := baseOf(g)
-			cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+			cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
 		}
 		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, cs, colls, sts); err != nil {
 			return 0, 0, err
@@ -625,25 +625,25 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *evaluator, pas
 }
 
 // basesToDerive returns the bases of classes with object rows that no pass derived from their births under ruleset.
-func basesToDerive(ctx context.Context, tx pgx.Tx, ruleset string, bases map[birthBase]bool, classes map[string]string) ([]birthBase, error) {
+func basesToDerive(ctx context.Context, tx pgx.Tx, ruleset string, bases map[BirthBase]bool, classes map[string]string) ([]BirthBase, error) {
 	var cs, colls, sts []string
 	for b := range bases {
-		if _, ok := classes[b.class]; ok {
-			cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+		if _, ok := classes[b.Class]; ok {
+			cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
 		}
 	}
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, `SELECT z.cls, z.coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
+	rows, err := tx.Query(ctx, `SELECT z.cls, z.Coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
 		WHERE NOT EXISTS (SELECT 1 FROM governance_object_base d WHERE d.ruleset_version = $1
-		                  AND d.object_class = z.cls AND d.source_registry = z.coll AND d.lifecycle_status = z.st)`, ruleset, cs, colls, sts)
+		                  AND d.object_class = z.cls AND d.source_registry = z.Coll AND d.lifecycle_status = z.st)`, ruleset, cs, colls, sts)
 	if err != nil {
 		return nil, fmt.Errorf("read derived bases: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (birthBase, error) {
-		var b birthBase
-		return b, r.Scan(&b.class, &b.coll, &b.status)
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (BirthBase, error) {
+		var b BirthBase
+		return b, r.Scan(&b.Class, &b.Coll, &b.Status)
 	})
 }
 
@@ -653,7 +653,7 @@ func recordDerivedBases(ctx context.Context, tx pgx.Tx, ruleset string, classes,
 		return nil
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO governance_object_base (ruleset_version, object_class, source_registry, lifecycle_status)
-		SELECT DISTINCT $1, z.cls, z.coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
+		SELECT DISTINCT $1, z.cls, z.Coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
 		ORDER BY 2, 3, 4
 		ON CONFLICT DO NOTHING`, ruleset, classes, colls, statuses); err != nil {
 		return fmt.Errorf("record derived bases: %w", err)
@@ -662,13 +662,13 @@ func recordDerivedBases(ctx context.Context, tx pgx.Tx, ruleset string, classes,
 }
 
 // takePending takes the objects the intake queued for these bases (collection, code).
-func takePending(ctx context.Context, tx pgx.Tx, bases map[birthBase]bool) ([][2]string, error) {
+func takePending(ctx context.Context, tx pgx.Tx, bases map[BirthBase]bool) ([][2]string, error) {
 	var cs, colls, sts []string
 	for b := range bases {
-		cs, colls, sts = append(cs, b.class), append(colls, b.coll), append(sts, b.status)
+		cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
 	}
 	rows, err := tx.Query(ctx, `DELETE FROM governance_object_pending p USING unnest($1::text[], $2::text[], $3::text[]) AS z(cls, coll, st)
-		WHERE p.object_class = z.cls AND p.source_registry = z.coll AND p.lifecycle_status = z.st
+		WHERE p.object_class = z.cls AND p.source_registry = z.Coll AND p.lifecycle_status = z.st
 		RETURNING p.collection_name, p.entity_code`, cs, colls, sts)
 	if err != nil {
 		return nil, fmt.Errorf("take queued objects: %w", err)
@@ -698,7 +698,7 @@ func raiseExceptionLifted(ctx context.Context, tx pgx.Tx, l gcos.ExceptionLift, 
 	if open {
 		return nil
 	}
-	_, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.IssueExceptionLifted, l.ExceptionID, runID, ruleset, map[string]any{
+	_, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.IssueExceptionLifted, l.ExceptionID, runID, ruleset, map[string]any{
 		"exception_id": l.ExceptionID, "object": object, "reason": l.Reason, "detail": l.Detail, "raised_by": by}))
 	return err
 }
@@ -769,7 +769,7 @@ const tombstoneObjectsSQL = `
 UPDATE governance_candidate_object o SET lifecycle_status = 'retired', updated_at = now(), last_run_id = $3
 WHERE o.ruleset_version = $1 AND o.lifecycle_status = 'active' AND o.candidate_key = ANY($2)
   AND (o.materialization_reason <> 'open_finding' OR NOT EXISTS (
-        SELECT 1 FROM system_issues i WHERE i.status = 'open'
+        SELECT 1 FROM system_issues i WHERE i.Status = 'open'
           AND i.coalesce_key IN ('gov:input:' || o.input_quality_state || ':' || o.candidate_key,
                                  'gov:input:' || o.input_quality_state || ':' || o.object_ref)))`
 
@@ -834,14 +834,14 @@ type objectWriter struct {
 	snapshotID     int64
 	ruleset, runID string
 	stored         map[string]storedObject // the rows the pass may rewrite or retire
-	changed        []objectCandidate       // derived, not yet written
+	changed        []ObjectCandidate       // derived, not yet written
 	written        int64
 }
 
 // add queues a derived row for writing unless it equals its stored row.
-func (w *objectWriter) add(o objectCandidate) {
-	if was, ok := w.stored[o.key]; ok && was.settled && was.evidence == o.values.Evidence && was.reason == o.reason &&
-		was.groupKey == o.groupKey && was.groupEvidence == o.groupEvidence {
+func (w *objectWriter) add(o ObjectCandidate) {
+	if was, ok := w.stored[o.Key]; ok && was.settled && was.evidence == o.Values.Evidence && was.reason == o.Reason &&
+		was.groupKey == o.GroupKey && was.groupEvidence == o.GroupEvidence {
 		return
 	}
 	w.changed = append(w.changed, o)
@@ -854,8 +854,8 @@ func (w *objectWriter) flush(ctx context.Context, tx pgx.Tx, min int) error {
 	if len(w.changed) == 0 || len(w.changed) < min {
 		return nil
 	}
-	slices.SortFunc(w.changed, func(a, b objectCandidate) int { return strings.Compare(a.key, b.key) })
-	n, err := upsertObjectRows(ctx, tx, w.snapshotID, w.ruleset, w.runID, w.changed)
+	slices.SortFunc(w.changed, func(a, b ObjectCandidate) int { return strings.Compare(a.Key, b.Key) })
+	n, err := UpsertObjectRows(ctx, tx, w.snapshotID, w.ruleset, w.runID, w.changed)
 	if err != nil {
 		return err
 	}
@@ -905,18 +905,18 @@ func (w *objectWriter) retireLapsed(ctx context.Context, tx pgx.Tx, selected fun
 	return ret.RowsAffected(), nil
 }
 
-// upsertObjectRows writes object rows (and the coverage of relevant ones) without retiring anything.
-func upsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []objectCandidate) (int64, error) {
+// UpsertObjectRows writes object rows (and the coverage of relevant ones) without retiring anything.
+func UpsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, objs []ObjectCandidate) (int64, error) {
 	n := len(objs)
 	keys, otypes, orefs, reasons, gkeys, verdicts, quals, risks, evid := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	deps, required, owners, gevid := make([]string, n), make([]bool, n), make([]*string, n), make([]string, n)
 	ttls := make([]time.Duration, n)
-	var cov []candidateValues
+	var cov []CandidateValues
 	for i, o := range objs {
-		v := o.values
-		keys[i], otypes[i], orefs[i], reasons[i], gkeys[i] = o.key, o.objectType, o.objectRef, o.reason, o.groupKey
+		v := o.Values
+		keys[i], otypes[i], orefs[i], reasons[i], gkeys[i] = o.Key, o.ObjectType, o.ObjectRef, o.Reason, o.GroupKey
 		verdicts[i], quals[i], risks[i], evid[i], deps[i], required[i], owners[i] = string(v.Verdict), v.InputQuality, v.RiskClass, v.Evidence, string(v.DependsOn), v.CoverageRequired, v.OwnerScope
-		ttls[i], gevid[i] = v.TTL, o.groupEvidence
+		ttls[i], gevid[i] = v.TTL, o.GroupEvidence
 		cov = append(cov, v) // a relevant row's outcome is recorded, any other's cleared
 	}
 	tag, err := tx.Exec(ctx, upsertObjectsSQL, snapshotID, ruleset, runID, keys, otypes, orefs, reasons, gkeys, verdicts, quals, deps, ttls, risks, required, evid, owners, gevid)
@@ -929,7 +929,7 @@ func upsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset,
 	return tag.RowsAffected(), nil
 }
 
-func deref(p *string) string {
+func Deref(p *string) string {
 	if p == nil {
 		return ""
 	}

@@ -53,28 +53,28 @@ func (s *Store) birthsThrough(ctx context.Context, tx pgx.Tx) (*tailPosition, er
 // whether it is still the group its members belong to in its scope: the key the registries give its base (class,
 // registry, lifecycle) and scope now must be its own, and the base must have members. Otherwise it is retired, and
 // the current group of its base and scope, when that has members, is judged in its place.
-func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *evaluator, groups map[string]gcos.Group) (placement, error) {
+func (s *Store) placeGroups(ctx context.Context, tx pgx.Tx, ev *Evaluator, groups map[string]gcos.Group) (placement, error) {
 	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
 	counts, err := s.countGroups(ctx, tx, groups)
 	if err != nil {
 		return p, err
 	}
-	current := map[birthBase]map[string]gcos.Dimensions{}
+	current := map[BirthBase]map[string]gcos.Dimensions{}
 	for _, g := range groups {
 		b := baseOf(g)
 		if _, ok := current[b]; ok {
 			continue
 		}
 		byScope := map[string]gcos.Dimensions{}
-		for _, d := range ev.regs.Dimensions(gcos.BaseGroup{ObjectClass: b.class, SourceRegistry: b.coll, LifecycleStatus: b.status}) {
-			byScope[deref(d.Scope)] = d
+		for _, d := range ev.regs.Dimensions(gcos.BaseGroup{ObjectClass: b.Class, SourceRegistry: b.Coll, LifecycleStatus: b.Status}) {
+			byScope[Deref(d.Scope)] = d
 		}
 		current[b] = byScope
 	}
 	queued := map[string]bool{}
 	for key, g := range groups {
 		n := counts[baseOf(g)]
-		d, ok := current[baseOf(g)][deref(g.Scope)]
+		d, ok := current[baseOf(g)][Deref(g.Scope)]
 		cur := gcos.NewGroup(d, n)
 		switch {
 		case ok && n > 0 && cur.Key == key:
@@ -111,20 +111,20 @@ SELECT NULL, NULL, NULL, NULL, (SELECT at FROM cur), (SELECT id FROM cur)`
 // the source through the cursor; plus, for both, the births after the cursor the tail has not handed off yet (a
 // read of the (born_at, id) index over the tail's lag). Without a births cursor every birth is counted from the
 // source.
-func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group) (map[birthBase]int64, error) {
+func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group) (map[BirthBase]int64, error) {
 	if err := noJIT(ctx, tx); err != nil {
 		return nil, err
 	}
 	var colls []string
 	seen := map[string]bool{}
 	for _, g := range groups {
-		if b := baseOf(g); !seen[b.coll] {
-			seen[b.coll] = true
-			colls = append(colls, b.coll)
+		if b := baseOf(g); !seen[b.Coll] {
+			seen[b.Coll] = true
+			colls = append(colls, b.Coll)
 		}
 	}
 	sort.Strings(colls)
-	out := map[birthBase]int64{}
+	out := map[BirthBase]int64{}
 	kept := map[string]bool{}
 	var at *time.Time
 	var id *int64
@@ -144,7 +144,7 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 		}
 		kept[*coll] = true
 		if class != nil && status != nil && n != nil {
-			out[birthBase{*class, *coll, *status}] = *n
+			out[BirthBase{*class, *coll, *status}] = *n
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -154,7 +154,7 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	if at != nil && id != nil {
 		through = &tailPosition{*at, *id}
 	} else {
-		kept, out = map[string]bool{}, map[birthBase]int64{} // kept counts mean nothing without their cursor
+		kept, out = map[string]bool{}, map[BirthBase]int64{} // kept counts mean nothing without their cursor
 	}
 	var uncounted []string
 	for _, c := range colls {
@@ -162,7 +162,7 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 			uncounted = append(uncounted, c)
 		}
 	}
-	counts, err := s.memberCounts(ctx, tx, uncounted, through)
+	counts, err := s.MemberCounts(ctx, tx, uncounted, through)
 	if err != nil {
 		return nil, err
 	}
@@ -183,17 +183,17 @@ func (s *Store) countGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 }
 
 // bornAfter counts the births of the collections after a tail position, by anchor base group.
-func (s *Store) bornAfter(ctx context.Context, tx pgx.Tx, from tailPosition, colls []string) (map[birthBase]int64, error) {
-	rows, err := tx.Query(ctx, s.birthBinding().bornAfterSQL(), from.at, from.id, colls)
+func (s *Store) bornAfter(ctx context.Context, tx pgx.Tx, from tailPosition, colls []string) (map[BirthBase]int64, error) {
+	rows, err := tx.Query(ctx, s.BirthBinding().bornAfterSQL(), from.at, from.id, colls)
 	if err != nil {
 		return nil, fmt.Errorf("count births not handed off yet: %w", err)
 	}
 	defer rows.Close()
-	out := map[birthBase]int64{}
+	out := map[BirthBase]int64{}
 	for rows.Next() {
-		var b birthBase
+		var b BirthBase
 		var n int64
-		if err := rows.Scan(&b.class, &b.coll, &b.status, &n); err != nil {
+		if err := rows.Scan(&b.Class, &b.Coll, &b.Status, &n); err != nil {
 			return nil, fmt.Errorf("count births not handed off yet: %w", err)
 		}
 		out[b] += n
@@ -210,7 +210,7 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 		groups = append(groups, g)
 	}
 	sort.Slice(groups, func(i, j int) bool { return groups[i].Key < groups[j].Key }) // one lock order
-	if err := upsertGroups(ctx, tx, groups); err != nil {
+	if err := UpsertGroups(ctx, tx, groups); err != nil {
 		return err
 	}
 	retired := make([]string, 0, len(p.retired))
@@ -236,10 +236,10 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 	return nil
 }
 
-// memberCounts counts the members of every base group of the collections now, through a tail position (every
+// MemberCounts counts the members of every base group of the collections now, through a tail position (every
 // birth when through is nil).
-func (s *Store) memberCounts(ctx context.Context, tx pgx.Tx, colls []string, through *tailPosition) (map[birthBase]int64, error) {
-	out := map[birthBase]int64{}
+func (s *Store) MemberCounts(ctx context.Context, tx pgx.Tx, colls []string, through *tailPosition) (map[BirthBase]int64, error) {
+	out := map[BirthBase]int64{}
 	if len(colls) == 0 {
 		return out, nil
 	}
@@ -251,15 +251,15 @@ func (s *Store) memberCounts(ctx context.Context, tx pgx.Tx, colls []string, thr
 	if through != nil {
 		at, id = &through.at, &through.id
 	}
-	rows, err := tx.Query(ctx, s.birthBinding().memberCountSQL(), colls, at, id)
+	rows, err := tx.Query(ctx, s.BirthBinding().memberCountSQL(), colls, at, id)
 	if err != nil {
 		return nil, fmt.Errorf("count group members: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var b birthBase
+		var b BirthBase
 		var n int64
-		if err := rows.Scan(&b.class, &b.coll, &b.status, &n); err != nil {
+		if err := rows.Scan(&b.Class, &b.Coll, &b.Status, &n); err != nil {
 			return nil, fmt.Errorf("count group members: %w", err)
 		}
 		out[b] += n
@@ -276,6 +276,6 @@ func noJIT(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-func baseOf(g gcos.Group) birthBase {
-	return birthBase{deref(g.ObjectClass), deref(g.SourceRegistry), deref(g.LifecycleStatus)}
+func baseOf(g gcos.Group) BirthBase {
+	return BirthBase{Deref(g.ObjectClass), Deref(g.SourceRegistry), Deref(g.LifecycleStatus)}
 }

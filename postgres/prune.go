@@ -31,7 +31,7 @@ SELECT id, (SELECT count(*) FROM gov) FROM gov WHERE id NOT IN (SELECT id FROM k
 // touched. The removal is summarised in one audit row, never silent. It runs as the holder of RolePrune (ECONFLICT
 // while another process holds it).
 func (s *Store) PruneSnapshots(ctx context.Context, dryRun bool) (res PruneResult, err error) {
-	err = s.asRole(ctx, RolePrune, func(ctx context.Context) error {
+	err = s.AsRole(ctx, RolePrune, func(ctx context.Context) error {
 		var err error
 		res, err = s.pruneSnapshots(ctx, dryRun)
 		return err
@@ -41,7 +41,7 @@ func (s *Store) PruneSnapshots(ctx context.Context, dryRun bool) (res PruneResul
 
 func (s *Store) pruneSnapshots(ctx context.Context, dryRun bool) (PruneResult, error) {
 	res := PruneResult{DryRun: dryRun, Removed: []int64{}}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.snapshot.prune', 0))`); err != nil {
 			return err
 		}
@@ -73,7 +73,7 @@ func (s *Store) pruneSnapshots(ctx context.Context, dryRun bool) (PruneResult, e
 		if _, err := tx.Exec(ctx, `DELETE FROM evolution_snapshots WHERE id = ANY($1) AND scope LIKE 'governance.%'`, res.Removed); err != nil {
 			return fmt.Errorf("prune snapshots: %w", err)
 		}
-		_, err = audit(ctx, tx, AuditEntry{EntityType: "governance_snapshot", EntityCode: "prune", Action: "prune",
+		_, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_snapshot", EntityCode: "prune", Action: "prune",
 			Detail: map[string]any{"removed": len(res.Removed), "kept": res.Kept, "retention_cycles": s.cfg.Snapshot.RetentionCycles,
 				"first_removed": res.Removed[0], "last_removed": res.Removed[len(res.Removed)-1]}})
 		return err

@@ -327,7 +327,7 @@ func (s *Store) Summary(ctx context.Context) (Summary, error) {
 
 		var rs RulesetBrief
 		err = tx.QueryRow(ctx, `
-			SELECT r.ruleset_version, r.status, r.proposed_by, r.proposed_at, r.activated_at, r.activated_by, r.approval_ref
+			SELECT r.ruleset_version, r.Status, r.proposed_by, r.proposed_at, r.activated_at, r.activated_by, r.approval_ref
 			FROM v_current_ruleset cr JOIN governance_ruleset r USING (ruleset_version)`).Scan(&rs.Version, &rs.Status,
 			&rs.ProposedBy, &rs.ProposedAt, &rs.ActivatedAt, &rs.ActivatedBy, &rs.ApprovalRef)
 		switch {
@@ -508,4 +508,46 @@ func (s *Store) Workers(ctx context.Context) (WorkersReport, error) {
 		rep.Cursors = []CursorView{}
 	}
 	return rep, nil
+}
+
+// The executors the silent-gap monitor watches are named by these prefixes in queue_heartbeat.
+const (
+	IntakeExecutorPrefix = "gcos.intake." // gcos.intake.<source>
+	ScanExecutorPrefix   = "gcos.scan."   // gcos.scan.<mode>
+)
+
+// SilenceThreshold is intake.silent_gap_threshold (30 s when unset).
+func (s *Store) SilenceThreshold() time.Duration {
+	if d := s.cfg.Intake.SilentGapThreshold.Duration(); d > 0 {
+		return d
+	}
+	return 30 * time.Second
+}
+
+// tickCadence is how long an executor legitimately waits between two ticks by its own schedule; the monitor allows
+// it on top of the threshold, so a loop that ticks once a minute by design is not called silent after 30 s. The
+// scan loops tick after each pass: the full audit's holder once per min(interval, 1 min), the incremental loop once
+// per interval, the event loop at least once per 20 notification waits. The intake ticks after every poll.
+func (s *Store) tickCadence(executor string) time.Duration {
+	sc := s.cfg.Scan
+	switch executor {
+	case ScanExecutorPrefix + ModeFullAudit:
+		return min(sc.FullAuditInterval.Duration(), time.Minute)
+	case ScanExecutorPrefix + ModeIncremental:
+		return sc.IncrementalInterval.Duration()
+	case ScanExecutorPrefix + ModeEvent:
+		w := sc.CoalesceWindow.Duration()
+		return 21*max(w, 50*time.Millisecond) + w
+	}
+	if strings.HasPrefix(executor, IntakeExecutorPrefix) {
+		return s.cfg.Intake.PollInterval.Duration()
+	}
+	return 0
+}
+
+// SilenceLimit is how old an executor's last tick may be before CheckSilence calls it silent:
+// intake.silent_gap_threshold plus the executor's own tick cadence. Status views should use it too, so that they
+// and the findings agree on who is silent.
+func (s *Store) SilenceLimit(executor string) time.Duration {
+	return s.SilenceThreshold() + s.tickCadence(executor)
 }

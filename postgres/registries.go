@@ -9,8 +9,8 @@ import (
 	"gcos"
 )
 
-// querier is what read helpers need: a pool, a connection or a transaction.
-type querier interface {
+// Querier is what read helpers need: a pool, a connection or a transaction.
+type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -27,7 +27,7 @@ const (
 	measurementsSQL  = `SELECT measurement_id, law_code, method, source_query, target_query, comparison, severity FROM measurement_registry WHERE enabled ORDER BY measurement_id`
 )
 
-func tableExists(ctx context.Context, q querier, name string) (bool, error) {
+func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 	var ok bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
 		return false, fmt.Errorf("check table %s: %w", name, err)
@@ -37,7 +37,7 @@ func tableExists(ctx context.Context, q querier, name string) (bool, error) {
 
 // loadRegistries reads every registry GCOS derives groups, facts and rulesets from. Run it inside one
 // transaction so all registries are seen at one instant.
-func loadRegistries(ctx context.Context, q querier) (gcos.Registries, error) {
+func loadRegistries(ctx context.Context, q Querier) (gcos.Registries, error) {
 	r := gcos.Registries{
 		Collections: map[string]gcos.CollectionRow{},
 		Classes:     map[string]*string{},
@@ -45,7 +45,7 @@ func loadRegistries(ctx context.Context, q querier) (gcos.Registries, error) {
 	}
 	collect := func(table, sql string, optional bool, scan func(pgx.Rows) error) error {
 		if optional {
-			ok, err := tableExists(ctx, q, table)
+			ok, err := TableExists(ctx, q, table)
 			if err != nil {
 				return err
 			}

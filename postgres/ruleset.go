@@ -47,7 +47,7 @@ func scanRuleset(row pgx.Row) (RulesetRow, error) {
 }
 
 // currentComponents reads the registries and the configured verdict policy into ruleset components.
-func (s *Store) currentComponents(ctx context.Context, q querier) (gcos.RulesetComponents, gcos.Registries, error) {
+func (s *Store) currentComponents(ctx context.Context, q Querier) (gcos.RulesetComponents, gcos.Registries, error) {
 	regs, err := loadRegistries(ctx, q)
 	if err != nil {
 		return gcos.RulesetComponents{}, regs, err
@@ -71,7 +71,7 @@ func (s *Store) ComputeRuleset(ctx context.Context, proposer string) (RulesetRow
 	}
 	var row RulesetRow
 	var created bool
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
 			return err
 		}
@@ -111,13 +111,13 @@ func (s *Store) ComputeRuleset(ctx context.Context, proposer string) (RulesetRow
 // GetRuleset returns one ruleset by version.
 func (s *Store) GetRuleset(ctx context.Context, version string) (RulesetRow, error) {
 	r, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, version))
-	return r, mapError(err, "ruleset "+version)
+	return r, MapError(err, "ruleset "+version)
 }
 
 // ActiveRuleset returns the active ruleset (ENOTFOUND when none is active).
 func (s *Store) ActiveRuleset(ctx context.Context) (RulesetRow, error) {
 	r, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE status = 'active'`))
-	return r, mapError(err, "active ruleset")
+	return r, MapError(err, "active ruleset")
 }
 
 // ListRulesets lists every ruleset, newest first.
@@ -174,7 +174,7 @@ func selectedKeys(sel []gcos.GroupSelector, groups []gcos.Group) []string {
 }
 
 // groupDimensions reads the group registry.
-func (s *Store) groupDimensions(ctx context.Context, q querier) ([]gcos.Group, error) {
+func (s *Store) groupDimensions(ctx context.Context, q Querier) ([]gcos.Group, error) {
 	rows, err := q.Query(ctx, `SELECT group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count FROM governance_group ORDER BY group_key`)
 	if err != nil {
 		return nil, fmt.Errorf("read groups: %w", err)
@@ -221,13 +221,13 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 	if frozen {
 		return res, gcos.Errorf(gcos.ECONFLICT, "activate %s: ruleset activation is frozen while a snapshot_nondeterministic finding is open", version)
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.ruleset.activate', 0))`); err != nil {
 			return err
 		}
 		target, err := scanRuleset(tx.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1 FOR UPDATE`, version))
 		if err != nil {
-			return mapError(err, "ruleset "+version)
+			return MapError(err, "ruleset "+version)
 		}
 		switch target.Status {
 		case gcos.RulesetActive:
@@ -252,7 +252,7 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 		if _, err := tx.Exec(ctx, `
 			UPDATE governance_ruleset SET status = 'active', activated_at = now(), activated_by = $2, approval_ref = $3, supersedes = $4
 			WHERE ruleset_version = $1`, version, actor, approvalRef, res.Superseded); err != nil {
-			return mapError(err, "activate "+version)
+			return MapError(err, "activate "+version)
 		}
 		if hasPrev {
 			d := gcos.DiffRulesets(prev.Components, target.Components)
@@ -261,13 +261,13 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 				return err
 			}
 			if len(d.Unresolved) > 0 {
-				if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueRulesetDrift, Subject: version, RulesetVersion: version,
+				if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueRulesetDrift, Subject: version, RulesetVersion: version,
 					Evidence: map[string]any{"unresolved_law_codes": d.Unresolved, "from": prev.Version, "to": version, "dirtied": "all groups"}}); err != nil {
 					return err
 				}
 			}
 		}
-		res.AuditID, err = audit(ctx, tx, AuditEntry{EntityType: "governance_ruleset", EntityCode: version, Action: "activate", Actor: actor,
+		res.AuditID, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_ruleset", EntityCode: version, Action: "activate", Actor: actor,
 			Detail: map[string]any{"approval_ref": approvalRef, "supersedes": res.Superseded, "dirtied_groups": res.DirtiedGroups,
 				"carried_groups": res.CarriedGroups, "unresolved_law_codes": res.Unresolved}})
 		if err != nil || !hasPrev {
@@ -279,7 +279,7 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 				WHERE ruleset_version = $1 AND lifecycle_status = 'active'`, prev.Version); err != nil {
 				return fmt.Errorf("supersede the rows of %s: %w", prev.Version, err)
 			}
-			if err := linkAudit(ctx, tx, table, version, res.AuditID, `audit_ref = 'carried:' || $3`, prev.Version); err != nil {
+			if err := LinkAudit(ctx, tx, table, version, res.AuditID, `audit_ref = 'carried:' || $3`, prev.Version); err != nil {
 				return err
 			}
 		}

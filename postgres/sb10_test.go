@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/world"
@@ -684,11 +685,11 @@ func (b *bundle) sb10TailRows(t *testing.T, cond string) []postgres.TailRow {
 }
 
 // sb10Apply applies tailed rows in one transaction, as the intake's poll does.
-func (b *bundle) sb10Apply(t *testing.T, rows []postgres.TailRow) postgres.HandoffStats {
+func (b *bundle) sb10Apply(t *testing.T, rows []postgres.TailRow) intake.HandoffStats {
 	t.Helper()
-	var st postgres.HandoffStats
+	var st intake.HandoffStats
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		failures, s, err := b.store.ApplyHandoff(b.ctx, tx, rows)
+		failures, s, err := intake.New(b.store).ApplyHandoff(b.ctx, tx, rows)
 		if err != nil {
 			return err
 		}

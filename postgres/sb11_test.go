@@ -127,12 +127,12 @@ func TestSB11_BirthUntouched(t *testing.T) {
 
 	res := b.backfill(t)
 	b.activate(t, res.RulesetVersion)
-	e := &hoEnv{bundle: b}
-	e.w = &intake.Worker{Store: b.store, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}
+	e := &hoEnv{bundle: b, stage: intake.New(b.store)}
+	e.w = &intake.Worker{Stage: e.stage, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}
 	e.activateTypes(t, "governance.")
 	runCtx, stop := context.WithCancel(ctx)
 	churn := &world.Churn{Pool: pool, BirthsPerSecond: 400, ChangesPerSecond: 80, Seed: 9}
-	w := &intake.Worker{Store: b.store, Config: cfg.Intake, Apply: e.apply}
+	w := &intake.Worker{Stage: e.stage, Config: cfg.Intake, Apply: e.apply}
 	sched := &scan.Scheduler{Store: b.store, Config: cfg.Scan, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
@@ -194,7 +194,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 			"outside governance_*", other, churn.Changes(), own, ownOff)
 	}
 	// The loop did run: the churn's births were handed off and scanned (those before the backfill are in its seed).
-	if c, err := b.store.GetCursor(ctx, "birth_registry"); err != nil || c.EventsSeen != b.count(t, `SELECT count(*) FROM birth_registry WHERE id > $1`, maxBirth) {
+	if c, err := intake.New(b.store).GetCursor(ctx, "birth_registry"); err != nil || c.EventsSeen != b.count(t, `SELECT count(*) FROM birth_registry WHERE id > $1`, maxBirth) {
 		t.Fatalf("birth cursor %+v (%v): not every birth was handed off", c, err)
 	}
 	t.Logf("churn: %d births, %d changes; GCOS audit rows: %d", churn.Births(), churn.Changes(), own)
@@ -350,8 +350,8 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 		}
 		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		var fired atomic.Bool
-		apply := func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
-			failures, _, err := e.store.ApplyHandoff(ctx, tx, rows)
+		apply := func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
+			failures, _, err := intake.New(e.store).ApplyHandoff(ctx, tx, rows)
 			if err != nil || len(rows) == 0 || mode == 0 || !fired.CompareAndSwap(false, true) {
 				return failures, err
 			}
@@ -378,7 +378,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 		done := make(chan error, n)
 		for range n {
 			go func() {
-				w := &intake.Worker{Store: e.store, Config: cfg, DisableMonitor: true, Apply: apply}
+				w := &intake.Worker{Stage: intake.New(e.store), Config: cfg, DisableMonitor: true, Apply: apply}
 				done <- w.Run(runCtx)
 			}()
 		}
@@ -413,8 +413,8 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		e.catchUp(t)
-		bc, err1 := e.store.GetCursor(ctx, "birth_registry")
-		cc, err2 := e.store.GetCursor(ctx, "registry_changelog")
+		bc, err1 := intake.New(e.store).GetCursor(ctx, "birth_registry")
+		cc, err2 := intake.New(e.store).GetCursor(ctx, "registry_changelog")
 		if err1 != nil || err2 != nil {
 			t.Fatal(err1, err2)
 		}
@@ -509,7 +509,7 @@ func TestSB11_SilentGap(t *testing.T) {
 	// The intake worker: its apply step hangs once armed (a worker that is alive for the OS but ticks no more).
 	var armed atomic.Bool
 	release := make(chan struct{})
-	apply := func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+	apply := func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 		if armed.Load() && len(rows) > 0 {
 			select {
 			case <-release:
@@ -530,7 +530,7 @@ func TestSB11_SilentGap(t *testing.T) {
 			close(release)
 		}
 	}()
-	w := &intake.Worker{Store: store, Config: cfg.Intake, DisableMonitor: true, Apply: apply}
+	w := &intake.Worker{Stage: intake.New(store), Config: cfg.Intake, DisableMonitor: true, Apply: apply}
 	go func() { workerDone <- w.Run(workerCtx) }()
 	// Two scan executors tick like the scheduler does; the full audit's dies later, the incremental one stays quiet.
 	tick := func(name string, stop <-chan struct{}) {
@@ -550,7 +550,7 @@ func TestSB11_SilentGap(t *testing.T) {
 	go func() { defer bg.Done(); tick("gcos.scan.full_audit", auditStop) }()
 	// The monitor runs apart from the worker, as another process's would.
 	monCtx, stopMon := context.WithCancel(ctx)
-	mon := &intake.Monitor{Store: store, Config: cfg.Intake, Owner: "monitor-test"}
+	mon := &intake.Monitor{Stage: intake.New(store), Config: cfg.Intake, Owner: "monitor-test"}
 	go func() { defer bg.Done(); _ = mon.Run(monCtx) }()
 	defer func() {
 		stopMon()
@@ -597,7 +597,7 @@ func TestSB11_SilentGap(t *testing.T) {
 		return b.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name IN ($1, $2)`, birthExec, changeExec) == 2
 	})
 	time.Sleep(1400 * time.Millisecond)
-	rep, err := store.CheckSilence(ctx)
+	rep, err := intake.New(store).CheckSilence(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,7 +605,7 @@ func TestSB11_SilentGap(t *testing.T) {
 		t.Fatalf("quiet workers: raised %v over %d executors, want nothing over 4", rep.Raised, len(rep.Executors))
 	}
 	for _, ex := range rep.Executors {
-		if ex.State != postgres.ExecutorAlive {
+		if ex.State != intake.ExecutorAlive {
 			t.Fatalf("quiet executor %+v", ex)
 		}
 	}
@@ -621,8 +621,8 @@ func TestSB11_SilentGap(t *testing.T) {
 		f, g := get(gcos.IssueHandoffSilentGap, birthExec), get(gcos.IssueCandidateScanLag, "gcos.scan.full_audit")
 		return f != nil && f.status == "open" && g != nil && g.status == "open"
 	})
-	if f := get(gcos.IssueHandoffSilentGap, birthExec); f.state != postgres.ExecutorDead {
-		t.Fatalf("hung worker's finding says %q, want %q", f.state, postgres.ExecutorDead)
+	if f := get(gcos.IssueHandoffSilentGap, birthExec); f.state != intake.ExecutorDead {
+		t.Fatalf("hung worker's finding says %q, want %q", f.state, intake.ExecutorDead)
 	}
 	if f := get(gcos.IssueCandidateScanLag, "gcos.scan.incremental"); f != nil {
 		t.Fatalf("the quiet scan executor was reported: %+v", f)
@@ -645,8 +645,8 @@ func TestSB11_SilentGap(t *testing.T) {
 		f := get(gcos.IssueHandoffSilentGap, birthExec)
 		return f.status == "open"
 	})
-	if f := get(gcos.IssueHandoffSilentGap, birthExec); f.state != postgres.ExecutorStopped || f.reopens != 1 {
-		t.Fatalf("after a clean stop: %+v, want state %q, re-opened once", *f, postgres.ExecutorStopped)
+	if f := get(gcos.IssueHandoffSilentGap, birthExec); f.state != intake.ExecutorStopped || f.reopens != 1 {
+		t.Fatalf("after a clean stop: %+v, want state %q, re-opened once", *f, intake.ExecutorStopped)
 	}
 }
 
@@ -739,7 +739,7 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 	replay := func() {
 		t.Helper()
 		for _, src := range []string{"birth_registry", "registry_changelog"} {
-			if _, err := e.store.ResetCursor(e.ctx, src, "start"); err != nil {
+			if _, err := intake.New(e.store).ResetCursor(e.ctx, src, "start"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -766,7 +766,7 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 		risk_class, coverage_required, owner_scope, source_snapshot_ref FROM governance_candidate_state`
 	scanned, afterScan := e.digest(t, verdicts), snapshot()
 	for _, src := range []string{"birth_registry", "registry_changelog"} {
-		if _, err := e.store.ResetCursor(e.ctx, src, "start"); err != nil {
+		if _, err := intake.New(e.store).ResetCursor(e.ctx, src, "start"); err != nil {
 			t.Fatal(err)
 		}
 	}

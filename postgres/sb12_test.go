@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/world"
@@ -1019,7 +1020,7 @@ func TestSB12_FailClosed(t *testing.T) {
 		ctx, cancel := context.WithCancel(b.ctx)
 		defer cancel()
 		var seen int64
-		_, err := b.store.Backfill(ctx, postgres.BackfillOptions{Progress: func(done, total int64) {
+		_, err := intake.New(b.store).Backfill(ctx, intake.BackfillOptions{Progress: func(done, total int64) {
 			if seen = done; done >= 1200 && done < total {
 				cancel() // mid-run: some batches done, most not
 			}

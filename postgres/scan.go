@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,7 +119,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	default:
 		return res, gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full_audit", opts.Mode)
 	}
-	rs, err := s.currentRuleset(ctx)
+	rs, err := s.CurrentRuleset(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -145,7 +146,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	if opts.Debounce {
 		debounce = s.cfg.Scan.CoalesceWindow.Duration()
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		previous := map[string]storedResult{}
 		var keys []string
 		claim := func(what, sql string, args ...any) error {
@@ -207,11 +208,11 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 				return fmt.Errorf("record run %s: %w", res.RunID, err)
 			}
 		}
-		snapshotID, err := latestFullSnapshotID(ctx, tx)
+		snapshotID, err := LatestFullSnapshotID(ctx, tx)
 		if err != nil {
 			return err
 		}
-		ev, err := s.newEvaluator(ctx, tx, rs)
+		ev, err := s.NewEvaluator(ctx, tx, rs)
 		if err != nil {
 			return err
 		}
@@ -227,13 +228,13 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		judge := func(key string) (candidateValues, error) {
+		judge := func(key string) (CandidateValues, error) {
 			if why, gone := place.retired[key]; gone {
 				return ev.retire(groups[key], why)
 			}
-			return ev.evaluate(place.live[key], "")
+			return ev.Evaluate(place.live[key], "")
 		}
-		var ok, seeds []candidateValues
+		var ok, seeds []CandidateValues
 		unchanged := map[string]bool{}
 		var failed []failedGroup
 		for _, key := range keys {
@@ -246,7 +247,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			if string(v.Verdict) != was.verdict {
 				res.VerdictChanges++
 			}
-			if was.evidence != nil && *was.evidence == v.Evidence && was.lifecycle == nonEmpty(v.Lifecycle, lifecycleActive) {
+			if was.evidence != nil && *was.evidence == v.Evidence && was.lifecycle == cmp.Or(v.Lifecycle, lifecycleActive) {
 				res.Unchanged++
 				unchanged[key] = true
 			}
@@ -264,7 +265,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		// The groups the claimed groups' members moved to (a new owner or axis family) are judged in the same
 		// transaction, so the gate never sees the old group retired without the new one in place.
 		for _, g := range place.moved {
-			v, err := ev.evaluate(g, "")
+			v, err := ev.Evaluate(g, "")
 			if err != nil {
 				return fmt.Errorf("judge group %s: %w", g.Key, err)
 			}
@@ -287,7 +288,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			}
 		}
 		if len(seeds) > 0 {
-			if _, err := seedCandidates(ctx, tx, snapshotID, rs.Version, res.RunID, seeds); err != nil {
+			if _, err := SeedCandidates(ctx, tx, snapshotID, rs.Version, res.RunID, seeds); err != nil {
 				return err
 			}
 		}
@@ -295,7 +296,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			return err
 		}
 		// Object rows follow their group: the rows of every base judged here are re-derived with its verdicts.
-		bases := map[birthBase]bool{}
+		bases := map[BirthBase]bool{}
 		for _, v := range append(ok, seeds...) {
 			if g, found := groups[v.GroupKey]; found {
 				bases[baseOf(g)] = true
@@ -313,7 +314,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			return err
 		}
 		res.Scanned, res.Seeded, res.Failed, res.Retired = len(ok), len(seeds), len(failed), len(place.retired)
-		// A scan run is complete with each tick; a full audit's run completes only when the audit does (finishRun).
+		// A scan run is complete with each tick; a full audit's run completes only when the audit does (FinishRun).
 		if _, err := tx.Exec(ctx, `UPDATE candidate_scan_run SET groups_scanned = groups_scanned + $2,
 			verdict_changes = verdict_changes + $3, groups_unchanged = groups_unchanged + $5,
 			status = CASE WHEN mode = 'full_audit' THEN status ELSE 'succeeded' END,
@@ -363,7 +364,7 @@ func (s *Store) recordFailures(ctx context.Context, tx pgx.Tx, ruleset, runID st
 		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'failed', last_run_id = $3, updated_at = now() WHERE group_key = $1 AND ruleset_version = $2`, f.key, ruleset, runID); err != nil {
 			return err
 		}
-		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: f.key, Group: f.key, RunID: runID, RulesetVersion: ruleset,
+		if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: f.key, Group: f.key, RunID: runID, RulesetVersion: ruleset,
 			Evidence: map[string]any{"group_key": f.key, "recompute_status": "failed", "attempts": attempts, "error": f.err.Error(), "next_attempt_in": backoff.String()}}); err != nil {
 			return err
 		}
@@ -385,7 +386,7 @@ func (s *Store) scanBackoff(attempts int) time.Duration {
 // ownership rows disagree, and auto-closes candidate_unknown and candidate_stale for groups it settled,
 // owner_dispute for groups no longer disputed, and coverage_orphan for groups that are no longer orphans, keyed by
 // the current ruleset. Groups in quiet are not raised again.
-func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []candidateValues, quiet map[string]bool) error {
+func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []CandidateValues, quiet map[string]bool) error {
 	type pending struct {
 		t       gcos.IssueType
 		subject string
@@ -397,7 +398,7 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 			if quiet[v.GroupKey] {
 				continue
 			}
-			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, Group: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
+			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, Group: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
 				Evidence: map[string]any{"group_key": v.GroupKey, "rule": v.Rule, "risk_class": v.RiskClass}}); err != nil {
 				return err
 			}
@@ -408,7 +409,7 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 			keys = append(keys, gcos.CoalesceKey(t, v.GroupKey))
 		}
 		if len(v.OwnerDispute) > 0 && !quiet[v.GroupKey] {
-			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueOwnerDispute, Subject: v.GroupKey, Group: v.GroupKey,
+			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueOwnerDispute, Subject: v.GroupKey, Group: v.GroupKey,
 				RunID: runID, RulesetVersion: ruleset, Evidence: map[string]any{"group_key": v.GroupKey, "claimants": v.OwnerDispute,
 					"routed_to": gcos.CouncilOwner, "reason": "equally specific active ownership rows name different owners: no owner until one is retired"}}); err != nil {
 				return err
@@ -443,7 +444,7 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 		if !isOpen[keys[i]] {
 			continue
 		}
-		if _, err := resolveFinding(ctx, tx, p.t, p.subject, ""); err != nil {
+		if _, err := ResolveFindingTx(ctx, tx, p.t, p.subject, ""); err != nil {
 			return err
 		}
 	}
@@ -503,16 +504,16 @@ func (s *Store) recordRunFailure(ctx context.Context, runID, mode, ruleset strin
 	return nil
 }
 
-// currentRuleset is the ruleset scans evaluate under: the active one, else the newest draft. A version's content
+// CurrentRuleset is the ruleset scans evaluate under: the active one, else the newest draft. A version's content
 // never changes (it is its hash), so the components are decoded once per version and only the lifecycle columns
 // are read each time.
-func (s *Store) currentRuleset(ctx context.Context) (RulesetRow, error) {
+func (s *Store) CurrentRuleset(ctx context.Context) (RulesetRow, error) {
 	var head RulesetRow
 	err := s.pool.QueryRow(ctx, `SELECT ruleset_version, status, activated_at, activated_by, approval_ref, supersedes
 		FROM governance_ruleset WHERE ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`).Scan(
 		&head.Version, &head.Status, &head.ActivatedAt, &head.ActivatedBy, &head.ApprovalRef, &head.Supersedes)
 	if err != nil {
-		return RulesetRow{}, mapError(err, "current ruleset (run gcos backfill first)")
+		return RulesetRow{}, MapError(err, "current ruleset (run gcos backfill first)")
 	}
 	cached, err := s.rulesetVersion(ctx, head.Version)
 	if err != nil {
@@ -527,11 +528,11 @@ func (s *Store) currentRuleset(ctx context.Context) (RulesetRow, error) {
 // content is its hash, so it never changes). Its lifecycle columns are as first read: callers that need them
 // current read them themselves.
 func (s *Store) rulesetVersion(ctx context.Context, version string) (RulesetRow, error) {
-	return s.rulesetVersionVia(ctx, s.pool, version)
+	return s.RulesetVersionVia(ctx, s.pool, version)
 }
 
-// rulesetVersionVia is rulesetVersion read through q (the gate reads through its own pool).
-func (s *Store) rulesetVersionVia(ctx context.Context, q querier, version string) (RulesetRow, error) {
+// RulesetVersionVia is rulesetVersion read through q (the gate reads through its own pool).
+func (s *Store) RulesetVersionVia(ctx context.Context, q Querier, version string) (RulesetRow, error) {
 	s.rulesetCache.mu.Lock()
 	cached, ok := s.rulesetCache.rows[version]
 	s.rulesetCache.mu.Unlock()
@@ -540,7 +541,7 @@ func (s *Store) rulesetVersionVia(ctx context.Context, q querier, version string
 	}
 	cached, err := scanRuleset(q.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, version))
 	if err != nil {
-		return RulesetRow{}, mapError(err, "ruleset "+version)
+		return RulesetRow{}, MapError(err, "ruleset "+version)
 	}
 	s.rulesetCache.mu.Lock()
 	if s.rulesetCache.rows == nil || len(s.rulesetCache.rows) > 16 {
@@ -585,13 +586,13 @@ type groupCount struct {
 	at      time.Time
 }
 
-func latestFullSnapshotID(ctx context.Context, q querier) (int64, error) {
+func LatestFullSnapshotID(ctx context.Context, q Querier) (int64, error) {
 	var id int64
 	err := q.QueryRow(ctx, `SELECT id FROM evolution_snapshots WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1`).Scan(&id)
-	return id, mapError(err, "latest full snapshot (run gcos backfill first)")
+	return id, MapError(err, "latest full snapshot (run gcos backfill first)")
 }
 
-func groupsByKey(ctx context.Context, q querier, keys []string) (map[string]gcos.Group, error) {
+func groupsByKey(ctx context.Context, q Querier, keys []string) (map[string]gcos.Group, error) {
 	rows, err := q.Query(ctx, `SELECT group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count FROM governance_group WHERE group_key = ANY($1)`, keys)
 	if err != nil {
 		return nil, fmt.Errorf("read groups: %w", err)
@@ -612,7 +613,7 @@ func groupsByKey(ctx context.Context, q querier, keys []string) (map[string]gcos
 // ones. It returns how many rows it dirtied.
 func (s *Store) ExpireStale(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		if err := dirtyLapsedExceptions(ctx, tx); err != nil {
 			return err
 		}
@@ -646,7 +647,7 @@ func (s *Store) ExpireStale(ctx context.Context) (int64, error) {
 			if !gcos.IsHighRisk(e.risk, s.cfg.Gate.LowRiskClasses) {
 				continue
 			}
-			if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateStale, Subject: e.key, Group: e.key, RulesetVersion: e.ruleset,
+			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateStale, Subject: e.key, Group: e.key, RulesetVersion: e.ruleset,
 				Evidence: map[string]any{"group_key": e.key, "risk_class": e.risk, "stale_after": e.staleAfter}}); err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 )
 
@@ -534,8 +535,8 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 		VALUES ('followup-1', $1, $2, 'quarantined_test', 'followup-test', 'tester')`, coll, class)
 	src := postgres.BirthTailSource(b.cfg.SourceBinding)
 	for i := 0; i < 200; i++ {
-		res, err := b.store.PollTail(b.ctx, src, b.cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
-			f, _, err := b.store.ApplyHandoff(ctx, tx, rows)
+		res, err := intake.New(b.store).PollTail(b.ctx, src, b.cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
+			f, _, err := intake.New(b.store).ApplyHandoff(ctx, tx, rows)
 			return f, err
 		})
 		if err != nil {

@@ -99,20 +99,20 @@ type CaptureOptions struct {
 	checkKeptCounts bool
 }
 
-// birthBinding names the birth inventory's table and columns (the source binding).
-type birthBinding struct {
+// BirthBinding names the birth inventory's table and columns (the source binding).
+type BirthBinding struct {
 	Table, ID, Code, Collection, Type, Status, BornAt, Parent, Canonical, SourceSystem, Actor string
 }
 
-func (s *Store) birthBinding() birthBinding {
+func (s *Store) BirthBinding() BirthBinding {
 	sb := s.cfg.SourceBinding
 	b := sb.Birth
-	return birthBinding{Table: b.Table, ID: b.ID, Code: b.EntityCode, Collection: sb.SourceRegistry.Column,
+	return BirthBinding{Table: b.Table, ID: b.ID, Code: b.EntityCode, Collection: sb.SourceRegistry.Column,
 		Type: sb.ObjectClass.Column, Status: sb.LifecycleStatus.Column, BornAt: b.BornAt, Parent: b.ParentCode,
 		Canonical: b.CanonicalAddress, SourceSystem: b.SourceSystem, Actor: b.ActorRef}
 }
 
-func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
+func Ident(s string) string { return pgx.Identifier{s}.Sanitize() }
 
 // baseAggregateSQL aggregates one id range of births into (class, registry, lifecycle) base groups. An inherited
 // child (parent_code set) is counted in its anchor's base group; its own row content still enters the hash. The
@@ -120,16 +120,16 @@ func ident(s string) string { return pgx.Identifier{s}.Sanitize() }
 // aggregated with their parent code, so anchors are looked up once per (parent, group), never per row. OFFSET 0
 // keeps the anchor lookup an index probe on the unique (collection, code) index per aggregate row: flattened into a
 // join, the planner hashed the whole inventory for every batch, so a batch cost O(all births) instead of O(batch).
-func (b birthBinding) baseAggregateSQL() string {
+func (b BirthBinding) baseAggregateSQL() string {
 	r := strings.NewReplacer(
-		"{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{born}", ident(b.BornAt), "{parent}", ident(b.Parent),
-		"{canon}", ident(b.Canonical), "{src}", ident(b.SourceSystem), "{actor}", ident(b.Actor))
+		"{t}", Ident(b.Table), "{id}", Ident(b.ID), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
+		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{born}", Ident(b.BornAt), "{parent}", Ident(b.Parent),
+		"{canon}", Ident(b.Canonical), "{src}", Ident(b.SourceSystem), "{actor}", Ident(b.Actor))
 	return r.Replace(`
-SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.coll), coalesce(p.{status}, a.status),
+SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.Coll), coalesce(p.{status}, a.Status),
        sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text
 FROM (
-    SELECT b.type, b.coll, b.status, b.parent, count(*) AS n, max(b.born) AS max_born, max(b.id) AS max_id,
+    SELECT b.type, b.Coll, b.Status, b.parent, count(*) AS n, max(b.born) AS max_born, max(b.id) AS max_id,
            sum(b.h) AS h0, sum(hashint8extended(b.h, 1)) AS h1
     FROM (
         SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, b.{born} AS born, b.{id} AS id,
@@ -143,7 +143,7 @@ FROM (
 ) a
 LEFT JOIN LATERAL (
     SELECT p.{type}, p.{coll}, p.{status} FROM {t} p
-    WHERE a.parent IS NOT NULL AND p.{coll} = a.coll AND p.{code} = a.parent
+    WHERE a.parent IS NOT NULL AND p.{coll} = a.Coll AND p.{code} = a.parent
     OFFSET 0
 ) p ON true
 GROUP BY 1, 2, 3`)
@@ -160,35 +160,35 @@ const rowHashExpr = `hashint8extended(
                # hashint8extended(b.{id}, 0) # hashfloat8extended(date_part('epoch', b.{born}), 0), 0)`
 
 // rowHash is rowHashExpr over the birth table aliased b.
-func (b birthBinding) rowHash() string {
-	r := strings.NewReplacer("{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{born}", ident(b.BornAt), "{parent}", ident(b.Parent),
-		"{canon}", ident(b.Canonical), "{src}", ident(b.SourceSystem), "{actor}", ident(b.Actor))
+func (b BirthBinding) rowHash() string {
+	r := strings.NewReplacer("{id}", Ident(b.ID), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
+		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{born}", Ident(b.BornAt), "{parent}", Ident(b.Parent),
+		"{canon}", Ident(b.Canonical), "{src}", Ident(b.SourceSystem), "{actor}", Ident(b.Actor))
 	return r.Replace(rowHashExpr)
 }
 
 // objectFingerprintSQL reads one object's fingerprint by collection ($1) and code ($2): its birth row's hash in
 // the two lanes of gcos.Fingerprint, rendered as Fingerprint.String (high lane, then low, 16 hex digits each), so
 // SQL views can compare it with the fingerprint an exception pins (gcos_object_fingerprint).
-func (b birthBinding) objectFingerprintSQL() string {
+func (b BirthBinding) objectFingerprintSQL() string {
 	return fmt.Sprintf(`SELECT lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
 FROM %s b CROSS JOIN LATERAL (SELECT %s AS h) f
-WHERE b.%s = $1 AND b.%s = $2`, ident(b.Table), b.rowHash(), ident(b.Collection), ident(b.Code))
+WHERE b.%s = $1 AND b.%s = $2`, Ident(b.Table), b.rowHash(), Ident(b.Collection), Ident(b.Code))
 }
 
 // ObjectFingerprintSQL is the statement that reads one object's fingerprint (what an exception on it pins) by
 // collection ($1) and code ($2), under the configured source binding. The fingerprint is a definition, not state:
-// the reference evaluator (package oracle) runs the same statement in its own transaction.
-func (s *Store) ObjectFingerprintSQL() string { return s.birthBinding().objectFingerprintSQL() }
+// the reference Evaluator (package oracle) runs the same statement in its own transaction.
+func (s *Store) ObjectFingerprintSQL() string { return s.BirthBinding().objectFingerprintSQL() }
 
 // memberCountSQL counts the members of every base group of the collections $1 through a tail position ($2, $3;
 // every row when $2 is NULL), each inherited child in its anchor's base group as baseAggregateSQL places it (the
 // rows of one base group may appear twice: the caller adds them up). A base group's objects all live in its
 // collection, so the count reads those collections and nothing else; objects without a parent (nearly all) are
 // counted by a hash aggregate on three columns, children through a lookup of their parent.
-func (b birthBinding) memberCountSQL() string {
-	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{born}", ident(b.BornAt), "{id}", ident(b.ID))
+func (b BirthBinding) memberCountSQL() string {
+	r := strings.NewReplacer("{t}", Ident(b.Table), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
+		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{parent}", Ident(b.Parent), "{born}", Ident(b.BornAt), "{id}", Ident(b.ID))
 	return r.Replace(`
 SELECT b.{type}, b.{coll}, b.{status}, count(*)
 FROM {t} b
@@ -206,9 +206,9 @@ GROUP BY 1, 2, 3`)
 
 // bornAfterSQL counts, by anchor base group, the births of the collections $3 after the tail position ($1, $2):
 // the births the tail has not handed off yet. It reads the (born_at, id) index over the tail's lag only.
-func (b birthBinding) bornAfterSQL() string {
-	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{born}", ident(b.BornAt), "{id}", ident(b.ID))
+func (b BirthBinding) bornAfterSQL() string {
+	r := strings.NewReplacer("{t}", Ident(b.Table), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
+		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{parent}", Ident(b.Parent), "{born}", Ident(b.BornAt), "{id}", Ident(b.ID))
 	return r.Replace(`
 SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*)
 FROM {t} b
@@ -219,9 +219,9 @@ GROUP BY 1, 2, 3`)
 
 // basesBornAfterSQL lists the anchor base groups that have births after the tail position ($1, $2), through the
 // (born_at, id) index.
-func (b birthBinding) basesBornAfterSQL() string {
-	r := strings.NewReplacer("{t}", ident(b.Table), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{parent}", ident(b.Parent), "{born}", ident(b.BornAt), "{id}", ident(b.ID))
+func (b BirthBinding) basesBornAfterSQL() string {
+	r := strings.NewReplacer("{t}", Ident(b.Table), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
+		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{parent}", Ident(b.Parent), "{born}", Ident(b.BornAt), "{id}", Ident(b.ID))
 	return r.Replace(`
 SELECT DISTINCT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status})
 FROM {t} b
@@ -230,15 +230,15 @@ WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint)`)
 }
 
 // estateCountSQL counts every born object now (what the ledger's total is).
-func (b birthBinding) estateCountSQL() string {
-	return fmt.Sprintf(`SELECT count(*) FROM %s`, ident(b.Table))
+func (b BirthBinding) estateCountSQL() string {
+	return fmt.Sprintf(`SELECT count(*) FROM %s`, Ident(b.Table))
 }
 
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
-func (b birthBinding) rowHashSQL() string {
-	r := strings.NewReplacer("{t}", ident(b.Table), "{id}", ident(b.ID), "{code}", ident(b.Code), "{coll}", ident(b.Collection),
-		"{type}", ident(b.Type), "{status}", ident(b.Status), "{born}", ident(b.BornAt), "{parent}", ident(b.Parent),
-		"{canon}", ident(b.Canonical), "{src}", ident(b.SourceSystem), "{actor}", ident(b.Actor))
+func (b BirthBinding) rowHashSQL() string {
+	r := strings.NewReplacer("{t}", Ident(b.Table), "{id}", Ident(b.ID), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
+		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{born}", Ident(b.BornAt), "{parent}", Ident(b.Parent),
+		"{canon}", Ident(b.Canonical), "{src}", Ident(b.SourceSystem), "{actor}", Ident(b.Actor))
 	return r.Replace(`
 SELECT h, hashint8extended(h, 1) FROM (SELECT ` + rowHashExpr + ` AS h
 FROM {t} b WHERE b.{id} = $1) x`)
@@ -256,13 +256,13 @@ func (s *Store) RowFingerprint(ctx context.Context, id int64) (gcos.Fingerprint,
 	if _, err := tx.Exec(ctx, `SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'`); err != nil {
 		return gcos.Fingerprint{}, err
 	}
-	if err := tx.QueryRow(ctx, s.birthBinding().rowHashSQL(), id).Scan(&h0, &h1); err != nil {
-		return gcos.Fingerprint{}, mapError(err, fmt.Sprintf("birth %d", id))
+	if err := tx.QueryRow(ctx, s.BirthBinding().rowHashSQL(), id).Scan(&h0, &h1); err != nil {
+		return gcos.Fingerprint{}, MapError(err, fmt.Sprintf("birth %d", id))
 	}
 	return gcos.FingerprintFromRowHashes(h0, h1), nil
 }
 
-type baseKey struct{ class, registry, lifecycle string }
+type baseKey struct{ Class, registry, lifecycle string }
 
 // captureBatches reads [minID, maxID] in keyset batches across workers sharing one exported snapshot, so the
 // result is one consistent instant whatever the batch size or parallelism.
@@ -279,7 +279,7 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, minID, maxID int6
 		ranges = append(ranges, batch{lo, min(lo+opts.BatchSize, maxID+1)})
 	}
 	nBatches = len(ranges)
-	sql := s.birthBinding().baseAggregateSQL()
+	sql := s.BirthBinding().baseAggregateSQL()
 	var mu sync.Mutex
 	merged := map[baseKey]*gcos.BaseGroup{}
 	var done int64
@@ -533,13 +533,13 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	if err := sessionSettings(ctx, tx, opts.StatementTimeout); err != nil {
 		return Snapshot{}, err
 	}
-	regs, err := s.dimensionRegistries(ctx, tx, opts.RulesetVersion)
+	regs, err := s.DimensionRegistries(ctx, tx, opts.RulesetVersion)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	b := s.birthBinding()
+	b := s.BirthBinding()
 	var minID, maxID *int64
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT min(%s), max(%s) FROM %s`, ident(b.ID), ident(b.ID), ident(b.Table))).Scan(&minID, &maxID); err != nil {
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT min(%s), max(%s) FROM %s`, Ident(b.ID), Ident(b.ID), Ident(b.Table))).Scan(&minID, &maxID); err != nil {
 		return Snapshot{}, fmt.Errorf("id bounds: %w", err)
 	}
 	bases := map[baseKey]*gcos.BaseGroup{}
@@ -560,7 +560,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
-		return a.class < b.class || (a.class == b.class && (a.registry < b.registry || (a.registry == b.registry && a.lifecycle < b.lifecycle)))
+		return a.Class < b.Class || (a.Class == b.Class && (a.registry < b.registry || (a.registry == b.registry && a.lifecycle < b.lifecycle)))
 	})
 	for _, k := range keys {
 		base := bases[k]
@@ -587,7 +587,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 
 	s.logger.Debug("snapshot: groups built", "groups", len(snap.Groups), "elapsed", time.Since(t0))
 	defer func() { s.logger.Debug("snapshot: written", "elapsed", time.Since(t0)) }()
-	err = s.inTx(ctx, func(wtx pgx.Tx) error {
+	err = s.InTx(ctx, func(wtx pgx.Tx) error {
 		// Serialise writers of one scope so "previous snapshot" is well defined.
 		if _, err := wtx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.snapshot:' || $1, 0))`, opts.Scope); err != nil {
 			return err
@@ -634,7 +634,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 				changed++
 			}
 		}
-		snap.AuditID, err = audit(ctx, wtx, AuditEntry{EntityType: "governance_snapshot", EntityCode: fmt.Sprint(snap.ID), Action: "capture",
+		snap.AuditID, err = Audit(ctx, wtx, AuditEntry{EntityType: "governance_snapshot", EntityCode: fmt.Sprint(snap.ID), Action: "capture",
 			Detail: map[string]any{"scope": opts.Scope, "run_id": opts.RunID, "births": snap.Metrics.Totals.Births,
 				"groups": snap.Metrics.Totals.Groups, "groups_changed": changed, "previous_snapshot_id": snap.Delta.PreviousSnapshotID}})
 		return err
@@ -690,10 +690,10 @@ func scanSnapshot(row pgx.Row) (Snapshot, error) {
 	return s, nil
 }
 
-func latestSnapshot(ctx context.Context, q querier, scope string) (*Snapshot, error) {
+func latestSnapshot(ctx context.Context, q Querier, scope string) (*Snapshot, error) {
 	s, err := scanSnapshot(q.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE scope = $1 ORDER BY id DESC LIMIT 1`, scope))
 	if err != nil {
-		return nil, mapError(err, "latest snapshot of "+scope)
+		return nil, MapError(err, "latest snapshot of "+scope)
 	}
 	return &s, nil
 }
@@ -711,7 +711,7 @@ func (s *Store) LatestSnapshot(ctx context.Context, scope string) (Snapshot, err
 func (s *Store) GetSnapshot(ctx context.Context, id int64) (Snapshot, error) {
 	snap, err := scanSnapshot(s.pool.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE id = $1 AND scope LIKE 'governance.%'`, id))
 	if err != nil {
-		return Snapshot{}, mapError(err, fmt.Sprintf("snapshot %d", id))
+		return Snapshot{}, MapError(err, fmt.Sprintf("snapshot %d", id))
 	}
 	return snap, nil
 }

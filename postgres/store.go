@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -26,14 +27,10 @@ type Store struct {
 	gatePool     *pgxpool.Pool
 	logger       *slog.Logger
 	cfg          gcos.Config
-	regCache     registryCache
 	rulesetCache rulesetCache
 	followUps    followUpLog // gate follow-ups recently written
 	// stormOpen is what this store knows about the group_invalidation_storm finding (stormFinding*).
 	stormOpen atomic.Int32
-	// routeFallbacks counts changes the intake could not place precisely (gcos.Route.Fallback); the first is logged.
-	routeFallbacks      atomic.Int64
-	routeFallbackLogged atomic.Bool
 	// gateSQLText is built once from the source binding: the gate is the hot path.
 	gateSQLText string
 	// txRetries counts transactions that failed on a deadlock or a serialization conflict; their loop retries them.
@@ -85,12 +82,15 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 	}
 	host, _ := os.Hostname()
 	s := &Store{pool: pool, gatePool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8])}
-	s.gateSQLText = s.birthBinding().gateSQL()
+	s.gateSQLText = s.BirthBinding().gateSQL()
 	return s
 }
 
 // Pool exposes the connection pool to sibling packages that run their own SQL (workers, tests).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Logger is the store's logger (the stages log through it).
+func (s *Store) Logger() *slog.Logger { return s.logger }
 
 // Owner is the name this store's process holds role leases under.
 func (s *Store) Owner() string { return s.owner }
@@ -152,12 +152,13 @@ func (s *Store) Prepare(ctx context.Context, opts PrepareOptions) (PrepareResult
 	return res, nil
 }
 
-// inTx runs fn in one transaction; under a Fenced context the commit first checks the role's lease.
-func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+// InTx runs fn in one transaction; under a Fenced context the commit first checks the role's lease. A stage that
+// writes candidate state does it in one of these.
+func (s *Store) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return s.inTxOn(ctx, s.pool, fn)
 }
 
-// inTxOn is inTx on a given pool (the gate's follow-ups run on the gate's pool).
+// inTxOn is InTx on a given pool (the gate's follow-ups run on the gate's pool).
 func (s *Store) inTxOn(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := fn(tx); err != nil {
@@ -165,14 +166,14 @@ func (s *Store) inTxOn(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) 
 		}
 		return checkFence(ctx, tx)
 	})
-	s.noteConflict(err)
+	s.NoteConflict(err)
 	return err
 }
 
-// noteConflict counts a transaction that failed on a deadlock (40P01) or a serialization failure (40001). Marking
+// NoteConflict counts a transaction that failed on a deadlock (40P01) or a serialization failure (40001). Marking
 // takes its locks in one order, so a deadlock there is a defect; the counter (gcos_tx_retries_total) shows any.
-func (s *Store) noteConflict(err error) {
-	if tailIsPgCode(err, "40P01", "40001") {
+func (s *Store) NoteConflict(err error) {
+	if IsPgCode(err, "40P01", "40001") {
 		s.txRetries.Add(1)
 		s.logger.Warn("transaction conflict; its loop retries it", "err", err)
 	}
@@ -182,12 +183,8 @@ func (s *Store) noteConflict(err error) {
 // retried by their loop: the intake's next poll, the scan's next tick).
 func (s *Store) TxRetries() int64 { return s.txRetries.Load() }
 
-// mapError normalises driver errors at the edge so pgx never leaks upward.
-// RouteFallbacks is how many changes this process's intake could not place precisely, so they dirtied every
-// group they might affect.
-func (s *Store) RouteFallbacks() int64 { return s.routeFallbacks.Load() }
-
-func mapError(err error, what string) error {
+// MapError normalises driver errors at the edge so pgx never leaks upward.
+func MapError(err error, what string) error {
 	if err == nil {
 		return nil
 	}
@@ -204,4 +201,10 @@ func mapError(err error, what string) error {
 		}
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// IsPgCode reports whether err is a PostgreSQL error with one of the given SQLSTATE codes.
+func IsPgCode(err error, codes ...string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && slices.Contains(codes, pgErr.Code)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 )
@@ -55,10 +56,10 @@ func newTailEnv(t *testing.T) *tailEnv {
 		t.Fatal(err)
 	}
 	for _, src := range []postgres.TailSource{e.birth, e.changelog} {
-		if _, err := e.store.CheckTail(ctx, src, cfg); err != nil {
+		if _, err := intake.New(e.store).CheckTail(ctx, src, cfg); err != nil {
 			t.Fatalf("preconditions of %s: %v", src.Name, err)
 		}
-		if _, err := e.store.EnsureCursor(ctx, src); err != nil {
+		if _, err := intake.New(e.store).EnsureCursor(ctx, src); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +67,7 @@ func newTailEnv(t *testing.T) *tailEnv {
 }
 
 // tailRecord is the apply step of most tests: it writes every row into tail_applied in the poll's transaction.
-func tailRecord(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+func tailRecord(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 	sources, ids := make([]string, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {
 		sources[i], ids[i] = r.Source, r.ID
@@ -76,9 +77,9 @@ func tailRecord(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]post
 }
 
 // poll runs one poll and fails the test on error.
-func (e *tailEnv) poll(t *testing.T, src postgres.TailSource, apply postgres.ApplyFunc) postgres.PollResult {
+func (e *tailEnv) poll(t *testing.T, src postgres.TailSource, apply intake.ApplyFunc) intake.PollResult {
 	t.Helper()
-	res, err := e.store.PollTail(e.ctx, src, e.cfg, apply)
+	res, err := intake.New(e.store).PollTail(e.ctx, src, e.cfg, apply)
 	if err != nil {
 		t.Fatalf("poll %s: %v", src.Name, err)
 	}
@@ -86,7 +87,7 @@ func (e *tailEnv) poll(t *testing.T, src postgres.TailSource, apply postgres.App
 }
 
 // drain waits until rows committed so far are below the horizon, then polls until a page is not full.
-func (e *tailEnv) drain(t *testing.T, src postgres.TailSource, apply postgres.ApplyFunc) postgres.PollResult {
+func (e *tailEnv) drain(t *testing.T, src postgres.TailSource, apply intake.ApplyFunc) intake.PollResult {
 	t.Helper()
 	time.Sleep(2 * tailGuard)
 	for range 10_000 {
@@ -96,7 +97,7 @@ func (e *tailEnv) drain(t *testing.T, src postgres.TailSource, apply postgres.Ap
 		}
 	}
 	t.Fatal("drain: the tail never caught up")
-	return postgres.PollResult{}
+	return intake.PollResult{}
 }
 
 // applied returns how often each id of source was applied.
@@ -389,7 +390,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 		t.Fatalf("without a role filter the reader's transaction holds the horizon: %+v %+v", res, res.HeldBy)
 	}
 	time.Sleep(e.cfg.LagThreshold.Duration() + 50*time.Millisecond)
-	lag, err := e.store.CheckTailLag(e.ctx, e.birth, e.cfg)
+	lag, err := intake.New(e.store).CheckTailLag(e.ctx, e.birth, e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,11 +405,11 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	// With the filter (only the writer role) the reader no longer matters.
 	filtered := e.cfg
 	filtered.RoleFilter = []string{me}
-	if _, err := e.store.CheckTail(e.ctx, e.birth, filtered); err != nil {
+	if _, err := intake.New(e.store).CheckTail(e.ctx, e.birth, filtered); err != nil {
 		t.Fatalf("the reader cannot write, so the filter is sound: %v", err)
 	}
 	time.Sleep(2 * tailGuard)
-	res, err = e.store.PollTail(e.ctx, e.birth, filtered, tailRecord)
+	res, err = intake.New(e.store).PollTail(e.ctx, e.birth, filtered, tailRecord)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +419,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	if _, err := e.pool.Exec(e.ctx, `GRANT INSERT ON birth_registry TO `+reader); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.CheckTail(e.ctx, e.birth, filtered); gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), reader) {
+	if _, err := intake.New(e.store).CheckTail(e.ctx, e.birth, filtered); gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), reader) {
 		t.Fatalf("a filter without writer %s must be refused, got %v", reader, err)
 	}
 	if _, err := e.pool.Exec(e.ctx, `REVOKE INSERT ON birth_registry FROM `+reader); err != nil {
@@ -428,7 +429,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	if err := ro.Commit(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	lag, err = e.store.CheckTailLag(e.ctx, e.birth, e.cfg)
+	lag, err = intake.New(e.store).CheckTailLag(e.ctx, e.birth, e.cfg)
 	if err != nil || lag.Lagging {
 		t.Fatalf("lag should clear once the reader ends: %v %+v", err, lag)
 	}
@@ -638,7 +639,7 @@ func TestTailStress_ConcurrentWriters(t *testing.T) {
 			var polls, reads int
 			deadline := time.Now().Add(2500 * time.Millisecond)
 			for time.Now().Before(deadline) {
-				res, err := e.store.PollTail(e.ctx, src, cfg, tailRecord)
+				res, err := intake.New(e.store).PollTail(e.ctx, src, cfg, tailRecord)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -710,7 +711,7 @@ func TestTailKill_ExactlyOnceAcrossAbortedPolls(t *testing.T) {
 		apply := tailRecord
 		switch mode {
 		case 1: // cancel the context inside apply, after writing
-			apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+			apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 				if _, err := tailRecord(ctx, tx, rows); err != nil {
 					return nil, err
 				}
@@ -718,7 +719,7 @@ func TestTailKill_ExactlyOnceAcrossAbortedPolls(t *testing.T) {
 				return nil, ctx.Err()
 			}
 		case 2: // terminate the backend mid-apply
-			apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+			apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 				if _, err := tailRecord(ctx, tx, rows[:len(rows)/2]); err != nil {
 					return nil, err
 				}
@@ -728,14 +729,14 @@ func TestTailKill_ExactlyOnceAcrossAbortedPolls(t *testing.T) {
 				return tailRecord(ctx, tx, rows[len(rows)/2:])
 			}
 		case 3: // terminate after apply, before the cursor advance and commit
-			apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+			apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 				if _, err := tailRecord(ctx, tx, rows); err != nil {
 					return nil, err
 				}
 				return nil, terminate(tx)
 			}
 		case 4: // apply fails as a whole
-			apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+			apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 				if _, err := tailRecord(ctx, tx, rows); err != nil {
 					return nil, err
 				}
@@ -749,7 +750,7 @@ func TestTailKill_ExactlyOnceAcrossAbortedPolls(t *testing.T) {
 			cancel = func() { cancelInner(); prev() }
 		}
 		time.Sleep(time.Duration(mrand.IntN(10)) * time.Millisecond)
-		res, err := e.store.PollTail(ctx, e.birth, cfg, apply)
+		res, err := intake.New(e.store).PollTail(ctx, e.birth, cfg, apply)
 		cancel()
 		switch {
 		case err != nil:
@@ -785,19 +786,19 @@ func TestTailPoisonRowRetryThenDLQ(t *testing.T) {
 	ids := e.births(t, 6)
 	poison, flaky := ids[1], ids[4]
 	var flakyFails atomic.Int32
-	apply := func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
+	apply := func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 		// Write everything first: the failed rows' writes must be rolled back by the tail.
 		if _, err := tailRecord(ctx, tx, rows); err != nil {
 			return nil, err
 		}
-		var fails []postgres.RowFailure
+		var fails []intake.RowFailure
 		for _, r := range rows {
 			switch {
 			case r.ID == poison:
-				fails = append(fails, postgres.RowFailure{ID: r.ID, Kind: gcos.ChangeObjectBorn, Err: errors.New("cannot map poison")})
+				fails = append(fails, intake.RowFailure{ID: r.ID, Kind: gcos.ChangeObjectBorn, Err: errors.New("cannot map poison")})
 			case r.ID == flaky && flakyFails.Load() < 2:
 				flakyFails.Add(1)
-				fails = append(fails, postgres.RowFailure{ID: r.ID, Err: errors.New("transient")})
+				fails = append(fails, intake.RowFailure{ID: r.ID, Err: errors.New("transient")})
 			}
 		}
 		return fails, nil
@@ -831,7 +832,7 @@ func TestTailPoisonRowRetryThenDLQ(t *testing.T) {
 	}
 	for range 200 {
 		time.Sleep(5 * time.Millisecond)
-		if _, err := e.store.RetryDue(e.ctx, e.birth, e.cfg, apply); err != nil {
+		if _, err := intake.New(e.store).RetryDue(e.ctx, e.birth, e.cfg, apply); err != nil {
 			t.Fatal(err)
 		}
 		if e.count(t, `SELECT count(*) FROM event_pending WHERE processed_at IS NULL AND dead_lettered_at IS NULL`) == 0 {
@@ -855,7 +856,7 @@ func TestTailPoisonRowRetryThenDLQ(t *testing.T) {
 	if got[poison] != 0 || got[flaky] != 1 {
 		t.Fatalf("after retries: poison applied %d times, flaky %d times", got[poison], got[flaky])
 	}
-	c, err := e.store.GetCursor(e.ctx, e.birth.Name)
+	c, err := intake.New(e.store).GetCursor(e.ctx, e.birth.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -904,21 +905,21 @@ func TestCursorResetReplaysAndRefusesBadWatermarks(t *testing.T) {
 	if err := e.pool.QueryRow(e.ctx, `SELECT born_at, id FROM birth_registry WHERE id = $1`, ids[2]).Scan(&p3.born, &p3.id); err != nil {
 		t.Fatal(err)
 	}
-	before, err := e.store.GetCursor(e.ctx, e.birth.Name)
+	before, err := intake.New(e.store).GetCursor(e.ctx, e.birth.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{"", "garbage", "2026-13-45T00:00:00Z", "2999-01-01T00:00:00Z",
 		p2.born.UTC().Format("2006-01-02 15:04:05.999999"), p2.born.UTC().Format(time.RFC3339Nano) + "/abc",
 		p2.born.UTC().Format(time.RFC3339Nano) + "/-1", "0001-01-01T00:00:00Z", strings.Repeat("9", 200)} {
-		if _, err := e.store.ResetCursor(e.ctx, e.birth.Name, bad); gcos.ErrorCode(err) != gcos.EINVALID {
+		if _, err := intake.New(e.store).ResetCursor(e.ctx, e.birth.Name, bad); gcos.ErrorCode(err) != gcos.EINVALID {
 			t.Fatalf("watermark %q: want EINVALID, got %v", bad, err)
 		}
 	}
-	if _, err := e.store.ResetCursor(e.ctx, "no_such_source", "start"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
+	if _, err := intake.New(e.store).ResetCursor(e.ctx, "no_such_source", "start"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		t.Fatalf("unknown source: %v", err)
 	}
-	after, err := e.store.GetCursor(e.ctx, e.birth.Name)
+	after, err := intake.New(e.store).GetCursor(e.ctx, e.birth.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -927,7 +928,7 @@ func TestCursorResetReplaysAndRefusesBadWatermarks(t *testing.T) {
 	}
 
 	// (ts, id) replays strictly after the row; ts alone replays from that instant on; start replays everything.
-	c, err := e.store.ResetCursor(e.ctx, e.birth.Name, fmt.Sprintf("%s/%d", p2.born.UTC().Format(time.RFC3339Nano), p2.id))
+	c, err := intake.New(e.store).ResetCursor(e.ctx, e.birth.Name, fmt.Sprintf("%s/%d", p2.born.UTC().Format(time.RFC3339Nano), p2.id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -938,14 +939,14 @@ func TestCursorResetReplaysAndRefusesBadWatermarks(t *testing.T) {
 	if got := e.applied(t, e.birth.Name); got[ids[0]] != 1 || got[ids[1]] != 1 || got[ids[2]] != 2 || got[ids[4]] != 2 {
 		t.Fatalf("replay after row 2: %v", got)
 	}
-	if _, err := e.store.ResetCursor(e.ctx, e.birth.Name, p3.born.Format(time.RFC3339Nano)); err != nil {
+	if _, err := intake.New(e.store).ResetCursor(e.ctx, e.birth.Name, p3.born.Format(time.RFC3339Nano)); err != nil {
 		t.Fatal(err)
 	}
 	e.drain(t, e.birth, tailRecord)
 	if got := e.applied(t, e.birth.Name); got[ids[1]] != 1 || got[ids[2]] != 3 || got[ids[3]] != 3 {
 		t.Fatalf("replay from row 3's instant: %v", got)
 	}
-	if _, err := e.store.ResetCursor(e.ctx, e.birth.Name, "start"); err != nil {
+	if _, err := intake.New(e.store).ResetCursor(e.ctx, e.birth.Name, "start"); err != nil {
 		t.Fatal(err)
 	}
 	e.drain(t, e.birth, tailRecord)
@@ -966,14 +967,14 @@ func TestCursorResetReplaysAndRefusesBadWatermarks(t *testing.T) {
 	if err := e.pool.QueryRow(e.ctx, `SELECT "timestamp" FROM registry_changelog WHERE id = $1`, chg).Scan(&local); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.ResetCursor(e.ctx, e.changelog.Name, local.Format("2006-01-02T15:04:05.999999")); err != nil {
+	if _, err := intake.New(e.store).ResetCursor(e.ctx, e.changelog.Name, local.Format("2006-01-02T15:04:05.999999")); err != nil {
 		t.Fatal(err)
 	}
 	e.drain(t, e.changelog, tailRecord)
 	if got := e.applied(t, e.changelog.Name); got[chg] < 2 {
 		t.Fatalf("changelog replay from its local time: %v", got)
 	}
-	cursors, err := e.store.ListCursors(e.ctx)
+	cursors, err := intake.New(e.store).ListCursors(e.ctx)
 	if err != nil || len(cursors) != 2 || cursors[0].Source != "birth_registry" || cursors[1].TSType != "timestamp" ||
 		cursors[1].TimeZone == "" {
 		t.Fatalf("list cursors: %v %+v", err, cursors)
@@ -1020,13 +1021,13 @@ func TestTailPreconditionsRefuseWithClearMessages(t *testing.T) {
 	} {
 		s := src(tc.col)
 		s.TimeZone = tc.zone
-		_, err := e.store.CheckTail(e.ctx, s, e.cfg)
+		_, err := intake.New(e.store).CheckTail(e.ctx, s, e.cfg)
 		if gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: want EINVALID mentioning %q, got %v", tc.col, tc.want, err)
 		}
 	}
 	for _, col := range []string{"utc_local", "at_zone", "clock", "cur_ts"} {
-		rep, err := e.store.CheckTail(e.ctx, src(col), e.cfg)
+		rep, err := intake.New(e.store).CheckTail(e.ctx, src(col), e.cfg)
 		if err != nil {
 			t.Errorf("%s should pass: %v", col, err)
 		}
@@ -1036,24 +1037,24 @@ func TestTailPreconditionsRefuseWithClearMessages(t *testing.T) {
 	}
 	coarse := e.cfg
 	coarse.HorizonGuard = gcos.Duration(time.Second)
-	if _, err := e.store.CheckTail(e.ctx, src("coarse"), coarse); err != nil {
+	if _, err := intake.New(e.store).CheckTail(e.ctx, src("coarse"), coarse); err != nil {
 		t.Errorf("a guard of 1s covers timestamp(0): %v", err)
 	}
 	chg := e.changelog
 	chg.TimeZone = "America/New_York"
-	if _, err := e.store.CheckTail(e.ctx, chg, e.cfg); err == nil || !strings.Contains(err.Error(), "sets its clocks back") {
+	if _, err := intake.New(e.store).CheckTail(e.ctx, chg, e.cfg); err == nil || !strings.Contains(err.Error(), "sets its clocks back") {
 		t.Errorf("a DST zone for the changelog must be refused: %v", err)
 	}
 	chg.TimeZone = "Not/AZone"
-	if _, err := e.store.CheckTail(e.ctx, chg, e.cfg); gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), "not known") {
+	if _, err := intake.New(e.store).CheckTail(e.ctx, chg, e.cfg); gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), "not known") {
 		t.Errorf("an unknown zone must be refused: %v", err)
 	}
 	// A cached id sequence hands out ids out of order: the sweep for rows behind the cursor warns about it.
 	if _, err := e.pool.Exec(e.ctx, `ALTER SEQUENCE births_variants_id_seq CACHE 20`); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := e.store.CheckTail(e.ctx, src("clock"), e.cfg); err != nil || !slices.ContainsFunc(rep.Items, func(i postgres.TailCheckItem) bool {
-		return i.Name == "id_sequence" && i.Status == postgres.CheckWarn && strings.Contains(i.Detail, "CACHE 1")
+	if rep, err := intake.New(e.store).CheckTail(e.ctx, src("clock"), e.cfg); err != nil || !slices.ContainsFunc(rep.Items, func(i intake.TailCheckItem) bool {
+		return i.Name == "id_sequence" && i.Status == intake.CheckWarn && strings.Contains(i.Detail, "CACHE 1")
 	}) {
 		t.Errorf("a cached id sequence should warn: %v %+v", err, rep.Items)
 	}
@@ -1071,10 +1072,10 @@ func TestTailPreconditionsRefuseWithClearMessages(t *testing.T) {
 	}
 	defer weak.Close()
 	ws := postgres.New(weak, gcos.DefaultConfig(), nil)
-	if _, err := ws.CheckTail(e.ctx, e.birth, e.cfg); gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), "pg_read_all_stats") {
+	if _, err := intake.New(ws).CheckTail(e.ctx, e.birth, e.cfg); gcos.ErrorCode(err) != gcos.EINVALID || !strings.Contains(err.Error(), "pg_read_all_stats") {
 		t.Errorf("an unprivileged role must be refused naming pg_read_all_stats: %v", err)
 	}
-	if _, err := ws.PollTail(e.ctx, e.birth, e.cfg, tailRecord); gcos.ErrorCode(err) != gcos.EINVALID {
+	if _, err := intake.New(ws).PollTail(e.ctx, e.birth, e.cfg, tailRecord); gcos.ErrorCode(err) != gcos.EINVALID {
 		t.Errorf("an unprivileged role's poll must be refused: %v", err)
 	}
 
@@ -1119,17 +1120,17 @@ func TestTailChangelogLocalTimeZone(t *testing.T) {
 	defer tailPool.Close()
 	store := postgres.New(tailPool, gcos.DefaultConfig(), nil)
 	right := postgres.ChangelogTailSource()
-	rep, err := store.CheckTail(e.ctx, right, e.cfg)
+	rep, err := intake.New(store).CheckTail(e.ctx, right, e.cfg)
 	if err != nil || rep.TimeZone != "America/Bogota" {
 		t.Fatalf("the zone should come from the database setting: %v %+v", err, rep)
 	}
 	// The cursor made before the database setting changed still says the old zone: EnsureCursor rebinds it.
-	if c, err := store.EnsureCursor(e.ctx, right); err != nil || c.TimeZone != "America/Bogota" {
+	if c, err := intake.New(store).EnsureCursor(e.ctx, right); err != nil || c.TimeZone != "America/Bogota" {
 		t.Fatalf("ensure: %v %+v", err, c)
 	}
 	wrong := right
 	wrong.Name, wrong.TimeZone = "changelog_wrong_zone", "Asia/Ho_Chi_Minh"
-	if _, err := store.EnsureCursor(e.ctx, wrong); err != nil {
+	if _, err := intake.New(store).EnsureCursor(e.ctx, wrong); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := writers.Acquire(e.ctx)
@@ -1152,7 +1153,7 @@ func TestTailChangelogLocalTimeZone(t *testing.T) {
 	}
 	time.Sleep(2 * tailGuard)
 	for _, src := range []postgres.TailSource{right, wrong} {
-		if _, err := store.PollTail(e.ctx, src, e.cfg, tailRecord); err != nil {
+		if _, err := intake.New(store).PollTail(e.ctx, src, e.cfg, tailRecord); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1164,7 +1165,7 @@ func TestTailChangelogLocalTimeZone(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * tailGuard)
-	if _, err := store.PollTail(e.ctx, right, e.cfg, tailRecord); err != nil {
+	if _, err := intake.New(store).PollTail(e.ctx, right, e.cfg, tailRecord); err != nil {
 		t.Fatal(err)
 	}
 	tailExactlyOnce(t, "right zone", append(later, aID), e.applied(t, right.Name))
@@ -1172,13 +1173,13 @@ func TestTailChangelogLocalTimeZone(t *testing.T) {
 	// sweep finds it (once the transactions open at its mark have ended), hands it off and reports it.
 	deadline := time.Now().Add(30 * time.Second)
 	for e.applied(t, wrong.Name)[aID] == 0 && time.Now().Before(deadline) {
-		if _, err := store.PollTail(e.ctx, wrong, e.cfg, tailRecord); err != nil {
+		if _, err := intake.New(store).PollTail(e.ctx, wrong, e.cfg, tailRecord); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * tailGuard)
 	}
 	tailExactlyOnce(t, "wrong zone", append(later, aID), e.applied(t, wrong.Name))
-	c, err := store.GetCursor(e.ctx, wrong.Name)
+	c, err := intake.New(store).GetCursor(e.ctx, wrong.Name)
 	if err != nil || c.LateRows != 1 {
 		t.Fatalf("the wrong-zone cursor counts %d late rows (%v), want 1", c.LateRows, err)
 	}
@@ -1212,7 +1213,7 @@ func TestTailWritersInOtherTimeZones(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := postgres.ChangelogTailSource()
-	if c, err := e.store.EnsureCursor(e.ctx, src); err != nil || c.TimeZone != "UTC" {
+	if c, err := intake.New(e.store).EnsureCursor(e.ctx, src); err != nil || c.TimeZone != "UTC" {
 		t.Fatalf("ensure: %v %+v", err, c)
 	}
 	pools := map[string]*pgxpool.Pool{}
@@ -1240,7 +1241,7 @@ func TestTailWritersInOtherTimeZones(t *testing.T) {
 	cfg.PageSize = 50
 	deadline := time.Now().Add(2500 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		res, err := e.store.PollTail(e.ctx, src, cfg, tailRecord)
+		res, err := intake.New(e.store).PollTail(e.ctx, src, cfg, tailRecord)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1264,7 +1265,7 @@ func TestTailWritersInOtherTimeZones(t *testing.T) {
 	}
 	tailExactlyOnce(t, "three time zones", committed, e.applied(t, src.Name))
 	tailExactlyOnce(t, "three time zones vs table", e.ids(t, src.Table), e.applied(t, src.Name))
-	c, err := e.store.GetCursor(e.ctx, src.Name)
+	c, err := intake.New(e.store).GetCursor(e.ctx, src.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1291,13 +1292,13 @@ func TestTailEnsureCursorRefusesRebindWithPosition(t *testing.T) {
 	if _, err := e.pool.Exec(e.ctx, `CREATE TABLE births_elsewhere (LIKE birth_registry INCLUDING DEFAULTS)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.EnsureCursor(e.ctx, moved); gcos.ErrorCode(err) != gcos.ECONFLICT {
+	if _, err := intake.New(e.store).EnsureCursor(e.ctx, moved); gcos.ErrorCode(err) != gcos.ECONFLICT {
 		t.Fatalf("want ECONFLICT, got %v", err)
 	}
-	if _, err := e.store.PollTail(e.ctx, moved, e.cfg, tailRecord); gcos.ErrorCode(err) != gcos.ECONFLICT {
+	if _, err := intake.New(e.store).PollTail(e.ctx, moved, e.cfg, tailRecord); gcos.ErrorCode(err) != gcos.ECONFLICT {
 		t.Fatalf("a poll with another binding must be refused, got %v", err)
 	}
-	if _, err := e.store.PollTail(e.ctx, postgres.TailSource{Name: "nothing", Kind: postgres.TailBirth, Table: "birth_registry",
+	if _, err := intake.New(e.store).PollTail(e.ctx, postgres.TailSource{Name: "nothing", Kind: postgres.TailBirth, Table: "birth_registry",
 		TSColumn: "born_at", IDColumn: "id"}, e.cfg, tailRecord); gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		t.Fatalf("a poll without a cursor: %v", err)
 	}
@@ -1315,21 +1316,21 @@ func BenchmarkPollTail(b *testing.B) {
 		SELECT 'e' || g, 'c' || (g % 78), 't' || (g % 169), 'active', 'bench' FROM generate_series(1, $1) g`, rows); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := store.EnsureCursor(ctx, src); err != nil {
+	if _, err := intake.New(store).EnsureCursor(ctx, src); err != nil {
 		b.Fatal(err)
 	}
 	cfg := full.Intake
 	cfg.PageSize = 10_000
-	noop := func(context.Context, pgx.Tx, []postgres.TailRow) ([]postgres.RowFailure, error) { return nil, nil }
+	noop := func(context.Context, pgx.Tx, []postgres.TailRow) ([]intake.RowFailure, error) { return nil, nil }
 	time.Sleep(50 * time.Millisecond)
 	b.ResetTimer()
 	read := 0
 	for range b.N {
-		if _, err := store.ResetCursor(ctx, src.Name, "start"); err != nil {
+		if _, err := intake.New(store).ResetCursor(ctx, src.Name, "start"); err != nil {
 			b.Fatal(err)
 		}
 		for {
-			res, err := store.PollTail(ctx, src, cfg, noop)
+			res, err := intake.New(store).PollTail(ctx, src, cfg, noop)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -1373,7 +1374,7 @@ func TestTailSweepHandsOffMisplacedRows(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for len(e.applied(t, src.Name)) < len(want) && time.Now().Before(deadline) {
 		time.Sleep(2 * tailGuard)
-		if _, err := e.store.PollTail(e.ctx, src, cfg, tailRecord); err != nil {
+		if _, err := intake.New(e.store).PollTail(e.ctx, src, cfg, tailRecord); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1381,7 +1382,7 @@ func TestTailSweepHandsOffMisplacedRows(t *testing.T) {
 		e.drain(t, src, tailRecord)
 	}
 	tailExactlyOnce(t, "misplaced rows", want, e.applied(t, src.Name))
-	c, err := e.store.GetCursor(e.ctx, src.Name)
+	c, err := intake.New(e.store).GetCursor(e.ctx, src.Name)
 	if err != nil || c.LateRows != 7 || c.FutureRows != 2 {
 		t.Fatalf("late %d, future %d (%v); want 7 and 2", c.LateRows, c.FutureRows, err)
 	}

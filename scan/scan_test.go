@@ -2,6 +2,7 @@ package scan_test
 
 import (
 	"context"
+	"gcos/intake"
 	"gcos/oracle"
 	"slices"
 	"strings"
@@ -28,7 +29,7 @@ func seeded(t *testing.T) (*postgres.Store, context.Context) {
 	cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
 	cfg.Scan.StormFraction = 1
 	store := postgres.New(pool, cfg, nil)
-	res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/world"
@@ -92,7 +93,7 @@ func TestGateCommandExitsThreeUnlessAllowed(t *testing.T) {
 			t.Fatal(err)
 		}
 		store := postgres.New(pool, gcos.DefaultConfig(), nil)
-		res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+		res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"gcos/intake"
@@ -16,17 +14,9 @@ func init() {
 	extraCommands = append(extraCommands, (*app).intakeCommand, (*app).cursorCommand)
 }
 
-// intakeWorker wires the lossless tail to the handoff apply step.
+// intakeWorker is the intake stage's worker over store, applying with the stage's own handoff step.
 func (a *app) intakeWorker(store *postgres.Store) *intake.Worker {
-	return &intake.Worker{
-		Store:  store,
-		Config: a.cfg.Intake,
-		Logger: a.logger,
-		Apply: func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]postgres.RowFailure, error) {
-			failures, _, err := store.ApplyHandoff(ctx, tx, rows)
-			return failures, err
-		},
-	}
+	return &intake.Worker{Stage: intake.New(store), Config: a.cfg.Intake, Logger: a.logger}
 }
 
 func (a *app) intakeCommand() *cobra.Command {
@@ -71,7 +61,7 @@ func (a *app) cursorCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cs, err := store.ListCursors(cmd.Context())
+			cs, err := intake.New(store).ListCursors(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -90,7 +80,7 @@ func (a *app) cursorCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := store.ResetCursor(cmd.Context(), args[0], to)
+			c, err := intake.New(store).ResetCursor(cmd.Context(), args[0], to)
 			if err != nil {
 				return err
 			}

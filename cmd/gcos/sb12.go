@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/postgres"
 )
 
@@ -47,7 +48,7 @@ func (a *app) backfillCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := store.Backfill(cmd.Context(), postgres.BackfillOptions{Proposer: by, Progress: a.progressFunc("snapshot")})
+			res, err := intake.New(store).Backfill(cmd.Context(), intake.BackfillOptions{Proposer: by, Progress: a.progressFunc("snapshot")})
 			if err != nil {
 				return err
 			}

@@ -16,6 +16,7 @@ import (
 
 	"gcos"
 	"gcos/httpapi"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
 	"gcos/world"
@@ -119,7 +120,7 @@ func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 		}
 		a.logger.Info("demo: world loaded", "births", sum.Births, "elapsed", sum.Elapsed.Round(time.Millisecond))
 	}
-	res, err := store.Backfill(ctx, postgres.BackfillOptions{Progress: a.progressFunc("snapshot")})
+	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{Progress: a.progressFunc("snapshot")})
 	if err != nil {
 		return err
 	}

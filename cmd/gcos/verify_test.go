@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"gcos"
+	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -23,7 +24,7 @@ func TestVerifyCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := postgres.New(pool, gcos.DefaultConfig(), nil)
-	res, err := store.Backfill(ctx, postgres.BackfillOptions{})
+	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package postgres
+package intake
 
 // Rows the order key misplaces (SPEC §9.2, issue: nothing enters unseen).
 //
@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // sweepState is a cursor's out-of-order bookkeeping as the poll locked it.
@@ -44,7 +45,7 @@ type sweepState struct {
 
 // sweepResult is what a poll's sweep found and will record.
 type sweepResult struct {
-	late, future []TailRow
+	late, future []postgres.TailRow
 	swept, next  *int64
 	nextAt       pgtype.Timestamptz
 	early        []int64 // after the poll
@@ -56,13 +57,13 @@ type sweepResult struct {
 // tolerance in microseconds, $3 the early ids, $4 the page size, $5 (timestamp sources) the zone. The bound is a
 // single stable expression (statement_timestamp(), no row comparison) so the (ts, id) index starts right at it
 // instead of the table being scanned on every poll; a row at or behind the position is the cursor's (or the sweep's).
-func (src TailSource) futureSQL(noTZ bool) string {
+func futureSQL(src postgres.TailSource, noTZ bool) string {
 	ts, id := "t."+tailIdent(src.TSColumn), "t."+tailIdent(src.IDColumn)
 	bound := "greatest(statement_timestamp() + $2::bigint * interval '1 microsecond', $1::timestamptz)"
 	if noTZ {
 		bound = "greatest((statement_timestamp() + $2::bigint * interval '1 microsecond') AT TIME ZONE $5::text, $1::timestamp)"
 	}
-	return "SELECT " + src.selectList(noTZ, "$5") + " FROM " + src.tableSQL() + " t WHERE " + ts + " > " + bound +
+	return "SELECT " + selectList(src, noTZ, "$5") + " FROM " + tableSQL(src) + " t WHERE " + ts + " > " + bound +
 		" AND NOT (" + id + " = ANY (coalesce($3::bigint[], '{}')))" +
 		" ORDER BY " + ts + ", " + id + " LIMIT $4"
 }
@@ -70,21 +71,21 @@ func (src TailSource) futureSQL(noTZ bool) string {
 // lateSQL finds rows behind the cursor never handed off, among the ids (swept, next], in id order: $1,$2 the position
 // after this page, $3 swept, $4 next, $5 the ids handed off (delivered_ids), $6 this poll's ids, $7 the page size, $8
 // (timestamp sources) the zone.
-func (src TailSource) lateSQL(noTZ bool) string {
+func lateSQL(src postgres.TailSource, noTZ bool) string {
 	ts, id := "t."+tailIdent(src.TSColumn), "t."+tailIdent(src.IDColumn)
 	pos := "($1::timestamptz, $2::bigint)"
 	if noTZ {
 		pos = "($1::timestamp, $2::bigint)"
 	}
-	return "SELECT " + src.selectList(noTZ, "$8") + " FROM " + src.tableSQL() + " t WHERE " + id + " > $3::bigint AND " +
+	return "SELECT " + selectList(src, noTZ, "$8") + " FROM " + tableSQL(src) + " t WHERE " + id + " > $3::bigint AND " +
 		id + " <= $4::bigint AND (" + ts + ", " + id + ") <= " + pos +
 		" AND NOT ($5::text::int8multirange @> " + id + "::bigint) AND NOT (" + id + " = ANY (coalesce($6::bigint[], '{}')))" +
 		" ORDER BY " + id + " LIMIT $7"
 }
 
 // maxIDSQL is the sweep's next mark: the largest id visible now, and the time after the statement's snapshot.
-func (src TailSource) maxIDSQL() string {
-	return "SELECT coalesce(max(" + tailIdent(src.IDColumn) + "), 0)::bigint, clock_timestamp() FROM " + src.tableSQL()
+func maxIDSQL(src postgres.TailSource) string {
+	return "SELECT coalesce(max(" + tailIdent(src.IDColumn) + "), 0)::bigint, clock_timestamp() FROM " + tableSQL(src)
 }
 
 const sweepRecordSQL = `
@@ -98,7 +99,7 @@ WHERE source = $1`
 // sweep runs the poll's out-of-order checks after its page was read. page is the page as read; pos is the position
 // the cursor will commit (the page's last row, or the position it had). It returns what to hand off besides the
 // page's rows and what to record.
-func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCursorRow, st sweepState, page []TailRow,
+func (s *Stage) sweep(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cur tailCursorRow, st sweepState, page []postgres.TailRow,
 	pos tailPos, horizon time.Time, cfg gcos.IntakeConfig, pageSize int) (sweepResult, error) {
 	res := sweepResult{swept: st.swept, next: st.next, nextAt: st.nextAt}
 	early := map[int64]bool{}
@@ -126,7 +127,7 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 
 	// Rows beyond the future tolerance.
 	tol := max(cfg.FutureTolerance.Duration(), 0)
-	future, err := tailReadRows(ctx, tx, src, cur.noTZ, 0, src.futureSQL(cur.noTZ),
+	future, err := tailReadRows(ctx, tx, src, cur.noTZ, 0, futureSQL(src, cur.noTZ),
 		zoneArg([]any{pos.tsArg(cur.noTZ), tol.Microseconds(), earlyIDs, pageSize})...)
 	if err != nil {
 		return res, fmt.Errorf("find future rows: %w", err)
@@ -144,14 +145,14 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 		// First poll (or after a reset): the sweep starts at the rows visible now.
 		var mark int64
 		var at time.Time
-		if err := tx.QueryRow(ctx, src.maxIDSQL()).Scan(&mark, &at); err != nil {
+		if err := tx.QueryRow(ctx, maxIDSQL(src)).Scan(&mark, &at); err != nil {
 			return res, fmt.Errorf("start the id sweep: %w", err)
 		}
 		res.swept, res.next, res.nextAt = &mark, &mark, pgtype.Timestamptz{Time: at, Valid: true}
 	case res.nextAt.Valid && horizon.After(res.nextAt.Time):
 		// Every transaction open when the mark was taken has ended: the ids up to it are final.
 		if *st.next > *st.swept {
-			late, err := tailReadRows(ctx, tx, src, cur.noTZ, 0, src.lateSQL(cur.noTZ),
+			late, err := tailReadRows(ctx, tx, src, cur.noTZ, 0, lateSQL(src, cur.noTZ),
 				zoneArg([]any{pos.tsArg(cur.noTZ), pos.idArg(), *st.swept, *st.next, st.delivered, res.delivered, pageSize})...)
 			if err != nil {
 				return res, fmt.Errorf("find rows behind the cursor: %w", err)
@@ -170,7 +171,7 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 		}
 		var mark int64
 		var at time.Time
-		if err := tx.QueryRow(ctx, src.maxIDSQL()).Scan(&mark, &at); err != nil {
+		if err := tx.QueryRow(ctx, maxIDSQL(src)).Scan(&mark, &at); err != nil {
 			return res, fmt.Errorf("advance the id sweep: %w", err)
 		}
 		swept := *st.next
@@ -181,12 +182,12 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCu
 }
 
 // recordSweep writes the sweep's bookkeeping and reports what it found (one coalesced finding per source and kind).
-func (s *Store) recordSweep(ctx context.Context, tx pgx.Tx, src TailSource, cur tailCursorRow, pos tailPos, res sweepResult) error {
+func (s *Stage) recordSweep(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cur tailCursorRow, pos tailPos, res sweepResult) error {
 	if _, err := tx.Exec(ctx, sweepRecordSQL, src.Name, res.swept, res.next, res.nextAt, idRanges(res.delivered),
 		res.early, len(res.late), len(res.future)); err != nil {
 		return fmt.Errorf("record the sweep of %s: %w", src.Name, err)
 	}
-	report := func(kind string, rows []TailRow, what, fix string) error {
+	report := func(kind string, rows []postgres.TailRow, what, fix string) error {
 		if len(rows) == 0 {
 			return nil
 		}
@@ -195,10 +196,10 @@ func (s *Store) recordSweep(ctx context.Context, tx pgx.Tx, src TailSource, cur 
 		for i, r := range rows {
 			if i < 10 {
 				ids = append(ids, r.ID)
-				keys = append(keys, r.raw.Format("2006-01-02T15:04:05.999999"))
+				keys = append(keys, r.Raw.Format("2006-01-02T15:04:05.999999"))
 			}
 		}
-		_, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueHandoffOutOfOrder, Subject: src.Name + ":" + kind,
+		_, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueHandoffOutOfOrder, Subject: src.Name + ":" + kind,
 			Evidence: map[string]any{"source": src.Name, "kind": kind, "rows": len(rows), "sample_ids": ids,
 				"sample_order_keys": keys, "cursor": pos.watermark(cur.noTZ), "time_zone": cur.zone, "what": what,
 				"handled": "handed off in this poll", "fix": fix}})

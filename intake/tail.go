@@ -1,4 +1,4 @@
-package postgres
+package intake
 
 // The lossless cursor tail of the handoff intake (SPEC §9.2, doc 32 §5).
 //
@@ -43,10 +43,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 const (
@@ -56,118 +56,8 @@ const (
 	tailErrorMax     = 500                        // characters of an error kept in event_pending.last_error
 )
 
-// TailKind says which columns of a source row GCOS maps, and so which TailRow fields a poll fills.
-type TailKind string
-
-// The tailed source kinds.
-const (
-	TailBirth     TailKind = "birth"     // the born-object inventory (birth_registry)
-	TailChangelog TailKind = "changelog" // the change ledger (registry_changelog)
-)
-
-// tailFields lists, per kind, the TailRow fields read from a source row (the default column of each is its name).
-var tailFields = map[TailKind][]string{
-	TailBirth: {"entity_code", "collection_name", "entity_type", "status", "parent_code", "canonical_address",
-		"source_system", "actor_ref"},
-	TailChangelog: {"entity_type", "entity_code", "action", "changed_by", "alert_level"},
-}
-
-// TailSource binds one tailed source: the table, its (timestamp, id) order key and the columns that feed a
-// TailRow. The binding is data; every identifier is quoted with pgx.Identifier when the SQL is built.
-type TailSource struct {
-	Name     string            `json:"name"`                // cursor key and event_pending.entity_table, e.g. birth_registry
-	Kind     TailKind          `json:"kind"`                // birth or changelog
-	Schema   string            `json:"schema,omitempty"`    // empty: the search path
-	Table    string            `json:"table"`               // the source table
-	TSColumn string            `json:"ts_column"`           // timestamptz or timestamp, set by the database clock
-	IDColumn string            `json:"id_column"`           // integer, from a sequence
-	Columns  map[string]string `json:"columns,omitempty"`   // TailRow field → column, for fields not named like their column
-	TimeZone string            `json:"time_zone,omitempty"` // timestamp (no tz) sources: the writers' zone; empty = resolve
-}
-
-// BirthTailSource is the birth_registry source as the configured source binding names it.
-func BirthTailSource(b gcos.SourceBinding) TailSource {
-	src := TailSource{Name: "birth_registry", Kind: TailBirth, Table: "birth_registry", TSColumn: "born_at",
-		IDColumn: "id", Columns: map[string]string{}}
-	if b.Birth.Table != "" {
-		src.Table = b.Birth.Table
-	}
-	if b.Birth.BornAt != "" {
-		src.TSColumn = b.Birth.BornAt
-	}
-	if b.Birth.ID != "" {
-		src.IDColumn = b.Birth.ID
-	}
-	set := func(field, column string) {
-		if column != "" && column != field {
-			src.Columns[field] = column
-		}
-	}
-	set("entity_code", b.Birth.EntityCode)
-	set("parent_code", b.Birth.ParentCode)
-	set("canonical_address", b.Birth.CanonicalAddress)
-	set("source_system", b.Birth.SourceSystem)
-	set("actor_ref", b.Birth.ActorRef)
-	for field, cb := range map[string]gcos.ColumnBinding{
-		"entity_type": b.ObjectClass, "collection_name": b.SourceRegistry, "status": b.LifecycleStatus,
-	} {
-		if cb.Table == src.Table && cb.KeyColumn == "" {
-			set(field, cb.Column)
-		}
-	}
-	if len(src.Columns) == 0 {
-		src.Columns = nil
-	}
-	return src
-}
-
-// ChangelogTailSource is the registry_changelog source with the substrate's names.
-func ChangelogTailSource() TailSource {
-	return TailSource{Name: "registry_changelog", Kind: TailChangelog, Table: "registry_changelog",
-		TSColumn: "timestamp", IDColumn: "id"}
-}
-
-// DefaultTailSources are the sources the intake tails: births (as bound in cfg) and the change ledger.
-func DefaultTailSources(cfg gcos.Config) []TailSource {
-	return []TailSource{BirthTailSource(cfg.SourceBinding), ChangelogTailSource()}
-}
-
-var tailNameRE = regexp.MustCompile(`^[a-z][a-z0-9_.]*$`)
-
-// Validate checks the binding's shape (the catalog is checked by CheckTail).
-func (src TailSource) Validate() error {
-	if !tailNameRE.MatchString(src.Name) || len(src.Name) > 100 {
-		return gcos.Errorf(gcos.EINVALID, "tail source name %q: want lower-case letters, digits, _ and .", src.Name)
-	}
-	fields, ok := tailFields[src.Kind]
-	if !ok {
-		return gcos.Errorf(gcos.EINVALID, "tail source %s: kind %q: want %s or %s", src.Name, src.Kind, TailBirth, TailChangelog)
-	}
-	if src.Table == "" || src.TSColumn == "" || src.IDColumn == "" {
-		return gcos.Errorf(gcos.EINVALID, "tail source %s: table, ts_column and id_column are required", src.Name)
-	}
-	for field, col := range src.Columns {
-		if !slices.Contains(fields, field) {
-			return gcos.Errorf(gcos.EINVALID, "tail source %s: columns: %q is not a %s field (fields: %s)",
-				src.Name, field, src.Kind, strings.Join(fields, ", "))
-		}
-		if col == "" {
-			return gcos.Errorf(gcos.EINVALID, "tail source %s: columns.%s: empty column name", src.Name, field)
-		}
-	}
-	return nil
-}
-
-// column is the source column feeding a TailRow field.
-func (src TailSource) column(field string) string {
-	if c, ok := src.Columns[field]; ok {
-		return c
-	}
-	return field
-}
-
 // qualifiedTable is the table as stored on the cursor (schema.table or table).
-func (src TailSource) qualifiedTable() string {
+func qualifiedTable(src postgres.TailSource) string {
 	if src.Schema != "" {
 		return src.Schema + "." + src.Table
 	}
@@ -175,7 +65,7 @@ func (src TailSource) qualifiedTable() string {
 }
 
 // tableSQL is the quoted table name.
-func (src TailSource) tableSQL() string {
+func tableSQL(src postgres.TailSource) string {
 	if src.Schema != "" {
 		return pgx.Identifier{src.Schema, src.Table}.Sanitize()
 	}
@@ -186,144 +76,53 @@ func tailIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
 
 // selectList is the column list every read of the source uses: id, the native ts, the ts as an instant, then
 // the kind's fields. zoneParam is the placeholder holding the zone of a timestamp-without-time-zone column.
-func (src TailSource) selectList(noTZ bool, zoneParam string) string {
+func selectList(src postgres.TailSource, noTZ bool, zoneParam string) string {
 	ts := "t." + tailIdent(src.TSColumn)
 	instant := ts
 	if noTZ {
 		instant = "(" + ts + " AT TIME ZONE " + zoneParam + "::text)"
 	}
 	parts := []string{"t." + tailIdent(src.IDColumn) + "::bigint", ts, instant}
-	for _, f := range tailFields[src.Kind] {
-		parts = append(parts, "t."+tailIdent(src.column(f))+"::text")
+	for _, f := range src.Fields() {
+		parts = append(parts, "t."+tailIdent(src.Column(f))+"::text")
 	}
 	return strings.Join(parts, ", ")
 }
 
 // readSQL is the keyset page below the horizon: $1,$2 the position, $3 the horizon (timestamptz), $4 the page size,
 // $5 (timestamp sources) the zone the column's local times are in.
-func (src TailSource) readSQL(noTZ bool) string {
+func readSQL(src postgres.TailSource, noTZ bool) string {
 	ts, id := "t."+tailIdent(src.TSColumn), "t."+tailIdent(src.IDColumn)
 	pos, bound := "($1::timestamptz, $2::bigint)", "$3::timestamptz"
 	if noTZ {
 		// The horizon in the writers' local time: exactly the conversion DEFAULT now() made when it stored ts.
 		pos, bound = "($1::timestamp, $2::bigint)", "($3::timestamptz AT TIME ZONE $5::text)"
 	}
-	return "SELECT " + src.selectList(noTZ, "$5") + " FROM " + src.tableSQL() + " t" +
+	return "SELECT " + selectList(src, noTZ, "$5") + " FROM " + tableSQL(src) + " t" +
 		" WHERE (" + ts + ", " + id + ") > " + pos + " AND " + ts + " < " + bound +
 		" ORDER BY " + ts + ", " + id + " LIMIT $4"
 }
 
 // byIDSQL re-reads rows by id (the retry lane): $1 the ids, $2 (timestamp sources) the zone.
-func (src TailSource) byIDSQL(noTZ bool) string {
-	return "SELECT " + src.selectList(noTZ, "$2") + " FROM " + src.tableSQL() + " t WHERE t." +
+func byIDSQL(src postgres.TailSource, noTZ bool) string {
+	return "SELECT " + selectList(src, noTZ, "$2") + " FROM " + tableSQL(src) + " t WHERE t." +
 		tailIdent(src.IDColumn) + " = ANY ($1::bigint[])"
-}
-
-// TailRow is one source row handed to the apply step: its order key and the columns GCOS maps. A NULL column
-// reads as "".
-type TailRow struct {
-	Source string    `json:"source"`
-	ID     int64     `json:"id"`
-	TS     time.Time `json:"ts"` // the order key as an instant (a local-time column is read in the cursor's zone)
-
-	// birth_registry
-	EntityCode       string `json:"entity_code,omitempty"`
-	CollectionName   string `json:"collection_name,omitempty"`
-	EntityType       string `json:"entity_type,omitempty"` // also registry_changelog
-	Status           string `json:"status,omitempty"`
-	ParentCode       string `json:"parent_code,omitempty"`
-	CanonicalAddress string `json:"canonical_address,omitempty"`
-	SourceSystem     string `json:"source_system,omitempty"`
-	ActorRef         string `json:"actor_ref,omitempty"`
-
-	// registry_changelog
-	Action     string `json:"action,omitempty"`
-	ChangedBy  string `json:"changed_by,omitempty"`
-	AlertLevel string `json:"alert_level,omitempty"`
-
-	// OutOfOrder is "behind" or "future" for a row the poll's sweep handed off outside cursor order (sweep.go), else "".
-	OutOfOrder string `json:"out_of_order,omitempty"`
-
-	raw time.Time // the order key in the column's own type (local wall time for a timestamp column)
-}
-
-func (r *TailRow) field(name string) *string {
-	switch name {
-	case "entity_code":
-		return &r.EntityCode
-	case "collection_name":
-		return &r.CollectionName
-	case "entity_type":
-		return &r.EntityType
-	case "status":
-		return &r.Status
-	case "parent_code":
-		return &r.ParentCode
-	case "canonical_address":
-		return &r.CanonicalAddress
-	case "source_system":
-		return &r.SourceSystem
-	case "actor_ref":
-		return &r.ActorRef
-	case "action":
-		return &r.Action
-	case "changed_by":
-		return &r.ChangedBy
-	case "alert_level":
-		return &r.AlertLevel
-	}
-	panic("tail: unknown field " + name)
-}
-
-// CanonicalRef is the row's canonical address: canonical_address when set, else collection:entity_code, else
-// unknown:<id>.
-func (r TailRow) CanonicalRef() string {
-	switch {
-	case r.CanonicalAddress != "":
-		return r.CanonicalAddress
-	case r.CollectionName != "" && r.EntityCode != "":
-		return r.CollectionName + ":" + r.EntityCode
-	}
-	return "unknown:" + strconv.FormatInt(r.ID, 10)
-}
-
-// ObjectRef is the reference a signal carries for the row: its canonical address for a birth, entity_type:code
-// for a change, unknown:<id> when neither is known.
-func (r TailRow) ObjectRef() string {
-	if ref := r.CanonicalRef(); !strings.HasPrefix(ref, "unknown:") {
-		return ref
-	}
-	if r.EntityType != "" && r.EntityCode != "" {
-		return r.EntityType + ":" + r.EntityCode
-	}
-	return "unknown:" + strconv.FormatInt(r.ID, 10)
-}
-
-// actor is the row's actor for event_pending.actor_ref (NOT NULL there).
-func (r TailRow) actor() string {
-	switch {
-	case r.ActorRef != "":
-		return r.ActorRef
-	case r.ChangedBy != "":
-		return r.ChangedBy
-	}
-	return "unknown"
 }
 
 // RowFailure reports that the apply step could not handle one row. The row leaves no trace of the failed attempt
 // (the poll rolls the apply step back and re-applies the other rows) and goes to the retry lane.
 type RowFailure struct {
-	ID   int64           // the TailRow.ID
+	ID   int64           // the postgres.TailRow.ID
 	Kind gcos.ChangeKind // the change kind, when the row got that far (kept in the retry entry's payload)
 	Err  error
 
-	row TailRow // filled by the poll
+	row postgres.TailRow // filled by the poll
 }
 
 // ApplyFunc hands rows to the caller inside the poll's transaction; whatever it writes with tx commits together
 // with the cursor advance. Per-row problems are returned as failures (those rows go to the retry lane); an error
 // aborts the whole poll, which then changes nothing and is retried later.
-type ApplyFunc func(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]RowFailure, error)
+type ApplyFunc func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]RowFailure, error)
 
 // HorizonHolder is an open transaction holding a tail's horizon back (or a prepared transaction stalling it).
 type HorizonHolder struct {
@@ -503,7 +302,7 @@ type horizonRead struct {
 }
 
 // readHorizon reads the tail horizon (tailHorizonSQL) with the intake's role filter and guard.
-func readHorizon(ctx context.Context, q querier, cfg gcos.IntakeConfig) (horizonRead, error) {
+func readHorizon(ctx context.Context, q postgres.Querier, cfg gcos.IntakeConfig) (horizonRead, error) {
 	roles := cfg.RoleFilter
 	if roles == nil {
 		roles = []string{}
@@ -529,7 +328,7 @@ func readHorizon(ctx context.Context, q querier, cfg gcos.IntakeConfig) (horizon
 }
 
 // tailCursorExists distinguishes "locked by another worker" from "no cursor".
-func tailCursorExists(ctx context.Context, q querier, source string) (bool, error) {
+func tailCursorExists(ctx context.Context, q postgres.Querier, source string) (bool, error) {
 	var ok bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM gov_worker_cursor WHERE source = $1)`, source).Scan(&ok)
 	return ok, err
@@ -542,8 +341,8 @@ func tailErrNoCursor(source string) error {
 // PollTail runs one poll of src in one transaction: the horizon, the cursor lock, one keyset page below the
 // horizon, apply, the retry lane for failed rows, the cursor advance, commit. Another worker polling the same
 // source makes this poll return Busy at once.
-func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeConfig, apply ApplyFunc) (res PollResult, err error) {
-	defer func() { s.noteConflict(err) }()
+func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.IntakeConfig, apply ApplyFunc) (res PollResult, err error) {
+	defer func() { s.core.NoteConflict(err) }()
 	res = PollResult{Source: src.Name}
 	if err := src.Validate(); err != nil {
 		return res, err
@@ -621,14 +420,14 @@ func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 	if cur.noTZ {
 		args = append(args, cur.zone)
 	}
-	rows, err := tailReadRows(ctx, tx, src, cur.noTZ, page, src.readSQL(cur.noTZ), args...)
+	rows, err := tailReadRows(ctx, tx, src, cur.noTZ, page, readSQL(src, cur.noTZ), args...)
 	if err != nil {
 		return res, fmt.Errorf("poll %s: read: %w", src.Name, err)
 	}
 	res.Read, res.PageFull = len(rows), len(rows) == page
 	next := cur.pos
 	if len(rows) > 0 {
-		next = tailPos{ts: rows[len(rows)-1].raw, id: rows[len(rows)-1].ID}
+		next = tailPos{ts: rows[len(rows)-1].Raw, id: rows[len(rows)-1].ID}
 	}
 
 	// 3b. Rows the order key misplaces: behind the cursor (never to be read) or far in the future (sweep.go).
@@ -638,7 +437,7 @@ func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 	}
 	hand := rows
 	if sw2.skippedEarly > 0 || len(sw2.late)+len(sw2.future) > 0 {
-		hand = make([]TailRow, 0, len(rows)+len(sw2.late)+len(sw2.future))
+		hand = make([]postgres.TailRow, 0, len(rows)+len(sw2.late)+len(sw2.future))
 		for _, r := range rows {
 			if !slices.Contains(sw.early, r.ID) {
 				hand = append(hand, r)
@@ -680,13 +479,13 @@ func (s *Store) PollTail(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 	res.Position = next.watermark(cur.noTZ)
 	var posTZ, posTS any
 	if cur.noTZ {
-		posTS = pgtype.Timestamp{Time: last.raw, Valid: true}
+		posTS = pgtype.Timestamp{Time: last.Raw, Valid: true}
 	} else {
-		posTZ = last.raw
+		posTZ = last.Raw
 	}
 	if _, err := tx.Exec(ctx, tailAdvanceSQL, src.Name, posTZ, posTS, last.ID, last.TS, res.Read, res.Applied,
 		res.DeadLettered, res.summary(), horizon); err != nil {
-		return res, mapError(err, "poll "+src.Name+": advance cursor")
+		return res, postgres.MapError(err, "poll "+src.Name+": advance cursor")
 	}
 	return res, tailCommit(ctx, tx, src.Name)
 }
@@ -714,11 +513,11 @@ func (r PollResult) summary() map[string]any {
 }
 
 // matches refuses a poll whose configured binding differs from the one the cursor's position refers to.
-func (c tailCursorRow) matches(src TailSource) error {
-	if c.table != src.qualifiedTable() || c.tsColumn != src.TSColumn || c.idColumn != src.IDColumn {
+func (c tailCursorRow) matches(src postgres.TailSource) error {
+	if c.table != qualifiedTable(src) || c.tsColumn != src.TSColumn || c.idColumn != src.IDColumn {
 		return gcos.Errorf(gcos.ECONFLICT, "intake cursor %s is bound to %s(%s, %s) but the configuration says %s(%s, %s): "+
 			"run the intake start-up (EnsureCursor) to rebind it", src.Name, c.table, c.tsColumn, c.idColumn,
-			src.qualifiedTable(), src.TSColumn, src.IDColumn)
+			qualifiedTable(src), src.TSColumn, src.IDColumn)
 	}
 	return nil
 }
@@ -737,7 +536,7 @@ func tailDerefF(p *float64) float64 {
 	return *p
 }
 
-func tailPreparedHolders(ctx context.Context, q querier) ([]HorizonHolder, error) {
+func tailPreparedHolders(ctx context.Context, q postgres.Querier) ([]HorizonHolder, error) {
 	out, err := tailPreparedList(ctx, q)
 	if err == nil && len(out) == 0 { // resolved in the meantime; still report the stall that was seen
 		out = append(out, HorizonHolder{State: "prepared"})
@@ -746,16 +545,16 @@ func tailPreparedHolders(ctx context.Context, q querier) ([]HorizonHolder, error
 }
 
 // tailReadRows runs a select built from src.selectList and scans TailRows (sizeHint: the expected row count).
-func tailReadRows(ctx context.Context, q querier, src TailSource, noTZ bool, sizeHint int, sql string, args ...any) ([]TailRow, error) {
+func tailReadRows(ctx context.Context, q postgres.Querier, src postgres.TailSource, noTZ bool, sizeHint int, sql string, args ...any) ([]postgres.TailRow, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	fields := tailFields[src.Kind]
-	out := make([]TailRow, 0, min(max(sizeHint, 0), 100_000))
+	fields := src.Fields()
+	out := make([]postgres.TailRow, 0, min(max(sizeHint, 0), 100_000))
 	var (
-		r      TailRow
+		r      postgres.TailRow
 		rawTS  pgtype.Timestamp
 		rawTZ  pgtype.Timestamptz
 		inst   pgtype.Timestamptz
@@ -776,18 +575,18 @@ func tailReadRows(ctx context.Context, q querier, src TailSource, noTZ bool, siz
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		row := TailRow{Source: src.Name, ID: r.ID, TS: inst.Time}
+		row := postgres.TailRow{Source: src.Name, ID: r.ID, TS: inst.Time}
 		if noTZ {
-			row.raw = rawTS.Time
+			row.Raw = rawTS.Time
 		} else {
-			row.raw = rawTZ.Time
+			row.Raw = rawTZ.Time
 		}
 		if (noTZ && rawTS.InfinityModifier != pgtype.Finite) || (!noTZ && rawTZ.InfinityModifier != pgtype.Finite) {
 			return nil, gcos.Errorf(gcos.EINVALID, "source %s row %d: infinite %s: a database-clock timestamp "+
 				"is never infinite", src.Name, row.ID, src.TSColumn)
 		}
 		for i, f := range fields {
-			*row.field(f) = texts[i].String
+			*row.Field(f) = texts[i].String
 		}
 		out = append(out, row)
 	}
@@ -797,7 +596,7 @@ func tailReadRows(ctx context.Context, q querier, src TailSource, noTZ bool, siz
 // tailApplyRows hands rows to apply under a savepoint. When apply reports failed rows, their effects (and the others')
 // are rolled back and apply runs again on the rest, so a failed row leaves no trace and every other row is applied
 // exactly once. Each round removes at least one row, so this ends.
-func tailApplyRows(ctx context.Context, tx pgx.Tx, rows []TailRow, apply ApplyFunc) ([]RowFailure, error) {
+func tailApplyRows(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow, apply ApplyFunc) ([]RowFailure, error) {
 	var failed []RowFailure
 	for len(rows) > 0 {
 		if _, err := tx.Exec(ctx, "SAVEPOINT gcos_tail_apply"); err != nil {
@@ -809,7 +608,7 @@ func tailApplyRows(ctx context.Context, tx pgx.Tx, rows []TailRow, apply ApplyFu
 		}
 		byID := make(map[int64]RowFailure, len(fails))
 		for _, f := range fails {
-			if _, dup := byID[f.ID]; !dup && slices.ContainsFunc(rows, func(r TailRow) bool { return r.ID == f.ID }) {
+			if _, dup := byID[f.ID]; !dup && slices.ContainsFunc(rows, func(r postgres.TailRow) bool { return r.ID == f.ID }) {
 				if f.Err == nil {
 					f.Err = errors.New("apply reported the row as failed without an error")
 				}
@@ -882,7 +681,7 @@ RETURNING id`
 
 // tailEnqueueRetry puts a failed row on the retry lane (once: a replayed row already waiting there is not added
 // again); with max_attempts ≤ 1 it is dead-lettered at once. It reports whether it was dead-lettered.
-func (s *Store) tailEnqueueRetry(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeConfig, f RowFailure) (bool, error) {
+func (s *Stage) tailEnqueueRetry(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cfg gcos.IntakeConfig, f RowFailure) (bool, error) {
 	r := f.row
 	payload := map[string]any{"source": src.Name, "object_ref": r.ObjectRef(),
 		"occurred_at": r.TS.UTC().Format(time.RFC3339Nano)}
@@ -896,7 +695,7 @@ func (s *Store) tailEnqueueRetry(ctx context.Context, tx pgx.Tx, src TailSource,
 	ref := strconv.FormatInt(r.ID, 10)
 	lastErr := tailTruncateError(f.Err)
 	var id int64
-	err := tx.QueryRow(ctx, tailRetryInsertSQL, tailDomain, tailRetryHint, src.Name, ref, r.CanonicalRef(), r.actor(),
+	err := tx.QueryRow(ctx, tailRetryInsertSQL, tailDomain, tailRetryHint, src.Name, ref, r.CanonicalRef(), r.Actor(),
 		payload, lastErr, tailBackoff(cfg, 1).Microseconds(), dead).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil // already waiting on the retry lane
@@ -914,13 +713,13 @@ func (s *Store) tailEnqueueRetry(ctx context.Context, tx pgx.Tx, src TailSource,
 
 // tailDeadLetter raises handoff_dlq (one open finding per source; repeats escalate) and writes one audit row.
 // The caller counts it on the cursor.
-func (s *Store) tailDeadLetter(ctx context.Context, tx pgx.Tx, src TailSource, pendingID int64, ref, address string, attempts int, lastErr string) error {
+func (s *Stage) tailDeadLetter(ctx context.Context, tx pgx.Tx, src postgres.TailSource, pendingID int64, ref, address string, attempts int, lastErr string) error {
 	evidence := map[string]any{"source": src.Name, "entity_ref": ref, "canonical_address": address,
 		"pending_id": pendingID, "attempts": attempts, "last_error": lastErr}
-	if _, err := raiseFinding(ctx, tx, gcos.NewFinding(gcos.IssueHandoffDLQ, src.Name, "", "", evidence)); err != nil {
+	if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.IssueHandoffDLQ, src.Name, "", "", evidence)); err != nil {
 		return err
 	}
-	_, err := audit(ctx, tx, AuditEntry{EntityType: "governance_dlq", EntityCode: src.Name + ":" + ref,
+	_, err := postgres.Audit(ctx, tx, postgres.AuditEntry{EntityType: "governance_dlq", EntityCode: src.Name + ":" + ref,
 		Action: "dead_letter", AlertLevel: "warning", Actor: "intake", Detail: evidence})
 	return err
 }
@@ -947,7 +746,7 @@ FOR UPDATE SKIP LOCKED`
 // afresh. A success marks the entry processed; a failure reschedules it with backoff, or dead-letters it once it
 // has failed max_attempts times (handoff_dlq, one audit row, the cursor's dead_lettered count). Retries never move
 // the cursor.
-func (s *Store) RetryDue(ctx context.Context, src TailSource, cfg gcos.IntakeConfig, apply ApplyFunc) (RetryResult, error) {
+func (s *Stage) RetryDue(ctx context.Context, src postgres.TailSource, cfg gcos.IntakeConfig, apply ApplyFunc) (RetryResult, error) {
 	res := RetryResult{Source: src.Name}
 	if err := src.Validate(); err != nil {
 		return res, err
@@ -1013,11 +812,11 @@ func (s *Store) RetryDue(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 	if cur.noTZ {
 		args = append(args, cur.zone)
 	}
-	fresh, err := tailReadRows(ctx, tx, src, cur.noTZ, len(ids), src.byIDSQL(cur.noTZ), args...)
+	fresh, err := tailReadRows(ctx, tx, src, cur.noTZ, len(ids), byIDSQL(src, cur.noTZ), args...)
 	if err != nil {
 		return res, fmt.Errorf("retry %s: re-read rows: %w", src.Name, err)
 	}
-	byRef := make(map[string]TailRow, len(fresh))
+	byRef := make(map[string]postgres.TailRow, len(fresh))
 	for _, r := range fresh {
 		byRef[strconv.FormatInt(r.ID, 10)] = r
 	}
@@ -1077,11 +876,11 @@ func (s *Store) RetryDue(ctx context.Context, src TailSource, cfg gcos.IntakeCon
 
 // tailApplyOne applies a single row under a savepoint; the returned failure is the row's own problem (rolled back),
 // the error a broken transaction or a cancelled context (the whole retry pass is abandoned).
-func tailApplyOne(ctx context.Context, tx pgx.Tx, row TailRow, apply ApplyFunc) (failure, err error) {
+func tailApplyOne(ctx context.Context, tx pgx.Tx, row postgres.TailRow, apply ApplyFunc) (failure, err error) {
 	if _, err := tx.Exec(ctx, "SAVEPOINT gcos_tail_retry"); err != nil {
 		return nil, err
 	}
-	fails, applyErr := apply(ctx, tx, []TailRow{row})
+	fails, applyErr := apply(ctx, tx, []postgres.TailRow{row})
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -1163,7 +962,7 @@ func tailScanCursorRow(row pgx.Row) (Cursor, error) {
 }
 
 // ListCursors returns every intake cursor, by source.
-func (s *Store) ListCursors(ctx context.Context) ([]Cursor, error) {
+func (s *Stage) ListCursors(ctx context.Context) ([]Cursor, error) {
 	rows, err := s.pool.Query(ctx, tailCursorSelectSQL+` ORDER BY c.source`)
 	if err != nil {
 		return nil, fmt.Errorf("list cursors: %w", err)
@@ -1176,7 +975,7 @@ func (s *Store) ListCursors(ctx context.Context) ([]Cursor, error) {
 }
 
 // GetCursor returns the cursor of one source.
-func (s *Store) GetCursor(ctx context.Context, source string) (Cursor, error) {
+func (s *Stage) GetCursor(ctx context.Context, source string) (Cursor, error) {
 	c, err := tailScanCursorRow(s.pool.QueryRow(ctx, tailCursorSelectSQL+` WHERE c.source = $1`, source))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, tailErrNoCursor(source)
@@ -1253,7 +1052,7 @@ func tailParseWatermark(s string, noTZ bool) (tailWatermark, error) {
 // (replay; making that harmless is the apply step's job: dirty marks are idempotent). A watermark that does not
 // parse, or that lies after the current position (that would skip rows), is refused with EINVALID and nothing
 // changes. The reset is audited.
-func (s *Store) ResetCursor(ctx context.Context, source, watermark string) (Cursor, error) {
+func (s *Stage) ResetCursor(ctx context.Context, source, watermark string) (Cursor, error) {
 	var out Cursor
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, err := tailScanCursor(tx.QueryRow(ctx, `SELECT `+tailCursorCols+` FROM gov_worker_cursor c
@@ -1273,7 +1072,7 @@ func (s *Store) ResetCursor(ctx context.Context, source, watermark string) (Curs
 			// An instant names the local time the writers' clock showed then.
 			var local time.Time
 			if err := tx.QueryRow(ctx, `SELECT ($1::timestamptz AT TIME ZONE $2::text)`, wm.ts, cur.zone).Scan(&local); err != nil {
-				return mapError(err, "reset cursor "+source)
+				return postgres.MapError(err, "reset cursor "+source)
 			}
 			next.ts = local
 		}
@@ -1287,7 +1086,7 @@ func (s *Store) ResetCursor(ctx context.Context, source, watermark string) (Curs
 			if cur.noTZ {
 				posTS = pgtype.Timestamp{Time: next.ts, Valid: true}
 				if err := tx.QueryRow(ctx, `SELECT ($1::timestamp AT TIME ZONE $2::text)`, posTS, cur.zone).Scan(&instant); err != nil {
-					return mapError(err, "reset cursor "+source)
+					return postgres.MapError(err, "reset cursor "+source)
 				}
 			} else {
 				posTZ, instant = next.ts, next.ts
@@ -1301,16 +1100,16 @@ func (s *Store) ResetCursor(ctx context.Context, source, watermark string) (Curs
 			    swept_id = NULL, sweep_next_id = NULL, sweep_next_at = NULL, delivered_ids = '{}', early_ids = '{}',
 			    metadata = metadata || jsonb_build_object('last_reset', jsonb_build_object('from', $6::text, 'to', $7::text, 'at', now()))
 			WHERE source = $1`, source, posTZ, posTS, posID, instant, from, to); err != nil {
-			return mapError(err, "reset cursor "+source)
+			return postgres.MapError(err, "reset cursor "+source)
 		}
-		if source == BirthTailSource(s.cfg.SourceBinding).Name {
+		if source == postgres.BirthTailSource(s.cfg.SourceBinding).Name {
 			// The births after the new position are handed off again: the counts kept from them would count them
 			// twice, so every collection is counted again.
 			if _, err := tx.Exec(ctx, `DELETE FROM governance_collection_count`); err != nil {
 				return fmt.Errorf("drop kept counts: %w", err)
 			}
 		}
-		if _, err := audit(ctx, tx, AuditEntry{EntityType: "governance_cursor", EntityCode: source, Action: "reset",
+		if _, err := postgres.Audit(ctx, tx, postgres.AuditEntry{EntityType: "governance_cursor", EntityCode: source, Action: "reset",
 			Actor: "operator", Detail: map[string]any{"source": source, "from": from, "to": to}}); err != nil {
 			return err
 		}
@@ -1322,7 +1121,7 @@ func (s *Store) ResetCursor(ctx context.Context, source, watermark string) (Curs
 
 // IntakeHeartbeat ticks queue_heartbeat for the intake of source (executor gcos.intake.<source>), so a monitor can
 // tell a quiet source from a dead worker.
-func (s *Store) IntakeHeartbeat(ctx context.Context, source, status string) error {
+func (s *Stage) IntakeHeartbeat(ctx context.Context, source, status string) error {
 	if len(status) > 200 {
 		status = status[:200]
 	}
@@ -1336,12 +1135,6 @@ func (s *Store) IntakeHeartbeat(ctx context.Context, source, status string) erro
 		return fmt.Errorf("heartbeat %s: %w", source, err)
 	}
 	return nil
-}
-
-// tailIsPgCode reports whether err is a PostgreSQL error with one of codes.
-func tailIsPgCode(err error, codes ...string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && slices.Contains(codes, pgErr.Code)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1458,10 +1251,10 @@ SELECT a.attname::text, a.atttypid::regtype::text, a.atttypmod, a.attnotnull, pg
 FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
 
-func tailInspectColumns(ctx context.Context, q querier, src TailSource) (map[string]tailColumn, error) {
-	rows, err := q.Query(ctx, tailColumnsSQL, src.tableSQL())
+func tailInspectColumns(ctx context.Context, q postgres.Querier, src postgres.TailSource) (map[string]tailColumn, error) {
+	rows, err := q.Query(ctx, tailColumnsSQL, tableSQL(src))
 	if err != nil {
-		return nil, fmt.Errorf("inspect %s: %w", src.qualifiedTable(), err)
+		return nil, fmt.Errorf("inspect %s: %w", qualifiedTable(src), err)
 	}
 	cols := map[string]tailColumn{}
 	for rows.Next() {
@@ -1469,12 +1262,12 @@ func tailInspectColumns(ctx context.Context, q querier, src TailSource) (map[str
 		var c tailColumn
 		if err := rows.Scan(&name, &c.typ, &c.typmod, &c.notNull, &c.def); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("inspect %s: %w", src.qualifiedTable(), err)
+			return nil, fmt.Errorf("inspect %s: %w", qualifiedTable(src), err)
 		}
 		cols[name] = c
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("inspect %s: %w", src.qualifiedTable(), err)
+		return nil, fmt.Errorf("inspect %s: %w", qualifiedTable(src), err)
 	}
 	return cols, nil
 }
@@ -1492,7 +1285,7 @@ func tailTSTypeOf(typ string) string {
 
 // tailResolveZone decides the zone a timestamp-without-time-zone column's values are local to: the configured
 // one, the one fixed in the column default, the database's TimeZone setting, or this session's TimeZone.
-func tailResolveZone(ctx context.Context, q pgx.Tx, src TailSource, def tailClockDefault) (zone, how string, err error) {
+func tailResolveZone(ctx context.Context, q pgx.Tx, src postgres.TailSource, def tailClockDefault) (zone, how string, err error) {
 	switch {
 	case src.TimeZone != "":
 		zone, how = src.TimeZone, "configured for the source"
@@ -1522,7 +1315,7 @@ func tailResolveZone(ctx context.Context, q pgx.Tx, src TailSource, def tailCloc
 		return sp.QueryRow(ctx, `SELECT now() AT TIME ZONE $1::text`, zone).Scan(&ignored)
 	})
 	if err != nil {
-		if tailIsPgCode(err, "22023") {
+		if postgres.IsPgCode(err, "22023") {
 			return "", "", gcos.Errorf(gcos.EINVALID, "source %s: time zone %q (%s) is not known to PostgreSQL", src.Name, zone, how)
 		}
 		return "", "", fmt.Errorf("resolve time zone: %w", err)
@@ -1533,7 +1326,7 @@ func tailResolveZone(ctx context.Context, q pgx.Tx, src TailSource, def tailCloc
 // EnsureCursor creates the cursor row of src if it is missing ("before the first row") and keeps its binding
 // (table, order key, type, zone) current. A binding change under a cursor that already has a position is refused
 // (ECONFLICT): the position would not mean anything in the new table.
-func (s *Store) EnsureCursor(ctx context.Context, src TailSource) (Cursor, error) {
+func (s *Stage) EnsureCursor(ctx context.Context, src postgres.TailSource) (Cursor, error) {
 	if err := src.Validate(); err != nil {
 		return Cursor{}, err
 	}
@@ -1545,12 +1338,12 @@ func (s *Store) EnsureCursor(ctx context.Context, src TailSource) (Cursor, error
 		}
 		ts, ok := cols[src.TSColumn]
 		if !ok {
-			return gcos.Errorf(gcos.EINVALID, "source %s: table %s has no column %s", src.Name, src.qualifiedTable(), src.TSColumn)
+			return gcos.Errorf(gcos.EINVALID, "source %s: table %s has no column %s", src.Name, qualifiedTable(src), src.TSColumn)
 		}
 		tsType := tailTSTypeOf(ts.typ)
 		if tsType == "" {
 			return gcos.Errorf(gcos.EINVALID, "source %s: %s.%s is %s; a tail needs timestamptz or timestamp",
-				src.Name, src.qualifiedTable(), src.TSColumn, ts.typ)
+				src.Name, qualifiedTable(src), src.TSColumn, ts.typ)
 		}
 		var zone *string
 		meta := map[string]any{"kind": string(src.Kind)}
@@ -1570,9 +1363,9 @@ func (s *Store) EnsureCursor(ctx context.Context, src TailSource) (Cursor, error
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO gov_worker_cursor (worker_name, source, source_table, ts_column, id_column, ts_type, time_zone, metadata)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`, tailWorkerPrefix+src.Name, src.Name,
-			src.qualifiedTable(), src.TSColumn, src.IDColumn, tsType, zone, meta)
+			qualifiedTable(src), src.TSColumn, src.IDColumn, tsType, zone, meta)
 		if err != nil {
-			return mapError(err, "ensure cursor "+src.Name)
+			return postgres.MapError(err, "ensure cursor "+src.Name)
 		}
 		existing, err := tailScanCursor(tx.QueryRow(ctx, `SELECT `+tailCursorCols+` FROM gov_worker_cursor c
 			WHERE c.source = $1 FOR UPDATE OF c`, src.Name))
@@ -1580,19 +1373,19 @@ func (s *Store) EnsureCursor(ctx context.Context, src TailSource) (Cursor, error
 			return fmt.Errorf("ensure cursor %s: %w", src.Name, err)
 		}
 		if tag.RowsAffected() == 0 {
-			rebind := existing.table != src.qualifiedTable() || existing.tsColumn != src.TSColumn ||
+			rebind := existing.table != qualifiedTable(src) || existing.tsColumn != src.TSColumn ||
 				existing.idColumn != src.IDColumn || existing.noTZ != (tsType == "timestamp")
 			if rebind && !existing.pos.start {
 				return gcos.Errorf(gcos.ECONFLICT, "intake cursor %s is at %s of %s(%s, %s); it cannot be rebound to %s(%s, %s) "+
 					"(%s) without losing its meaning: reset it to start first", src.Name,
 					existing.pos.watermark(existing.noTZ), existing.table, existing.tsColumn, existing.idColumn,
-					src.qualifiedTable(), src.TSColumn, src.IDColumn, tsType)
+					qualifiedTable(src), src.TSColumn, src.IDColumn, tsType)
 			}
 			if _, err := tx.Exec(ctx, `
 				UPDATE gov_worker_cursor SET source_table = $2, ts_column = $3, id_column = $4, ts_type = $5, time_zone = $6,
 				       metadata = metadata || $7::jsonb, updated_at = now()
-				WHERE source = $1`, src.Name, src.qualifiedTable(), src.TSColumn, src.IDColumn, tsType, zone, meta); err != nil {
-				return mapError(err, "ensure cursor "+src.Name)
+				WHERE source = $1`, src.Name, qualifiedTable(src), src.TSColumn, src.IDColumn, tsType, zone, meta); err != nil {
+				return postgres.MapError(err, "ensure cursor "+src.Name)
 			}
 		}
 		out, err = tailScanCursorRow(tx.QueryRow(ctx, tailCursorSelectSQL+` WHERE c.source = $1`, src.Name))
@@ -1648,7 +1441,7 @@ func (c TailCheck) Err() error {
 // transaction, its precision is covered by the guard, a timestamp-without-time-zone column has a zone that never
 // moves back, and a role filter leaves out no role that can write the table. It returns the report and, when
 // something failed, TailCheck.Err.
-func (s *Store) CheckTail(ctx context.Context, src TailSource, cfg gcos.IntakeConfig) (TailCheck, error) {
+func (s *Stage) CheckTail(ctx context.Context, src postgres.TailSource, cfg gcos.IntakeConfig) (TailCheck, error) {
 	c := TailCheck{Source: src.Name}
 	if err := src.Validate(); err != nil {
 		return c, err
@@ -1660,7 +1453,7 @@ func (s *Store) CheckTail(ctx context.Context, src TailSource, cfg gcos.IntakeCo
 	return c, c.Err()
 }
 
-func tailCheck(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeConfig, c *TailCheck) error {
+func tailCheck(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cfg gcos.IntakeConfig, c *TailCheck) error {
 	var inRecovery, super, stats bool
 	var user string
 	if err := tx.QueryRow(ctx, `SELECT pg_is_in_recovery(), current_user::text,
@@ -1704,72 +1497,72 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeCo
 		return err
 	}
 	if len(cols) == 0 {
-		c.add("source_table", CheckFail, "table %s does not exist (or this role cannot see it)", src.qualifiedTable())
+		c.add("source_table", CheckFail, "table %s does not exist (or this role cannot see it)", qualifiedTable(src))
 		return nil
 	}
 	var missing []string
-	for _, f := range tailFields[src.Kind] {
-		if _, ok := cols[src.column(f)]; !ok {
-			missing = append(missing, src.column(f))
+	for _, f := range src.Fields() {
+		if _, ok := cols[src.Column(f)]; !ok {
+			missing = append(missing, src.Column(f))
 		}
 	}
 	if len(missing) > 0 {
-		c.add("source_table", CheckFail, "table %s lacks column(s) %s", src.qualifiedTable(), strings.Join(missing, ", "))
+		c.add("source_table", CheckFail, "table %s lacks column(s) %s", qualifiedTable(src), strings.Join(missing, ", "))
 	} else {
-		c.add("source_table", CheckOK, "table %s has every mapped column", src.qualifiedTable())
+		c.add("source_table", CheckOK, "table %s has every mapped column", qualifiedTable(src))
 	}
 	idCol, ok := cols[src.IDColumn]
 	switch {
 	case !ok:
-		c.add("id_column", CheckFail, "%s.%s does not exist", src.qualifiedTable(), src.IDColumn)
+		c.add("id_column", CheckFail, "%s.%s does not exist", qualifiedTable(src), src.IDColumn)
 	case idCol.typ != "bigint" && idCol.typ != "integer" && idCol.typ != "smallint":
-		c.add("id_column", CheckFail, "%s.%s is %s; the tie-breaker must be an integer", src.qualifiedTable(), src.IDColumn, idCol.typ)
+		c.add("id_column", CheckFail, "%s.%s is %s; the tie-breaker must be an integer", qualifiedTable(src), src.IDColumn, idCol.typ)
 	default:
-		c.add("id_column", CheckOK, "%s.%s is %s", src.qualifiedTable(), src.IDColumn, idCol.typ)
+		c.add("id_column", CheckOK, "%s.%s is %s", qualifiedTable(src), src.IDColumn, idCol.typ)
 		// The sweep for rows behind the cursor (sweep.go) reads ids in nextval order; a per-session cache breaks it.
 		var seq *string
 		var cache *int64
 		if err := tx.QueryRow(ctx, `SELECT q, (SELECT s.cache_size FROM pg_sequences s
 			    WHERE format('%I.%I', s.schemaname, s.sequencename)::regclass = q::regclass)
-			FROM pg_get_serial_sequence($1, $2) AS q`, src.tableSQL(), src.IDColumn).Scan(&seq, &cache); err != nil {
+			FROM pg_get_serial_sequence($1, $2) AS q`, tableSQL(src), src.IDColumn).Scan(&seq, &cache); err != nil {
 			return fmt.Errorf("check %s: id sequence: %w", src.Name, err)
 		}
 		if seq != nil && cache != nil && *cache > 1 {
 			c.add("id_sequence", CheckWarn, "%s.%s comes from sequence %s with CACHE %d: sessions hand out ids out of order, so "+
-				"the sweep for rows behind the cursor can miss one; run ALTER SEQUENCE %s CACHE 1", src.qualifiedTable(),
+				"the sweep for rows behind the cursor can miss one; run ALTER SEQUENCE %s CACHE 1", qualifiedTable(src),
 				src.IDColumn, *seq, *cache, *seq)
 		}
 	}
 	tsCol, ok := cols[src.TSColumn]
 	if !ok {
-		c.add("ts_column", CheckFail, "%s.%s does not exist", src.qualifiedTable(), src.TSColumn)
+		c.add("ts_column", CheckFail, "%s.%s does not exist", qualifiedTable(src), src.TSColumn)
 		return nil
 	}
 	c.TSType = tailTSTypeOf(tsCol.typ)
 	if c.TSType == "" {
-		c.add("ts_column", CheckFail, "%s.%s is %s; the order key must be timestamptz or timestamp", src.qualifiedTable(),
+		c.add("ts_column", CheckFail, "%s.%s is %s; the order key must be timestamptz or timestamp", qualifiedTable(src),
 			src.TSColumn, tsCol.typ)
 		return nil
 	}
-	c.add("ts_column", CheckOK, "%s.%s is %s", src.qualifiedTable(), src.TSColumn, tsCol.typ)
+	c.add("ts_column", CheckOK, "%s.%s is %s", qualifiedTable(src), src.TSColumn, tsCol.typ)
 	if !tsCol.notNull {
 		c.add("ts_not_null", CheckWarn, "%s.%s is nullable; a row inserted with NULL there is never handed off",
-			src.qualifiedTable(), src.TSColumn)
+			qualifiedTable(src), src.TSColumn)
 	}
 
 	var def tailClockDefault
 	switch {
 	case tsCol.def == nil:
 		c.add("clock_default", CheckFail, "%s.%s has no default; the tail is lossless only when the database clock sets it "+
-			"inside the inserting transaction (e.g. DEFAULT now())", src.qualifiedTable(), src.TSColumn)
+			"inside the inserting transaction (e.g. DEFAULT now())", qualifiedTable(src), src.TSColumn)
 	default:
 		def = tailParseClockDefault(*tsCol.def, c.TSType == "timestamptz")
 		if !def.ok {
 			c.add("clock_default", CheckFail, "%s.%s defaults to %s: %s; the tail is lossless only when the database clock "+
-				"sets it inside the inserting transaction (e.g. DEFAULT now())", src.qualifiedTable(), src.TSColumn, *tsCol.def, def.why)
+				"sets it inside the inserting transaction (e.g. DEFAULT now())", qualifiedTable(src), src.TSColumn, *tsCol.def, def.why)
 		} else {
 			c.add("clock_default", CheckOK, "%s.%s defaults to %s (the database clock; rows must not supply it)",
-				src.qualifiedTable(), src.TSColumn, *tsCol.def)
+				qualifiedTable(src), src.TSColumn, *tsCol.def)
 		}
 	}
 	precision := def.precision
@@ -1781,7 +1574,7 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeCo
 		need := time.Duration(5 * math.Pow10(8-precision))
 		if cfg.HorizonGuard.Duration() < need {
 			c.add("precision", CheckFail, "%s.%s keeps %d fractional digit(s), so a row's timestamp can round to %s before its "+
-				"transaction began; set intake.horizon_guard to at least %s", src.qualifiedTable(), src.TSColumn, precision, need, need)
+				"transaction began; set intake.horizon_guard to at least %s", qualifiedTable(src), src.TSColumn, precision, need, need)
 		} else {
 			c.add("precision", CheckOK, "rounding to %d digit(s) is covered by the horizon guard %s", precision, cfg.HorizonGuard)
 		}
@@ -1792,14 +1585,14 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeCo
 		               WHERE i.indrelid = to_regclass($1) AND i.indnkeyatts >= 2
 		                 AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = i.indrelid AND attname = $2)
 		                 AND i.indkey[1] = (SELECT attnum FROM pg_attribute WHERE attrelid = i.indrelid AND attname = $3))`,
-		src.tableSQL(), src.TSColumn, src.IDColumn).Scan(&hasIndex); err != nil {
+		tableSQL(src), src.TSColumn, src.IDColumn).Scan(&hasIndex); err != nil {
 		return fmt.Errorf("check %s: index: %w", src.Name, err)
 	}
 	if hasIndex {
 		c.add("order_index", CheckOK, "an index on (%s, %s) exists", src.TSColumn, src.IDColumn)
 	} else {
 		c.add("order_index", CheckWarn, "no index on (%s, %s): every poll scans the table; run CREATE INDEX CONCURRENTLY ON %s (%s, %s)",
-			src.TSColumn, src.IDColumn, src.tableSQL(), tailIdent(src.TSColumn), tailIdent(src.IDColumn))
+			src.TSColumn, src.IDColumn, tableSQL(src), tailIdent(src.TSColumn), tailIdent(src.IDColumn))
 	}
 
 	if c.TSType == "timestamp" && def.ok {
@@ -1814,7 +1607,7 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeCo
 			  AND (r.rolsuper OR EXISTS (SELECT 1 FROM pg_roles w
 			                             WHERE pg_has_role(r.oid, w.oid, 'MEMBER')
 			                               AND has_table_privilege(w.oid, to_regclass($1), 'INSERT')))
-			ORDER BY 1`, src.tableSQL(), cfg.RoleFilter)
+			ORDER BY 1`, tableSQL(src), cfg.RoleFilter)
 		if err != nil {
 			return fmt.Errorf("check %s: role filter: %w", src.Name, err)
 		}
@@ -1824,10 +1617,10 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeCo
 		}
 		if len(writers) > 0 {
 			c.add("role_filter", CheckFail, "login role(s) %s can write %s but are not in intake.role_filter %v; their open "+
-				"transactions would not hold the horizon back", strings.Join(writers, ", "), src.qualifiedTable(), cfg.RoleFilter)
+				"transactions would not hold the horizon back", strings.Join(writers, ", "), qualifiedTable(src), cfg.RoleFilter)
 		} else {
 			c.add("role_filter", CheckOK, "every login role that can write %s is in the role filter %v (sessions are "+
-				"matched by login role: a SET ROLE to a writer from another login is not seen)", src.qualifiedTable(), cfg.RoleFilter)
+				"matched by login role: a SET ROLE to a writer from another login is not seen)", qualifiedTable(src), cfg.RoleFilter)
 		}
 	}
 	return nil
@@ -1835,7 +1628,7 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src TailSource, cfg gcos.IntakeCo
 
 // tailCheckZone checks the zone of a timestamp-without-time-zone column: it is known, it never moves its clock
 // back (a repeated local hour would put new rows behind the cursor), and no writer role is set to another zone.
-func tailCheckZone(ctx context.Context, tx pgx.Tx, src TailSource, def tailClockDefault, c *TailCheck) error {
+func tailCheckZone(ctx context.Context, tx pgx.Tx, src postgres.TailSource, def tailClockDefault, c *TailCheck) error {
 	zone, how, err := tailResolveZone(ctx, tx, src, def)
 	if err != nil {
 		if gcos.ErrorCode(err) == gcos.EINVALID {
@@ -1858,7 +1651,7 @@ func tailCheckZone(ctx context.Context, tx pgx.Tx, src TailSource, def tailClock
 		c.add("time_zone", CheckFail, "%s.%s holds local times in %s (%s), which sets its clocks back around %s: local times "+
 			"repeat and rows written then would sort behind the cursor; have the writers use a zone without DST (e.g. "+
 			"ALTER DATABASE ... SET timezone = 'UTC') or default the column to timezone('UTC', now())",
-			src.qualifiedTable(), src.TSColumn, zone, how, back.UTC().Format(time.RFC3339))
+			qualifiedTable(src), src.TSColumn, zone, how, back.UTC().Format(time.RFC3339))
 		return nil
 	}
 	if def.zone != "" {
@@ -1877,7 +1670,7 @@ func tailCheckZone(ctx context.Context, tx pgx.Tx, src TailSource, def tailClock
 		  AND ((now() AT TIME ZONE split_part(cfg, '=', 2)) <> (now() AT TIME ZONE $1::text)
 		       OR (now() + interval '6 months') AT TIME ZONE split_part(cfg, '=', 2)
 		          <> (now() + interval '6 months') AT TIME ZONE $1::text)
-		ORDER BY 1`, zone, src.tableSQL())
+		ORDER BY 1`, zone, tableSQL(src))
 	if err != nil {
 		return fmt.Errorf("check %s: writer time zones: %w", src.Name, err)
 	}
@@ -1887,7 +1680,7 @@ func tailCheckZone(ctx context.Context, tx pgx.Tx, src TailSource, def tailClock
 	}
 	if len(others) > 0 {
 		c.add("time_zone", CheckFail, "%s.%s is read as local times in %s (%s) but writers are set to other zones: %s",
-			src.qualifiedTable(), src.TSColumn, zone, how, strings.Join(others, "; "))
+			qualifiedTable(src), src.TSColumn, zone, how, strings.Join(others, "; "))
 		return nil
 	}
 	c.add("time_zone", CheckOK, "local times in %s (%s); a writer session that sets another TimeZone stores its own local "+
@@ -1895,7 +1688,7 @@ func tailCheckZone(ctx context.Context, tx pgx.Tx, src TailSource, def tailClock
 	return nil
 }
 
-func tailPreparedList(ctx context.Context, q querier) ([]HorizonHolder, error) {
+func tailPreparedList(ctx context.Context, q postgres.Querier) ([]HorizonHolder, error) {
 	rows, err := q.Query(ctx, tailPreparedSQL)
 	if err != nil {
 		return nil, fmt.Errorf("list prepared transactions: %w", err)
@@ -1945,7 +1738,7 @@ LIMIT 10`
 // horizon back (each named by pid, role, age and state), or a prepared transaction stalls it; otherwise it resolves
 // an open handoff_lag of the source. Waiting is measured from the oldest unread row, not as head − cursor, so a
 // source that is merely quiet never looks late.
-func (s *Store) CheckTailLag(ctx context.Context, src TailSource, cfg gcos.IntakeConfig) (LagReport, error) {
+func (s *Stage) CheckTailLag(ctx context.Context, src postgres.TailSource, cfg gcos.IntakeConfig) (LagReport, error) {
 	rep := LagReport{Source: src.Name, Holders: []HorizonHolder{}}
 	if err := src.Validate(); err != nil {
 		return rep, err
@@ -1999,8 +1792,8 @@ func (s *Store) CheckTailLag(ctx context.Context, src TailSource, cfg gcos.Intak
 		var clock time.Time
 		var first, head pgtype.Timestamptz
 		err = tx.QueryRow(ctx, `SELECT clock_timestamp(),
-			(SELECT `+instant+` FROM `+src.tableSQL()+` WHERE (`+ts+`, `+id+`) > `+pos+` ORDER BY `+ts+`, `+id+` LIMIT 1),
-			(SELECT `+instant+` FROM `+src.tableSQL()+` ORDER BY `+ts+` DESC, `+id+` DESC LIMIT 1)`,
+			(SELECT `+instant+` FROM `+tableSQL(src)+` WHERE (`+ts+`, `+id+`) > `+pos+` ORDER BY `+ts+`, `+id+` LIMIT 1),
+			(SELECT `+instant+` FROM `+tableSQL(src)+` ORDER BY `+ts+` DESC, `+id+` DESC LIMIT 1)`,
 			append([]any{cur.pos.tsArg(cur.noTZ), cur.pos.idArg()}, zoneArg...)...).Scan(&clock, &first, &head)
 		if err != nil {
 			return fmt.Errorf("lag %s: head: %w", src.Name, err)
@@ -2042,13 +1835,13 @@ func (s *Store) CheckTailLag(ctx context.Context, src TailSource, cfg gcos.Intak
 		rep.Lagging = len(reasons) > 0
 		rep.Reason = strings.Join(reasons, "; ")
 		if !rep.Lagging {
-			_, err := resolveFinding(ctx, tx, gcos.IssueHandoffLag, src.Name, "")
+			_, err := postgres.ResolveFindingTx(ctx, tx, gcos.IssueHandoffLag, src.Name, "")
 			return err
 		}
 		evidence := map[string]any{"source": src.Name, "position": rep.Position, "reason": rep.Reason,
 			"oldest_unread_at": rep.OldestUnreadAt, "oldest_unread_age_seconds": rep.OldestUnreadAgeSeconds,
 			"behind_head_seconds": rep.BehindHeadSeconds, "threshold_seconds": rep.ThresholdSeconds, "holders": rep.Holders}
-		_, err = raiseFinding(ctx, tx, gcos.NewFinding(gcos.IssueHandoffLag, src.Name, "", "", evidence))
+		_, err = postgres.RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.IssueHandoffLag, src.Name, "", "", evidence))
 		return err
 	})
 	return rep, err

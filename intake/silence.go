@@ -1,4 +1,4 @@
-package postgres
+package intake
 
 // The silent-gap monitor (SPEC §9.3, doc 32 §1 boundary 5, doc 41 §41.6): every GCOS worker ticks its row of
 // queue_heartbeat while it runs — also when it has nothing to do — so a worker that is quiet keeps a fresh tick and
@@ -15,12 +15,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // Executor name prefixes the monitor watches, and the subject of the dirty-set lag.
 const (
-	monitorIntakePrefix = tailWorkerPrefix // gcos.intake.<source>
-	monitorScanPrefix   = "gcos.scan."     // gcos.scan.<mode>
+	monitorIntakePrefix = postgres.IntakeExecutorPrefix // gcos.intake.<source>
+	monitorScanPrefix   = postgres.ScanExecutorPrefix   // gcos.scan.<mode>
 	// DirtySetSubject is the subject of the candidate_scan_lag finding about the oldest dirty mark.
 	DirtySetSubject = "dirty_set"
 )
@@ -69,42 +70,6 @@ type SilenceReport struct {
 // Silent reports whether anything was silent or lagging.
 func (r SilenceReport) Silent() bool { return len(r.Raised) > 0 }
 
-// silenceThreshold is intake.silent_gap_threshold (30 s when unset).
-func (s *Store) silenceThreshold() time.Duration {
-	if d := s.cfg.Intake.SilentGapThreshold.Duration(); d > 0 {
-		return d
-	}
-	return 30 * time.Second
-}
-
-// tickCadence is how long an executor legitimately waits between two ticks by its own schedule; the monitor allows
-// it on top of the threshold, so a loop that ticks once a minute by design is not called silent after 30 s. The
-// scan loops tick after each pass: the full audit's holder once per min(interval, 1 min), the incremental loop once
-// per interval, the event loop at least once per 20 notification waits. The intake ticks after every poll.
-func (s *Store) tickCadence(executor string) time.Duration {
-	sc := s.cfg.Scan
-	switch executor {
-	case monitorScanPrefix + ModeFullAudit:
-		return min(sc.FullAuditInterval.Duration(), time.Minute)
-	case monitorScanPrefix + ModeIncremental:
-		return sc.IncrementalInterval.Duration()
-	case monitorScanPrefix + ModeEvent:
-		w := sc.CoalesceWindow.Duration()
-		return 21*max(w, 50*time.Millisecond) + w
-	}
-	if strings.HasPrefix(executor, monitorIntakePrefix) {
-		return s.cfg.Intake.PollInterval.Duration()
-	}
-	return 0
-}
-
-// SilenceLimit is how old an executor's last tick may be before CheckSilence calls it silent:
-// intake.silent_gap_threshold plus the executor's own tick cadence. Status views should use it too, so that they
-// and the findings agree on who is silent.
-func (s *Store) SilenceLimit(executor string) time.Duration {
-	return s.silenceThreshold() + s.tickCadence(executor)
-}
-
 const monitorExecutorsSQL = `
 SELECT executor_name, coalesce(executor_kind, ''), last_tick_at, extract(epoch FROM now() - last_tick_at)::float8,
        coalesce(last_tick_status, '')
@@ -125,8 +90,8 @@ WHERE dirty AND recompute_status <> 'failed'`
 // It also raises candidate_scan_lag (subject DirtySetSubject) when the oldest pending dirty mark has waited longer
 // than the threshold, and resolves it when it has not. Ages are measured by the database clock. A worker that is
 // merely quiet keeps ticking and is never reported.
-func (s *Store) CheckSilence(ctx context.Context) (SilenceReport, error) {
-	threshold := s.silenceThreshold()
+func (s *Stage) CheckSilence(ctx context.Context) (SilenceReport, error) {
+	threshold := s.core.SilenceThreshold()
 	rep := SilenceReport{ThresholdSeconds: threshold.Seconds(), Executors: []ExecutorSilence{}, Raised: []string{},
 		Resolved: []string{}}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -152,7 +117,7 @@ func (s *Store) CheckSilence(ctx context.Context) (SilenceReport, error) {
 				issue = gcos.IssueCandidateScanLag
 			}
 			e.Issue = string(issue)
-			limit := s.SilenceLimit(e.Name)
+			limit := s.core.SilenceLimit(e.Name)
 			e.LimitSeconds = limit.Seconds()
 			switch {
 			case e.AgeSeconds == nil:
@@ -191,16 +156,16 @@ func (s *Store) CheckSilence(ctx context.Context) (SilenceReport, error) {
 }
 
 // settle raises the finding of (issue, subject) while the condition holds and resolves it once it has cleared.
-func (s *Store) settle(ctx context.Context, tx pgx.Tx, rep *SilenceReport, issue gcos.IssueType, subject string, bad bool, evidence map[string]any) error {
+func (s *Stage) settle(ctx context.Context, tx pgx.Tx, rep *SilenceReport, issue gcos.IssueType, subject string, bad bool, evidence map[string]any) error {
 	key := gcos.CoalesceKey(issue, subject)
 	if bad {
-		if _, err := raiseFinding(ctx, tx, gcos.NewFinding(issue, subject, "", "", evidence)); err != nil {
+		if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.NewFinding(issue, subject, "", "", evidence)); err != nil {
 			return err
 		}
 		rep.Raised = append(rep.Raised, key)
 		return nil
 	}
-	closed, err := resolveFinding(ctx, tx, issue, subject, "")
+	closed, err := postgres.ResolveFindingTx(ctx, tx, issue, subject, "")
 	if err != nil {
 		return err
 	}

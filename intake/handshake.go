@@ -1,8 +1,9 @@
-package postgres
+package intake
 
 import (
 	"context"
 	"fmt"
+	"gcos/postgres"
 	"math"
 	"time"
 
@@ -25,7 +26,7 @@ type seedHorizon struct {
 	ok bool
 }
 
-func (s *Store) readSeedHorizon(ctx context.Context) (seedHorizon, error) {
+func (s *Stage) readSeedHorizon(ctx context.Context) (seedHorizon, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return seedHorizon{}, fmt.Errorf("seed horizon: %w", err)
@@ -51,10 +52,10 @@ func (s *Store) readSeedHorizon(ctx context.Context) (seedHorizon, error) {
 
 // ensureSeedCursors creates the cursor of every configured tail source whose table exists, so the seeding
 // transaction can position those still at start.
-func (s *Store) ensureSeedCursors(ctx context.Context) ([]string, error) {
+func (s *Stage) ensureSeedCursors(ctx context.Context) ([]string, error) {
 	var names []string
-	for _, src := range DefaultTailSources(s.cfg) {
-		ok, err := tableExists(ctx, s.pool, src.qualifiedTable())
+	for _, src := range postgres.DefaultTailSources(s.cfg) {
+		ok, err := postgres.TableExists(ctx, s.pool, qualifiedTable(src))
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +94,7 @@ func startCursorsAtHorizon(ctx context.Context, tx pgx.Tx, sources []string, h s
 		return nil, fmt.Errorf("start cursors at the seed horizon: %w", err)
 	}
 	for _, src := range moved {
-		if _, err := audit(ctx, tx, AuditEntry{EntityType: "governance_cursor", EntityCode: src, Action: "seed_horizon", Actor: "gcos",
+		if _, err := postgres.Audit(ctx, tx, postgres.AuditEntry{EntityType: "governance_cursor", EntityCode: src, Action: "seed_horizon", Actor: "gcos",
 			Detail: map[string]any{"source": src, "horizon": h.at, "run_id": runID,
 				"why": "the backfill's seed already reflects every row committed below the horizon"}}); err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
-package postgres
+package intake
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // The handoff apply step (SPEC §9.1): each tailed row maps to (change_kind, group_key, object_ref,
@@ -37,17 +39,17 @@ type registryCache struct {
 type registrySet struct {
 	regs   gcos.Registries
 	mu     sync.Mutex
-	groups map[birthBase][]gcos.Group // member counts unset
+	groups map[postgres.BirthBase][]gcos.Group // member counts unset
 }
 
-func (rs *registrySet) groupsOf(b birthBase) []gcos.Group {
+func (rs *registrySet) groupsOf(b postgres.BirthBase) []gcos.Group {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if g, ok := rs.groups[b]; ok {
 		return g
 	}
 	var out []gcos.Group
-	for _, d := range rs.regs.Dimensions(gcos.BaseGroup{ObjectClass: b.class, SourceRegistry: b.coll, LifecycleStatus: b.status}) {
+	for _, d := range rs.regs.Dimensions(gcos.BaseGroup{ObjectClass: b.Class, SourceRegistry: b.Coll, LifecycleStatus: b.Status}) {
 		out = append(out, gcos.NewGroup(d, 0))
 	}
 	rs.groups[b] = out
@@ -56,22 +58,22 @@ func (rs *registrySet) groupsOf(b birthBase) []gcos.Group {
 
 const registryCacheTTL = time.Second
 
-func (s *Store) cachedRegistries(ctx context.Context, q querier) (*registrySet, error) {
+func (s *Stage) cachedRegistries(ctx context.Context, q postgres.Querier) (*registrySet, error) {
 	s.regCache.mu.Lock()
 	defer s.regCache.mu.Unlock()
 	if s.regCache.cur != nil && time.Since(s.regCache.loaded) < registryCacheTTL {
 		return s.regCache.cur, nil
 	}
-	regs, err := s.dimensionRegistries(ctx, q, "")
+	regs, err := s.core.DimensionRegistries(ctx, q, "")
 	if err != nil {
 		return nil, err
 	}
-	s.regCache.cur, s.regCache.loaded = &registrySet{regs: regs, groups: map[birthBase][]gcos.Group{}}, time.Now()
+	s.regCache.cur, s.regCache.loaded = &registrySet{regs: regs, groups: map[postgres.BirthBase][]gcos.Group{}}, time.Now()
 	return s.regCache.cur, nil
 }
 
 // unknownGroups returns the groups not yet known to be recorded.
-func (s *Store) unknownGroups(groups []gcos.Group) []gcos.Group {
+func (s *Stage) unknownGroups(groups []gcos.Group) []gcos.Group {
 	s.regCache.mu.Lock()
 	defer s.regCache.mu.Unlock()
 	var out []gcos.Group
@@ -84,7 +86,7 @@ func (s *Store) unknownGroups(groups []gcos.Group) []gcos.Group {
 }
 
 // rememberGroups notes group keys that are committed to governance_group.
-func (s *Store) rememberGroups(keys []string) {
+func (s *Stage) rememberGroups(keys []string) {
 	s.regCache.mu.Lock()
 	defer s.regCache.mu.Unlock()
 	if s.regCache.known == nil {
@@ -121,12 +123,12 @@ type signal struct {
 	occurred  time.Time
 	table     string
 	objectTyp string
-	object    *birthBase // a change to one object: its base now (its object row, if any, is judged again)
+	object    *postgres.BirthBase // a change to one object: its base now (its object row, if any, is judged again)
 }
 
 // ApplyHandoff is the intake's apply step for a page of tailed rows. Rows that cannot be mapped are returned as
 // failures (they go to the retry lane and, after max attempts, the DLQ) and never block the page.
-func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]RowFailure, HandoffStats, error) {
+func (s *Stage) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]RowFailure, HandoffStats, error) {
 	st := HandoffStats{Rows: len(rows), Kinds: map[string]int{}}
 	if len(rows) == 0 {
 		return nil, st, nil
@@ -137,9 +139,9 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 	}
 	var failures []RowFailure
 	counts := collectionCounts{} // member counts per collection, counted at most once per page
-	births := make([]*TailRow, 0, len(rows))
+	births := make([]*postgres.TailRow, 0, len(rows))
 	var sigs []*signal
-	birthSource := BirthTailSource(s.cfg.SourceBinding).Name
+	birthSource := postgres.BirthTailSource(s.cfg.SourceBinding).Name
 	own, err := ownAuditRows(ctx, tx, rows, birthSource)
 	if err != nil {
 		return nil, st, err
@@ -207,7 +209,7 @@ func (s *Store) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []TailRow) ([]
 	for reason, keys := range byReason {
 		marks[reason] = slices.Sorted(maps.Keys(keys))
 	}
-	n, err := markDirtyByReason(ctx, tx, marks)
+	n, err := postgres.MarkDirtyTx(ctx, tx, marks)
 	if err != nil {
 		return nil, st, err
 	}
@@ -234,8 +236,8 @@ ON CONFLICT (collection_name, entity_code) DO UPDATE SET object_class = EXCLUDED
 // queueObjects queues, for the scan of their base, the page's objects whose rows a scan must judge one by one: a
 // trusted birth (not an inherited child) of a class whose objects have rows under the current ruleset, and an
 // object a change row names. The scan's pass then reads just their births (followObjects), never its whole base.
-func (s *Store) queueObjects(ctx context.Context, tx pgx.Tx, births []*TailRow, sigs []*signal) error {
-	queued := map[[2]string]birthBase{}
+func (s *Stage) queueObjects(ctx context.Context, tx pgx.Tx, births []*postgres.TailRow, sigs []*signal) error {
+	queued := map[[2]string]postgres.BirthBase{}
 	for _, sig := range sigs {
 		if sig.object != nil && sig.kind != gcos.ChangeObjectBorn {
 			queued[[2]string{sig.coll, sig.code}] = *sig.object
@@ -248,7 +250,7 @@ func (s *Store) queueObjects(ctx context.Context, tx pgx.Tx, births []*TailRow, 
 		}
 		for _, r := range births {
 			if r.ParentCode == "" && classes[r.EntityType] && s.cfg.Intake.Trusted(r.SourceSystem) {
-				queued[[2]string{r.CollectionName, r.EntityCode}] = birthBase{r.EntityType, r.CollectionName, r.Status}
+				queued[[2]string{r.CollectionName, r.EntityCode}] = postgres.BirthBase{Class: r.EntityType, Coll: r.CollectionName, Status: r.Status}
 			}
 		}
 	}
@@ -265,7 +267,7 @@ func (s *Store) queueObjects(ctx context.Context, tx pgx.Tx, births []*TailRow, 
 	colls, codes, cls, regs, sts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, k := range keys {
 		b := queued[k]
-		colls[i], codes[i], cls[i], regs[i], sts[i] = k[0], k[1], b.class, b.coll, b.status
+		colls[i], codes[i], cls[i], regs[i], sts[i] = k[0], k[1], b.Class, b.Coll, b.Status
 	}
 	if _, err := tx.Exec(ctx, queueObjectsSQL, colls, codes, cls, regs, sts); err != nil {
 		return fmt.Errorf("queue objects for their scan: %w", err)
@@ -275,14 +277,14 @@ func (s *Store) queueObjects(ctx context.Context, tx pgx.Tx, births []*TailRow, 
 
 // objectRowClasses are the classes whose objects have rows under the current ruleset, read in tx (so a ruleset
 // activated before it commits is the one it sees); none before anything was backfilled.
-func (s *Store) objectRowClasses(ctx context.Context, tx pgx.Tx) (map[string]bool, error) {
+func (s *Stage) objectRowClasses(ctx context.Context, tx pgx.Tx) (map[string]bool, error) {
 	var version string
 	if err := tx.QueryRow(ctx, `SELECT ruleset_version FROM v_current_ruleset`).Scan(&version); errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	} else if err != nil {
 		return nil, fmt.Errorf("read the current ruleset: %w", err)
 	}
-	rs, err := s.rulesetVersionVia(ctx, tx, version)
+	rs, err := s.core.RulesetVersionVia(ctx, tx, version)
 	if err != nil {
 		return nil, err
 	}
@@ -297,36 +299,33 @@ func (s *Store) objectRowClasses(ctx context.Context, tx pgx.Tx) (map[string]boo
 	return classes, nil
 }
 
-// birthBase is one (class, registry, lifecycle) base group of births.
-type birthBase struct{ class, coll, status string }
-
 // mapBirths resolves each birth's group (its anchor's, for an inherited child) in every scope, records new groups,
 // and returns one signal per (base group, id bucket, source system): each key is a function of one row alone, so
 // however a replay splits the rows into pages it produces exactly the keys the first delivery did, and the signal
 // key table deduplicates them. Births from an untrusted source system dirty nothing and signal nothing: they are
 // quarantined (quarantineUntrusted) and cannot inject governance work until their source is trusted.
-func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, births []*TailRow) ([]*signal, int, error) {
+func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, births []*postgres.TailRow) ([]*signal, int, error) {
 	anchors, err := s.anchors(ctx, tx, births)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := s.keepCounts(ctx, tx, births, anchors); err != nil {
+	if err := s.core.KeepCounts(ctx, tx, births, anchors); err != nil {
 		return nil, 0, err
 	}
 	type sigKey struct {
-		base   birthBase
+		base   postgres.BirthBase
 		bucket int64
 		source string
 	}
 	bucket := max(s.cfg.Intake.SignalBucket, 1)
-	table := s.birthBinding().Table
+	table := s.core.BirthBinding().Table
 	sigs := map[sigKey]*signal{}
 	var order []sigKey
-	var bases []birthBase
-	counts := map[birthBase]int64{}
-	var untrustedRows []*TailRow
+	var bases []postgres.BirthBase
+	counts := map[postgres.BirthBase]int64{}
+	var untrustedRows []*postgres.TailRow
 	for _, r := range births {
-		b := birthBase{r.EntityType, r.CollectionName, r.Status}
+		b := postgres.BirthBase{Class: r.EntityType, Coll: r.CollectionName, Status: r.Status}
 		if r.ParentCode != "" {
 			if a, ok := anchors[[2]string{r.CollectionName, r.ParentCode}]; ok {
 				b = a
@@ -347,13 +346,13 @@ func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, bir
 			}
 			continue
 		}
-		sigs[k] = &signal{kind: gcos.ChangeObjectBorn, subject: b.coll, coll: r.CollectionName, code: r.EntityCode,
-			actor: nonEmpty(r.ActorRef, "unknown"), source: nonEmpty(r.SourceSystem, table), firstID: r.ID,
-			occurred: r.TS, table: table, objectTyp: b.class}
+		sigs[k] = &signal{kind: gcos.ChangeObjectBorn, subject: b.Coll, coll: r.CollectionName, code: r.EntityCode,
+			actor: cmp.Or(r.ActorRef, "unknown"), source: cmp.Or(r.SourceSystem, table), firstID: r.ID,
+			occurred: r.TS, table: table, objectTyp: b.Class}
 		order = append(order, k)
 	}
 	var groups []gcos.Group
-	keysOf := make(map[birthBase][]string, len(bases))
+	keysOf := make(map[postgres.BirthBase][]string, len(bases))
 	for _, b := range bases {
 		for _, g := range rset.groupsOf(b) {
 			g.MemberCount = counts[b]
@@ -376,7 +375,7 @@ func (s *Store) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, bir
 }
 
 // anchors looks up the parents of inherited children: (collection, parent_code) → the anchor's base group.
-func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []*TailRow) (map[[2]string]birthBase, error) {
+func (s *Stage) anchors(ctx context.Context, tx pgx.Tx, births []*postgres.TailRow) (map[[2]string]postgres.BirthBase, error) {
 	var colls, codes []string
 	seen := map[[2]string]bool{}
 	for _, r := range births {
@@ -386,14 +385,14 @@ func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []*TailRow) (map[
 			colls, codes = append(colls, r.CollectionName), append(codes, r.ParentCode)
 		}
 	}
-	out := map[[2]string]birthBase{}
+	out := map[[2]string]postgres.BirthBase{}
 	if len(colls) == 0 {
 		return out, nil
 	}
-	b := s.birthBinding()
+	b := s.core.BirthBinding()
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT p.%[2]s, p.%[3]s, p.%[4]s, p.%[5]s FROM %[1]s p
-		JOIN unnest($1::text[], $2::text[]) AS k(coll, code) ON p.%[2]s = k.coll AND p.%[3]s = k.code`,
-		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status)), colls, codes)
+		JOIN unnest($1::text[], $2::text[]) AS k(coll, code) ON p.%[2]s = k.Coll AND p.%[3]s = k.code`,
+		postgres.Ident(b.Table), postgres.Ident(b.Collection), postgres.Ident(b.Code), postgres.Ident(b.Type), postgres.Ident(b.Status)), colls, codes)
 	if err != nil {
 		return nil, fmt.Errorf("resolve anchors: %w", err)
 	}
@@ -403,7 +402,7 @@ func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []*TailRow) (map[
 		if err := rows.Scan(&coll, &code, &class, &status); err != nil {
 			return nil, err
 		}
-		out[[2]string{coll, code}] = birthBase{class, coll, status}
+		out[[2]string{coll, code}] = postgres.BirthBase{Class: class, Coll: coll, Status: status}
 	}
 	return out, rows.Err()
 }
@@ -411,7 +410,7 @@ func (s *Store) anchors(ctx context.Context, tx pgx.Tx, births []*TailRow) (map[
 // recordNewGroups adds groups the registry has not seen and leaves known ones alone; member counts (and
 // last_seen_at) are the snapshot's truth, never touched per signal, so a replay changes nothing. Keys this process
 // already knows to be recorded are not sent again.
-func (s *Store) recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
+func (s *Stage) recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
 	groups = s.unknownGroups(groups)
 	if len(groups) == 0 {
 		return nil
@@ -456,8 +455,8 @@ func (s *Store) recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Gr
 
 // quarantined is one birth from an untrusted source.
 type quarantined struct {
-	row    *TailRow
-	base   birthBase
+	row    *postgres.TailRow
+	base   postgres.BirthBase
 	key    string   // the finding's coalesce key
 	groups []string // its base's group keys, one per scope, once it is quarantined now (counted at once)
 }
@@ -470,8 +469,8 @@ type quarantined struct {
 // the full audit re-evaluates it like any group. The finding is raised once per birth: a replayed row finds it
 // and leaves it alone. Before the first backfill there is no candidate store to write into: the finding alone
 // records the birth.
-func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Registries, rows []*TailRow,
-	anchors map[[2]string]birthBase, trusted map[birthBase]int64) error {
+func (s *Stage) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Registries, rows []*postgres.TailRow,
+	anchors map[[2]string]postgres.BirthBase, trusted map[postgres.BirthBase]int64) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -482,7 +481,7 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	var qs []quarantined
 	var keys []string
 	for _, r := range rows {
-		b := birthBase{r.EntityType, r.CollectionName, r.Status}
+		b := postgres.BirthBase{Class: r.EntityType, Coll: r.CollectionName, Status: r.Status}
 		if a, ok := anchors[[2]string{r.CollectionName, r.ParentCode}]; ok && r.ParentCode != "" {
 			b = a
 		}
@@ -502,22 +501,22 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	for _, k := range known {
 		seen[k] = true
 	}
-	rs, err := s.currentRuleset(ctx)
+	rs, err := s.core.CurrentRuleset(ctx)
 	noStore := gcos.ErrorCode(err) == gcos.ENOTFOUND
 	if err != nil && !noStore {
 		return err
 	}
 	var snapshotID int64
 	if !noStore {
-		snapshotID, err = latestFullSnapshotID(ctx, tx)
+		snapshotID, err = postgres.LatestFullSnapshotID(ctx, tx)
 		if noStore = gcos.ErrorCode(err) == gcos.ENOTFOUND; err != nil && !noStore {
 			return err
 		}
 	}
-	var objs []objectCandidate
+	var objs []postgres.ObjectCandidate
 	var findings []gcos.Finding
-	newBases := map[birthBase]int64{}
-	var baseOrder []birthBase
+	newBases := map[postgres.BirthBase]int64{}
+	var baseOrder []postgres.BirthBase
 	for i, q := range qs {
 		if seen[q.key] {
 			continue // already quarantined (a replay of the same birth)
@@ -532,7 +531,7 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 		}
 		f := gcos.Finding{Type: gcos.InputIssue(gcos.InputUntrustedSource), Subject: ref, RulesetVersion: rs.Version, Evidence: evidence}
 		if noStore {
-			if _, err := raiseFinding(ctx, tx, f); err != nil {
+			if _, err := postgres.RaiseFindingTx(ctx, tx, f); err != nil {
 				return err
 			}
 			continue
@@ -545,14 +544,14 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 			}
 			newBases[q.base]++
 		}
-		class := q.base.class
-		dims := regs.Dimensions(gcos.BaseGroup{ObjectClass: class, SourceRegistry: q.base.coll, LifecycleStatus: q.base.status})
+		class := q.base.Class
+		dims := regs.Dimensions(gcos.BaseGroup{ObjectClass: class, SourceRegistry: q.base.Coll, LifecycleStatus: q.base.Status})
 		for _, d := range dims {
 			qs[i].groups = append(qs[i].groups, gcos.GroupKey(d))
 		}
 		g := gcos.NewGroup(dims[0], 1)
-		objs = append(objs, objectCandidate{key: r.CanonicalRef(), objectType: class, objectRef: ref, reason: "open_finding", groupKey: g.Key,
-			values: candidateValues{GroupKey: "object:" + r.CanonicalRef(), Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
+		objs = append(objs, postgres.ObjectCandidate{Key: r.CanonicalRef(), ObjectType: class, ObjectRef: ref, Reason: "open_finding", GroupKey: g.Key,
+			Values: postgres.CandidateValues{GroupKey: "object:" + r.CanonicalRef(), Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
 				InputQuality: string(gcos.InputUntrustedSource), RiskClass: regs.RiskClass(class), CoverageRequired: regs.CoverageRequired(class),
 				DependsOn: []byte(`{}`), TTL: s.cfg.TTL.TTLFor(regs.RiskClass(class)), Evidence: "untrusted:" + r.SourceSystem, MemberCount: 1}})
 	}
@@ -566,11 +565,11 @@ func (s *Store) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if err := countQuarantined(ctx, tx, rs.Version, qs, fresh); err != nil {
 		return err
 	}
-	if _, err = upsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs); err != nil {
+	if _, err = postgres.UpsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs); err != nil {
 		return err
 	}
 	for _, f := range findings {
-		if _, err := raiseFinding(ctx, tx, f); err != nil {
+		if _, err := postgres.RaiseFindingTx(ctx, tx, f); err != nil {
 			return err
 		}
 	}
@@ -620,15 +619,15 @@ func countQuarantined(ctx context.Context, tx pgx.Tx, ruleset string, qs []quara
 // holdUntrustedGroups records the groups of bases only untrusted births name that the registry does not know yet,
 // each with a needs_input (untrusted_source) row under the current ruleset, and returns their keys. Known groups are
 // left as they are.
-func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Registries, snapshotID int64, ruleset string,
-	bases []birthBase, counts map[birthBase]int64) (fresh map[string]bool, err error) {
+func (s *Stage) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Registries, snapshotID int64, ruleset string,
+	bases []postgres.BirthBase, counts map[postgres.BirthBase]int64) (fresh map[string]bool, err error) {
 	if len(bases) == 0 {
 		return nil, nil
 	}
 	var all []gcos.Group
 	var keys []string
 	for _, b := range bases {
-		for _, d := range regs.Dimensions(gcos.BaseGroup{ObjectClass: b.class, SourceRegistry: b.coll, LifecycleStatus: b.status}) {
+		for _, d := range regs.Dimensions(gcos.BaseGroup{ObjectClass: b.Class, SourceRegistry: b.Coll, LifecycleStatus: b.Status}) {
 			g := gcos.NewGroup(d, counts[b])
 			all, keys = append(all, g), append(keys, g.Key)
 		}
@@ -642,19 +641,19 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 		return nil, fmt.Errorf("quarantine groups: %w", err)
 	}
 	var recorded []gcos.Group
-	var held []candidateValues
+	var held []postgres.CandidateValues
 	for _, g := range all {
 		if slices.Contains(existing, g.Key) {
 			continue
 		}
 		recorded = append(recorded, g)
-		class := deref(g.ObjectClass)
+		class := postgres.Deref(g.ObjectClass)
 		deps, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
 		if err != nil {
 			return nil, err
 		}
 		sum := sha256.Sum256([]byte("untrusted:" + g.Key + ":" + ruleset))
-		held = append(held, candidateValues{GroupKey: g.Key, Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
+		held = append(held, postgres.CandidateValues{GroupKey: g.Key, Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
 			InputQuality: string(gcos.InputUntrustedSource), RiskClass: regs.RiskClass(class),
 			CoverageRequired: regs.CoverageRequired(class), OwnerScope: g.OwnerScope, DependsOn: deps,
 			TTL: s.cfg.TTL.TTLFor(regs.RiskClass(class)), Evidence: hex.EncodeToString(sum[:16]), MemberCount: g.MemberCount})
@@ -665,7 +664,7 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if err := s.recordNewGroups(ctx, tx, recorded); err != nil {
 		return nil, err
 	}
-	if _, err = seedCandidates(ctx, tx, snapshotID, ruleset, "intake", held); err != nil {
+	if _, err = postgres.SeedCandidates(ctx, tx, snapshotID, ruleset, "intake", held); err != nil {
 		return nil, err
 	}
 	fresh = map[string]bool{}
@@ -676,7 +675,7 @@ func (s *Store) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 }
 
 // ownAuditRows are the ids among the page's changelog rows that GCOS itself wrote (governance_audit_row).
-func ownAuditRows(ctx context.Context, tx pgx.Tx, rows []TailRow, birthSource string) (map[int64]bool, error) {
+func ownAuditRows(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow, birthSource string) (map[int64]bool, error) {
 	var ids []int64
 	for i := range rows {
 		if rows[i].Source != birthSource {
@@ -727,7 +726,7 @@ func (rr *rowReports) add(source, value string, id int64) {
 // reportRows raises one coalesced finding per (source, value) for rows no mapping rule matches
 // (handoff_unmapped_row) and changelog rows from an untrusted source (input.untrusted_source), and counts them on
 // the source's cursor. Such rows dirty nothing and emit nothing, but they are never silent.
-func (s *Store) reportRows(ctx context.Context, tx pgx.Tx, unmapped, untrusted rowReports) error {
+func (s *Stage) reportRows(ctx context.Context, tx pgx.Tx, unmapped, untrusted rowReports) error {
 	// Counts first: the one lock order (cursor row, then finding keys) a poll also follows.
 	for _, r := range unmapped {
 		if err := countRows(ctx, tx, r.source, "unmapped_rows", r.rows); err != nil {
@@ -740,14 +739,14 @@ func (s *Store) reportRows(ctx context.Context, tx pgx.Tx, unmapped, untrusted r
 		}
 	}
 	for _, r := range unmapped {
-		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.IssueHandoffUnmappedRow, Subject: r.source + ":" + r.value,
+		if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueHandoffUnmappedRow, Subject: r.source + ":" + r.value,
 			Evidence: map[string]any{"source": r.source, "entity_type/action": r.value, "rows": r.rows, "sample_ids": r.sample,
 				"fix": "add a rule to intake.changelog_kinds (a change kind, or \"skip\" to ignore such rows deliberately)"}}); err != nil {
 			return err
 		}
 	}
 	for _, r := range untrusted {
-		if _, err := raiseFinding(ctx, tx, gcos.Finding{Type: gcos.InputIssue(gcos.InputUntrustedSource), Subject: r.source + ":" + r.value,
+		if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.InputIssue(gcos.InputUntrustedSource), Subject: r.source + ":" + r.value,
 			Evidence: map[string]any{"source": r.source, "changed_by": r.value, "rows": r.rows, "sample_ids": r.sample,
 				"trusted_sources": s.cfg.Intake.TrustedSources}}); err != nil {
 			return err
@@ -770,10 +769,10 @@ func countRows(ctx context.Context, tx pgx.Tx, source, counter string, n int) er
 // (the row is about one object of that class, named by entity_code); a row that is neither cannot be mapped and is
 // returned as an error, which sends it to the retry lane. Which groups the row dirties is gcos.RouteChange's
 // decision; this function only resolves what the row names.
-func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, counts collectionCounts, r TailRow, kind gcos.ChangeKind) (*signal, error) {
+func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, counts collectionCounts, r postgres.TailRow, kind gcos.ChangeKind) (*signal, error) {
 	regs := rset.regs
-	sig := &signal{kind: kind, subject: r.EntityCode, actor: nonEmpty(r.ChangedBy, "unknown"), source: nonEmpty(r.ChangedBy, "registry_changelog"),
-		firstID: r.ID, occurred: r.TS, table: "registry_changelog", objectTyp: r.EntityType, coll: r.EntityType, code: nonEmpty(r.EntityCode, fmt.Sprint(r.ID))}
+	sig := &signal{kind: kind, subject: r.EntityCode, actor: cmp.Or(r.ChangedBy, "unknown"), source: cmp.Or(r.ChangedBy, "registry_changelog"),
+		firstID: r.ID, occurred: r.TS, table: "registry_changelog", objectTyp: r.EntityType, coll: r.EntityType, code: cmp.Or(r.EntityCode, fmt.Sprint(r.ID))}
 	subject := gcos.ChangeSubject{Kind: kind, Code: r.EntityCode}
 	classColl, isClass := regs.Classes[r.EntityType]
 	if isClass && classColl != nil {
@@ -804,13 +803,13 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 		}
 		if found {
 			subject.Object = &base
-			sig.object = &birthBase{base.ObjectClass, base.SourceRegistry, base.LifecycleStatus}
+			sig.object = &postgres.BirthBase{Class: base.ObjectClass, Coll: base.SourceRegistry, Status: base.LifecycleStatus}
 			if subject.Moved, err = s.movedBases(ctx, tx, counts, base); err != nil {
 				return nil, err
 			}
 			if kind != gcos.ChangeObjectBorn {
 				// The object may have moved between base groups: the kept counts of its collection are recounted.
-				if err := requestRecount(ctx, tx, []string{base.SourceRegistry}, string(kind)); err != nil {
+				if err := postgres.RequestRecount(ctx, tx, []string{base.SourceRegistry}, string(kind)); err != nil {
 					return nil, err
 				}
 			}
@@ -823,7 +822,7 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 	if route.Ensure != nil {
 		// The group the object is in now may be new (a lifecycle it never had): record it, the scan counts it.
 		b := route.Ensure
-		if err := s.recordNewGroups(ctx, tx, rset.groupsOf(birthBase{b.ObjectClass, b.SourceRegistry, b.LifecycleStatus})); err != nil {
+		if err := s.recordNewGroups(ctx, tx, rset.groupsOf(postgres.BirthBase{Class: b.ObjectClass, Coll: b.SourceRegistry, Status: b.LifecycleStatus})); err != nil {
 			return nil, err
 		}
 	}
@@ -842,13 +841,13 @@ func (s *Store) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 
 // objectBase is an object's anchor base group now: its own (class, collection, status), or its parent's for an
 // inherited child (as the snapshot and the scans place it). found is false when the inventory does not hold it.
-func (s *Store) objectBase(ctx context.Context, tx pgx.Tx, coll, code string) (gcos.BaseGroup, bool, error) {
-	b := s.birthBinding()
+func (s *Stage) objectBase(ctx context.Context, tx pgx.Tx, coll, code string) (gcos.BaseGroup, bool, error) {
+	b := s.core.BirthBinding()
 	var base gcos.BaseGroup
 	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(p.%[4]s, o.%[4]s), o.%[2]s, coalesce(p.%[5]s, o.%[5]s)
 		FROM %[1]s o LEFT JOIN %[1]s p ON o.%[6]s IS NOT NULL AND p.%[2]s = o.%[2]s AND p.%[3]s = o.%[6]s
 		WHERE o.%[2]s = $1 AND o.%[3]s = $2`,
-		ident(b.Table), ident(b.Collection), ident(b.Code), ident(b.Type), ident(b.Status), ident(b.Parent)), coll, code).Scan(
+		postgres.Ident(b.Table), postgres.Ident(b.Collection), postgres.Ident(b.Code), postgres.Ident(b.Type), postgres.Ident(b.Status), postgres.Ident(b.Parent)), coll, code).Scan(
 		&base.ObjectClass, &base.SourceRegistry, &base.LifecycleStatus)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return base, false, nil
@@ -860,16 +859,16 @@ func (s *Store) objectBase(ctx context.Context, tx pgx.Tx, coll, code string) (g
 }
 
 // collectionCounts caches, within one page of the handoff, the member counts of the collections it counted.
-type collectionCounts map[string]map[birthBase]int64
+type collectionCounts map[string]map[postgres.BirthBase]int64
 
 // movedBases lists the base groups of base's class in its registry whose live groups were last judged on a member
 // count other than the one they have now: the groups a lifecycle move (or anything else not yet scanned) changed.
 // The collection is counted once per page however many of its objects the page's rows name.
-func (s *Store) movedBases(ctx context.Context, tx pgx.Tx, cache collectionCounts, base gcos.BaseGroup) ([]gcos.BaseGroup, error) {
+func (s *Stage) movedBases(ctx context.Context, tx pgx.Tx, cache collectionCounts, base gcos.BaseGroup) ([]gcos.BaseGroup, error) {
 	counts, ok := cache[base.SourceRegistry]
 	if !ok {
 		var err error
-		if counts, err = s.memberCounts(ctx, tx, []string{base.SourceRegistry}, nil); err != nil {
+		if counts, err = s.core.MemberCounts(ctx, tx, []string{base.SourceRegistry}, nil); err != nil {
 			return nil, err
 		}
 		cache[base.SourceRegistry] = counts
@@ -889,7 +888,7 @@ func (s *Store) movedBases(ctx context.Context, tx pgx.Tx, cache collectionCount
 			return nil, fmt.Errorf("read recorded member counts: %w", err)
 		}
 		b := gcos.BaseGroup{ObjectClass: base.ObjectClass, SourceRegistry: base.SourceRegistry, LifecycleStatus: status}
-		if counts[birthBase{b.ObjectClass, b.SourceRegistry, b.LifecycleStatus}] != recorded && !slices.Contains(out, b) {
+		if counts[postgres.BirthBase{Class: b.ObjectClass, Coll: b.SourceRegistry, Status: b.LifecycleStatus}] != recorded && !slices.Contains(out, b) {
 			out = append(out, b)
 		}
 	}
@@ -940,7 +939,7 @@ func selectGroups(ctx context.Context, tx pgx.Tx, sels []gcos.GroupSelector) ([]
 
 // authoritySubject resolves an ownership or exception row to (scope, class, collection); unknown ids select by
 // what the row names (entity_code as class or collection).
-func (s *Store) authoritySubject(ctx context.Context, tx pgx.Tx, r TailRow) (scope, class, coll string) {
+func (s *Stage) authoritySubject(ctx context.Context, tx pgx.Tx, r postgres.TailRow) (scope, class, coll string) {
 	var q string
 	switch r.EntityType {
 	case "ownership":
@@ -950,7 +949,7 @@ func (s *Store) authoritySubject(ctx context.Context, tx pgx.Tx, r TailRow) (sco
 	default:
 		return "", r.EntityType, ""
 	}
-	if ok, _ := tableExists(ctx, tx, map[string]string{"ownership": gcos.TableOwnership, "exception": gcos.TableExceptions}[r.EntityType]); !ok {
+	if ok, _ := postgres.TableExists(ctx, tx, map[string]string{"ownership": gcos.TableOwnership, "exception": gcos.TableExceptions}[r.EntityType]); !ok {
 		return "", "", ""
 	}
 	// A missing row (deleted, or a malformed id) degrades to "every group" — fail closed: dirty more, never less.
@@ -961,21 +960,21 @@ func (s *Store) authoritySubject(ctx context.Context, tx pgx.Tx, r TailRow) (sco
 // emitHandoffs emits one governance.handoff.<kind> signal per coalesced change and id bucket: a base group's births
 // (whose groups in every scope it names by the first), or a changelog subject. The correlation id is built from the
 // bucket, so a replay of the same rows produces the same ids and emits nothing new.
-func (s *Store) emitHandoffs(ctx context.Context, tx pgx.Tx, sigs []*signal, st *HandoffStats) error {
+func (s *Stage) emitHandoffs(ctx context.Context, tx pgx.Tx, sigs []*signal, st *HandoffStats) error {
 	bucket := max(s.cfg.Intake.SignalBucket, 1)
 	seen := make(map[[3]string]bool, len(sigs))
-	es := make([]Emit, 0, min(len(sigs), emitChunk))
+	es := make([]postgres.Emit, 0, min(len(sigs), emitChunk))
 	// A signal already emitted for its bucket (an earlier page, a replay) is a duplicate and writes nothing.
 	flush := func() error {
-		results, err := emitSignals(ctx, tx, es)
+		results, err := postgres.EmitSignals(ctx, tx, es)
 		if err != nil {
 			return fmt.Errorf("emit handoff signals: %w", err)
 		}
 		for _, res := range results {
 			switch res.Outcome {
-			case EmitOutcomeEmitted:
+			case postgres.EmitOutcomeEmitted:
 				st.Emitted++
-			case EmitOutcomeCaptured:
+			case postgres.EmitOutcomeCaptured:
 				st.Captured++
 			}
 		}
@@ -995,12 +994,12 @@ func (s *Store) emitHandoffs(ctx context.Context, tx pgx.Tx, sigs []*signal, st 
 		}
 		seen[k] = true
 		payload := map[string]any{"change_kind": string(sig.kind), "source": sig.table, "occurred_at": sig.occurred.UTC().Format(time.RFC3339Nano),
-			"object_type": sig.objectTyp, "collection_name": nonEmpty(sig.coll, sig.subject), "count": len(sig.groups)}
+			"object_type": sig.objectTyp, "collection_name": cmp.Or(sig.coll, sig.subject), "count": len(sig.groups)}
 		if len(sig.groups) > 0 {
 			payload["group_key"] = sig.groups[0]
 		}
-		es = append(es, Emit{EventType: sig.kind.EventType(), SubjectTable: sig.table, SubjectRef: sig.subject,
-			CollectionName: nonEmpty(sig.coll, sig.table), EntityCode: nonEmpty(sig.code, sig.subject), ActorRef: sig.actor,
+		es = append(es, postgres.Emit{EventType: sig.kind.EventType(), SubjectTable: sig.table, SubjectRef: sig.subject,
+			CollectionName: cmp.Or(sig.coll, sig.table), EntityCode: cmp.Or(sig.code, sig.subject), ActorRef: sig.actor,
 			SourceSystem: sig.source, CorrelationID: corr,
 			OccurredAt: sig.occurred, Payload: payload})
 		if len(es) == emitChunk {
@@ -1018,10 +1017,3 @@ func (s *Store) emitHandoffs(ctx context.Context, tx pgx.Tx, sigs []*signal, st 
 // emitChunk bounds the signals emitted per statement, so a page of one-signal-per-row changes (a registry history)
 // does not build one huge statement in memory.
 const emitChunk = 2_000
-
-func nonEmpty(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}

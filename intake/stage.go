@@ -1,0 +1,50 @@
+package intake
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// Stage is the intake stage over one store: the lossless tail and its cursors, the id sweep, the preconditions, the
+// handoff mapping and apply step, the backfill's handshake with the tail, and the silent-gap check. It reaches
+// candidate state only through the store core's surface. One Stage per process keeps the mapping's registry cache
+// warm; any number may share a database.
+type Stage struct {
+	core   *postgres.Store
+	pool   *pgxpool.Pool
+	cfg    gcos.Config
+	logger *slog.Logger
+
+	regCache registryCache
+	// routeFallbacks counts changes the intake could not place precisely (gcos.Route.Fallback); the first is logged.
+	routeFallbacks      atomic.Int64
+	routeFallbackLogged atomic.Bool
+}
+
+// New returns the intake stage over store.
+func New(store *postgres.Store) *Stage {
+	return &Stage{core: store, pool: store.Pool(), cfg: store.Config(), logger: store.Logger()}
+}
+
+// Store is the store core the stage runs on.
+func (s *Stage) Store() *postgres.Store { return s.core }
+
+// RouteFallbacks is how many changes this stage could not place precisely, so they dirtied every group they might
+// affect.
+func (s *Stage) RouteFallbacks() int64 { return s.routeFallbacks.Load() }
+
+// inTx runs fn in one of the core's transactions (fenced under a Fenced context).
+func (s *Stage) inTx(ctx context.Context, fn func(pgx.Tx) error) error { return s.core.InTx(ctx, fn) }
+
+// Apply is the handoff apply step as an ApplyFunc: the Worker's default.
+func (s *Stage) Apply(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]RowFailure, error) {
+	failures, _, err := s.ApplyHandoff(ctx, tx, rows)
+	return failures, err
+}

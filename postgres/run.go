@@ -1,0 +1,115 @@
+package postgres
+
+// Scan runs: each backfill, scan tick and audit is one candidate_scan_run row, opened and closed here.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"gcos"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// NewRunID returns a fresh run identifier.
+func NewRunID(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%s-%s", prefix, time.Now().UTC().Format("20060102T150405"), hex.EncodeToString(b))
+}
+
+// RulesetForScan returns the ruleset verdicts are computed under: the active one, else a draft computed from the
+// current registries. It also returns the computed draft when it differs from the active one, so the operator
+// can see that registries moved and a new version awaits approval.
+func (s *Store) RulesetForScan(ctx context.Context, proposer string) (RulesetRow, string, error) {
+	computed, _, err := s.ComputeRuleset(ctx, proposer)
+	if err != nil {
+		return RulesetRow{}, "", err
+	}
+	active, err := s.ActiveRuleset(ctx)
+	switch {
+	case err == nil:
+		if active.Version != computed.Version {
+			return active, computed.Version, nil
+		}
+		return active, "", nil
+	case gcos.ErrorCode(err) == gcos.ENOTFOUND:
+		return computed, "", nil
+	default:
+		return RulesetRow{}, "", err
+	}
+}
+
+// CaptureOrReuse captures a snapshot unless the previous snapshot of the scope is identical, in which case that
+// one is returned (a re-run over unchanged sources writes no new row).
+func (s *Store) CaptureOrReuse(ctx context.Context, opts CaptureOptions) (Snapshot, bool, error) {
+	opts.reuseUnchanged = true
+	snap, err := s.CaptureSnapshot(ctx, opts)
+	return snap, snap.reused, err
+}
+
+// RunCounts is what a run did, recorded when it finishes.
+type RunCounts struct {
+	Snapshot                                         int64
+	Ruleset                                          string
+	Scanned, Dirtied, Changed, Materialized, Retired int64
+}
+
+func (s *Store) StartRun(ctx context.Context, runID, mode, phase string) error {
+	var role *string
+	var epoch *int64
+	if l := leaseOf(ctx); l != nil {
+		role, epoch = &l.Role.Name, &l.Epoch
+	}
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO candidate_scan_run (run_id, mode, phase, lease_role, lease_epoch) VALUES ($1, $2, $3, $4, $5)`,
+			runID, mode, phase, role, epoch)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("record run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// FinishRun records how a run ended. Only a running run ends: one a successor of its role marked abandoned stays
+// so (ErrLeaseLost), and a fenced run whose lease is gone cannot record success either.
+func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr error) error {
+	status, msg := "succeeded", (*string)(nil)
+	if runErr != nil {
+		status = "failed"
+		m := runErr.Error()
+		msg = &m
+	}
+	var snap *int64
+	if c.Snapshot != 0 {
+		snap = &c.Snapshot
+	}
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+		UPDATE candidate_scan_run SET finished_at = now(), status = $2, error = $3, source_snapshot_ref = $4,
+		    ruleset_version = nullif($5, ''), groups_scanned = $6, groups_dirtied = $7, verdict_changes = $8,
+		    objects_materialized = $9, objects_retired = $10
+		WHERE run_id = $1 AND status = 'running'`, runID, status, msg, snap, c.Ruleset, c.Scanned, c.Dirtied, c.Changed, c.Materialized, c.Retired)
+		if err != nil || tag.RowsAffected() > 0 {
+			return err
+		}
+		var was string
+		if err := tx.QueryRow(ctx, `SELECT status FROM candidate_scan_run WHERE run_id = $1`, runID).Scan(&was); err != nil {
+			return err
+		}
+		if was == "abandoned" {
+			return fmt.Errorf("run %s was abandoned by a successor in its role: %w", runID, ErrLeaseLost)
+		}
+		if runErr == nil {
+			return fmt.Errorf("run %s is %s, not running", runID, was)
+		}
+		return nil // a failed tick already recorded the failure
+	})
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	return nil
+}
