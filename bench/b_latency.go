@@ -141,7 +141,7 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 		}()
 	}
 	start("intake", w.Run)
-	sched := &scan.Scheduler{Store: ws.store, Config: cfg.Scan, Logger: r.log, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
+	sched := &scan.Scheduler{Stage: scan.New(ws.store), Config: cfg.Scan, Logger: r.log, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
 	start("scan", sched.Run)
 	stop := func() {
 		dcancel()

@@ -128,7 +128,7 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 		read += t.Read
 	}
 	mark("intake")
-	sched := &scan.Scheduler{Store: store, Config: cfg.Scan}
+	sched := &scan.Scheduler{Stage: scan.New(store), Config: cfg.Scan}
 	time.Sleep(cfg.Scan.CoalesceWindow.Duration())
 	scanned, proof := 0, ""
 	for _, mode := range []string{postgres.ModeEvent, postgres.ModeIncremental, postgres.ModeFullAudit} {

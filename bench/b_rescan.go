@@ -7,6 +7,7 @@ import (
 
 	"gcos"
 	"gcos/postgres"
+	"gcos/scan"
 )
 
 // rescanFigures are one world size's samples.
@@ -44,6 +45,7 @@ func openRescanWorld(ctx context.Context, r *runner, births int) (*rescanWorld, 
 	if w.f.births, err = countRows(ctx, ws.pool, `SELECT count(*) FROM birth_registry`); err != nil {
 		return fail(err)
 	}
+	stage := scan.New(ws.store) // one per process, as the daemon holds it
 	w.one = func() (time.Duration, error) {
 		if n, err := ws.store.MarkDirty(ctx, []string{w.f.group}, gcos.DirtyInput); err != nil {
 			return 0, err
@@ -51,7 +53,7 @@ func openRescanWorld(ctx context.Context, r *runner, births int) (*rescanWorld, 
 			return 0, fmt.Errorf("MarkDirty dirtied %d groups, want 1", n)
 		}
 		t0 := time.Now()
-		res, err := ws.store.ScanTick(ctx, postgres.ScanOptions{Mode: postgres.ModeEvent})
+		res, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeEvent})
 		d := time.Since(t0)
 		if err != nil {
 			return 0, err

@@ -11,6 +11,7 @@ import (
 
 	"gcos"
 	"gcos/oracle"
+	"gcos/scan"
 )
 
 // benchVerify times the reference evaluator (package oracle) on the world: reading the substrate in one
@@ -48,7 +49,7 @@ func benchVerify(ctx context.Context, r *runner) ([]row, error) {
 	var heap uint64
 	for i := 0; i < r.opts.reps; i++ {
 		t0 := time.Now()
-		if _, err := ws.store.FullAudit(ctx, nil); err != nil {
+		if _, err := scan.New(ws.store).FullAudit(ctx, nil); err != nil {
 			return nil, fmt.Errorf("full audit: %w", err)
 		}
 		audit = append(audit, time.Since(t0).Seconds())

@@ -23,6 +23,7 @@ import (
 	"gcos/postgres"
 	"gcos/postgres/migration"
 	"gcos/postgres/substrate"
+	"gcos/scan"
 	"gcos/world"
 )
 
@@ -319,8 +320,9 @@ func (h *handoffApply) reset() intake.HandoffStats {
 func drainScans(ctx context.Context, store *postgres.Store) (int, error) {
 	total := 0
 	runID := ""
+	stage := scan.New(store)
 	for i := 0; i < 10_000; i++ {
-		res, err := store.ScanTick(ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental, RunID: runID})
+		res, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeIncremental, RunID: runID})
 		if err != nil {
 			return total, err
 		}

@@ -35,7 +35,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 	var wg sync.WaitGroup
 	runErrs := make(chan error, 2)
 	worker := &intake.Worker{Stage: intake.New(store), Config: conf.Intake}
-	sched := &scan.Scheduler{Store: store, Config: conf.Scan, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
+	sched := &scan.Scheduler{Stage: scan.New(store), Config: conf.Scan, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
 	for _, run := range []func(context.Context) error{worker.Run, sched.Run} {
 		wg.Add(1)
 		go func() { defer wg.Done(); runErrs <- run(runCtx) }()

@@ -136,7 +136,7 @@ func newEnv(t *testing.T, built *pgxpool.Pool) *env {
 
 func (e *env) wire() {
 	e.intake = &intake.Worker{Stage: intake.New(e.store), Config: e.store.Config().Intake}
-	e.scans = &scan.Scheduler{Store: e.store}
+	e.scans = &scan.Scheduler{Stage: scan.New(e.store)}
 }
 
 // settle runs intake and incremental scans until no group is dirty, polling with a generous deadline.
@@ -399,7 +399,7 @@ var triggers = []trigger{
 		if err := e.settle(); err != nil {
 			return "", err
 		}
-		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+		if _, err := scan.New(e.store).FullAudit(e.ctx, nil); err != nil {
 			return "", err
 		}
 		if err := e.exec(`UPDATE governance_exception SET expires_at = now() - interval '1 minute' WHERE exception_id = $1`, id); err != nil {
@@ -521,7 +521,7 @@ var triggers = []trigger{
 		if err := e.exec(`UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, status); err != nil {
 			return "", err
 		}
-		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+		if _, err := scan.New(e.store).FullAudit(e.ctx, nil); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("silent coverage edit of %s → %s, then a full audit", coll, status), nil
@@ -541,7 +541,7 @@ var triggers = []trigger{
 			RETURNING collection_name, entity_code`).Scan(&coll, &code); err != nil {
 			return "", err
 		}
-		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+		if _, err := scan.New(e.store).FullAudit(e.ctx, nil); err != nil {
 			return "", err
 		}
 		return "silent delete of " + coll + ":" + code + ", then a full audit", nil
@@ -719,7 +719,7 @@ func silentRetire(last bool) func(e *env, r *rand.Rand) (string, error) {
 		if err := e.exec(`UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
 			return "", err
 		}
-		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+		if _, err := scan.New(e.store).FullAudit(e.ctx, nil); err != nil {
 			return "", err
 		}
 		e.touched = append(e.touched, coll+":"+code)

@@ -51,7 +51,7 @@ func fresh(t *testing.T, births int) (*postgres.Store, context.Context) {
 	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
 		t.Fatal(err)
 	}
-	sch := &scan.Scheduler{Store: store}
+	sch := &scan.Scheduler{Stage: scan.New(store)}
 	if _, err := sch.Once(ctx, postgres.ModeIncremental); err != nil {
 		t.Fatal(err)
 	}

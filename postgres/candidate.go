@@ -28,6 +28,10 @@ type Evaluator struct {
 	now     time.Time // database clock, for exception expiry
 }
 
+// Registries are the registries the evaluator derives groups from.
+func (e *Evaluator) Registries() gcos.Registries { return e.regs }
+
+// NewEvaluator loads the registries and exceptions an evaluation under rs needs, reading through q.
 func (s *Store) NewEvaluator(ctx context.Context, q Querier, rs RulesetRow) (*Evaluator, error) {
 	regs, err := loadRegistries(ctx, q)
 	if err != nil {
@@ -191,14 +195,14 @@ func (e *Evaluator) Evaluate(g gcos.Group, objectKey string) (CandidateValues, e
 
 // Candidate row lifecycles (lifecycle_status).
 const (
-	lifecycleActive  = "active"
+	LifecycleActive  = "active"
 	lifecycleRetired = "retired"
 )
 
 // retire judges a group whose source is gone: no member is left in it, or its key no longer follows from the
 // registries (an owner or axis family moved its members to another key). Doc 40 §40.8: the row becomes verdict
 // retired, lifecycle retired, zero members, and is kept for the ledger and history, never deleted.
-func (e *Evaluator) retire(g gcos.Group, why string) (CandidateValues, error) {
+func (e *Evaluator) Retire(g gcos.Group, why string) (CandidateValues, error) {
 	class := Deref(g.ObjectClass)
 	v := CandidateValues{GroupKey: g.Key, Verdict: gcos.VerdictRetired, Rule: "group_retired:" + why,
 		InputQuality: string(gcos.InputAccepted), RiskClass: e.regs.RiskClass(class), OwnerScope: g.OwnerScope,
@@ -214,9 +218,9 @@ func (e *Evaluator) retire(g gcos.Group, why string) (CandidateValues, error) {
 	return v, nil
 }
 
-// retireGroups marks groups retired in the registry (zero members); the gate no longer consults them. A group
+// RetireGroups marks groups retired in the registry (zero members); the gate no longer consults them. A group
 // that gains members again is re-activated by UpsertGroups.
-func retireGroups(ctx context.Context, tx pgx.Tx, keys []string) error {
+func RetireGroups(ctx context.Context, tx pgx.Tx, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -286,7 +290,7 @@ func toArrays(vs []CandidateValues) candidateArrays {
 		a.deps = append(a.deps, string(v.DependsOn))
 		a.ttls = append(a.ttls, v.TTL)
 		a.counts = append(a.counts, v.MemberCount)
-		a.lifecycles = append(a.lifecycles, cmp.Or(v.Lifecycle, lifecycleActive))
+		a.lifecycles = append(a.lifecycles, cmp.Or(v.Lifecycle, LifecycleActive))
 	}
 	return a
 }
@@ -320,14 +324,14 @@ func SeedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, r
 	if err != nil {
 		return 0, fmt.Errorf("seed candidates: %w", err)
 	}
-	if err := recordCoverage(ctx, tx, ruleset, runID, vs); err != nil {
+	if err := RecordCoverage(ctx, tx, ruleset, runID, vs); err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
 }
 
-// recordCoverage stores the coverage outcome of relevant groups (unchanged outcomes are not rewritten).
-func recordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []CandidateValues) error {
+// RecordCoverage stores the coverage outcome of relevant groups (unchanged outcomes are not rewritten).
+func RecordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []CandidateValues) error {
 	var refs, outcomes, settled []string
 	var owners, exceptions, pins []*string
 	var expiries []*time.Time
@@ -378,7 +382,7 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 	var n int64
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		n, err = markDirty(ctx, tx, groupKeys, reason)
+		n, err = MarkKeysDirtyTx(ctx, tx, groupKeys, reason)
 		return err
 	})
 	return n, err
@@ -415,7 +419,7 @@ func LockCandidates(ctx context.Context, tx pgx.Tx, ruleset string) error {
 	return nil
 }
 
-func markDirty(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
+func MarkKeysDirtyTx(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
 	return MarkDirtyTx(ctx, tx, map[string][]string{reason: groupKeys})
 }
 
@@ -512,5 +516,41 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 	}
 	res.DirtiedGroups = len(dirty)
 	res.CarriedGroups = int(tag.RowsAffected()) - len(dirty)
+	return nil
+}
+
+// scanWriteSQL writes a scan's verdicts onto claimed candidate rows, clearing their dirty marks.
+const scanWriteSQL = `
+UPDATE governance_candidate_state c SET
+    source_snapshot_ref = $2, scan_time = now(), candidate_verdict = u.verdict, input_quality_state = u.quality,
+    depends_on = u.deps, stale_after = now() + u.ttl, recompute_status = 'ok', dirty = false, dirty_reason = NULL,
+    risk_class = u.risk, coverage_required = u.required,
+    coverage_scan_ref = CASE WHEN u.verdict = 'relevant' THEN $3 END, last_run_id = $3,
+    evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, lifecycle_status = u.lifecycle,
+    -- early cutoff: a result equal to the stored one moves only the qualification
+    updated_at = CASE WHEN (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (u.evidence, u.lifecycle)
+                      THEN now() ELSE c.updated_at END
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle)
+WHERE c.group_key = u.key AND c.ruleset_version = $1`
+
+// WriteVerdicts writes a scan's evaluated groups onto their candidate rows (verdict, evidence, qualification,
+// cleared dirty mark), records the coverage of the relevant ones and clears their failed attempts. The caller holds
+// the rows' claim in tx.
+func WriteVerdicts(ctx context.Context, tx pgx.Tx, ruleset string, snapshotID int64, runID string, vs []CandidateValues) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	a := toArrays(vs)
+	if _, err := tx.Exec(ctx, scanWriteSQL, ruleset, snapshotID, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
+		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles); err != nil {
+		return fmt.Errorf("write verdicts: %w", err)
+	}
+	if err := RecordCoverage(ctx, tx, ruleset, runID, vs); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM candidate_scan_attempt WHERE ruleset_version = $1 AND group_key = ANY($2)`, ruleset, a.keys); err != nil {
+		return fmt.Errorf("clear scan attempts: %w", err)
+	}
 	return nil
 }

@@ -228,7 +228,7 @@ func (s *Store) KeepSeedCounts(ctx context.Context, tx pgx.Tx, snap Snapshot) er
 	var colls []string
 	seen := map[string]bool{}
 	for _, g := range snap.Groups {
-		b := baseOf(g)
+		b := BaseOf(g)
 		if beyond[b.Coll] {
 			continue
 		}
@@ -301,4 +301,11 @@ func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey
 	}
 	sort.Strings(drift)
 	return drift, nil
+}
+
+// DirtySetSize is the number of dirty groups under the current ruleset.
+func (s *Store) DirtySetSize(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`).Scan(&n)
+	return n, err
 }

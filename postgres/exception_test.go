@@ -11,6 +11,7 @@ import (
 
 	"gcos"
 	"gcos/postgres"
+	"gcos/scan"
 )
 
 // ledgerOf returns the ledger of one scope.
@@ -129,7 +130,7 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 	}
 	audit := func() {
 		t.Helper()
-		if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+		if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 		b.scanAll(t, postgres.ModeIncremental)
@@ -258,7 +259,7 @@ func TestGate_OddInputValuesBlockByName(t *testing.T) {
 	}
 	// The audit takes the odd births in: the odd status's group is needs_input (invalid_schema), the unregistered
 	// collection's birth_or_registry_missing, and every object is still counted once.
-	if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	b.scanAll(t, postgres.ModeIncremental)
@@ -294,7 +295,7 @@ func TestException_TheWorldPinsItsObjectExceptionsAsGCOSReadsThem(t *testing.T) 
 	// An exception naming an object that was never born suppresses nothing, and the audit says so.
 	b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
 		VALUES ('EXC-T-GHOST', $1, 'commerce_orders', 'never-born', 'APR-T', now() + interval '1 year', $2, 'approved')`, scope, pinned)
-	if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = 'gov:exception:lifted:EXC-T-GHOST' AND status = 'open'
@@ -315,7 +316,7 @@ func TestException_RevokedInTheRegistryStopsSuppressingAtOnce(t *testing.T) {
 	before := b.ledgerOf(t, scope)
 	b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
 		VALUES ('EXC-T-REVOKE', $1, $2, $3, 'APR-T', '2030-01-01T00:00:00Z', $4, 'approved')`, scope, coll, code, b.objectFingerprint(t, obj))
-	if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	b.scanAll(t, postgres.ModeIncremental)

@@ -470,7 +470,7 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 		return nil
 	}
 	err := s.inTxOn(ctx, s.gatePool, func(tx pgx.Tx) error {
-		if _, err := markDirty(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
+		if _, err := MarkKeysDirtyTx(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
 			return err
 		}
 		for _, key := range unknown {

@@ -15,6 +15,7 @@ import (
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
+	"gcos/scan"
 	"gcos/world"
 )
 
@@ -865,7 +866,7 @@ func TestFullAuditCorrectsCountsAfterSilentChanges(t *testing.T) {
 	e := newHandoffEnv(t, 800, nil)
 	audit := func(what string) {
 		t.Helper()
-		if _, err := e.store.FullAudit(e.ctx, nil); err != nil {
+		if _, err := scan.New(e.store).FullAudit(e.ctx, nil); err != nil {
 			t.Fatalf("%s: full audit: %v", what, err)
 		}
 		if n := e.groupCountsDiffer(t); n != 0 {

@@ -12,6 +12,7 @@ import (
 	"gcos"
 	"gcos/intake"
 	"gcos/postgres"
+	"gcos/scan"
 )
 
 // integrityTrusted are the world's source systems and changelog actors: everything the generator writes is
@@ -165,7 +166,7 @@ func TestHistoryKept(t *testing.T) {
 		key := b.sb12Strings(t, `SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1
 			AND risk_class NOT IN ('read/descriptive') ORDER BY group_key LIMIT 1`, first.RulesetVersion)[0]
 		b.exec(t, `UPDATE governance_candidate_state SET scan_time = now() - interval '2 days', stale_after = now() - interval '1 second' WHERE group_key = $1`, key)
-		if _, err := b.store.ExpireStale(b.ctx); err != nil {
+		if _, err := scan.New(b.store).ExpireStale(b.ctx); err != nil {
 			t.Fatal(err)
 		}
 		ref := b.count(t, `SELECT coalesce(issue_ref, 0) FROM governance_candidate_state WHERE group_key = $1 AND ruleset_version = $2`, key, first.RulesetVersion)

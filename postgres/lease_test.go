@@ -11,6 +11,7 @@ import (
 
 	"gcos"
 	"gcos/postgres"
+	"gcos/scan"
 )
 
 // TestRoleLeaseEpochsFenceAndAbandon: a role has one holder at a time; a take after expiry starts a new epoch, marks
@@ -53,14 +54,14 @@ func TestRoleLeaseEpochsFenceAndAbandon(t *testing.T) {
 	}
 	// A's fenced work cannot commit: its full audit fails before writing a run, and nothing of it is left.
 	runs := b.count(t, `SELECT count(*) FROM candidate_scan_run`)
-	if _, err := b.store.FullAudit(postgres.Fenced(b.ctx, a), nil); !errors.Is(err, postgres.ErrLeaseLost) {
+	if _, err := scan.New(b.store).FullAudit(postgres.Fenced(b.ctx, a), nil); !errors.Is(err, postgres.ErrLeaseLost) {
 		t.Fatalf("a full audit under a lost lease: %v, want ErrLeaseLost", err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM candidate_scan_run`); n != runs {
 		t.Fatalf("the fenced-out audit recorded %d runs", n-runs)
 	}
 	// B's own audit runs under its epoch and completes.
-	res, err := b.store.FullAudit(postgres.Fenced(b.ctx, bl), nil)
+	res, err := scan.New(b.store).FullAudit(postgres.Fenced(b.ctx, bl), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,13 +69,13 @@ func TestRoleLeaseEpochsFenceAndAbandon(t *testing.T) {
 		t.Fatal("B's audit did not complete under its epoch")
 	}
 	// Without a lease in the context, another process's live holding refuses the role.
-	if _, err := b.store.FullAudit(b.ctx, nil); gcos.ErrorCode(err) != gcos.ECONFLICT {
+	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); gcos.ErrorCode(err) != gcos.ECONFLICT {
 		t.Fatalf("a full audit while another process holds the role: %v, want ECONFLICT", err)
 	}
 	if err := b.store.ReleaseLease(b.ctx, bl); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 		t.Fatalf("a full audit once the role is released: %v", err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM governance_role_lease WHERE role = $1 AND owner IS NULL`, role.Name); n != 1 {
@@ -141,7 +142,7 @@ func TestRoleLeaseFenceHoldsOffTakeover(t *testing.T) {
 func TestFullAuditBaselineIsTheLastCompletedAudit(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 2000, nil)
-	if _, err := b.store.FullAudit(b.ctx, nil); err != nil {
+	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	var class, coll, status string
@@ -162,7 +163,7 @@ func TestFullAuditBaselineIsTheLastCompletedAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.exec(t, `INSERT INTO candidate_scan_run (run_id, mode, phase, source_snapshot_ref) VALUES ('killed-audit', 'full_audit', 'auditing', $1)`, partial.ID)
-	res, err := b.store.FullAudit(b.ctx, nil)
+	res, err := scan.New(b.store).FullAudit(b.ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

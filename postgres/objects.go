@@ -17,7 +17,7 @@ import (
 // Object rows are materialized only for the four reasons of doc 40 §40.6: an independently authoritative class,
 // an open (input) finding on the object, an exception on the object, a high-risk write-path class. They follow
 // their group: every scan that writes a group's verdict re-derives, in the same transaction, the object rows of
-// that group's base (class, registry, lifecycle) in every scope (followObjects) — a new object of such a class gets
+// that group's base (class, registry, lifecycle) in every scope (FollowObjects) — a new object of such a class gets
 // its row, an exception granted, changed or broken re-judges its object, a row whose reason lapsed becomes a
 // tombstone, and coverage, ownership and ruleset changes re-judge the rows of the groups they dirty. The backfill
 // and the full audit derive every row (the safety net, not the mechanism). The intake also writes a quarantined
@@ -98,7 +98,7 @@ type objectPass struct {
 	groups     []gcos.Group         // the groups an object row may link to (one per base and scope)
 	bases      map[BirthBase]bool   // the bases whose rows are re-derived; nil: the whole estate
 	baseKeys   []string             // every group key of those bases, retired ones too (the rows a pass may retire)
-	baseOf     map[string]BirthBase // the base of each of baseKeys
+	BaseOf     map[string]BirthBase // the base of each of baseKeys
 }
 
 // MaterializeObjects derives every object row of the estate against snapshot snap (the backfill and the full audit).
@@ -127,10 +127,10 @@ FROM unnest($1::text[], $2::text[], $3::text[]) AS z(cls, coll, st)
 JOIN governance_group g ON g.object_class = z.cls AND g.source_registry = z.Coll AND g.lifecycle_status = z.st
 ORDER BY g.group_key`
 
-// followObjects re-derives, in the scan's transaction, the object rows of the bases of the groups it judged (in
+// FollowObjects re-derives, in the scan's transaction, the object rows of the bases of the groups it judged (in
 // every scope: an object row links to one scope's group, and a change to any scope's group may move it). Passes
 // over the same base are serialised by a transaction lock per base, taken in one order.
-func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, snapshotID int64, runID string, bases map[BirthBase]bool) error {
+func (s *Store) FollowObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, snapshotID int64, runID string, bases map[BirthBase]bool) error {
 	if len(bases) == 0 {
 		return nil
 	}
@@ -150,11 +150,11 @@ func (s *Store) followObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, sna
 		FROM (SELECT k FROM unnest($1::text[]) AS k ORDER BY k) ordered`, locks); err != nil {
 		return fmt.Errorf("lock the object rows of %d bases: %w", len(locks), err)
 	}
-	pass := objectPass{snapshotID: snapshotID, bases: bases, baseOf: map[string]BirthBase{}}
+	pass := objectPass{snapshotID: snapshotID, bases: bases, BaseOf: map[string]BirthBase{}}
 	for _, bg := range groups {
-		if b := baseOf(bg.Group); bases[b] {
+		if b := BaseOf(bg.Group); bases[b] {
 			pass.baseKeys = append(pass.baseKeys, bg.Key)
-			pass.baseOf[bg.Key] = b
+			pass.BaseOf[bg.Key] = b
 			if !bg.retired {
 				pass.groups = append(pass.groups, bg.Group)
 			}
@@ -225,7 +225,7 @@ func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *Evaluato
 	var keys []string
 	baseOfKey := map[string]BirthBase{}
 	for _, g := range groups {
-		if b := baseOf(g.Group); !kept[b] {
+		if b := BaseOf(g.Group); !kept[b] {
 			keys = append(keys, g.Key)
 			baseOfKey[g.Key] = b
 		}
@@ -564,7 +564,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 			if seen[key] || kept[key] || kept[o.objectRef] || !o.active || !o.settled || reason == "" {
 				continue
 			}
-			base, ok := pass.baseOf[o.groupKey]
+			base, ok := pass.BaseOf[o.groupKey]
 			if !ok {
 				continue
 			}
@@ -593,7 +593,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 	} else {
 		var cs, colls, sts []string
 		for _, g := range pass.groups {
-			b := baseOf(g)
+			b := BaseOf(g)
 			cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
 		}
 		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, cs, colls, sts); err != nil {
@@ -923,7 +923,7 @@ func UpsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset,
 	if err != nil {
 		return 0, fmt.Errorf("materialize objects: %w", err)
 	}
-	if err := recordCoverage(ctx, tx, ruleset, runID, cov); err != nil {
+	if err := RecordCoverage(ctx, tx, ruleset, runID, cov); err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil

@@ -5,6 +5,7 @@ import (
 
 	"gcos/oracle"
 	"gcos/postgres"
+	"gcos/scan"
 )
 
 // TestObjectPassesWriteInChunks: a pass over the estate reads the births and writes the object rows a chunk at a
@@ -40,7 +41,7 @@ func TestObjectPassesWriteInChunks(t *testing.T) {
 	b.exec(t, `INSERT INTO governance_candidate_object SELECT * FROM jsonb_populate_record(NULL::governance_candidate_object,
 		(SELECT to_jsonb(o) || '{"candidate_key": "stray:1", "object_ref": "stray:1"}' FROM governance_candidate_object o
 		 WHERE lifecycle_status = 'active' AND evidence_fingerprint <> 'forged' ORDER BY candidate_key LIMIT 1))`)
-	audit, err := b.store.FullAudit(b.ctx, nil)
+	audit, err := scan.New(b.store).FullAudit(b.ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestObjectPassesWriteInChunks(t *testing.T) {
 
 	// One chunk finds nothing left to do.
 	postgres.SetObjectChunk(1000)
-	again, err := b.store.FullAudit(b.ctx, nil)
+	again, err := scan.New(b.store).FullAudit(b.ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -289,4 +290,83 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 		return ActivationResult{Version: version}, err
 	}
 	return res, nil
+}
+
+// CurrentRuleset is the ruleset scans evaluate under: the active one, else the newest draft. A version's content
+// never changes (it is its hash), so the components are decoded once per version and only the lifecycle columns
+// are read each time.
+func (s *Store) CurrentRuleset(ctx context.Context) (RulesetRow, error) {
+	var head RulesetRow
+	err := s.pool.QueryRow(ctx, `SELECT ruleset_version, status, activated_at, activated_by, approval_ref, supersedes
+		FROM governance_ruleset WHERE ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`).Scan(
+		&head.Version, &head.Status, &head.ActivatedAt, &head.ActivatedBy, &head.ApprovalRef, &head.Supersedes)
+	if err != nil {
+		return RulesetRow{}, MapError(err, "current ruleset (run gcos backfill first)")
+	}
+	cached, err := s.rulesetVersion(ctx, head.Version)
+	if err != nil {
+		return RulesetRow{}, err
+	}
+	cached.Status, cached.ActivatedAt, cached.ActivatedBy, cached.ApprovalRef, cached.Supersedes =
+		head.Status, head.ActivatedAt, head.ActivatedBy, head.ApprovalRef, head.Supersedes
+	return cached, nil
+}
+
+// rulesetVersion returns a ruleset version with its decoded components, read once per version (a version's
+// content is its hash, so it never changes). Its lifecycle columns are as first read: callers that need them
+// current read them themselves.
+func (s *Store) rulesetVersion(ctx context.Context, version string) (RulesetRow, error) {
+	return s.RulesetVersionVia(ctx, s.pool, version)
+}
+
+// RulesetVersionVia is rulesetVersion read through q (the gate reads through its own pool).
+func (s *Store) RulesetVersionVia(ctx context.Context, q Querier, version string) (RulesetRow, error) {
+	s.rulesetCache.mu.Lock()
+	cached, ok := s.rulesetCache.rows[version]
+	s.rulesetCache.mu.Unlock()
+	if ok {
+		return cached, nil
+	}
+	cached, err := scanRuleset(q.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, version))
+	if err != nil {
+		return RulesetRow{}, MapError(err, "ruleset "+version)
+	}
+	s.rulesetCache.mu.Lock()
+	if s.rulesetCache.rows == nil || len(s.rulesetCache.rows) > 16 {
+		s.rulesetCache.rows = map[string]RulesetRow{}
+	}
+	s.rulesetCache.rows[version] = cached
+	s.rulesetCache.mu.Unlock()
+	return cached, nil
+}
+
+// rulesetCache holds decoded ruleset versions (immutable).
+type rulesetCache struct {
+	mu   sync.Mutex
+	rows map[string]RulesetRow
+}
+
+// LatestFullSnapshotID is the snapshot of the last backfill or audit.
+func LatestFullSnapshotID(ctx context.Context, q Querier) (int64, error) {
+	var id int64
+	err := q.QueryRow(ctx, `SELECT id FROM evolution_snapshots WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1`).Scan(&id)
+	return id, MapError(err, "latest full snapshot (run gcos backfill first)")
+}
+
+// GroupsByKey reads the registered groups with these keys.
+func GroupsByKey(ctx context.Context, q Querier, keys []string) (map[string]gcos.Group, error) {
+	rows, err := q.Query(ctx, `SELECT group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count FROM governance_group WHERE group_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read groups: %w", err)
+	}
+	out := map[string]gcos.Group{}
+	for rows.Next() {
+		var g gcos.Group
+		if err := rows.Scan(&g.Key, &g.ObjectClass, &g.SourceRegistry, &g.AxisFamily, &g.Scope, &g.LifecycleStatus, &g.OwnerScope, &g.MemberCount); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[g.Key] = g
+	}
+	return out, rows.Err()
 }

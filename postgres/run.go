@@ -113,3 +113,15 @@ func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr
 	}
 	return nil
 }
+
+// Scan modes (candidate_scan_run.mode).
+const (
+	ModeEvent       = "event"
+	ModeIncremental = "incremental"
+	ModeFullAudit   = "full_audit"
+	ModeBackfill    = "backfill"
+)
+
+// NotifyChannel is the LISTEN/NOTIFY channel a dirty mark wakes event-driven scanners on. Polling remains the
+// source of truth: a lost notification only delays a scan.
+const NotifyChannel = "gcos_dirty"

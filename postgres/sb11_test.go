@@ -133,7 +133,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	churn := &world.Churn{Pool: pool, BirthsPerSecond: 400, ChangesPerSecond: 80, Seed: 9}
 	w := &intake.Worker{Stage: e.stage, Config: cfg.Intake, Apply: e.apply}
-	sched := &scan.Scheduler{Store: b.store, Config: cfg.Scan, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
+	sched := &scan.Scheduler{Stage: scan.New(b.store), Config: cfg.Scan, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	for name, fn := range map[string]func(context.Context) error{"intake": w.Run, "scan": sched.Run} {
@@ -162,7 +162,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	}
 	e.catchUp(t)
 	b.scanAll(t, postgres.ModeIncremental)
-	if _, err := b.store.FullAudit(ctx, nil); err != nil {
+	if _, err := scan.New(b.store).FullAudit(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.store.PromotePending(ctx); err != nil {

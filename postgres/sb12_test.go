@@ -23,6 +23,7 @@ import (
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
+	"gcos/scan"
 	"gcos/world"
 )
 
@@ -409,7 +410,7 @@ func sb12SnapshotDrift(t *testing.T) {
 		FROM (SELECT clock_timestamp() AS at) n WHERE ts_type = 'timestamptz'`)
 
 	// Δother = 0: the periodic full audit sees the drift (no handoff signalled it) and dirties that group only.
-	audit, err := b.store.FullAudit(b.ctx, nil)
+	audit, err := scan.New(b.store).FullAudit(b.ctx, nil)
 	if err != nil {
 		t.Fatalf("full audit: %v", err)
 	}
@@ -697,7 +698,7 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 	if _, err := b.store.MarkDirty(b.ctx, outside[:1], gcos.DirtyInput); err != nil {
 		t.Fatal(err)
 	}
-	tick, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental, Limit: 10})
+	tick, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental, Limit: 10})
 	if err != nil || tick.Scanned != 1 {
 		t.Fatalf("scan tick: %+v, %v; want the one dirty group scanned", tick, err)
 	}
@@ -1325,7 +1326,7 @@ func TestSB12_PruneRetention(t *testing.T) {
 	audit := func(i int) int64 {
 		return b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: fmt.Sprintf("sb12-prune-a%d", i)}).ID
 	}
-	scan := func(i int) int64 {
+	snapScan := func(i int) int64 {
 		return b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, RunID: fmt.Sprintf("sb12-prune-s%d", i)}).ID
 	}
 	a1, a2 := audit(1), audit(2)
@@ -1334,15 +1335,15 @@ func TestSB12_PruneRetention(t *testing.T) {
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyInput); err != nil {
 		t.Fatal(err)
 	}
-	if tick, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental, Limit: 10}); err != nil || tick.Scanned != 1 {
+	if tick, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental, Limit: 10}); err != nil || tick.Scanned != 1 {
 		t.Fatalf("scan: %+v, %v", tick, err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE source_snapshot_ref = $1`, a2); n != 1 {
 		t.Fatalf("%d rows reference audit snapshot %d after the scan, want 1", n, a2)
 	}
-	s1 := scan(1)
+	s1 := snapScan(1)
 	a3, a4 := audit(3), audit(4)
-	s2 := scan(2)
+	s2 := snapScan(2)
 	a5 := audit(5)
 	wantRemoved := []int64{a1, s1, a3}
 	wantKept := []int64{res.SnapshotID, a2, a4, s2, a5}

@@ -12,6 +12,7 @@ import (
 	"gcos"
 	"gcos/intake"
 	"gcos/postgres"
+	"gcos/scan"
 )
 
 // seededWorld returns a bundle whose world is backfilled under an active ruleset, every group clean.
@@ -32,7 +33,7 @@ func (b *bundle) scanAll(t *testing.T, mode string) int {
 	total := 0
 	runID := ""
 	for {
-		res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: mode, RunID: runID, Expired: true})
+		res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: mode, RunID: runID, Expired: true})
 		if err != nil {
 			t.Fatalf("scan: %v", err)
 		}
@@ -122,7 +123,7 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 		if scanned := b.scanAll(t, postgres.ModeIncremental); scanned != 0 {
 			t.Fatalf("incremental scan found %d groups to scan: nothing signalled the change", scanned)
 		}
-		res, err := b.store.FullAudit(b.ctx, nil)
+		res, err := scan.New(b.store).FullAudit(b.ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +282,7 @@ func TestScanStormGuardThrottlesHighRiskFirst(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 10000, func(c *gcos.Config) { c.Scan.StormFraction = 0.2; c.Scan.StormBatch = 25 })
 	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'ruleset_bump', dirtied_at = now(), recompute_status = 'dirty'`)
-	res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func TestScanStormGuardThrottlesHighRiskFirst(t *testing.T) {
 		}
 	}
 	b.scanAll(t, postgres.ModeIncremental)
-	if _, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
+	if _, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
 		t.Fatal(err)
 	}
 	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'group_invalidation_storm' AND status = 'open'`); n != 0 {
@@ -322,7 +323,7 @@ func TestScanMultipleScannersScanEachDirtyGroupOnce(t *testing.T) {
 			defer wg.Done()
 			store := postgres.New(b.pool, b.cfg, nil)
 			for {
-				res, err := store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+				res, err := scan.New(store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 				if err != nil {
 					errs <- err
 					return
@@ -370,7 +371,7 @@ func TestScanTTLExpiry(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE clean`); n != 0 {
 		t.Fatalf("%d groups still clean past their TTL: verdicts must decay on their own", n)
 	}
-	expired, err := b.store.ExpireStale(b.ctx)
+	expired, err := scan.New(b.store).ExpireStale(b.ctx)
 	if err != nil || expired == 0 {
 		t.Fatalf("expire: %d %v", expired, err)
 	}
@@ -403,7 +404,7 @@ func TestScanFailureIsVisibleAndRetriedWithBackoff(t *testing.T) {
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, "input"); err != nil {
 		t.Fatal(err)
 	}
-	res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 	if err != nil || res.Failed != 1 {
 		t.Fatalf("tick: failed=%d err=%v", res.Failed, err)
 	}
@@ -413,13 +414,13 @@ func TestScanFailureIsVisibleAndRetriedWithBackoff(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_unknown' AND status = 'open' AND coalesce_key LIKE '%' || $1`, key); n != 1 {
 		t.Fatal("no finding for the failed re-evaluation")
 	}
-	again, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	again, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 	if err != nil || again.Claimed != 0 {
 		t.Fatalf("group retried inside its backoff: claimed %d (%v)", again.Claimed, err)
 	}
 	postgres.SetEvaluateHook(nil)
 	b.exec(t, `UPDATE candidate_scan_attempt SET next_attempt_at = now() WHERE group_key = $1`, key)
-	ok, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	ok, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 	if err != nil || ok.Scanned != 1 {
 		t.Fatalf("retry after backoff: scanned %d (%v)", ok.Scanned, err)
 	}
@@ -445,7 +446,7 @@ func TestScanKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := b.store.ScanTick(ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
+				if _, err := scan.New(b.store).ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
 					mu.Lock()
 					killed++
 					mu.Unlock()
@@ -489,9 +490,9 @@ func TestEventDebounce(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE governance_candidate_state SET scan_time = now() WHERE group_key = $1`, hot); err != nil {
 		t.Fatal(err)
 	}
-	event := func() postgres.ScanResult {
+	event := func() scan.ScanResult {
 		t.Helper()
-		res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeEvent, Debounce: true})
+		res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeEvent, Debounce: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -582,7 +583,7 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 func TestFullAuditFindsRegistryDrift(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 3000, nil)
-	if _, err := b.store.FullAudit(b.ctx, nil); err != nil { // a baseline snapshot that records the inputs
+	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil { // a baseline snapshot that records the inputs
 		t.Fatal(err)
 	}
 	var coll, status string
@@ -598,7 +599,7 @@ func TestFullAuditFindsRegistryDrift(t *testing.T) {
 	affected := b.keysWhere(t, `source_registry = $1 AND retired_at IS NULL`, coll)
 	before := b.digestExcept(t, affected)
 	b.exec(t, `UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, flipped)
-	res, err := b.store.FullAudit(b.ctx, nil)
+	res, err := scan.New(b.store).FullAudit(b.ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +638,7 @@ func TestFullAuditFindsRegistryDrift(t *testing.T) {
 	if _, err := b.store.MarkDirty(b.ctx, affected, "handoff:collection_changed"); err != nil {
 		t.Fatal(err)
 	}
-	res, err = b.store.FullAudit(b.ctx, nil)
+	res, err = scan.New(b.store).FullAudit(b.ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,7 +671,7 @@ func TestScanEarlyCutoff(t *testing.T) {
 		JOIN v_current_ruleset USING (ruleset_version) WHERE c.group_key = $1`, key).Scan(&updated, &scanned); err != nil {
 		t.Fatal(err)
 	}
-	res, err := b.store.ScanTick(b.ctx, postgres.ScanOptions{Mode: postgres.ModeIncremental})
+	res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,8 +78,8 @@ type Snapshot struct {
 	// AuditID is the registry_changelog row recording the capture (0 when not known, e.g. a snapshot read back).
 	AuditID int64 `json:"audit_id,omitempty"`
 	reused  bool
-	// keptDrift are the collections whose kept counts differ from the capture's (CaptureOptions.checkKeptCounts).
-	keptDrift []string
+	// KeptDrift are the collections whose kept counts differ from the capture's (CaptureOptions.CheckKeptCounts).
+	KeptDrift []string `json:"-"`
 }
 
 // CaptureOptions parameterise a capture.
@@ -95,8 +95,8 @@ type CaptureOptions struct {
 	Progress         func(done, total int64)
 	// reuseUnchanged returns the previous snapshot of the scope instead of writing an identical one.
 	reuseUnchanged bool
-	// checkKeptCounts compares the counts the births handoff keeps with the snapshot's, in the capture's instant.
-	checkKeptCounts bool
+	// CheckKeptCounts compares the counts the births handoff keeps with the snapshot's, in the capture's instant.
+	CheckKeptCounts bool
 }
 
 // BirthBinding names the birth inventory's table and columns (the source binding).
@@ -576,8 +576,8 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	snap.Metrics.Totals.BaseGroups = len(bases)
 	snap.Metrics.Totals.Scopes = len(regs.ScopeCodes())
 	snap.Metrics.Totals.Batches = batches
-	if opts.checkKeptCounts {
-		if snap.keptDrift, err = s.keptCountDrift(ctx, tx, bases); err != nil {
+	if opts.CheckKeptCounts {
+		if snap.KeptDrift, err = s.keptCountDrift(ctx, tx, bases); err != nil {
 			return Snapshot{}, err
 		}
 	}
@@ -598,7 +598,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 		}
 		snap.Delta = deltaOf(prev, snap.Metrics)
 		if opts.reuseUnchanged && prev != nil && len(snap.Delta.Groups) == 0 {
-			prev.Groups, prev.Registries, prev.reused, prev.keptDrift = snap.Groups, snap.Registries, true, snap.keptDrift
+			prev.Groups, prev.Registries, prev.reused, prev.KeptDrift = snap.Groups, snap.Registries, true, snap.KeptDrift
 			snap = *prev
 			// The reused capture's own audit row (GCOS's rows only: recorded in governance_audit_row).
 			err := wtx.QueryRow(ctx, `SELECT coalesce(max(r.id), 0) FROM registry_changelog r
@@ -673,9 +673,9 @@ func deltaOf(prev *Snapshot, cur SnapshotMetrics) SnapshotDelta {
 	return d
 }
 
-const snapshotColumns = `id, snapshot_at, scope, metrics, coalesce(delta_previous, '{}'::jsonb)`
+const SnapshotColumns = `id, snapshot_at, scope, metrics, coalesce(delta_previous, '{}'::jsonb)`
 
-func scanSnapshot(row pgx.Row) (Snapshot, error) {
+func ScanSnapshot(row pgx.Row) (Snapshot, error) {
 	var s Snapshot
 	var metrics, delta []byte
 	if err := row.Scan(&s.ID, &s.SnapshotAt, &s.Scope, &metrics, &delta); err != nil {
@@ -691,7 +691,7 @@ func scanSnapshot(row pgx.Row) (Snapshot, error) {
 }
 
 func latestSnapshot(ctx context.Context, q Querier, scope string) (*Snapshot, error) {
-	s, err := scanSnapshot(q.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE scope = $1 ORDER BY id DESC LIMIT 1`, scope))
+	s, err := ScanSnapshot(q.QueryRow(ctx, `SELECT `+SnapshotColumns+` FROM evolution_snapshots WHERE scope = $1 ORDER BY id DESC LIMIT 1`, scope))
 	if err != nil {
 		return nil, MapError(err, "latest snapshot of "+scope)
 	}
@@ -709,7 +709,7 @@ func (s *Store) LatestSnapshot(ctx context.Context, scope string) (Snapshot, err
 
 // GetSnapshot returns one snapshot by id (ENOTFOUND when absent, e.g. pruned).
 func (s *Store) GetSnapshot(ctx context.Context, id int64) (Snapshot, error) {
-	snap, err := scanSnapshot(s.pool.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE id = $1 AND scope LIKE 'governance.%'`, id))
+	snap, err := ScanSnapshot(s.pool.QueryRow(ctx, `SELECT `+SnapshotColumns+` FROM evolution_snapshots WHERE id = $1 AND scope LIKE 'governance.%'`, id))
 	if err != nil {
 		return Snapshot{}, MapError(err, fmt.Sprintf("snapshot %d", id))
 	}

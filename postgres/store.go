@@ -29,8 +29,6 @@ type Store struct {
 	cfg          gcos.Config
 	rulesetCache rulesetCache
 	followUps    followUpLog // gate follow-ups recently written
-	// stormOpen is what this store knows about the group_invalidation_storm finding (stormFinding*).
-	stormOpen atomic.Int32
 	// gateSQLText is built once from the source binding: the gate is the hot path.
 	gateSQLText string
 	// txRetries counts transactions that failed on a deadlock or a serialization conflict; their loop retries them.

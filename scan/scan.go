@@ -1,7 +1,3 @@
-// Package scan runs GCOS's three scan modes over one shared dirty set (doc 34 §5): event-driven scans woken by
-// LISTEN/NOTIFY (polling stays the source of truth) and debounced by the coalesce window, frequent incremental
-// scans of the whole dirty set and every expired row, and the periodic full audit, a singleton held by a lease.
-// All state lives in PostgreSQL: a scheduler killed at any point loses nothing and duplicates nothing.
 package scan
 
 import (
@@ -19,7 +15,7 @@ import (
 
 // Scheduler runs the scan modes.
 type Scheduler struct {
-	Store  *postgres.Store
+	Stage  *Stage
 	Config gcos.ScanConfig
 	Logger *slog.Logger
 	// Modes selects which loops Run starts (default: all three).
@@ -81,12 +77,12 @@ func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
 	case postgres.ModeEvent:
 		return s.drain(ctx, postgres.ModeEvent, true, false)
 	case postgres.ModeIncremental:
-		if _, err := s.Store.ExpireStale(ctx); err != nil {
+		if _, err := s.Stage.ExpireStale(ctx); err != nil {
 			return Pass{}, err
 		}
 		return s.drain(ctx, postgres.ModeIncremental, false, true)
 	case postgres.ModeFullAudit, "full":
-		res, err := s.Store.FullAudit(ctx, nil)
+		res, err := s.Stage.FullAudit(ctx, nil)
 		pass := Pass{Mode: postgres.ModeFullAudit, RunID: res.RunID, Scanned: res.Scanned, Audit: &res}
 		if err != nil {
 			return pass, err
@@ -100,28 +96,28 @@ func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
 
 // Pass reports one pass.
 type Pass struct {
-	Mode           string                `json:"mode"`
-	RunID          string                `json:"run_id"`
-	Ticks          int                   `json:"ticks"`
-	Scanned        int                   `json:"scanned"`
-	VerdictChanges int                   `json:"verdict_changes"`
-	Failed         int                   `json:"failed"`
-	Storm          bool                  `json:"storm"`
-	Remaining      int64                 `json:"remaining"`
-	Audit          *postgres.AuditResult `json:"audit,omitempty"`
-	Verify         *oracle.Report        `json:"verify,omitempty"` // the full audit's verification against the reference
+	Mode           string         `json:"mode"`
+	RunID          string         `json:"run_id"`
+	Ticks          int            `json:"ticks"`
+	Scanned        int            `json:"scanned"`
+	VerdictChanges int            `json:"verdict_changes"`
+	Failed         int            `json:"failed"`
+	Storm          bool           `json:"storm"`
+	Remaining      int64          `json:"remaining"`
+	Audit          *AuditResult   `json:"audit,omitempty"`
+	Verify         *oracle.Report `json:"verify,omitempty"` // the full audit's verification against the reference
 }
 
 // verify runs the full audit's verification (oracle.AuditVerify): a state that differs from a from-scratch
 // evaluation raises verify_mismatch.
 func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, error) {
-	cfg := s.Store.Config().Scan
-	plan, err := s.Store.PlanCover(ctx, runID, cfg.VerifySlices)
+	cfg := s.Stage.cfg.Scan
+	plan, err := s.Stage.core.PlanCover(ctx, runID, cfg.VerifySlices)
 	if err != nil {
 		return oracle.Report{}, fmt.Errorf("verify after the full audit: %w", err)
 	}
 	sample := gcos.CoverSample(cfg.VerifySample, plan.Slices)
-	rep, err := oracle.AuditVerify(ctx, s.Store, runID, plan, oracle.VerifyOptions{Sample: sample, GateLimit: sample,
+	rep, err := oracle.AuditVerify(ctx, s.Stage.core, runID, plan, oracle.VerifyOptions{Sample: sample, GateLimit: sample,
 		Seed: uint64(time.Now().UnixNano())})
 	if err != nil {
 		return rep, fmt.Errorf("verify after the full audit: %w", err)
@@ -141,7 +137,7 @@ func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, er
 func (s *Scheduler) drain(ctx context.Context, mode string, debounce, expired bool) (Pass, error) {
 	p := Pass{Mode: mode}
 	for {
-		res, err := s.Store.ScanTick(ctx, postgres.ScanOptions{Mode: mode, RunID: p.RunID, Debounce: debounce, Expired: expired})
+		res, err := s.Stage.ScanTick(ctx, ScanOptions{Mode: mode, RunID: p.RunID, Debounce: debounce, Expired: expired})
 		if err != nil {
 			return p, err
 		}
@@ -164,7 +160,7 @@ func (s *Scheduler) drain(ctx context.Context, mode string, debounce, expired bo
 }
 
 func (s *Scheduler) tick(ctx context.Context, name, status string) {
-	if err := s.Store.Heartbeat(ctx, "gcos.scan."+name, "scan", status); err != nil && ctx.Err() == nil {
+	if err := s.Stage.core.Heartbeat(ctx, "gcos.scan."+name, "scan", status); err != nil && ctx.Err() == nil {
 		// Debug: a heartbeat fails with the database, and the loop's own outage log already says so.
 		s.logger().Debug("heartbeat", "worker", name, "err", err)
 	}
@@ -174,7 +170,7 @@ func (s *Scheduler) tick(ctx context.Context, name, status string) {
 func (s *Scheduler) eventLoop(ctx context.Context) error {
 	window := s.Config.CoalesceWindow.Duration()
 	poll := max(window, 50*time.Millisecond)
-	listener := s.Store.ListenDirty()
+	listener := s.Stage.core.ListenDirty()
 	defer listener.Close()
 	outage := s.outage("event scan", poll)
 	for ctx.Err() == nil {
@@ -230,14 +226,14 @@ func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 }
 
 // auditLoop runs the full audit whenever the last completed one is older than the interval, in whichever process
-// takes the audit role first (postgres.Store.FullAuditIfDue). It looks every third of the role's lease TTL, so a
+// takes the audit role first (postgres.Stage.FullAuditIfDue). It looks every third of the role's lease TTL, so a
 // holder killed mid-audit is succeeded within about one TTL plus that.
 func (s *Scheduler) auditLoop(ctx context.Context) error {
 	interval := s.Config.FullAuditInterval.Duration()
-	every := min(interval, max(s.Store.Config().Roles.LeaseTTL.Duration()/3, 100*time.Millisecond))
+	every := min(interval, max(s.Stage.cfg.Roles.LeaseTTL.Duration()/3, 100*time.Millisecond))
 	outage := s.outage("full audit", every)
 	for ctx.Err() == nil {
-		res, ran, err := s.Store.FullAuditIfDue(ctx, interval, nil)
+		res, ran, err := s.Stage.FullAuditIfDue(ctx, interval, nil)
 		wait := every
 		switch {
 		case ctx.Err() != nil:
@@ -267,7 +263,7 @@ func (s *Scheduler) auditLoop(ctx context.Context) error {
 
 // outage is a loop's outage log: back off from base, say so once per state change.
 func (s *Scheduler) outage(what string, base time.Duration) *gcos.OutageLog {
-	return gcos.NewOutageLog(what, base, s.Store.Config().Outage, s.logger())
+	return gcos.NewOutageLog(what, base, s.Stage.cfg.Outage, s.logger())
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -65,7 +65,7 @@ func dirtyKeys(t *testing.T, store *postgres.Store, ctx context.Context, n int) 
 func TestOnceModes(t *testing.T) {
 	t.Parallel()
 	store, ctx := seeded(t)
-	s := &scan.Scheduler{Store: store, Config: store.Config().Scan}
+	s := &scan.Scheduler{Stage: scan.New(store), Config: store.Config().Scan}
 	keys := dirtyKeys(t, store, ctx, 12)
 	time.Sleep(30 * time.Millisecond) // past the coalesce window
 	p, err := s.Once(ctx, postgres.ModeEvent)
@@ -92,7 +92,7 @@ func TestRunWakesOnDirtyMarks(t *testing.T) {
 	store, ctx := seeded(t)
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	s := &scan.Scheduler{Store: store, Config: store.Config().Scan, Modes: []string{postgres.ModeEvent}}
+	s := &scan.Scheduler{Stage: scan.New(store), Config: store.Config().Scan, Modes: []string{postgres.ModeEvent}}
 	go func() { done <- s.Run(runCtx) }()
 	keys := dirtyKeys(t, store, ctx, 3)
 	deadline := time.Now().Add(10 * time.Second)
@@ -131,7 +131,7 @@ func TestFullAuditProvesTheCoverInTurn(t *testing.T) {
 	cfg.Scan.VerifySlices = 4
 	cfg.Scan.VerifyBatchObjects = 5 // the object rows are proven in batches
 	store := postgres.New(seededStore.Pool(), cfg, nil)
-	s := &scan.Scheduler{Store: store, Config: cfg.Scan}
+	s := &scan.Scheduler{Stage: scan.New(store), Config: cfg.Scan}
 	pool := store.Pool()
 	type proof struct {
 		slice       int

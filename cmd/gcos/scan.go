@@ -30,7 +30,7 @@ func (a *app) scanCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s := &scan.Scheduler{Store: store, Config: a.cfg.Scan, Logger: a.logger, Modes: []string{m}}
+			s := &scan.Scheduler{Stage: scan.New(store), Config: a.cfg.Scan, Logger: a.logger, Modes: []string{m}}
 			if !once {
 				return s.Run(cmd.Context())
 			}

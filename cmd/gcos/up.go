@@ -181,7 +181,7 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birth
 		return err
 	}
 	run("intake", w.Run)
-	run("scan", (&scan.Scheduler{Store: store, Config: a.cfg.Scan, Logger: a.logger}).Run)
+	run("scan", (&scan.Scheduler{Stage: scan.New(store), Config: a.cfg.Scan, Logger: a.logger}).Run)
 	run("events", func(ctx context.Context) error { return a.promoteLoop(ctx, store) })
 	if demo {
 		churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: birthsPerSecond, ChangesPerSecond: changesPerSecond, Seed: uint64(time.Now().UnixNano()), Logger: a.logger, Outage: a.cfg.Outage}

@@ -1,9 +1,10 @@
-package postgres
+package scan
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"gcos/postgres"
 	"slices"
 	"sort"
 	"time"
@@ -30,23 +31,23 @@ type AuditResult struct {
 	// CountDrift is the number of groups whose member count the incremental state held differed from the
 	// snapshot's (re-scanned, their collections recounted); KeptCountDrift the collections whose counts kept by the
 	// births handoff differed from the snapshot's (recounted).
-	CountDrift          int           `json:"count_drift_groups"`
-	KeptCountDrift      []string      `json:"kept_count_drift,omitempty"`
-	Expired             int64         `json:"expired_rows"`
-	Dangling            []int64       `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
-	Scanned             int           `json:"scanned"`
-	ObjectsMaterialized int64         `json:"objects_materialized"`
-	ObjectsRetired      int64         `json:"objects_retired"`
-	Ledger              LedgerReport  `json:"ledger"`
-	Elapsed             time.Duration `json:"elapsed_ns"`
+	CountDrift          int                   `json:"count_drift_groups"`
+	KeptCountDrift      []string              `json:"kept_count_drift,omitempty"`
+	Expired             int64                 `json:"expired_rows"`
+	Dangling            []int64               `json:"dangling_snapshots"` // referenced by candidate rows but no longer stored
+	Scanned             int                   `json:"scanned"`
+	ObjectsMaterialized int64                 `json:"objects_materialized"`
+	ObjectsRetired      int64                 `json:"objects_retired"`
+	Ledger              postgres.LedgerReport `json:"ledger"`
+	Elapsed             time.Duration         `json:"elapsed_ns"`
 }
 
 // FullAudit is the periodic safety net (doc 34 §5): a fresh snapshot and ruleset hash, a reconciliation that
 // finds groups whose fingerprint changed without any dirty mark (a lost signal: dirtied with snapshot_drift and a
 // finding), expiry of every row past stale_after, a scan of the whole dirty set and the invariant check.
 // It runs as the holder of RoleFullAudit (ECONFLICT while another process holds it).
-func (s *Store) FullAudit(ctx context.Context, progress func(done, total int64)) (res AuditResult, err error) {
-	err = s.AsRole(ctx, RoleFullAudit, func(ctx context.Context) error {
+func (s *Stage) FullAudit(ctx context.Context, progress func(done, total int64)) (res AuditResult, err error) {
+	err = s.core.AsRole(ctx, postgres.RoleFullAudit, func(ctx context.Context) error {
 		var err error
 		res, err = s.runFullAudit(ctx, progress)
 		return err
@@ -57,8 +58,8 @@ func (s *Store) FullAudit(ctx context.Context, progress func(done, total int64))
 // FullAuditIfDue runs the full audit when the last completed one (or backfill) finished longer than interval ago,
 // deciding that as the role's holder, so two processes never both find it due and run it back to back. ran is
 // false when it was not due; ECONFLICT when another process holds the role.
-func (s *Store) FullAuditIfDue(ctx context.Context, interval time.Duration, progress func(done, total int64)) (res AuditResult, ran bool, err error) {
-	err = s.AsRole(ctx, RoleFullAudit, func(ctx context.Context) error {
+func (s *Stage) FullAuditIfDue(ctx context.Context, interval time.Duration, progress func(done, total int64)) (res AuditResult, ran bool, err error) {
+	err = s.core.AsRole(ctx, postgres.RoleFullAudit, func(ctx context.Context) error {
 		due, err := s.FullAuditDue(ctx, interval)
 		if err != nil || !due {
 			return err
@@ -70,14 +71,14 @@ func (s *Store) FullAuditIfDue(ctx context.Context, interval time.Duration, prog
 	return res, ran, err
 }
 
-func (s *Store) runFullAudit(ctx context.Context, progress func(done, total int64)) (AuditResult, error) {
+func (s *Stage) runFullAudit(ctx context.Context, progress func(done, total int64)) (AuditResult, error) {
 	start := time.Now()
-	res := AuditResult{RunID: NewRunID("gov-audit")}
-	if err := s.StartRun(ctx, res.RunID, ModeFullAudit, "auditing"); err != nil {
+	res := AuditResult{RunID: postgres.NewRunID("gov-audit")}
+	if err := s.core.StartRun(ctx, res.RunID, postgres.ModeFullAudit, "auditing"); err != nil {
 		return res, err
 	}
 	err := s.fullAudit(ctx, progress, &res)
-	if ferr := s.FinishRun(context.WithoutCancel(ctx), res.RunID, RunCounts{Snapshot: res.SnapshotID, Ruleset: res.RulesetVersion,
+	if ferr := s.core.FinishRun(context.WithoutCancel(ctx), res.RunID, postgres.RunCounts{Snapshot: res.SnapshotID, Ruleset: res.RulesetVersion,
 		Scanned: int64(res.Scanned), Dirtied: int64(len(res.LostSignals)) + res.Expired}, err); ferr != nil {
 		err = errors.Join(err, ferr)
 	}
@@ -85,8 +86,8 @@ func (s *Store) runFullAudit(ctx context.Context, progress func(done, total int6
 	return res, err
 }
 
-func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64), res *AuditResult) error {
-	rs, proposed, err := s.RulesetForScan(ctx, "gcos")
+func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64), res *AuditResult) error {
+	rs, proposed, err := s.core.RulesetForScan(ctx, "gcos")
 	if err != nil {
 		return err
 	}
@@ -95,45 +96,45 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 	if err != nil && gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		return err
 	}
-	snap, err := s.CaptureSnapshot(ctx, CaptureOptions{Scope: SnapshotAudit, RunID: res.RunID, RulesetVersion: rs.Version, Progress: progress,
-		checkKeptCounts: true})
+	snap, err := s.core.CaptureSnapshot(ctx, postgres.CaptureOptions{Scope: postgres.SnapshotAudit, RunID: res.RunID, RulesetVersion: rs.Version, Progress: progress,
+		CheckKeptCounts: true})
 	if err != nil {
 		return err
 	}
 	res.SnapshotID = snap.ID
-	err = s.InTx(ctx, func(tx pgx.Tx) error {
-		if err := LockCandidates(ctx, tx, rs.Version); err != nil {
+	err = s.core.InTx(ctx, func(tx pgx.Tx) error {
+		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
 		}
 		held, err := heldCounts(ctx, tx) // before the snapshot's counts are recorded in the group registry
 		if err != nil {
 			return err
 		}
-		if err := UpsertGroups(ctx, tx, snap.Groups); err != nil {
+		if err := postgres.UpsertGroups(ctx, tx, snap.Groups); err != nil {
 			return err
 		}
 		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never
 		// outlives its TTL in a running daemon, and lapsed reasons become tombstones.
-		ev, err := s.NewEvaluator(ctx, tx, rs)
+		ev, err := s.core.NewEvaluator(ctx, tx, rs)
 		if err != nil {
 			return err
 		}
-		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.MaterializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
+		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.core.MaterializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
 			return err
 		}
-		if err := LinkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
+		if err := postgres.LinkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
 			return err
 		}
 		// The counts are checked against the snapshot itself, not only against the previous one: a change behind the
 		// tail's back can restore the content the previous audit saw while the incremental state counted what came
 		// between (a birth handed off, then retired or deleted with no change row).
 		off, offColls := held.differFrom(snap)
-		res.CountDrift, res.KeptCountDrift = len(off), snap.keptDrift
-		if err := RequestRecount(ctx, tx, sortedUnion(offColls, snap.keptDrift), gcos.DirtySnapshotDrift); err != nil {
+		res.CountDrift, res.KeptCountDrift = len(off), snap.KeptDrift
+		if err := postgres.RequestRecount(ctx, tx, sortedUnion(offColls, snap.KeptDrift), gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}
 		if prev == nil {
-			_, err := markDirty(ctx, tx, off, gcos.DirtySnapshotDrift)
+			_, err := postgres.MarkKeysDirtyTx(ctx, tx, off, gcos.DirtySnapshotDrift)
 			return err
 		}
 		res.PreviousID = &prev.ID
@@ -196,10 +197,10 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 			drift = append(drift, g.SourceRegistry)
 		}
 		slices.Sort(drift)
-		if err := RequestRecount(ctx, tx, slices.Compact(drift), gcos.DirtySnapshotDrift); err != nil {
+		if err := postgres.RequestRecount(ctx, tx, slices.Compact(drift), gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}
-		if _, err := markDirty(ctx, tx, rescan, gcos.DirtySnapshotDrift); err != nil {
+		if _, err := postgres.MarkKeysDirtyTx(ctx, tx, rescan, gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}
 		if err := s.reportRegistryDrift(ctx, tx, res, drifted, signalled, snap.ID, prev.ID, rs.Version); err != nil {
@@ -210,7 +211,7 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		// A fingerprint moved with no handoff to explain it: a change reached the source without a governance
 		// signal. That is an event gap, not a nondeterministic capture (which would freeze ruleset activation).
-		_, err = RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "snapshot-drift", RunID: res.RunID, RulesetVersion: rs.Version,
+		_, err = postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "snapshot-drift", RunID: res.RunID, RulesetVersion: rs.Version,
 			Evidence: map[string]any{"kind": "lost_signal", "groups": len(res.LostSignals), "sample": res.LostSignals[:min(len(res.LostSignals), 20)],
 				"snapshot_id": snap.ID, "previous_snapshot_id": prev.ID}})
 		return err
@@ -225,7 +226,7 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 		return err
 	}
 	for {
-		tick, err := s.ScanTick(ctx, ScanOptions{Mode: ModeFullAudit, RunID: res.RunID, Expired: true})
+		tick, err := s.ScanTick(ctx, ScanOptions{Mode: postgres.ModeFullAudit, RunID: res.RunID, Expired: true})
 		if err != nil {
 			return err
 		}
@@ -234,7 +235,7 @@ func (s *Store) fullAudit(ctx context.Context, progress func(done, total int64),
 			break
 		}
 	}
-	if res.Ledger, err = s.Invariant(ctx, ""); err != nil {
+	if res.Ledger, err = s.core.Invariant(ctx, ""); err != nil {
 		return err
 	}
 	return nil
@@ -248,7 +249,7 @@ type RegistryDrift struct {
 
 // reportRegistryDrift records the drift per registry on the audit and raises, for each registry that drifted
 // under groups no change row had signalled, an issue_event_gap naming the registry and the count.
-func (s *Store) reportRegistryDrift(ctx context.Context, tx pgx.Tx, res *AuditResult, drifted map[string][]string,
+func (s *Stage) reportRegistryDrift(ctx context.Context, tx pgx.Tx, res *AuditResult, drifted map[string][]string,
 	signalled map[string]bool, snapID, prevID int64, ruleset string) error {
 	regs := make([]string, 0, len(drifted))
 	for reg := range drifted {
@@ -271,7 +272,7 @@ func (s *Store) reportRegistryDrift(ctx context.Context, tx pgx.Tx, res *AuditRe
 		if len(silent) == 0 {
 			continue
 		}
-		if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "registry-drift:" + reg, RunID: res.RunID,
+		if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "registry-drift:" + reg, RunID: res.RunID,
 			RulesetVersion: ruleset, Evidence: map[string]any{"kind": "registry_drift", "registry": reg, "groups": len(keys),
 				"unsignalled": len(silent), "sample": silent[:min(len(silent), 20)], "snapshot_id": snapID, "previous_snapshot_id": prevID}}); err != nil {
 			return err
@@ -283,12 +284,12 @@ func (s *Store) reportRegistryDrift(ctx context.Context, tx pgx.Tx, res *AuditRe
 // latestFullSnapshot is the baseline of the next audit: the snapshot of the last audit (or backfill) that completed.
 // A snapshot whose audit did not complete (killed, failed, abandoned) is never a baseline: the changes it saw are
 // still to be reconciled.
-func latestFullSnapshot(ctx context.Context, q Querier) (*Snapshot, error) {
-	snap, err := scanSnapshot(q.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM evolution_snapshots WHERE id = (
+func latestFullSnapshot(ctx context.Context, q postgres.Querier) (*postgres.Snapshot, error) {
+	snap, err := postgres.ScanSnapshot(q.QueryRow(ctx, `SELECT `+postgres.SnapshotColumns+` FROM evolution_snapshots WHERE id = (
 		SELECT source_snapshot_ref FROM candidate_scan_run WHERE status = 'succeeded' AND mode IN ('full_audit', 'backfill')
 		ORDER BY finished_at DESC LIMIT 1)`))
 	if err != nil {
-		return nil, MapError(err, "latest full snapshot")
+		return nil, postgres.MapError(err, "latest full snapshot")
 	}
 	return &snap, nil
 }
@@ -313,7 +314,7 @@ func dirtiedSince(ctx context.Context, tx pgx.Tx, keys []string, t time.Time) (m
 }
 
 // birthCursorPosition is how far the intake has handed births off (nil when no births cursor exists).
-func birthCursorPosition(ctx context.Context, q Querier) (*time.Time, error) {
+func birthCursorPosition(ctx context.Context, q postgres.Querier) (*time.Time, error) {
 	var pos *time.Time
 	err := q.QueryRow(ctx, `SELECT max(position_tstz) FROM gov_worker_cursor WHERE ts_type = 'timestamptz'`).Scan(&pos)
 	if err != nil {
@@ -323,7 +324,7 @@ func birthCursorPosition(ctx context.Context, q Querier) (*time.Time, error) {
 }
 
 // FullAuditDue reports whether the last successful full audit (or backfill) finished longer than interval ago.
-func (s *Store) FullAuditDue(ctx context.Context, interval time.Duration) (bool, error) {
+func (s *Stage) FullAuditDue(ctx context.Context, interval time.Duration) (bool, error) {
 	var due bool
 	err := s.pool.QueryRow(ctx, `
 		SELECT coalesce(max(finished_at) < now() - $1::interval, true)
@@ -337,9 +338,9 @@ func (s *Store) FullAuditDue(ctx context.Context, interval time.Duration) (bool,
 // checkDangling finds candidate rows under the current ruleset whose source snapshot no longer exists (pruned or
 // deleted behind GCOS's back): each missing snapshot raises snapshot_ref_dangling, and its rows are dirtied so a
 // re-scan re-qualifies them under the current snapshot. Until then they read as stale (fail closed).
-func (s *Store) checkDangling(ctx context.Context, runID string) ([]int64, error) {
+func (s *Stage) checkDangling(ctx context.Context, runID string) ([]int64, error) {
 	var missing []int64
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
+	err := s.core.InTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			SELECT c.source_snapshot_ref, array_agg(c.group_key ORDER BY c.group_key)
 			FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
@@ -363,10 +364,10 @@ func (s *Store) checkDangling(ctx context.Context, runID string) ([]int64, error
 			return err
 		}
 		for _, id := range missing {
-			if _, err := markDirty(ctx, tx, groups[id], gcos.DirtySnapshotDrift); err != nil {
+			if _, err := postgres.MarkKeysDirtyTx(ctx, tx, groups[id], gcos.DirtySnapshotDrift); err != nil {
 				return err
 			}
-			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueSnapshotRefDangling, Subject: fmt.Sprint(id), RunID: runID,
+			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueSnapshotRefDangling, Subject: fmt.Sprint(id), RunID: runID,
 				Evidence: map[string]any{"snapshot_id": id, "groups": len(groups[id]), "effect": "rows read as stale until re-scanned"}}); err != nil {
 				return err
 			}
@@ -420,7 +421,7 @@ func heldCounts(ctx context.Context, tx pgx.Tx) (heldCountMap, error) {
 // differFrom returns the groups whose held count differs from the snapshot's (a group the snapshot does not have
 // counts 0), sorted, and their collections. A group scanned after the capture may hold a birth the snapshot does
 // not: it is re-scanned for nothing, which costs a scan and never a wrong count.
-func (h heldCountMap) differFrom(snap Snapshot) (keys, colls []string) {
+func (h heldCountMap) differFrom(snap postgres.Snapshot) (keys, colls []string) {
 	for key, held := range h {
 		if g, ok := snap.Metrics.Groups[key]; !ok || g.Count != held.members {
 			keys, colls = append(keys, key), append(colls, held.Coll)

@@ -1,4 +1,4 @@
-package postgres
+package scan
 
 import (
 	"cmp"
@@ -6,26 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"gcos"
+	"gcos/postgres"
 )
-
-// Scan modes (candidate_scan_run.mode).
-const (
-	ModeEvent       = "event"
-	ModeIncremental = "incremental"
-	ModeFullAudit   = "full_audit"
-	ModeBackfill    = "backfill"
-)
-
-// NotifyChannel is the LISTEN/NOTIFY channel a dirty mark wakes event-driven scanners on. Polling remains the
-// source of truth: a lost notification only delays a scan.
-const NotifyChannel = "gcos_dirty"
 
 // ScanOptions parameterise one scan tick.
 type ScanOptions struct {
@@ -93,33 +81,19 @@ ORDER BY g.group_key
 LIMIT $2
 FOR UPDATE OF g SKIP LOCKED`
 
-const scanWriteSQL = `
-UPDATE governance_candidate_state c SET
-    source_snapshot_ref = $2, scan_time = now(), candidate_verdict = u.verdict, input_quality_state = u.quality,
-    depends_on = u.deps, stale_after = now() + u.ttl, recompute_status = 'ok', dirty = false, dirty_reason = NULL,
-    risk_class = u.risk, coverage_required = u.required,
-    coverage_scan_ref = CASE WHEN u.verdict = 'relevant' THEN $3 END, last_run_id = $3,
-    evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, lifecycle_status = u.lifecycle,
-    -- early cutoff: a result equal to the stored one moves only the qualification
-    updated_at = CASE WHEN (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (u.evidence, u.lifecycle)
-                      THEN now() ELSE c.updated_at END
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle)
-WHERE c.group_key = u.key AND c.ruleset_version = $1`
-
 // ScanTick claims a bounded batch of dirty (and, when asked, expired or never-seeded) groups, re-evaluates them
 // under the current ruleset and writes scan_time, stale_after, evidence and verdict, clearing dirty — all in the
 // transaction that holds the claim, so a crash at any point leaves the groups dirty (nothing lost) and a finished
 // scan is committed once (nothing duplicated). A group whose evaluation fails is marked failed, keeps its dirty
 // mark and is retried with exponential backoff.
-func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, error) {
+func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, error) {
 	res := ScanResult{Mode: opts.Mode, RunID: opts.RunID}
 	switch opts.Mode {
-	case ModeEvent, ModeIncremental, ModeFullAudit:
+	case postgres.ModeEvent, postgres.ModeIncremental, postgres.ModeFullAudit:
 	default:
 		return res, gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full_audit", opts.Mode)
 	}
-	rs, err := s.CurrentRuleset(ctx)
+	rs, err := s.core.CurrentRuleset(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -140,13 +114,13 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	// (candidate_scan_run) in the transaction that writes its verdicts, and every tick adds its counts to it.
 	newRun := res.RunID == ""
 	if newRun {
-		res.RunID = NewRunID("gov-" + opts.Mode)
+		res.RunID = postgres.NewRunID("gov-" + opts.Mode)
 	}
 	var debounce time.Duration
 	if opts.Debounce {
 		debounce = s.cfg.Scan.CoalesceWindow.Duration()
 	}
-	err = s.InTx(ctx, func(tx pgx.Tx) error {
+	err = s.core.InTx(ctx, func(tx pgx.Tx) error {
 		previous := map[string]storedResult{}
 		var keys []string
 		claim := func(what, sql string, args ...any) error {
@@ -180,7 +154,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		var unseeded []string
 		if room := limit - len(keys); room > 0 {
 			since := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
-			if opts.Mode == ModeEvent {
+			if opts.Mode == postgres.ModeEvent {
 				since = pgtype.Timestamptz{Valid: true, Time: rs.ProposedAt}
 				if rs.ActivatedAt != nil {
 					since.Time = *rs.ActivatedAt
@@ -200,7 +174,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		}
 		if newRun {
 			phase := "scanning"
-			if opts.Mode == ModeFullAudit {
+			if opts.Mode == postgres.ModeFullAudit {
 				phase = "auditing"
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO candidate_scan_run (run_id, mode, phase, ruleset_version) VALUES ($1, $2, $3, $4)`,
@@ -208,11 +182,11 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 				return fmt.Errorf("record run %s: %w", res.RunID, err)
 			}
 		}
-		snapshotID, err := LatestFullSnapshotID(ctx, tx)
+		snapshotID, err := postgres.LatestFullSnapshotID(ctx, tx)
 		if err != nil {
 			return err
 		}
-		ev, err := s.NewEvaluator(ctx, tx, rs)
+		ev, err := s.core.NewEvaluator(ctx, tx, rs)
 		if err != nil {
 			return err
 		}
@@ -220,7 +194,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'scanning' WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, keys); err != nil {
 			return err
 		}
-		groups, err := groupsByKey(ctx, tx, append(append([]string{}, keys...), unseeded...))
+		groups, err := postgres.GroupsByKey(ctx, tx, append(append([]string{}, keys...), unseeded...))
 		if err != nil {
 			return err
 		}
@@ -228,13 +202,13 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		judge := func(key string) (CandidateValues, error) {
+		judge := func(key string) (postgres.CandidateValues, error) {
 			if why, gone := place.retired[key]; gone {
-				return ev.retire(groups[key], why)
+				return ev.Retire(groups[key], why)
 			}
 			return ev.Evaluate(place.live[key], "")
 		}
-		var ok, seeds []CandidateValues
+		var ok, seeds []postgres.CandidateValues
 		unchanged := map[string]bool{}
 		var failed []failedGroup
 		for _, key := range keys {
@@ -247,7 +221,7 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			if string(v.Verdict) != was.verdict {
 				res.VerdictChanges++
 			}
-			if was.evidence != nil && *was.evidence == v.Evidence && was.lifecycle == cmp.Or(v.Lifecycle, lifecycleActive) {
+			if was.evidence != nil && *was.evidence == v.Evidence && was.lifecycle == cmp.Or(v.Lifecycle, postgres.LifecycleActive) {
 				res.Unchanged++
 				unchanged[key] = true
 			}
@@ -274,21 +248,11 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err := place.record(ctx, tx, rs.Version); err != nil {
 			return err
 		}
-		a := toArrays(ok)
-		if len(ok) > 0 {
-			if _, err := tx.Exec(ctx, scanWriteSQL, rs.Version, snapshotID, res.RunID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-				a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles); err != nil {
-				return fmt.Errorf("write verdicts: %w", err)
-			}
-			if err := recordCoverage(ctx, tx, rs.Version, res.RunID, ok); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `DELETE FROM candidate_scan_attempt WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, a.keys); err != nil {
-				return err
-			}
+		if err := postgres.WriteVerdicts(ctx, tx, rs.Version, snapshotID, res.RunID, ok); err != nil {
+			return err
 		}
 		if len(seeds) > 0 {
-			if _, err := SeedCandidates(ctx, tx, snapshotID, rs.Version, res.RunID, seeds); err != nil {
+			if _, err := postgres.SeedCandidates(ctx, tx, snapshotID, rs.Version, res.RunID, seeds); err != nil {
 				return err
 			}
 		}
@@ -296,16 +260,16 @@ func (s *Store) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			return err
 		}
 		// Object rows follow their group: the rows of every base judged here are re-derived with its verdicts.
-		bases := map[BirthBase]bool{}
+		bases := map[postgres.BirthBase]bool{}
 		for _, v := range append(ok, seeds...) {
 			if g, found := groups[v.GroupKey]; found {
-				bases[baseOf(g)] = true
+				bases[postgres.BaseOf(g)] = true
 			}
 		}
 		for _, g := range place.moved {
-			bases[baseOf(g)] = true
+			bases[postgres.BaseOf(g)] = true
 		}
-		if err := s.followObjects(ctx, tx, ev, snapshotID, res.RunID, bases); err != nil {
+		if err := s.core.FollowObjects(ctx, tx, ev, snapshotID, res.RunID, bases); err != nil {
 			return err
 		}
 		// An unchanged result raises nothing again (it did when it was new); it still closes what it settles, such
@@ -347,7 +311,7 @@ type failedGroup struct {
 }
 
 // recordFailures marks failed re-evaluations visible (recompute_status failed, finding) and schedules a retry.
-func (s *Store) recordFailures(ctx context.Context, tx pgx.Tx, ruleset, runID string, failed []failedGroup) error {
+func (s *Stage) recordFailures(ctx context.Context, tx pgx.Tx, ruleset, runID string, failed []failedGroup) error {
 	for _, f := range failed {
 		var attempts int
 		if err := tx.QueryRow(ctx, `
@@ -364,7 +328,7 @@ func (s *Store) recordFailures(ctx context.Context, tx pgx.Tx, ruleset, runID st
 		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'failed', last_run_id = $3, updated_at = now() WHERE group_key = $1 AND ruleset_version = $2`, f.key, ruleset, runID); err != nil {
 			return err
 		}
-		if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: f.key, Group: f.key, RunID: runID, RulesetVersion: ruleset,
+		if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: f.key, Group: f.key, RunID: runID, RulesetVersion: ruleset,
 			Evidence: map[string]any{"group_key": f.key, "recompute_status": "failed", "attempts": attempts, "error": f.err.Error(), "next_attempt_in": backoff.String()}}); err != nil {
 			return err
 		}
@@ -373,7 +337,7 @@ func (s *Store) recordFailures(ctx context.Context, tx pgx.Tx, ruleset, runID st
 }
 
 // scanBackoff is retry_base·2^(attempts-1), capped at retry_max.
-func (s *Store) scanBackoff(attempts int) time.Duration {
+func (s *Stage) scanBackoff(attempts int) time.Duration {
 	base, maxBackoff := s.cfg.Scan.RetryBase.Duration(), s.cfg.Scan.RetryMax.Duration()
 	d := time.Duration(float64(base) * math.Pow(2, float64(attempts-1)))
 	if d <= 0 || d > maxBackoff {
@@ -386,7 +350,7 @@ func (s *Store) scanBackoff(attempts int) time.Duration {
 // ownership rows disagree, and auto-closes candidate_unknown and candidate_stale for groups it settled,
 // owner_dispute for groups no longer disputed, and coverage_orphan for groups that are no longer orphans, keyed by
 // the current ruleset. Groups in quiet are not raised again.
-func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []CandidateValues, quiet map[string]bool) error {
+func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []postgres.CandidateValues, quiet map[string]bool) error {
 	type pending struct {
 		t       gcos.IssueType
 		subject string
@@ -398,7 +362,7 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 			if quiet[v.GroupKey] {
 				continue
 			}
-			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, Group: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
+			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: v.GroupKey, Group: v.GroupKey, RunID: runID, RulesetVersion: ruleset,
 				Evidence: map[string]any{"group_key": v.GroupKey, "rule": v.Rule, "risk_class": v.RiskClass}}); err != nil {
 				return err
 			}
@@ -409,7 +373,7 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 			keys = append(keys, gcos.CoalesceKey(t, v.GroupKey))
 		}
 		if len(v.OwnerDispute) > 0 && !quiet[v.GroupKey] {
-			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueOwnerDispute, Subject: v.GroupKey, Group: v.GroupKey,
+			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueOwnerDispute, Subject: v.GroupKey, Group: v.GroupKey,
 				RunID: runID, RulesetVersion: ruleset, Evidence: map[string]any{"group_key": v.GroupKey, "claimants": v.OwnerDispute,
 					"routed_to": gcos.CouncilOwner, "reason": "equally specific active ownership rows name different owners: no owner until one is retired"}}); err != nil {
 				return err
@@ -444,7 +408,7 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 		if !isOpen[keys[i]] {
 			continue
 		}
-		if _, err := ResolveFindingTx(ctx, tx, p.t, p.subject, ""); err != nil {
+		if _, err := postgres.ResolveFindingTx(ctx, tx, p.t, p.subject, ""); err != nil {
 			return err
 		}
 	}
@@ -453,7 +417,7 @@ func (s *Store) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 
 // stormGuard raises group_invalidation_storm when the dirty set exceeds the configured share of all groups, and
 // resolves it when the share drops back; the caller throttles to the storm batch while it holds.
-func (s *Store) stormGuard(ctx context.Context, ruleset string) (bool, error) {
+func (s *Stage) stormGuard(ctx context.Context, ruleset string) (bool, error) {
 	var dirty int64
 	if err := s.pool.QueryRow(ctx, dirtyCountSQL, ruleset).Scan(&dirty); err != nil {
 		return false, fmt.Errorf("storm guard: %w", err)
@@ -465,7 +429,7 @@ func (s *Store) stormGuard(ctx context.Context, ruleset string) (bool, error) {
 	storm := total > 0 && float64(dirty) > s.cfg.Scan.StormFraction*float64(total)
 	if storm {
 		s.stormOpen.Store(stormFindingOpen)
-		_, err := s.RaiseFinding(ctx, gcos.Finding{Type: gcos.IssueGroupInvalidationStorm, Subject: "groups", RulesetVersion: ruleset,
+		_, err := s.core.RaiseFinding(ctx, gcos.Finding{Type: gcos.IssueGroupInvalidationStorm, Subject: "groups", RulesetVersion: ruleset,
 			Evidence: map[string]any{"dirty": dirty, "groups": total, "fraction": float64(dirty) / float64(total), "threshold": s.cfg.Scan.StormFraction,
 				"throttled_to": s.cfg.Scan.StormBatch}})
 		return true, err
@@ -473,7 +437,7 @@ func (s *Store) stormGuard(ctx context.Context, ruleset string) (bool, error) {
 	if s.stormOpen.Load() == stormFindingClosed {
 		return false, nil // nothing to resolve: this store closed it (or found none) and has not raised one since
 	}
-	if _, err := s.ResolveFinding(ctx, gcos.IssueGroupInvalidationStorm, "groups", ""); err != nil {
+	if _, err := s.core.ResolveFinding(ctx, gcos.IssueGroupInvalidationStorm, "groups", ""); err != nil {
 		return false, err
 	}
 	s.stormOpen.Store(stormFindingClosed)
@@ -492,7 +456,7 @@ const (
 const dirtyCountSQL = `SELECT count(*) FROM governance_candidate_state WHERE dirty AND ruleset_version = $1`
 
 // recordRunFailure marks a run failed with its error, creating the row when the failed tick was the run's first.
-func (s *Store) recordRunFailure(ctx context.Context, runID, mode, ruleset string, runErr error) error {
+func (s *Stage) recordRunFailure(ctx context.Context, runID, mode, ruleset string, runErr error) error {
 	_, err := s.pool.Exec(ctx, `
 		INSERT INTO candidate_scan_run (run_id, mode, phase, ruleset_version, status, finished_at, error)
 		VALUES ($1, $2, CASE WHEN $2 = 'full_audit' THEN 'auditing' ELSE 'scanning' END, $3, 'failed', now(), $4)
@@ -504,60 +468,12 @@ func (s *Store) recordRunFailure(ctx context.Context, runID, mode, ruleset strin
 	return nil
 }
 
-// CurrentRuleset is the ruleset scans evaluate under: the active one, else the newest draft. A version's content
-// never changes (it is its hash), so the components are decoded once per version and only the lifecycle columns
-// are read each time.
-func (s *Store) CurrentRuleset(ctx context.Context) (RulesetRow, error) {
-	var head RulesetRow
-	err := s.pool.QueryRow(ctx, `SELECT ruleset_version, status, activated_at, activated_by, approval_ref, supersedes
-		FROM governance_ruleset WHERE ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`).Scan(
-		&head.Version, &head.Status, &head.ActivatedAt, &head.ActivatedBy, &head.ApprovalRef, &head.Supersedes)
-	if err != nil {
-		return RulesetRow{}, MapError(err, "current ruleset (run gcos backfill first)")
-	}
-	cached, err := s.rulesetVersion(ctx, head.Version)
-	if err != nil {
-		return RulesetRow{}, err
-	}
-	cached.Status, cached.ActivatedAt, cached.ActivatedBy, cached.ApprovalRef, cached.Supersedes =
-		head.Status, head.ActivatedAt, head.ActivatedBy, head.ApprovalRef, head.Supersedes
-	return cached, nil
-}
-
-// rulesetVersion returns a ruleset version with its decoded components, read once per version (a version's
-// content is its hash, so it never changes). Its lifecycle columns are as first read: callers that need them
-// current read them themselves.
-func (s *Store) rulesetVersion(ctx context.Context, version string) (RulesetRow, error) {
-	return s.RulesetVersionVia(ctx, s.pool, version)
-}
-
-// RulesetVersionVia is rulesetVersion read through q (the gate reads through its own pool).
-func (s *Store) RulesetVersionVia(ctx context.Context, q Querier, version string) (RulesetRow, error) {
-	s.rulesetCache.mu.Lock()
-	cached, ok := s.rulesetCache.rows[version]
-	s.rulesetCache.mu.Unlock()
-	if ok {
-		return cached, nil
-	}
-	cached, err := scanRuleset(q.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, version))
-	if err != nil {
-		return RulesetRow{}, MapError(err, "ruleset "+version)
-	}
-	s.rulesetCache.mu.Lock()
-	if s.rulesetCache.rows == nil || len(s.rulesetCache.rows) > 16 {
-		s.rulesetCache.rows = map[string]RulesetRow{}
-	}
-	s.rulesetCache.rows[version] = cached
-	s.rulesetCache.mu.Unlock()
-	return cached, nil
-}
-
 // totalGroups is the number of candidate rows under ruleset, re-counted at most every groupCountTTL: the storm
 // guard's denominator, which moves only when groups are born.
-func (s *Store) totalGroups(ctx context.Context, ruleset string) (int64, error) {
-	s.rulesetCache.mu.Lock()
-	c := s.rulesetCache.total
-	s.rulesetCache.mu.Unlock()
+func (s *Stage) totalGroups(ctx context.Context, ruleset string) (int64, error) {
+	s.totalMu.Lock()
+	c := s.total
+	s.totalMu.Unlock()
 	if c.ruleset == ruleset && time.Since(c.at) < groupCountTTL {
 		return c.n, nil
 	}
@@ -565,20 +481,13 @@ func (s *Store) totalGroups(ctx context.Context, ruleset string) (int64, error) 
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state WHERE ruleset_version = $1`, ruleset).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count groups: %w", err)
 	}
-	s.rulesetCache.mu.Lock()
-	s.rulesetCache.total = groupCount{ruleset: ruleset, n: n, at: time.Now()}
-	s.rulesetCache.mu.Unlock()
+	s.totalMu.Lock()
+	s.total = groupCount{ruleset: ruleset, n: n, at: time.Now()}
+	s.totalMu.Unlock()
 	return n, nil
 }
 
 const groupCountTTL = 10 * time.Second
-
-// rulesetCache holds decoded ruleset versions (immutable) and the storm guard's group count.
-type rulesetCache struct {
-	mu    sync.Mutex
-	rows  map[string]RulesetRow
-	total groupCount
-}
 
 type groupCount struct {
 	ruleset string
@@ -586,34 +495,11 @@ type groupCount struct {
 	at      time.Time
 }
 
-func LatestFullSnapshotID(ctx context.Context, q Querier) (int64, error) {
-	var id int64
-	err := q.QueryRow(ctx, `SELECT id FROM evolution_snapshots WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1`).Scan(&id)
-	return id, MapError(err, "latest full snapshot (run gcos backfill first)")
-}
-
-func groupsByKey(ctx context.Context, q Querier, keys []string) (map[string]gcos.Group, error) {
-	rows, err := q.Query(ctx, `SELECT group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count FROM governance_group WHERE group_key = ANY($1)`, keys)
-	if err != nil {
-		return nil, fmt.Errorf("read groups: %w", err)
-	}
-	out := map[string]gcos.Group{}
-	for rows.Next() {
-		var g gcos.Group
-		if err := rows.Scan(&g.Key, &g.ObjectClass, &g.SourceRegistry, &g.AxisFamily, &g.Scope, &g.LifecycleStatus, &g.OwnerScope, &g.MemberCount); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out[g.Key] = g
-	}
-	return out, rows.Err()
-}
-
 // ExpireStale marks every row past stale_after dirty (reason ttl) and raises candidate_stale for the high-risk
 // ones. It returns how many rows it dirtied.
-func (s *Store) ExpireStale(ctx context.Context) (int64, error) {
+func (s *Stage) ExpireStale(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
+	err := s.core.InTx(ctx, func(tx pgx.Tx) error {
 		if err := dirtyLapsedExceptions(ctx, tx); err != nil {
 			return err
 		}
@@ -647,13 +533,13 @@ func (s *Store) ExpireStale(ctx context.Context) (int64, error) {
 			if !gcos.IsHighRisk(e.risk, s.cfg.Gate.LowRiskClasses) {
 				continue
 			}
-			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateStale, Subject: e.key, Group: e.key, RulesetVersion: e.ruleset,
+			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateStale, Subject: e.key, Group: e.key, RulesetVersion: e.ruleset,
 				Evidence: map[string]any{"group_key": e.key, "risk_class": e.risk, "stale_after": e.staleAfter}}); err != nil {
 				return err
 			}
 		}
 		if n > 0 {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'ttl')`, NotifyChannel)
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'ttl')`, postgres.NotifyChannel)
 		}
 		return err
 	})
@@ -684,15 +570,8 @@ func dirtyLapsedExceptions(ctx context.Context, tx pgx.Tx) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	_, err = markDirty(ctx, tx, keys, gcos.DirtyAuthority)
+	_, err = postgres.MarkKeysDirtyTx(ctx, tx, keys, gcos.DirtyAuthority)
 	return err
-}
-
-// DirtySetSize is the number of dirty groups under the current ruleset.
-func (s *Store) DirtySetSize(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`).Scan(&n)
-	return n, err
 }
 
 // storedResult is what a claimed group's row said before the scan: its verdict, evidence and lifecycle.
