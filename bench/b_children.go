@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"gcos/intake"
+	"gcos/daemon"
 	"gcos/postgres"
 	"gcos/world"
 )
@@ -26,10 +26,13 @@ func benchChildren(ctx context.Context, r *runner) ([]row, error) {
 	if _, err := prepare(ctx, ws.store); err != nil {
 		return nil, err
 	}
-	h := &handoffApply{stage: intake.New(ws.store)}
 	// Births only: the children are births, and the changelog history is irrelevant to them (and slow to replay).
-	w := &intake.Worker{Stage: h.stage, Config: ws.store.Config().Intake, Apply: h.apply, Logger: r.log,
-		Sources: []postgres.TailSource{postgres.BirthTailSource(ws.store.Config().SourceBinding)}}
+	d, err := daemon.New(daemon.Config{Store: ws.store, Logger: r.log,
+		Sources: []postgres.TailSource{postgres.BirthTailSource(ws.store.Config().SourceBinding)}})
+	if err != nil {
+		return nil, err
+	}
+	w := d.Intake
 	// The daemon's steady state before the children arrive: intake caught up, dirty set drained.
 	if _, err := w.Once(ctx); err != nil {
 		return nil, fmt.Errorf("intake catch-up: %w", err)
@@ -62,13 +65,13 @@ func benchChildren(ctx context.Context, r *runner) ([]row, error) {
 	addDur := time.Since(t0)
 	r.log.Info("children added", "n", n, "container", cont.String(), "elapsed", addDur.Round(time.Millisecond))
 
-	h.reset()
+	handedOff := w.Stage.HandoffTotals()
 	t0 = time.Now()
 	if _, err := w.Once(ctx); err != nil {
 		return nil, fmt.Errorf("intake of the children: %w", err)
 	}
 	intakeDur := time.Since(t0)
-	st := h.reset()
+	st := handoffSince(handedOff, w.Stage.HandoffTotals())
 	dirtied, err := queryStrings(ctx, ws, `SELECT c.group_key FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty ORDER BY 1`)
 	if err != nil {
 		return nil, err

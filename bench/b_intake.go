@@ -103,12 +103,13 @@ func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 			if _, _, err := naiveTail(ctx, ws.pool, page); err != nil {
 				return err
 			}
-			h := &handoffApply{stage: intake.New(ws.store)}
+			stage := intake.New(ws.store) // one per process, as the daemon holds it
 			ourStep := func() error {
 				polls, rowsRead = 0, 0
+				before := stage.HandoffTotals()
 				t0 := time.Now()
 				for {
-					res, err := h.stage.PollTail(ctx, src, cfg.Intake, h.apply)
+					res, err := stage.PollTail(ctx, src, cfg.Intake, stage.Apply)
 					if err != nil {
 						return err
 					}
@@ -122,7 +123,7 @@ func benchIntake(ctx context.Context, r *runner) ([]row, error) {
 					}
 				}
 				ours = append(ours, float64(rowsRead)/time.Since(t0).Seconds())
-				st = h.reset()
+				st = handoffSince(before, stage.HandoffTotals())
 				return nil
 			}
 			naiveStep := func() error {

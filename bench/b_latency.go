@@ -10,9 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"gcos/intake"
+	"gcos/daemon"
 	"gcos/postgres"
-	"gcos/scan"
 	"gcos/world"
 )
 
@@ -100,11 +99,16 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 		return nil, err
 	}
 	cfg := ws.store.Config()
-	h := &handoffApply{stage: intake.New(ws.store)}
-	// The intake tails the birth source: the changes measured are births (the changelog history is not replayed).
-	w := &intake.Worker{Stage: h.stage, Config: cfg.Intake, Apply: h.apply, Logger: r.log,
-		Sources: []postgres.TailSource{postgres.BirthTailSource(cfg.SourceBinding)}}
-	if _, err := w.Once(ctx); err != nil {
+	// The daemon as `gcos up` runs it, less the API, the full audit and promotion: the intake (tailing the birth
+	// source: the changes measured are births, the changelog history is not replayed) and the event-driven and
+	// incremental scan loops.
+	d, err := daemon.New(daemon.Config{Store: ws.store, Logger: r.log,
+		Sources:   []postgres.TailSource{postgres.BirthTailSource(cfg.SourceBinding)},
+		ScanModes: []string{postgres.ModeEvent, postgres.ModeIncremental}, NoPromotion: true})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.Intake.Once(ctx); err != nil {
 		return nil, fmt.Errorf("intake catch-up: %w", err)
 	}
 	if _, err := drainScans(ctx, ws.store); err != nil {
@@ -126,23 +130,17 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 	}
 	defer churnPool.Close()
 
-	// The daemon: intake and the event-driven and incremental scan loops, as `gcos up` runs them.
+	// The daemon runs until the measurements end.
 	dctx, dcancel := context.WithCancel(ctx)
+	daemonErr := make(chan error, 1)
 	var wg sync.WaitGroup
-	daemonErr := make(chan error, 2)
-	start := func(name string, fn func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(dctx); err != nil && dctx.Err() == nil {
-				daemonErr <- fmt.Errorf("%s: %w", name, err)
-				dcancel()
-			}
-		}()
-	}
-	start("intake", w.Run)
-	sched := &scan.Scheduler{Stage: scan.New(ws.store), Config: cfg.Scan, Logger: r.log, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
-	start("scan", sched.Run)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := d.Run(dctx); err != nil {
+			daemonErr <- fmt.Errorf("daemon: %w", err)
+		}
+	}()
 	stop := func() {
 		dcancel()
 		wg.Wait()

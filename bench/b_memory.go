@@ -19,10 +19,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/daemon"
 	"gcos/httpapi"
 	"gcos/intake"
 	"gcos/postgres"
-	"gcos/scan"
 )
 
 // memReport is what a memory child prints.
@@ -117,9 +117,11 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 	}
 	srv := httptest.NewServer(handler)
 	defer srv.Close()
-	h := &handoffApply{stage: intake.New(store)}
-	w := &intake.Worker{Stage: h.stage, Config: cfg.Intake, Apply: h.apply}
-	ticks, err := w.Once(ctx)
+	d, err := daemon.New(daemon.Config{Store: store})
+	if err != nil {
+		return "", err
+	}
+	ticks, err := d.Intake.Once(ctx)
 	if err != nil {
 		return "", fmt.Errorf("intake: %w", err)
 	}
@@ -128,11 +130,10 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 		read += t.Read
 	}
 	mark("intake")
-	sched := &scan.Scheduler{Stage: scan.New(store), Config: cfg.Scan}
 	time.Sleep(cfg.Scan.CoalesceWindow.Duration())
 	scanned, proof := 0, ""
 	for _, mode := range []string{postgres.ModeEvent, postgres.ModeIncremental, postgres.ModeFullAudit} {
-		p, err := sched.Once(ctx, mode)
+		p, err := d.Scan.Once(ctx, mode)
 		if err != nil {
 			return "", fmt.Errorf("scan %s: %w", mode, err)
 		}

@@ -286,34 +286,18 @@ func prepare(ctx context.Context, store *postgres.Store) (intake.BackfillResult,
 	return res, nil
 }
 
-// handoffApply is the intake's real apply step (as cmd/gcos wires it), counting what it did.
-type handoffApply struct {
-	stage *intake.Stage
-	mu    sync.Mutex
-	stats intake.HandoffStats
-}
-
-func (h *handoffApply) apply(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
-	failures, st, err := h.stage.ApplyHandoff(ctx, tx, rows)
-	if err == nil {
-		h.mu.Lock()
-		h.stats.Rows += st.Rows
-		h.stats.Signals += st.Signals
-		h.stats.Dirtied += st.Dirtied
-		h.stats.Emitted += st.Emitted
-		h.stats.Captured += st.Captured
-		h.stats.Skipped += st.Skipped
-		h.mu.Unlock()
-	}
-	return failures, err
-}
-
-func (h *handoffApply) reset() intake.HandoffStats {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	st := h.stats
-	h.stats = intake.HandoffStats{}
-	return st
+// handoffSince is what the intake stage's apply step did between two of its HandoffTotals.
+func handoffSince(before, after intake.HandoffStats) intake.HandoffStats {
+	after.Rows -= before.Rows
+	after.Signals -= before.Signals
+	after.Dirtied -= before.Dirtied
+	after.Emitted -= before.Emitted
+	after.Captured -= before.Captured
+	after.Skipped -= before.Skipped
+	after.Unmapped -= before.Unmapped
+	after.Untrusted -= before.Untrusted
+	after.Kinds = nil
+	return after
 }
 
 // drainScans scans every dirty and unseeded group (incremental ticks, no debounce) until none is left.

@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/daemon"
 	"gcos/intake"
 	"gcos/postgres"
-	"gcos/scan"
 )
 
-// TestRestart_WorkersReconnectGateBlocks is SPEC §14's "PostgreSQL restart mid-run": with the intake and the scan
-// scheduler running, the server is stopped; while it is down the gate blocks (fail closed) and the workers keep
+// TestRestart_WorkersReconnectGateBlocks is SPEC §14's "PostgreSQL restart mid-run": with the daemon's intake and
+// scan scheduler running, the server is stopped; while it is down the gate blocks (fail closed) and the workers keep
 // retrying instead of exiting; once it is back they reconnect on their own and a birth committed after the restart
 // is tailed, its group dirtied and re-scanned, and the gate answers from fresh state again.
 func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
@@ -33,13 +33,13 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	runErrs := make(chan error, 2)
-	worker := &intake.Worker{Stage: intake.New(store), Config: conf.Intake}
-	sched := &scan.Scheduler{Stage: scan.New(store), Config: conf.Scan, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
-	for _, run := range []func(context.Context) error{worker.Run, sched.Run} {
-		wg.Add(1)
-		go func() { defer wg.Done(); runErrs <- run(runCtx) }()
+	runErrs := make(chan error, 1)
+	d, err := daemon.New(daemon.Config{Store: store, ScanModes: []string{postgres.ModeEvent, postgres.ModeIncremental}, NoPromotion: true})
+	if err != nil {
+		t.Fatal(err)
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); runErrs <- d.Run(runCtx) }()
 	defer func() { stop(); wg.Wait() }()
 
 	// A birth in an existing collection, handed off and re-scanned: the loop works before the restart.

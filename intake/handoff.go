@@ -127,8 +127,46 @@ type signal struct {
 }
 
 // ApplyHandoff is the intake's apply step for a page of tailed rows. Rows that cannot be mapped are returned as
-// failures (they go to the retry lane and, after max attempts, the DLQ) and never block the page.
+// failures (they go to the retry lane and, after max attempts, the DLQ) and never block the page. What a page did
+// is added to the stage's HandoffTotals.
 func (s *Stage) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]RowFailure, HandoffStats, error) {
+	failures, st, err := s.applyHandoff(ctx, tx, rows)
+	if err == nil {
+		s.totalsMu.Lock()
+		s.totals.add(st)
+		s.totalsMu.Unlock()
+	}
+	return failures, st, err
+}
+
+// HandoffTotals adds up what every page this stage applied did (including pages whose poll later rolled back).
+func (s *Stage) HandoffTotals() HandoffStats {
+	s.totalsMu.Lock()
+	defer s.totalsMu.Unlock()
+	out := s.totals
+	out.Kinds = maps.Clone(s.totals.Kinds)
+	return out
+}
+
+// add adds st to h.
+func (h *HandoffStats) add(st HandoffStats) {
+	h.Rows += st.Rows
+	h.Signals += st.Signals
+	h.Dirtied += st.Dirtied
+	h.Emitted += st.Emitted
+	h.Captured += st.Captured
+	h.Skipped += st.Skipped
+	h.Unmapped += st.Unmapped
+	h.Untrusted += st.Untrusted
+	for k, n := range st.Kinds {
+		if h.Kinds == nil {
+			h.Kinds = map[string]int{}
+		}
+		h.Kinds[k] += n
+	}
+}
+
+func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]RowFailure, HandoffStats, error) {
 	st := HandoffStats{Rows: len(rows), Kinds: map[string]int{}}
 	if len(rows) == 0 {
 		return nil, st, nil

@@ -3,6 +3,7 @@ package intake
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,8 @@ type Stage struct {
 	// routeFallbacks counts changes the intake could not place precisely (gcos.Route.Fallback); the first is logged.
 	routeFallbacks      atomic.Int64
 	routeFallbackLogged atomic.Bool
+	totalsMu            sync.Mutex
+	totals              HandoffStats // what every applied page did (HandoffTotals)
 }
 
 // New returns the intake stage over store.

@@ -15,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"gcos"
+	"gcos/daemon"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -134,9 +135,13 @@ func newEnv(t *testing.T, built *pgxpool.Pool) *env {
 	return e
 }
 
+// wire assembles the daemon over the store; the test steps its intake and scans (Once) instead of running them.
 func (e *env) wire() {
-	e.intake = &intake.Worker{Stage: intake.New(e.store), Config: e.store.Config().Intake}
-	e.scans = &scan.Scheduler{Stage: scan.New(e.store)}
+	d, err := daemon.New(daemon.Config{Store: e.store})
+	if err != nil {
+		panic(err) // only a nil store is refused
+	}
+	e.intake, e.scans = d.Intake, d.Scan
 }
 
 // settle runs intake and incremental scans until no group is dirty, polling with a generous deadline.

@@ -12,11 +12,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/daemon"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
-	"gcos/scan"
 	"gcos/world"
 )
 
@@ -51,8 +51,11 @@ func fresh(t *testing.T, births int) (*postgres.Store, context.Context) {
 	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
 		t.Fatal(err)
 	}
-	sch := &scan.Scheduler{Stage: scan.New(store)}
-	if _, err := sch.Once(ctx, postgres.ModeIncremental); err != nil {
+	d, err := daemon.New(daemon.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Scan.Once(ctx, postgres.ModeIncremental); err != nil {
 		t.Fatal(err)
 	}
 	return store, ctx

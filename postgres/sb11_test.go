@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/daemon"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -130,21 +131,15 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	e := &hoEnv{bundle: b, stage: intake.New(b.store)}
 	e.w = &intake.Worker{Stage: e.stage, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}
 	e.activateTypes(t, "governance.")
-	runCtx, stop := context.WithCancel(ctx)
-	churn := &world.Churn{Pool: pool, BirthsPerSecond: 400, ChangesPerSecond: 80, Seed: 9}
-	w := &intake.Worker{Stage: e.stage, Config: cfg.Intake, Apply: e.apply}
-	sched := &scan.Scheduler{Stage: scan.New(b.store), Config: cfg.Scan, Modes: []string{postgres.ModeEvent, postgres.ModeIncremental}}
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	for name, fn := range map[string]func(context.Context) error{"intake": w.Run, "scan": sched.Run} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(runCtx); err != nil && !errors.Is(err, context.Canceled) {
-				errs <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
+	// The daemon's intake and event-driven and incremental scans run while the churn writes.
+	d, err := daemon.New(daemon.Config{Store: b.store, ScanModes: []string{postgres.ModeEvent, postgres.ModeIncremental}, NoPromotion: true})
+	if err != nil {
+		t.Fatal(err)
 	}
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- d.Run(runCtx) }()
+	churn := &world.Churn{Pool: pool, BirthsPerSecond: 400, ChangesPerSecond: 80, Seed: 9}
 	churnCtx, stopChurn := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer stopChurn()
 	if err := churn.Run(churnCtx); err != nil {
@@ -152,9 +147,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	stop()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := <-runErr; err != nil {
 		t.Fatal(err)
 	}
 	if churn.Births() == 0 || churn.Changes() == 0 {

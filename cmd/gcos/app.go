@@ -73,15 +73,25 @@ func (a *app) rootCommand() *cobra.Command {
 	f.StringVar(&a.configPath, "config", os.Getenv("GCOS_CONFIG"), "configuration file, JSON (env GCOS_CONFIG)")
 	f.BoolVar(&a.jsonOut, "json", false, "machine-readable JSON output")
 	f.StringVar(&a.logLevel, "log-level", envOr("GCOS_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
-	root.AddCommand(a.migrateCommand(), a.worldCommand(), a.upCommand())
-	for _, add := range extraCommands {
-		root.AddCommand(add(a))
-	}
+	// Every command, in one place; each lives in the file named after it.
+	root.AddCommand(
+		// the daemon
+		a.upCommand(),
+		// the database and the synthetic world
+		a.migrateCommand(), a.worldCommand(),
+		// the intake stage
+		a.backfillCommand(), a.intakeCommand(), a.cursorCommand(),
+		// the scan stage and the audit's proof
+		a.scanCommand(), a.verifyCommand(),
+		// what qualifies a verdict
+		a.snapshotCommand(), a.rulesetCommand(),
+		// the gate's reads
+		a.gateCommand(), a.explainCommand(), a.invariantCommand(),
+		// the operator's reads and the event domain
+		a.findingsCommand(), a.statusCommand(), a.eventsCommand(),
+	)
 	return root
 }
-
-// extraCommands lets each command file register itself without main.go knowing every command.
-var extraCommands []func(*app) *cobra.Command
 
 func (a *app) execute(ctx context.Context, args []string) (code int) {
 	defer func() {

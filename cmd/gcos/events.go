@@ -10,10 +10,6 @@ import (
 	"gcos"
 )
 
-func init() {
-	extraCommands = append(extraCommands, (*app).eventsCommand)
-}
-
 // eventsCommand is `gcos events`: the governance event domain (SB-11). Registering writes the vocabulary inactive;
 // activating one type needs an approval reference; promoting moves captured signals of active types to the outbox.
 func (a *app) eventsCommand() *cobra.Command {

@@ -6,19 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gcos/daemon"
 	"gcos/intake"
-	"gcos/postgres"
 )
 
-func init() {
-	extraCommands = append(extraCommands, (*app).intakeCommand, (*app).cursorCommand)
-}
-
-// intakeWorker is the intake stage's worker over store, applying with the stage's own handoff step.
-func (a *app) intakeWorker(store *postgres.Store) *intake.Worker {
-	return &intake.Worker{Stage: intake.New(store), Config: a.cfg.Intake, Logger: a.logger}
-}
-
+// intakeCommand is `gcos intake [--once]`: the intake stage alone, or one catch-up pass of it.
 func (a *app) intakeCommand() *cobra.Command {
 	var once bool
 	cmd := &cobra.Command{
@@ -30,7 +22,11 @@ func (a *app) intakeCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := a.intakeWorker(store)
+			d, err := daemon.New(daemon.Config{Store: store, Logger: a.logger})
+			if err != nil {
+				return err
+			}
+			w := d.Intake
 			if err := w.Start(cmd.Context()); err != nil {
 				return err
 			}
@@ -52,6 +48,7 @@ func (a *app) intakeCommand() *cobra.Command {
 	return cmd
 }
 
+// cursorCommand is `gcos cursor list | reset SOURCE --to W`: the intake's cursors.
 func (a *app) cursorCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "cursor", Short: "intake cursors"}
 	list := &cobra.Command{

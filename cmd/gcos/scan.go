@@ -6,14 +6,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/daemon"
 	"gcos/postgres"
-	"gcos/scan"
 )
 
-func init() {
-	extraCommands = append(extraCommands, (*app).scanCommand)
-}
-
+// scanCommand is `gcos scan --mode M [--once]`: one scan loop, or one pass of it.
 func (a *app) scanCommand() *cobra.Command {
 	var mode string
 	var once bool
@@ -30,11 +27,14 @@ func (a *app) scanCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			s := &scan.Scheduler{Stage: scan.New(store), Config: a.cfg.Scan, Logger: a.logger, Modes: []string{m}}
-			if !once {
-				return s.Run(cmd.Context())
+			d, err := daemon.New(daemon.Config{Store: store, Logger: a.logger, ScanModes: []string{m}})
+			if err != nil {
+				return err
 			}
-			p, err := s.Once(cmd.Context(), m)
+			if !once {
+				return d.Scan.Run(cmd.Context())
+			}
+			p, err := d.Scan.Once(cmd.Context(), m)
 			if err != nil {
 				return err
 			}
@@ -54,6 +54,7 @@ func (a *app) scanCommand() *cobra.Command {
 	return cmd
 }
 
+// derefInt is *p, or "none" for nil.
 func derefInt(p *int64) string {
 	if p == nil {
 		return "none"

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"sync"
 	"syscall"
 	"time"
 
@@ -15,10 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/daemon"
 	"gcos/httpapi"
-	"gcos/intake"
 	"gcos/postgres"
-	"gcos/scan"
 	"gcos/world"
 )
 
@@ -105,132 +102,21 @@ func unreachable(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// demoWorld loads the synthetic world into an empty database, seeds it and activates its ruleset as a demo
-// approver (never the proposer), and registers and activates the governance event vocabulary.
-func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
-	var births int64
-	if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM birth_registry LIMIT 1) x`).Scan(&births); err != nil {
-		return err
-	}
-	if births == 0 {
-		a.logger.Info("demo: generating the synthetic world (1,037,724 births over 78 registries)")
-		sum, err := world.Generate(ctx, store.Pool(), world.Options{Progress: a.stderr, Logger: a.logger})
-		if err != nil {
-			return err
-		}
-		a.logger.Info("demo: world loaded", "births", sum.Births, "elapsed", sum.Elapsed.Round(time.Millisecond))
-	}
-	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{Progress: a.progressFunc("snapshot")})
-	if err != nil {
-		return err
-	}
-	a.logger.Info("demo: backfill", "run_id", res.RunID, "births", res.Births, "groups", res.Groups, "rows_written", res.RowsWritten,
-		"snapshot", res.SnapshotID, "ruleset", res.RulesetVersion, "elapsed", res.Elapsed.Round(time.Millisecond))
-	if res.RulesetStatus == gcos.RulesetDraft {
-		act, err := store.ActivateRuleset(ctx, res.RulesetVersion, "DEMO-APPROVAL", "demo-approver")
-		if err != nil {
-			return err
-		}
-		a.logger.Info("demo: ruleset activated by demo-approver", "ruleset", act.Version, "approval", "DEMO-APPROVAL")
-	}
-	if _, err := store.RegisterVocabulary(ctx); err != nil {
-		return err
-	}
-	types, err := store.ListEventTypes(ctx)
-	if err != nil {
-		return err
-	}
-	for _, t := range types {
-		if !t.Active {
-			if _, err := store.ActivateEventType(ctx, t.EventType, "DEMO-APPROVAL", "demo-approver"); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// serve runs intake, scans, event promotion, the API and (demo) churn until ctx ends.
+// serve runs the daemon (and, demo, its churn) until ctx ends.
 func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birthsPerSecond, changesPerSecond float64) error {
-	w := a.intakeWorker(store)
-	intakeReady := httpapi.ReadyCheck{Name: "intake", Check: func(context.Context) error { return w.Ready() }}
-	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: a.cfg.HTTP, Logger: a.logger, Version: version,
-		Ready: []httpapi.ReadyCheck{intakeReady}})
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", a.cfg.HTTP.Listen, err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	run := func(name string, fn func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-				errs <- fmt.Errorf("%s: %w", name, err)
-				cancel()
-			}
-		}()
+	cfg := daemon.Config{Store: store, Logger: a.logger, Version: version, Listener: ln}
+	if demo {
+		cfg.Churn = &world.Churn{Pool: store.Pool(), BirthsPerSecond: birthsPerSecond, ChangesPerSecond: changesPerSecond,
+			Seed: uint64(time.Now().UnixNano()), Logger: a.logger, Outage: a.cfg.Outage}
 	}
-	if err := w.Start(ctx); err != nil {
+	d, err := daemon.New(cfg)
+	if err != nil {
+		ln.Close()
 		return err
 	}
-	run("intake", w.Run)
-	run("scan", (&scan.Scheduler{Stage: scan.New(store), Config: a.cfg.Scan, Logger: a.logger}).Run)
-	run("events", func(ctx context.Context) error { return a.promoteLoop(ctx, store) })
-	if demo {
-		churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: birthsPerSecond, ChangesPerSecond: changesPerSecond, Seed: uint64(time.Now().UnixNano()), Logger: a.logger, Outage: a.cfg.Outage}
-		run("demo churn", churn.Run)
-	}
-	run("http", func(ctx context.Context) error {
-		go func() {
-			<-ctx.Done()
-			shutdown, c := context.WithTimeout(context.Background(), 10*time.Second)
-			defer c()
-			_ = srv.Shutdown(shutdown)
-		}()
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	a.logger.Info("gcos up", "listen", "http://"+ln.Addr().String(), "demo", demo, "auth", !a.cfg.HTTP.InsecureNoAuth)
-	<-ctx.Done()
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	a.logger.Info("gcos stopped")
-	return errors.Join(all...)
-}
-
-// promoteLoop moves captured signals whose type became active to the outbox, in order, in whichever process holds
-// the promotion role.
-func (a *app) promoteLoop(ctx context.Context, store *postgres.Store) error {
-	const every = 2 * time.Second
-	outage := gcos.NewOutageLog("promote pending signals", every, a.cfg.Outage, a.logger)
-	wait := every
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = every
-		// ECONFLICT: another process holds the promotion role.
-		if _, err := store.PromotePending(ctx); err != nil && ctx.Err() == nil && gcos.ErrorCode(err) != gcos.ECONFLICT {
-			wait = max(every, outage.Failed(err))
-		} else if err == nil || gcos.ErrorCode(err) == gcos.ECONFLICT {
-			outage.Succeeded()
-		}
-	}
+	return d.Run(ctx)
 }

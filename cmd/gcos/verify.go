@@ -9,10 +9,6 @@ import (
 	"gcos/oracle"
 )
 
-func init() {
-	extraCommands = append(extraCommands, (*app).verifyCommand)
-}
-
 // verifyCommand is `gcos verify`: the incremental state compared with a from-scratch evaluation of the same
 // substrate at one instant; exit 0 when they agree everywhere, 1 when anything differs.
 func (a *app) verifyCommand() *cobra.Command {

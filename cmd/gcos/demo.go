@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"gcos"
+	"gcos/intake"
+	"gcos/postgres"
+	"gcos/world"
+)
+
+// demoWorld loads the synthetic world into an empty database, seeds it and activates its ruleset as a demo
+// approver (never the proposer), and registers and activates the governance event vocabulary.
+func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
+	var births int64
+	if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM birth_registry LIMIT 1) x`).Scan(&births); err != nil {
+		return err
+	}
+	if births == 0 {
+		a.logger.Info("demo: generating the synthetic world (1,037,724 births over 78 registries)")
+		sum, err := world.Generate(ctx, store.Pool(), world.Options{Progress: a.stderr, Logger: a.logger})
+		if err != nil {
+			return err
+		}
+		a.logger.Info("demo: world loaded", "births", sum.Births, "elapsed", sum.Elapsed.Round(time.Millisecond))
+	}
+	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{Progress: a.progressFunc("snapshot")})
+	if err != nil {
+		return err
+	}
+	a.logger.Info("demo: backfill", "run_id", res.RunID, "births", res.Births, "groups", res.Groups, "rows_written", res.RowsWritten,
+		"snapshot", res.SnapshotID, "ruleset", res.RulesetVersion, "elapsed", res.Elapsed.Round(time.Millisecond))
+	if res.RulesetStatus == gcos.RulesetDraft {
+		act, err := store.ActivateRuleset(ctx, res.RulesetVersion, "DEMO-APPROVAL", "demo-approver")
+		if err != nil {
+			return err
+		}
+		a.logger.Info("demo: ruleset activated by demo-approver", "ruleset", act.Version, "approval", "DEMO-APPROVAL")
+	}
+	if _, err := store.RegisterVocabulary(ctx); err != nil {
+		return err
+	}
+	types, err := store.ListEventTypes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range types {
+		if !t.Active {
+			if _, err := store.ActivateEventType(ctx, t.EventType, "DEMO-APPROVAL", "demo-approver"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

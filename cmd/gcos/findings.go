@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// findingsCommand is `gcos findings [--open] [--type T] [--limit N]`.
+func (a *app) findingsCommand() *cobra.Command {
+	var f postgres.FindingFilter
+	cmd := &cobra.Command{
+		Use:   "findings [--open] [--type T]",
+		Short: "GCOS findings (system_issues), newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.Limit < 0 || f.Limit > 1000 {
+				return gcos.Errorf(gcos.EINVALID, "--limit %d: want 1..1000", f.Limit)
+			}
+			store, err := a.openPrepared(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			list, err := store.ListFindings(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			if list == nil {
+				list = []postgres.FindingRow{}
+			}
+			var b strings.Builder
+			if len(list) == 0 {
+				b.WriteString("no findings\n")
+			} else {
+				tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tLAST SEEN\tTYPE\tSEVERITY\tSTATUS\tSEEN\tREOPENED\tKEY")
+				for _, x := range list {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", x.ID, anyTime(x.LastSeenAt), x.IssueType, x.Severity,
+						x.Status, x.OccurrenceCount, x.ReopenCount, x.CoalesceKey)
+				}
+				_ = tw.Flush()
+			}
+			return a.print(map[string]any{"findings": list}, b.String())
+		},
+	}
+	cmd.Flags().BoolVar(&f.OpenOnly, "open", false, "only open findings")
+	cmd.Flags().StringVar(&f.IssueType, "type", "", "only this issue type (e.g. handoff_lag)")
+	cmd.Flags().IntVar(&f.Limit, "limit", 100, "at most this many (1..1000)")
+	return cmd
+}
+
+// anyTime formats a timestamp scanned into an any (FindingRow keeps them untyped).
+func anyTime(v any) string {
+	switch t := v.(type) {
+	case time.Time:
+		return t.UTC().Format(time.RFC3339)
+	case nil:
+		return "-"
+	}
+	return fmt.Sprint(v)
+}

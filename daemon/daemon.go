@@ -1,0 +1,144 @@
+// Package daemon assembles and runs what `gcos up` runs: the intake stage's worker (with its silent-gap monitor),
+// the scan stage's scheduler, the promotion of captured event signals, the API and dashboard, and (demo) churn.
+// cmd/gcos, the end-to-end tests, the benchmark and the differential test all start it, so the wiring exists once.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"gcos"
+	"gcos/httpapi"
+	"gcos/intake"
+	"gcos/postgres"
+	"gcos/scan"
+	"gcos/world"
+)
+
+// Config says what a Daemon runs. Only Store is required; the stages take their settings from its configuration.
+type Config struct {
+	Store   *postgres.Store
+	Logger  *slog.Logger // nil discards
+	Version string       // shown by the API
+	// Listener serves the API and the dashboard; nil runs no API (tests and benchmarks that drive the stages).
+	Listener net.Listener
+	// Sources are the tables the intake tails; nil: the configured birth source and the change ledger.
+	Sources []postgres.TailSource
+	// ScanModes selects the scan loops (postgres.ModeEvent, ModeIncremental, ModeFullAudit); nil: all three.
+	ScanModes []string
+	// NoPromotion leaves the promotion of captured signals to another process.
+	NoPromotion bool
+	// Churn, when set, writes a live synthetic workload beside the daemon (gcos up --demo).
+	Churn *world.Churn
+}
+
+// Daemon is one process's GCOS: each part is exported so that a test or a benchmark can step it (Intake.Once,
+// Scan.Once) instead of running it.
+type Daemon struct {
+	Store   *postgres.Store
+	Intake  *intake.Worker
+	Scan    *scan.Scheduler
+	Promote *Promoter
+	API     *http.Server // nil without a Listener
+
+	cfg    Config
+	logger *slog.Logger
+}
+
+// New assembles a daemon over cfg.Store.
+func New(cfg Config) (*Daemon, error) {
+	if cfg.Store == nil {
+		return nil, gcos.Errorf(gcos.EINVALID, "daemon: no store")
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	conf := cfg.Store.Config()
+	stage := intake.New(cfg.Store)
+	d := &Daemon{
+		Store:   cfg.Store,
+		Intake:  &intake.Worker{Stage: stage, Config: conf.Intake, Sources: cfg.Sources, Logger: logger},
+		Scan:    &scan.Scheduler{Stage: scan.New(cfg.Store), Config: conf.Scan, Logger: logger, Modes: cfg.ScanModes},
+		Promote: &Promoter{Store: cfg.Store, Logger: logger},
+		cfg:     cfg,
+		logger:  logger,
+	}
+	if cfg.Listener != nil {
+		ready := httpapi.ReadyCheck{Name: "intake", Check: func(context.Context) error { return d.Intake.Ready() }}
+		srv, err := httpapi.NewServer(httpapi.Config{Store: cfg.Store, Intake: stage, HTTP: conf.HTTP, Logger: logger,
+			Version: cfg.Version, Ready: []httpapi.ReadyCheck{ready}})
+		if err != nil {
+			return nil, err
+		}
+		d.API = srv
+	}
+	return d, nil
+}
+
+// Run runs every part until ctx ends (a clean stop: nil) or one of them fails, which stops the others and is
+// returned. The intake's preconditions are checked before anything else starts.
+func (d *Daemon) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := d.Intake.Start(ctx); err != nil {
+		if d.cfg.Listener != nil {
+			_ = d.cfg.Listener.Close()
+		}
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	run := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("intake", d.Intake.Run)
+	run("scan", d.Scan.Run)
+	if !d.cfg.NoPromotion {
+		run("events", d.Promote.Run)
+	}
+	if d.cfg.Churn != nil {
+		run("demo churn", d.cfg.Churn.Run)
+	}
+	if d.API != nil {
+		run("http", func(ctx context.Context) error { return serve(ctx, d.API, d.cfg.Listener) })
+		d.logger.Info("gcos up", "listen", "http://"+d.cfg.Listener.Addr().String(), "demo", d.cfg.Churn != nil,
+			"auth", !d.Store.Config().HTTP.InsecureNoAuth)
+	}
+	<-ctx.Done()
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	d.logger.Info("gcos stopped")
+	return errors.Join(all...)
+}
+
+// serve answers on ln until ctx ends, then shuts the server down, letting requests in flight finish.
+func serve(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
