@@ -5,10 +5,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -205,4 +208,13 @@ func MapError(err error, what string) error {
 func IsPgCode(err error, codes ...string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && slices.Contains(codes, pgErr.Code)
+}
+
+// Unreachable reports whether err says the database cannot be reached (yet), not that it refused something: a
+// caller that can wait (a daemon started before its database) retries on it.
+func Unreachable(err error) bool {
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return gcos.ErrorCode(err) == gcos.EUNAVAILABLE || errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"gcos"
@@ -78,7 +74,7 @@ func (a *app) openWhenReachable(ctx context.Context, demo bool) (*postgres.Store
 			outage.Succeeded()
 			return store, nil
 		}
-		if a.databaseURL == "" || !unreachable(err) || ctx.Err() != nil {
+		if a.databaseURL == "" || !postgres.Unreachable(err) || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return nil, nil
 			}
@@ -92,14 +88,6 @@ func (a *app) openWhenReachable(ctx context.Context, demo bool) (*postgres.Store
 		case <-t.C:
 		}
 	}
-}
-
-// unreachable reports whether err says the database cannot be reached (yet), not that it refused something.
-func unreachable(err error) bool {
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	return gcos.ErrorCode(err) == gcos.EUNAVAILABLE || errors.As(err, &connErr) || errors.As(err, &netErr) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // serve runs the daemon (and, demo, its churn) until ctx ends.

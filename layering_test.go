@@ -1,0 +1,149 @@
+package gcos_test
+
+import (
+	"go/build"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The layering of GCOS (STYLE.md): the root package holds the domain and its pure decisions (stdlib only); the
+// store core (postgres) is the seam the stages share; a stage (intake, scan) imports the core and the root package,
+// never another stage; one daemon assembles the stages; the edge (httpapi, cmd) talks to the core and the stages
+// and never to the driver. These tests read each package's imports (its non-test files) and fail on any other edge.
+
+const module = "gcos"
+
+// stages never import one another.
+var stages = []string{"gcos/intake", "gcos/scan"}
+
+// pgxImporters are the only packages that may import the PostgreSQL driver: the core, the stages, the reference
+// evaluator, the synthetic world, the embedded cluster, and the benchmark (whose naive baselines are plain SQL).
+var pgxImporters = []string{
+	"gcos/postgres", "gcos/postgres/migration", "gcos/postgres/substrate", "gcos/postgres/pgtest",
+	"gcos/intake", "gcos/scan", "gcos/oracle", "gcos/world", "gcos/embeddedpg", "gcos/bench",
+}
+
+// forbidden lists, per package, the module packages it must not import.
+var forbidden = map[string][]string{
+	// The core knows no stage and nothing that assembles or serves them.
+	"gcos/postgres": {"gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi", "gcos/oracle", "gcos/world", "gcos/bench"},
+	// The event domain's vocabulary and routing are pure.
+	"gcos/events": {"gcos/postgres", "gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi"},
+	// The reference evaluator reads the substrate on its own; it must not share the code it checks.
+	"gcos/oracle": {"gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi"},
+	// The API serves what the daemon assembles; it does not assemble it.
+	"gcos/httpapi": {"gcos/daemon", "gcos/scan", "gcos/oracle"},
+}
+
+// imports maps every package of the module to the packages its non-test files import.
+func imports(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+			return filepath.SkipDir
+		}
+		pkg, err := build.ImportDir(path, 0)
+		if err != nil {
+			if _, ok := err.(*build.NoGoError); ok {
+				return nil
+			}
+			return err
+		}
+		ip := module
+		if path != "." {
+			ip = module + "/" + filepath.ToSlash(path)
+		}
+		out[ip] = pkg.Imports
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append([]string{module, "gcos/postgres", "gcos/daemon"}, stages...) {
+		if _, ok := out[want]; !ok {
+			t.Fatalf("package %s not found: the layering test reads the wrong tree", want)
+		}
+	}
+	return out
+}
+
+func TestLayering(t *testing.T) {
+	graph := imports(t)
+	for pkg, imps := range graph {
+		for _, imp := range imps {
+			switch {
+			case pkg == module && !stdlib(imp):
+				t.Errorf("the root package imports %s: it holds pure decisions, stdlib only", imp)
+			case strings.HasPrefix(imp, "github.com/jackc/pgx") && !slices.Contains(pgxImporters, pkg):
+				t.Errorf("%s imports the driver (%s): only %v may", pkg, imp, pgxImporters)
+			case slices.Contains(stages, pkg) && slices.Contains(stages, imp):
+				t.Errorf("stage %s imports stage %s: stages share only the store core", pkg, imp)
+			case slices.Contains(stages, pkg) && (imp == "gcos/daemon" || imp == "gcos/httpapi"):
+				t.Errorf("stage %s imports %s, which assembles or serves the stages", pkg, imp)
+			case slices.Contains(forbidden[pkg], imp):
+				t.Errorf("%s imports %s", pkg, imp)
+			}
+		}
+	}
+	// Only the daemon's users import it: the command, the tests and the benchmark.
+	for pkg, imps := range graph {
+		if slices.Contains(imps, "gcos/daemon") && pkg != "gcos/cmd/gcos" && pkg != "gcos/bench" {
+			t.Errorf("%s imports the daemon; only cmd/gcos, the tests and the benchmark start it", pkg)
+		}
+	}
+}
+
+// TestWorkersAreAssembledOnce holds the daemon as the one place that wires the stages' workers: outside the
+// daemon and each stage's own package, no file builds an intake worker or a scan scheduler by hand.
+func TestWorkersAreAssembledOnce(t *testing.T) {
+	wiring := []string{"intake.Worker{", "scan.Scheduler{", "intake.Monitor{"}
+	own := []string{"daemon", "intake", "scan"}
+	found := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || path == "layering_test.go" {
+			return err
+		}
+		dir := filepath.ToSlash(filepath.Dir(path))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, w := range wiring {
+			if !strings.Contains(string(b), w) {
+				continue
+			}
+			found++
+			if !slices.Contains(own, dir) && !slices.Contains(allowedWiring, filepath.ToSlash(path)) {
+				t.Errorf("%s builds a %s by hand: start the daemon (daemon.New) instead", path, strings.TrimSuffix(w, "{"))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found == 0 {
+		t.Fatal("no worker is built anywhere: the test reads the wrong tree")
+	}
+}
+
+// allowedWiring are the intake's fault-injection tests that still live beside the store core: they replace the
+// worker's apply step to fail, block or die mid-poll, which a daemon does not offer.
+var allowedWiring = []string{"postgres/handoff_test.go", "postgres/sb11_test.go"}
+
+// stdlib reports whether an import path names a standard library package (no dot in its first element).
+func stdlib(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".") && first != module
+}
