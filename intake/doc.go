@@ -1,8 +1,9 @@
 // Package intake is the intake stage (SPEC §9, doc 32 §5–6): everything between a source registry's rows and the
 // dirty marks they cause.
 //
-//   - tail.go: the lossless cursor tail (visibility horizon, keyset pages, cursor advance in the apply step's
-//     transaction), the retry lane and dead letters, cursors, and the preconditions checked at start;
+//   - tail.go: the lossless cursor tail: visibility horizon, keyset pages, cursor advance in the apply step's
+//     transaction; retry.go: the retry lane and dead letters; cursor.go: cursors and their reset (a replay);
+//     check.go: the preconditions checked at start and the cursor row; lag.go: how far behind a tail is;
 //   - sweep.go: the id sweep that hands off rows committed behind or ahead of the cursor;
 //   - handoff.go: the mapping of each row to a change kind and the groups it provably affects, and the apply step
 //     that dirties them and emits the handoff signals (Stage.ApplyHandoff);
