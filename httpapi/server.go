@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,13 +162,16 @@ func New(cfg Config) (http.Handler, error) {
 		invariants: newCachedRead[[]byte](limits.ReadCacheInterval.Duration()),
 		summaries:  newCachedRead[[]byte](limits.ReadCacheInterval.Duration()),
 		store:      cfg.Store,
-		intake:     cmp.Or(cfg.Intake, intake.New(cfg.Store)),
+		intake:     cfg.Intake,
 		logger:     logger.With("system", "httpapi"),
 		version:    cfg.Version,
 		auth:       auth,
 		csrf:       http.NewCrossOriginProtection(),
 		mux:        http.NewServeMux(),
 		ui:         ui,
+	}
+	if s.intake == nil && cfg.Store != nil {
+		s.intake = intake.New(cfg.Store)
 	}
 	s.ready = append([]ReadyCheck{
 		{"database", func(ctx context.Context) error {

@@ -131,7 +131,7 @@ type CandidateValues struct {
 	OwnerDispute []string
 }
 
-// evaluate judges one group (or, with objectKey set, one materialized object of it).
+// Evaluate judges one group (or, with objectKey set, one materialized object of it).
 func (e *Evaluator) Evaluate(g gcos.Group, objectKey string) (CandidateValues, error) {
 	if evaluateHook != nil {
 		if err := evaluateHook(g); err != nil {
@@ -199,7 +199,7 @@ const (
 	lifecycleRetired = "retired"
 )
 
-// retire judges a group whose source is gone: no member is left in it, or its key no longer follows from the
+// Retire judges a group whose source is gone: no member is left in it, or its key no longer follows from the
 // registries (an owner or axis family moved its members to another key). Doc 40 §40.8: the row becomes verdict
 // retired, lifecycle retired, zero members, and is kept for the ledger and history, never deleted.
 func (e *Evaluator) Retire(g gcos.Group, why string) (CandidateValues, error) {
@@ -317,6 +317,7 @@ ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
 WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.evidence_fingerprint, EXCLUDED.lifecycle_status)
   AND NOT c.dirty`
 
+// SeedCandidates writes a candidate row per evaluated group (a new group, or every group of a seed).
 func SeedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, vs []CandidateValues) (int64, error) {
 	a := toArrays(vs)
 	tag, err := tx.Exec(ctx, seedCandidatesSQL, snapshotID, ruleset, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
@@ -419,6 +420,7 @@ func LockCandidates(ctx context.Context, tx pgx.Tx, ruleset string) error {
 	return nil
 }
 
+// MarkKeysDirtyTx marks the groups with these keys dirty, all for one reason, inside tx.
 func MarkKeysDirtyTx(ctx context.Context, tx pgx.Tx, groupKeys []string, reason string) (int64, error) {
 	return MarkDirtyTx(ctx, tx, map[string][]string{reason: groupKeys})
 }

@@ -58,6 +58,7 @@ func (s *Store) RaiseFinding(ctx context.Context, f gcos.Finding) (int64, error)
 	return id, err
 }
 
+// RaiseFindingTx is RaiseFinding inside tx.
 func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
 	id, err := raiseFindingRow(ctx, tx, f)
 	if err != nil || (f.Group == "" && f.Object == "") {
@@ -152,6 +153,7 @@ func (s *Store) ResolveFinding(ctx context.Context, issueType gcos.IssueType, su
 	return closed, err
 }
 
+// ResolveFindingTx is ResolveFinding inside tx.
 func ResolveFindingTx(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, subject, rulesetVersion string) (bool, error) {
 	key := gcos.CoalesceKey(issueType, subject)
 	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {

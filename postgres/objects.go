@@ -23,6 +23,7 @@ import (
 // and the full audit derive every row (the safety net, not the mechanism). The intake also writes a quarantined
 // birth's row at once (quarantineUntrusted), which a pass leaves as it is while its finding stays open.
 
+// ObjectCandidate is one object row as a pass derives it, before it is compared with the stored row and written.
 type ObjectCandidate struct {
 	Key, ObjectType, ObjectRef, Reason, GroupKey string
 	GroupEvidence                                string // the evidence of the group evaluation the row was judged from
@@ -929,6 +930,7 @@ func UpsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset,
 	return tag.RowsAffected(), nil
 }
 
+// Deref is *p, or "" for nil.
 func Deref(p *string) string {
 	if p == nil {
 		return ""

@@ -186,6 +186,7 @@ func noJIT(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
+// BaseOf is the base group (class, registry, lifecycle) a group belongs to.
 func BaseOf(g gcos.Group) BirthBase {
 	return BirthBase{Deref(g.ObjectClass), Deref(g.SourceRegistry), Deref(g.LifecycleStatus)}
 }

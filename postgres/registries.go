@@ -27,6 +27,7 @@ const (
 	measurementsSQL  = `SELECT measurement_id, law_code, method, source_query, target_query, comparison, severity FROM measurement_registry WHERE enabled ORDER BY measurement_id`
 )
 
+// TableExists reports whether the table name (schema-qualified or on the search path) exists.
 func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 	var ok bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {

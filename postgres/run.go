@@ -57,6 +57,7 @@ type RunCounts struct {
 	Scanned, Dirtied, Changed, Materialized, Retired int64
 }
 
+// StartRun records the start of run runID (candidate_scan_run), under the lease the context carries, if any.
 func (s *Store) StartRun(ctx context.Context, runID, mode, phase string) error {
 	var role *string
 	var epoch *int64

@@ -104,6 +104,7 @@ type BirthBinding struct {
 	Table, ID, Code, Collection, Type, Status, BornAt, Parent, Canonical, SourceSystem, Actor string
 }
 
+// BirthBinding is the configured source binding of the births, which every query over them is built from.
 func (s *Store) BirthBinding() BirthBinding {
 	sb := s.cfg.SourceBinding
 	b := sb.Birth
@@ -112,6 +113,7 @@ func (s *Store) BirthBinding() BirthBinding {
 		Canonical: b.CanonicalAddress, SourceSystem: b.SourceSystem, Actor: b.ActorRef}
 }
 
+// Ident quotes one SQL identifier.
 func Ident(s string) string { return pgx.Identifier{s}.Sanitize() }
 
 // baseAggregateSQL aggregates one id range of births into (class, registry, lifecycle) base groups. An inherited
@@ -675,6 +677,7 @@ func deltaOf(prev *Snapshot, cur SnapshotMetrics) SnapshotDelta {
 
 const SnapshotColumns = `id, snapshot_at, scope, metrics, coalesce(delta_previous, '{}'::jsonb)`
 
+// ScanSnapshot reads one evolution_snapshots row.
 func ScanSnapshot(row pgx.Row) (Snapshot, error) {
 	var s Snapshot
 	var metrics, delta []byte
