@@ -429,7 +429,7 @@ func (s *Stage) anchors(ctx context.Context, tx pgx.Tx, births []*postgres.TailR
 	}
 	b := s.core.BirthBinding()
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT p.%[2]s, p.%[3]s, p.%[4]s, p.%[5]s FROM %[1]s p
-		JOIN unnest($1::text[], $2::text[]) AS k(coll, code) ON p.%[2]s = k.Coll AND p.%[3]s = k.code`,
+		JOIN unnest($1::text[], $2::text[]) AS k(coll, code) ON p.%[2]s = k.coll AND p.%[3]s = k.code`,
 		postgres.Ident(b.Table), postgres.Ident(b.Collection), postgres.Ident(b.Code), postgres.Ident(b.Type), postgres.Ident(b.Status)), colls, codes)
 	if err != nil {
 		return nil, fmt.Errorf("resolve anchors: %w", err)

@@ -52,7 +52,7 @@ func (s *Store) PlanCover(ctx context.Context, runID string, n int) (CoverPlan, 
 			WITH RECURSIVE c AS (
 			    (SELECT %[2]s AS coll FROM %[1]s ORDER BY %[2]s LIMIT 1)
 			    UNION ALL
-			    SELECT (SELECT %[2]s FROM %[1]s WHERE %[2]s > c.Coll ORDER BY %[2]s LIMIT 1) FROM c WHERE c.Coll IS NOT NULL)
+			    SELECT (SELECT %[2]s FROM %[1]s WHERE %[2]s > c.coll ORDER BY %[2]s LIMIT 1) FROM c WHERE c.coll IS NOT NULL)
 			SELECT coll FROM c WHERE coll IS NOT NULL
 			UNION
 			SELECT DISTINCT source_registry FROM governance_group WHERE source_registry IS NOT NULL`,

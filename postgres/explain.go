@@ -89,7 +89,7 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 			SELECT g.group_key, coalesce(g.scope, ''), c.source_snapshot_ref, c.ruleset_version, c.scan_time, c.candidate_verdict,
 			       c.input_quality_state, c.dirty, c.dirty_reason, c.stale_after, c.recompute_status, c.risk_class,
 			       c.coverage_required, c.coverage_scan_ref, c.owner_scope, c.lifecycle_status, c.member_count,
-			       r.Status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
+			       r.status, coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), ''),
 			       s.id IS NOT NULL, s.snapshot_at,
 			       cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint,
 			       gcos_exception_row(cov.exception_id), coalesce(g.object_class, ''), coalesce(g.source_registry, '')

@@ -137,7 +137,7 @@ SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''),
        x.ruleset_version, x.scan_time, x.candidate_verdict,
        x.input_quality_state, x.dirty, x.dirty_reason, x.stale_after, x.recompute_status, x.risk_class,
        x.coverage_required, x.coverage_scan_ref, x.owner_scope, x.lifecycle_status, x.member_count,
-       r.Status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at,
+       r.status, (SELECT v FROM active), s.id IS NOT NULL, s.snapshot_at,
        cov.outcome, cov.owner_ref, cov.exception_id, cov.exception_expires_at, cov.exception_fingerprint,
        gcos_exception_row(cov.exception_id) -- the registry's current terms decide, not the recorded ones
 FROM obj
@@ -621,7 +621,7 @@ func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveSta
 const gateReadySQL = `
 	SELECT r.ruleset_version,
 	       EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.ruleset_version = r.ruleset_version)
-	FROM governance_ruleset r WHERE r.Status = 'active'`
+	FROM governance_ruleset r WHERE r.status = 'active'`
 
 // GateReady reports, through the gate's own pool, whether the gate can give answers other than block: its
 // connections reach the database, a ruleset is active and candidate rows are seeded under it.

@@ -125,7 +125,7 @@ const followObjectsSQL = `
 SELECT g.group_key, g.object_class, g.source_registry, g.axis_family, g.scope, g.lifecycle_status, g.owner_scope,
        g.member_count, g.retired_at IS NOT NULL
 FROM unnest($1::text[], $2::text[], $3::text[]) AS z(cls, coll, st)
-JOIN governance_group g ON g.object_class = z.cls AND g.source_registry = z.Coll AND g.lifecycle_status = z.st
+JOIN governance_group g ON g.object_class = z.cls AND g.source_registry = z.coll AND g.lifecycle_status = z.st
 ORDER BY g.group_key`
 
 // FollowObjects re-derives, in the scan's transaction, the object rows of the bases of the groups it judged (in
@@ -200,7 +200,7 @@ WHERE o.group_key = ANY($2) AND o.ruleset_version = $1 AND o.lifecycle_status = 
 UNION ALL
 SELECT DISTINCT NULL, p.object_class, p.source_registry, p.lifecycle_status
 FROM unnest($3::text[], $4::text[], $5::text[]) AS z(cls, coll, st)
-JOIN governance_object_pending p ON p.object_class = z.cls AND p.source_registry = z.Coll AND p.lifecycle_status = z.st`
+JOIN governance_object_pending p ON p.object_class = z.cls AND p.source_registry = z.coll AND p.lifecycle_status = z.st`
 
 // basesWithObjectWork drops the bases a pass has nothing to do for, so a scan of groups no object row concerns
 // pays one query: a base is kept when its class gives its objects rows, an approved exception names an object of
@@ -403,7 +403,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL`
 	if pass.bases != nil {
 		byClass = `FROM unnest($4::text[], $5::text[], $6::text[]) AS z(cls, coll, st)
-		JOIN %[1]s b ON b.%[2]s = z.Coll AND b.%[4]s = z.cls AND b.%[5]s = z.st
+		JOIN %[1]s b ON b.%[2]s = z.coll AND b.%[4]s = z.cls AND b.%[5]s = z.st
 		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL`
 	}
 	args := []any{classList, namedColls, namedCodes}
@@ -422,7 +422,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		SELECT b.%[2]s, b.%[3]s, coalesce(p.%[4]s, b.%[4]s), coalesce(p.%[5]s, b.%[5]s), coalesce(p.%[2]s, b.%[2]s), b.%[6]s,
 		       b.%[7]s IS NOT NULL, fh.h, hashint8extended(fh.h, 1)
 		FROM unnest($2::text[], $3::text[]) AS k(coll, code)
-		JOIN %[1]s b ON b.%[2]s = k.Coll AND b.%[3]s = k.code
+		JOIN %[1]s b ON b.%[2]s = k.coll AND b.%[3]s = k.code
 		CROSS JOIN LATERAL (SELECT %[8]s AS h) fh
 		LEFT JOIN %[1]s p ON b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s`,
 		Ident(b.Table), Ident(b.Collection), Ident(b.Code), Ident(b.Type), Ident(b.Status), Ident(b.Canonical), Ident(b.Parent),
@@ -636,9 +636,9 @@ func basesToDerive(ctx context.Context, tx pgx.Tx, ruleset string, bases map[Bir
 	if len(cs) == 0 {
 		return nil, nil
 	}
-	rows, err := tx.Query(ctx, `SELECT z.cls, z.Coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
+	rows, err := tx.Query(ctx, `SELECT z.cls, z.coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
 		WHERE NOT EXISTS (SELECT 1 FROM governance_object_base d WHERE d.ruleset_version = $1
-		                  AND d.object_class = z.cls AND d.source_registry = z.Coll AND d.lifecycle_status = z.st)`, ruleset, cs, colls, sts)
+		                  AND d.object_class = z.cls AND d.source_registry = z.coll AND d.lifecycle_status = z.st)`, ruleset, cs, colls, sts)
 	if err != nil {
 		return nil, fmt.Errorf("read derived bases: %w", err)
 	}
@@ -654,7 +654,7 @@ func recordDerivedBases(ctx context.Context, tx pgx.Tx, ruleset string, classes,
 		return nil
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO governance_object_base (ruleset_version, object_class, source_registry, lifecycle_status)
-		SELECT DISTINCT $1, z.cls, z.Coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
+		SELECT DISTINCT $1, z.cls, z.coll, z.st FROM unnest($2::text[], $3::text[], $4::text[]) AS z(cls, coll, st)
 		ORDER BY 2, 3, 4
 		ON CONFLICT DO NOTHING`, ruleset, classes, colls, statuses); err != nil {
 		return fmt.Errorf("record derived bases: %w", err)
@@ -669,7 +669,7 @@ func takePending(ctx context.Context, tx pgx.Tx, bases map[BirthBase]bool) ([][2
 		cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
 	}
 	rows, err := tx.Query(ctx, `DELETE FROM governance_object_pending p USING unnest($1::text[], $2::text[], $3::text[]) AS z(cls, coll, st)
-		WHERE p.object_class = z.cls AND p.source_registry = z.Coll AND p.lifecycle_status = z.st
+		WHERE p.object_class = z.cls AND p.source_registry = z.coll AND p.lifecycle_status = z.st
 		RETURNING p.collection_name, p.entity_code`, cs, colls, sts)
 	if err != nil {
 		return nil, fmt.Errorf("take queued objects: %w", err)
@@ -770,7 +770,7 @@ const tombstoneObjectsSQL = `
 UPDATE governance_candidate_object o SET lifecycle_status = 'retired', updated_at = now(), last_run_id = $3
 WHERE o.ruleset_version = $1 AND o.lifecycle_status = 'active' AND o.candidate_key = ANY($2)
   AND (o.materialization_reason <> 'open_finding' OR NOT EXISTS (
-        SELECT 1 FROM system_issues i WHERE i.Status = 'open'
+        SELECT 1 FROM system_issues i WHERE i.status = 'open'
           AND i.coalesce_key IN ('gov:input:' || o.input_quality_state || ':' || o.candidate_key,
                                  'gov:input:' || o.input_quality_state || ':' || o.object_ref)))`
 

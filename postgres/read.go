@@ -327,7 +327,7 @@ func (s *Store) Summary(ctx context.Context) (Summary, error) {
 
 		var rs RulesetBrief
 		err = tx.QueryRow(ctx, `
-			SELECT r.ruleset_version, r.Status, r.proposed_by, r.proposed_at, r.activated_at, r.activated_by, r.approval_ref
+			SELECT r.ruleset_version, r.status, r.proposed_by, r.proposed_at, r.activated_at, r.activated_by, r.approval_ref
 			FROM v_current_ruleset cr JOIN governance_ruleset r USING (ruleset_version)`).Scan(&rs.Version, &rs.Status,
 			&rs.ProposedBy, &rs.ProposedAt, &rs.ActivatedAt, &rs.ActivatedBy, &rs.ApprovalRef)
 		switch {

@@ -128,10 +128,10 @@ func (b BirthBinding) baseAggregateSQL() string {
 		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{born}", Ident(b.BornAt), "{parent}", Ident(b.Parent),
 		"{canon}", Ident(b.Canonical), "{src}", Ident(b.SourceSystem), "{actor}", Ident(b.Actor))
 	return r.Replace(`
-SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.Coll), coalesce(p.{status}, a.Status),
+SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.coll), coalesce(p.{status}, a.status),
        sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text
 FROM (
-    SELECT b.type, b.Coll, b.Status, b.parent, count(*) AS n, max(b.born) AS max_born, max(b.id) AS max_id,
+    SELECT b.type, b.coll, b.status, b.parent, count(*) AS n, max(b.born) AS max_born, max(b.id) AS max_id,
            sum(b.h) AS h0, sum(hashint8extended(b.h, 1)) AS h1
     FROM (
         SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, b.{born} AS born, b.{id} AS id,
@@ -145,7 +145,7 @@ FROM (
 ) a
 LEFT JOIN LATERAL (
     SELECT p.{type}, p.{coll}, p.{status} FROM {t} p
-    WHERE a.parent IS NOT NULL AND p.{coll} = a.Coll AND p.{code} = a.parent
+    WHERE a.parent IS NOT NULL AND p.{coll} = a.coll AND p.{code} = a.parent
     OFFSET 0
 ) p ON true
 GROUP BY 1, 2, 3`)
