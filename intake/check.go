@@ -129,7 +129,7 @@ FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
 
 func tailInspectColumns(ctx context.Context, q postgres.Querier, src postgres.TailSource) (map[string]tailColumn, error) {
-	rows, err := q.Query(ctx, tailColumnsSQL, tableSQL(src))
+	rows, err := q.Query(ctx, tailColumnsSQL, src.SQL("{t}"))
 	if err != nil {
 		return nil, fmt.Errorf("inspect %s: %w", qualifiedTable(src), err)
 	}
@@ -350,7 +350,7 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cfg gcos
 		c.add("activity_visibility", CheckOK, "role %s has pg_read_all_stats", user)
 	default:
 		c.add("activity_visibility", CheckFail, "role %s cannot see other roles' xact_start in pg_stat_activity, so an open "+
-			"writer would go unnoticed; run GRANT pg_read_all_stats TO %s", user, tailIdent(user))
+			"writer would go unnoticed; run GRANT pg_read_all_stats TO %s", user, postgres.Quote(user))
 	}
 	holders, err := tailPreparedList(ctx, tx)
 	if err != nil {
@@ -401,7 +401,7 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cfg gcos
 		var cache *int64
 		if err := tx.QueryRow(ctx, `SELECT q, (SELECT s.cache_size FROM pg_sequences s
 			    WHERE format('%I.%I', s.schemaname, s.sequencename)::regclass = q::regclass)
-			FROM pg_get_serial_sequence($1, $2) AS q`, tableSQL(src), src.IDColumn).Scan(&seq, &cache); err != nil {
+			FROM pg_get_serial_sequence($1, $2) AS q`, src.SQL("{t}"), src.IDColumn).Scan(&seq, &cache); err != nil {
 			return fmt.Errorf("check %s: id sequence: %w", src.Name, err)
 		}
 		if seq != nil && cache != nil && *cache > 1 {
@@ -462,14 +462,14 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cfg gcos
 		               WHERE i.indrelid = to_regclass($1) AND i.indnkeyatts >= 2
 		                 AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = i.indrelid AND attname = $2)
 		                 AND i.indkey[1] = (SELECT attnum FROM pg_attribute WHERE attrelid = i.indrelid AND attname = $3))`,
-		tableSQL(src), src.TSColumn, src.IDColumn).Scan(&hasIndex); err != nil {
+		src.SQL("{t}"), src.TSColumn, src.IDColumn).Scan(&hasIndex); err != nil {
 		return fmt.Errorf("check %s: index: %w", src.Name, err)
 	}
 	if hasIndex {
 		c.add("order_index", CheckOK, "an index on (%s, %s) exists", src.TSColumn, src.IDColumn)
 	} else {
 		c.add("order_index", CheckWarn, "no index on (%s, %s): every poll scans the table; run CREATE INDEX CONCURRENTLY ON %s (%s, %s)",
-			src.TSColumn, src.IDColumn, tableSQL(src), tailIdent(src.TSColumn), tailIdent(src.IDColumn))
+			src.TSColumn, src.IDColumn, src.SQL("{t}"), src.SQL("{ts}"), src.SQL("{id}"))
 	}
 
 	if c.TSType == "timestamp" && def.ok {
@@ -484,7 +484,7 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cfg gcos
 			  AND (r.rolsuper OR EXISTS (SELECT 1 FROM pg_roles w
 			                             WHERE pg_has_role(r.oid, w.oid, 'MEMBER')
 			                               AND has_table_privilege(w.oid, to_regclass($1), 'INSERT')))
-			ORDER BY 1`, tableSQL(src), cfg.RoleFilter)
+			ORDER BY 1`, src.SQL("{t}"), cfg.RoleFilter)
 		if err != nil {
 			return fmt.Errorf("check %s: role filter: %w", src.Name, err)
 		}
@@ -547,7 +547,7 @@ func tailCheckZone(ctx context.Context, tx pgx.Tx, src postgres.TailSource, def 
 		  AND ((now() AT TIME ZONE split_part(cfg, '=', 2)) <> (now() AT TIME ZONE $1::text)
 		       OR (now() + interval '6 months') AT TIME ZONE split_part(cfg, '=', 2)
 		          <> (now() + interval '6 months') AT TIME ZONE $1::text)
-		ORDER BY 1`, zone, tableSQL(src))
+		ORDER BY 1`, zone, src.SQL("{t}"))
 	if err != nil {
 		return fmt.Errorf("check %s: writer time zones: %w", src.Name, err)
 	}

@@ -428,9 +428,8 @@ func (s *Stage) anchors(ctx context.Context, tx pgx.Tx, births []*postgres.TailR
 		return out, nil
 	}
 	b := s.core.BirthBinding()
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT p.%[2]s, p.%[3]s, p.%[4]s, p.%[5]s FROM %[1]s p
-		JOIN unnest($1::text[], $2::text[]) AS k(coll, code) ON p.%[2]s = k.coll AND p.%[3]s = k.code`,
-		postgres.Ident(b.Table), postgres.Ident(b.Collection), postgres.Ident(b.Code), postgres.Ident(b.Type), postgres.Ident(b.Status)), colls, codes)
+	rows, err := tx.Query(ctx, b.SQL(`SELECT p.{coll}, p.{code}, p.{type}, p.{status} FROM {t} p
+		JOIN unnest($1::text[], $2::text[]) AS k(coll, code) ON p.{coll} = k.coll AND p.{code} = k.code`), colls, codes)
 	if err != nil {
 		return nil, fmt.Errorf("resolve anchors: %w", err)
 	}
@@ -882,10 +881,9 @@ func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 func (s *Stage) objectBase(ctx context.Context, tx pgx.Tx, coll, code string) (gcos.BaseGroup, bool, error) {
 	b := s.core.BirthBinding()
 	var base gcos.BaseGroup
-	err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT coalesce(p.%[4]s, o.%[4]s), o.%[2]s, coalesce(p.%[5]s, o.%[5]s)
-		FROM %[1]s o LEFT JOIN %[1]s p ON o.%[6]s IS NOT NULL AND p.%[2]s = o.%[2]s AND p.%[3]s = o.%[6]s
-		WHERE o.%[2]s = $1 AND o.%[3]s = $2`,
-		postgres.Ident(b.Table), postgres.Ident(b.Collection), postgres.Ident(b.Code), postgres.Ident(b.Type), postgres.Ident(b.Status), postgres.Ident(b.Parent)), coll, code).Scan(
+	err := tx.QueryRow(ctx, b.SQL(`SELECT coalesce(p.{type}, o.{type}), o.{coll}, coalesce(p.{status}, o.{status})
+		FROM {t} o LEFT JOIN {t} p ON o.{parent} IS NOT NULL AND p.{coll} = o.{coll} AND p.{code} = o.{parent}
+		WHERE o.{coll} = $1 AND o.{code} = $2`), coll, code).Scan(
 		&base.ObjectClass, &base.SourceRegistry, &base.LifecycleStatus)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return base, false, nil

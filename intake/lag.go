@@ -92,16 +92,15 @@ func (s *Stage) CheckTailLag(ctx context.Context, src postgres.TailSource, cfg g
 		}
 		rep.Holders = append(rep.Holders, prepared...)
 
-		ts, id := tailIdent(src.TSColumn), tailIdent(src.IDColumn)
-		instant, pos, zoneArg := ts, "($1::timestamptz, $2::bigint)", []any{}
+		instant, pos, zoneArg := "{ts}", "($1::timestamptz, $2::bigint)", []any{}
 		if cur.noTZ {
-			instant, pos, zoneArg = "("+ts+" AT TIME ZONE $3::text)", "($1::timestamp, $2::bigint)", []any{cur.zone}
+			instant, pos, zoneArg = "({ts} AT TIME ZONE $3::text)", "($1::timestamp, $2::bigint)", []any{cur.zone}
 		}
 		var clock time.Time
 		var first, head pgtype.Timestamptz
-		err = tx.QueryRow(ctx, `SELECT clock_timestamp(),
-			(SELECT `+instant+` FROM `+tableSQL(src)+` WHERE (`+ts+`, `+id+`) > `+pos+` ORDER BY `+ts+`, `+id+` LIMIT 1),
-			(SELECT `+instant+` FROM `+tableSQL(src)+` ORDER BY `+ts+` DESC, `+id+` DESC LIMIT 1)`,
+		err = tx.QueryRow(ctx, src.SQL(`SELECT clock_timestamp(),
+			(SELECT `+instant+` FROM {t} WHERE ({ts}, {id}) > `+pos+` ORDER BY {ts}, {id} LIMIT 1),
+			(SELECT `+instant+` FROM {t} ORDER BY {ts} DESC, {id} DESC LIMIT 1)`),
 			append([]any{cur.pos.tsArg(cur.noTZ), cur.pos.idArg()}, zoneArg...)...).Scan(&clock, &first, &head)
 		if err != nil {
 			return fmt.Errorf("lag %s: head: %w", src.Name, err)

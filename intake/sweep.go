@@ -58,34 +58,32 @@ type sweepResult struct {
 // single stable expression (statement_timestamp(), no row comparison) so the (ts, id) index starts right at it
 // instead of the table being scanned on every poll; a row at or behind the position is the cursor's (or the sweep's).
 func futureSQL(src postgres.TailSource, noTZ bool) string {
-	ts, id := "t."+tailIdent(src.TSColumn), "t."+tailIdent(src.IDColumn)
 	bound := "greatest(statement_timestamp() + $2::bigint * interval '1 microsecond', $1::timestamptz)"
 	if noTZ {
 		bound = "greatest((statement_timestamp() + $2::bigint * interval '1 microsecond') AT TIME ZONE $5::text, $1::timestamp)"
 	}
-	return "SELECT " + selectList(src, noTZ, "$5") + " FROM " + tableSQL(src) + " t WHERE " + ts + " > " + bound +
-		" AND NOT (" + id + " = ANY (coalesce($3::bigint[], '{}')))" +
-		" ORDER BY " + ts + ", " + id + " LIMIT $4"
+	return src.SQL("SELECT " + selectList(src, noTZ, "$5") + " FROM {t} t WHERE t.{ts} > " + bound +
+		" AND NOT (t.{id} = ANY (coalesce($3::bigint[], '{}')))" +
+		" ORDER BY t.{ts}, t.{id} LIMIT $4")
 }
 
 // lateSQL finds rows behind the cursor never handed off, among the ids (swept, next], in id order: $1,$2 the position
 // after this page, $3 swept, $4 next, $5 the ids handed off (delivered_ids), $6 this poll's ids, $7 the page size, $8
 // (timestamp sources) the zone.
 func lateSQL(src postgres.TailSource, noTZ bool) string {
-	ts, id := "t."+tailIdent(src.TSColumn), "t."+tailIdent(src.IDColumn)
 	pos := "($1::timestamptz, $2::bigint)"
 	if noTZ {
 		pos = "($1::timestamp, $2::bigint)"
 	}
-	return "SELECT " + selectList(src, noTZ, "$8") + " FROM " + tableSQL(src) + " t WHERE " + id + " > $3::bigint AND " +
-		id + " <= $4::bigint AND (" + ts + ", " + id + ") <= " + pos +
-		" AND NOT ($5::text::int8multirange @> " + id + "::bigint) AND NOT (" + id + " = ANY (coalesce($6::bigint[], '{}')))" +
-		" ORDER BY " + id + " LIMIT $7"
+	return src.SQL("SELECT " + selectList(src, noTZ, "$8") + " FROM {t} t WHERE t.{id} > $3::bigint AND " +
+		"t.{id} <= $4::bigint AND (t.{ts}, t.{id}) <= " + pos +
+		" AND NOT ($5::text::int8multirange @> t.{id}::bigint) AND NOT (t.{id} = ANY (coalesce($6::bigint[], '{}')))" +
+		" ORDER BY t.{id} LIMIT $7")
 }
 
 // maxIDSQL is the sweep's next mark: the largest id visible now, and the time after the statement's snapshot.
 func maxIDSQL(src postgres.TailSource) string {
-	return "SELECT coalesce(max(" + tailIdent(src.IDColumn) + "), 0)::bigint, clock_timestamp() FROM " + tableSQL(src)
+	return src.SQL("SELECT coalesce(max({id}), 0)::bigint, clock_timestamp() FROM {t}")
 }
 
 const sweepRecordSQL = `

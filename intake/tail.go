@@ -62,27 +62,17 @@ func qualifiedTable(src postgres.TailSource) string {
 	return src.Table
 }
 
-// tableSQL is the quoted table name.
-func tableSQL(src postgres.TailSource) string {
-	if src.Schema != "" {
-		return pgx.Identifier{src.Schema, src.Table}.Sanitize()
-	}
-	return pgx.Identifier{src.Table}.Sanitize()
-}
-
-func tailIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
-
 // selectList is the column list every read of the source uses: id, the native ts, the ts as an instant, then
-// the kind's fields. zoneParam is the placeholder holding the zone of a timestamp-without-time-zone column.
+// the kind's fields, over the source's placeholders (postgres.TailSource.Names). zoneParam is the placeholder
+// holding the zone of a timestamp-without-time-zone column.
 func selectList(src postgres.TailSource, noTZ bool, zoneParam string) string {
-	ts := "t." + tailIdent(src.TSColumn)
-	instant := ts
+	instant := "t.{ts}"
 	if noTZ {
-		instant = "(" + ts + " AT TIME ZONE " + zoneParam + "::text)"
+		instant = "(t.{ts} AT TIME ZONE " + zoneParam + "::text)"
 	}
-	parts := []string{"t." + tailIdent(src.IDColumn) + "::bigint", ts, instant}
+	parts := []string{"t.{id}::bigint", "t.{ts}", instant}
 	for _, f := range src.Fields() {
-		parts = append(parts, "t."+tailIdent(src.Column(f))+"::text")
+		parts = append(parts, "t.{"+f+"}::text")
 	}
 	return strings.Join(parts, ", ")
 }
@@ -90,21 +80,19 @@ func selectList(src postgres.TailSource, noTZ bool, zoneParam string) string {
 // readSQL is the keyset page below the horizon: $1,$2 the position, $3 the horizon (timestamptz), $4 the page size,
 // $5 (timestamp sources) the zone the column's local times are in.
 func readSQL(src postgres.TailSource, noTZ bool) string {
-	ts, id := "t."+tailIdent(src.TSColumn), "t."+tailIdent(src.IDColumn)
 	pos, bound := "($1::timestamptz, $2::bigint)", "$3::timestamptz"
 	if noTZ {
 		// The horizon in the writers' local time: exactly the conversion DEFAULT now() made when it stored ts.
 		pos, bound = "($1::timestamp, $2::bigint)", "($3::timestamptz AT TIME ZONE $5::text)"
 	}
-	return "SELECT " + selectList(src, noTZ, "$5") + " FROM " + tableSQL(src) + " t" +
-		" WHERE (" + ts + ", " + id + ") > " + pos + " AND " + ts + " < " + bound +
-		" ORDER BY " + ts + ", " + id + " LIMIT $4"
+	return src.SQL("SELECT " + selectList(src, noTZ, "$5") + " FROM {t} t" +
+		" WHERE (t.{ts}, t.{id}) > " + pos + " AND t.{ts} < " + bound +
+		" ORDER BY t.{ts}, t.{id} LIMIT $4")
 }
 
 // byIDSQL re-reads rows by id (the retry lane): $1 the ids, $2 (timestamp sources) the zone.
 func byIDSQL(src postgres.TailSource, noTZ bool) string {
-	return "SELECT " + selectList(src, noTZ, "$2") + " FROM " + tableSQL(src) + " t WHERE t." +
-		tailIdent(src.IDColumn) + " = ANY ($1::bigint[])"
+	return src.SQL("SELECT " + selectList(src, noTZ, "$2") + " FROM {t} t WHERE t.{id} = ANY ($1::bigint[])")
 }
 
 // RowFailure reports that the apply step could not handle one row. The row leaves no trace of the failed attempt

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // Birth is one row of the born-object inventory, as the source binding names its columns, with where its parent
@@ -97,11 +98,11 @@ func ActiveRuleset(ctx context.Context, q interface {
 
 // withinSQL is the condition that limits a read of the births (alias t) to the collections in only, and the value of
 // its parameter $1: nil reads every collection (the condition is then true, so the planner never weighs it).
-func withinSQL(coll string, only []string) (string, any) {
+func withinSQL(only []string) (string, any) {
 	if only == nil {
 		return "$1::text[] IS NULL", nil
 	}
-	return fmt.Sprintf("t.%s = ANY($1::text[])", coll), only
+	return "t.{coll} = ANY($1::text[])", only
 }
 
 // maxAnchorHops bounds the walk up a parent chain, so a cycle of parent codes ends.
@@ -112,30 +113,23 @@ const maxAnchorHops = 1000
 // status and how many steps it took. Each step is one probe of the source's (collection, code) index, never a join
 // the planner could turn into hashing the whole inventory. A chain ends at a birth with no parent, at one whose parent is not
 // born in its collection, at one that is its own parent, or after maxAnchorHops steps (a cycle).
-func anchorSQL(b gcos.SourceBinding, ctes string) string {
-	id := func(name string) string { return pgx.Identifier{name}.Sanitize() }
-	return fmt.Sprintf(`WITH RECURSIVE %[1]s,
+func anchorSQL(b postgres.BirthBinding, ctes string) string {
+	return fmt.Sprintf(`WITH RECURSIVE %s,
 	walk AS (
 		SELECT id, coll, code, parent, class, status, 0 AS hops FROM seed
 		UNION ALL
 		SELECT w.id, w.coll, a.code, a.parent, a.class, a.status, w.hops + 1
-		FROM walk w CROSS JOIN LATERAL (
-		    SELECT p.%[3]s AS code, p.%[4]s AS parent, p.%[5]s AS class, p.%[6]s AS status FROM %[2]s p
-		    WHERE p.%[7]s = w.coll AND p.%[3]s = w.parent AND p.%[3]s <> w.code LIMIT 1) a
-		WHERE w.hops < %[8]d),
-	anchor AS (SELECT DISTINCT ON (id) id, class, status, hops FROM walk ORDER BY id, hops DESC)`,
-		ctes, id(b.Birth.Table), id(b.Birth.EntityCode), id(b.Birth.ParentCode), id(b.ObjectClass.Column),
-		id(b.LifecycleStatus.Column), id(b.SourceRegistry.Column), maxAnchorHops)
+		FROM walk w CROSS JOIN LATERAL (`, ctes) + b.SQL(`
+		    SELECT p.{code} AS code, p.{parent} AS parent, p.{type} AS class, p.{status} AS status FROM {t} p
+		    WHERE p.{coll} = w.coll AND p.{code} = w.parent AND p.{code} <> w.code LIMIT 1) a`) + fmt.Sprintf(`
+		WHERE w.hops < %d),
+	anchor AS (SELECT DISTINCT ON (id) id, class, status, hops FROM walk ORDER BY id, hops DESC)`, maxAnchorHops)
 }
 
 // birthColumns selects the binding's birth columns of table alias t under the names anchorSQL's seed gives them,
-// then the ones only a birth read one by one needs.
-func birthColumns(b gcos.SourceBinding, t string) string {
-	id := func(name string) string { return t + "." + pgx.Identifier{name}.Sanitize() }
-	return fmt.Sprintf(`%s AS id, %s AS code, %s AS coll, %s AS class, %s AS status, %s AS parent, %s AS canonical, %s AS source_system`,
-		id(b.Birth.ID), id(b.Birth.EntityCode), id(b.SourceRegistry.Column), id(b.ObjectClass.Column), id(b.LifecycleStatus.Column),
-		id(b.Birth.ParentCode), id(b.Birth.CanonicalAddress), id(b.Birth.SourceSystem))
-}
+// then the ones only a birth read one by one needs (placeholders of postgres.BirthBinding).
+const birthColumns = `t.{id} AS id, t.{code} AS code, t.{coll} AS coll, t.{type} AS class, t.{status} AS status, ` +
+	`t.{parent} AS parent, t.{canon} AS canonical, t.{src} AS source_system`
 
 // refPairs splits object references (collection:code) into every (collection, code) they can name: a collection's
 // name may itself hold a colon, so each colon is tried.
@@ -274,9 +268,7 @@ func Read(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, fingerprin
 // the id under the seed. Births named one by one are each one probe of the (collection, code) index: joined,
 // PostgreSQL may sort the whole slice to merge them (7 s for 11k names among 10M births).
 func readBirths(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, opts ReadOptions, s *Substrate) error {
-	id := func(name string) string { return pgx.Identifier{name}.Sanitize() }
-	b := binding.Birth
-	table, coll, code := id(b.Table), id(binding.SourceRegistry.Column), id(b.EntityCode)
+	b := postgres.NewBirthBinding(binding)
 	var named []string
 	for _, x := range s.Exceptions {
 		if x.CollectionName != nil && x.EntityCode != nil {
@@ -288,26 +280,23 @@ func readBirths(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, opts
 		subjects = append(subjects, subject)
 	}
 	colls, codes := refPairs(slices.Concat(named, subjects, opts.Also))
-	within, only := withinSQL(coll, opts.Only)
-	wanted := fmt.Sprintf(`((t.%[1]s IS NULL AND t.%[2]s = ANY($2::text[])) OR t.%[3]s = ANY($5::text[]))`,
-		id(b.ParentCode), id(binding.ObjectClass.Column), id(b.CanonicalAddress))
-	ctes := fmt.Sprintf(`scanned AS (
-		SELECT t.%[4]s AS class, t.%[5]s AS coll, t.%[6]s AS status, CASE WHEN one THEN t.%[7]s END AS id, count(*) AS n,
-		       bool_or(wanted) AS wanted, bool_or(t.%[8]s IS NOT NULL) AS child, min(t.%[7]s) AS pick
-		FROM %[1]s t CROSS JOIN LATERAL (SELECT %[3]s AS wanted, t.%[8]s IS NOT NULL OR %[3]s AS one) w
-		WHERE %[2]s GROUP BY 1, 2, 3, 4),
+	within, only := withinSQL(opts.Only)
+	wanted := `((t.{parent} IS NULL AND t.{type} = ANY($2::text[])) OR t.{canon} = ANY($5::text[]))`
+	ctes := b.SQL(`scanned AS (
+		SELECT t.{type} AS class, t.{coll} AS coll, t.{status} AS status, CASE WHEN one THEN t.{id} END AS id, count(*) AS n,
+		       bool_or(wanted) AS wanted, bool_or(t.{parent} IS NOT NULL) AS child, min(t.{id}) AS pick
+		FROM {t} t CROSS JOIN LATERAL (SELECT ` + wanted + ` AS wanted, t.{parent} IS NOT NULL OR ` + wanted + ` AS one) w
+		WHERE ` + within + ` GROUP BY 1, 2, 3, 4),
 	sampled AS (SELECT pick FROM scanned WHERE NOT wanted ORDER BY hashint8(pick # $6::bigint), pick LIMIT $7::bigint),
 	seed AS (
-		SELECT t.*, x.wanted FROM scanned x CROSS JOIN LATERAL (SELECT %[9]s FROM %[1]s t WHERE t.%[7]s = x.id LIMIT 1) t
+		SELECT t.*, x.wanted FROM scanned x CROSS JOIN LATERAL (SELECT ` + birthColumns + ` FROM {t} t WHERE t.{id} = x.id LIMIT 1) t
 		WHERE x.id IS NOT NULL
 		UNION ALL
-		SELECT t.*, true FROM sampled x CROSS JOIN LATERAL (SELECT %[9]s FROM %[1]s t WHERE t.%[7]s = x.pick LIMIT 1) t
+		SELECT t.*, true FROM sampled x CROSS JOIN LATERAL (SELECT ` + birthColumns + ` FROM {t} t WHERE t.{id} = x.pick LIMIT 1) t
 		UNION ALL
 		SELECT t.*, true FROM unnest($3::text[], $4::text[]) AS n(coll, code) CROSS JOIN LATERAL (
-		    SELECT %[9]s FROM %[1]s t WHERE t.%[5]s = n.coll AND t.%[10]s = n.code AND %[2]s LIMIT 1) t)`,
-		table, within, wanted, id(binding.ObjectClass.Column), coll, id(binding.LifecycleStatus.Column), id(b.ID),
-		id(b.ParentCode), birthColumns(binding, "t"), code)
-	q := anchorSQL(binding, ctes) + `,
+		    SELECT ` + birthColumns + ` FROM {t} t WHERE t.{coll} = n.coll AND t.{code} = n.code AND ` + within + ` LIMIT 1) t)`)
+	q := anchorSQL(b, ctes) + `,
 	counted AS (
 		SELECT class, coll, status, n FROM scanned WHERE NOT child
 		UNION ALL

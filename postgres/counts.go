@@ -118,9 +118,8 @@ func (s *Store) heldCollections(ctx context.Context, tx pgx.Tx, births []*TailRo
 		}
 	}
 	b := s.BirthBinding()
-	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT DISTINCT t.%[2]s FROM %[1]s t
-		WHERE t.%[3]s = ANY ((SELECT early_ids FROM gov_worker_cursor WHERE source = $1)::bigint[])`,
-		Ident(b.Table), Ident(b.Collection), Ident(b.ID)), BirthTailSource(s.cfg.SourceBinding).Name)
+	rows, err := tx.Query(ctx, b.SQL(`SELECT DISTINCT t.{coll} FROM {t} t
+		WHERE t.{id} = ANY ((SELECT early_ids FROM gov_worker_cursor WHERE source = $1)::bigint[])`), BirthTailSource(s.cfg.SourceBinding).Name)
 	if err != nil {
 		return nil, fmt.Errorf("find collections with births handed off early: %w", err)
 	}

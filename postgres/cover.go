@@ -48,15 +48,14 @@ func (s *Store) PlanCover(ctx context.Context, runID string, n int) (CoverPlan, 
 		p.Slice, p.Since = gcos.NextCoverSlice(last, p.Slices), since
 
 		// Every collection: the births' (a loose scan of the collection index) and the groups'.
-		rows, err := tx.Query(ctx, fmt.Sprintf(`
+		rows, err := tx.Query(ctx, b.SQL(`
 			WITH RECURSIVE c AS (
-			    (SELECT %[2]s AS coll FROM %[1]s ORDER BY %[2]s LIMIT 1)
+			    (SELECT {coll} AS coll FROM {t} ORDER BY {coll} LIMIT 1)
 			    UNION ALL
-			    SELECT (SELECT %[2]s FROM %[1]s WHERE %[2]s > c.coll ORDER BY %[2]s LIMIT 1) FROM c WHERE c.coll IS NOT NULL)
+			    SELECT (SELECT {coll} FROM {t} WHERE {coll} > c.coll ORDER BY {coll} LIMIT 1) FROM c WHERE c.coll IS NOT NULL)
 			SELECT coll FROM c WHERE coll IS NOT NULL
 			UNION
-			SELECT DISTINCT source_registry FROM governance_group WHERE source_registry IS NOT NULL`,
-			Ident(b.Table), Ident(b.Collection)))
+			SELECT DISTINCT source_registry FROM governance_group WHERE source_registry IS NOT NULL`))
 		if err != nil {
 			return fmt.Errorf("list the collections: %w", err)
 		}

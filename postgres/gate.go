@@ -92,9 +92,7 @@ func (r *candidateRead) coverageAt(now time.Time, class, registry, object string
 // values (status, parent, whether its collection and class are registered) and fingerprint, which exceptions and
 // the input checks are judged on now. An object with no birth yields no row.
 func (b BirthBinding) gateSQL() string {
-	r := strings.NewReplacer("{t}", Ident(b.Table), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
-		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{parent}", Ident(b.Parent), "{rowhash}", b.rowHash())
-	return r.Replace(`
+	return b.SQL(`
 WITH cr AS (SELECT ruleset_version FROM v_current_ruleset),
 active AS (SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '') AS v),
 objrow AS (
@@ -115,7 +113,7 @@ obj AS (
            EXISTS (SELECT 1 FROM collection_registry c WHERE c.collection_name = coalesce(p.{coll}, b.{coll})) AS coll_known,
            EXISTS (SELECT 1 FROM meta_catalog m WHERE m.entity_type = coalesce(p.{type}, b.{type})) AS class_known
     FROM {t} b
-    CROSS JOIN LATERAL (SELECT {rowhash} AS h) fh
+    CROSS JOIN LATERAL (SELECT ` + rowHashExpr + ` AS h) fh
     LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
     WHERE b.{coll} = $1 AND b.{code} = $2
 ),

@@ -399,12 +399,12 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 	// §40.6 criterion 1, M-DEF-7), so children added under a container of such a class add no row. A child named
 	// by an exception or a finding is placed in its anchor's group.
 	// An object named one by one also yields its own fingerprint, which an exception on it must pin.
-	byClass := `FROM %[1]s b
-		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL`
+	byClass := `FROM {t} b
+		WHERE b.{type} = ANY($1) AND b.{parent} IS NULL`
 	if pass.bases != nil {
 		byClass = `FROM unnest($4::text[], $5::text[], $6::text[]) AS z(cls, coll, st)
-		JOIN %[1]s b ON b.%[2]s = z.coll AND b.%[4]s = z.cls AND b.%[5]s = z.st
-		WHERE b.%[4]s = ANY($1) AND b.%[7]s IS NULL`
+		JOIN {t} b ON b.{coll} = z.coll AND b.{type} = z.cls AND b.{status} = z.st
+		WHERE b.{type} = ANY($1) AND b.{parent} IS NULL`
 	}
 	args := []any{classList, namedColls, namedCodes}
 	if pass.bases != nil {
@@ -415,18 +415,16 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 	if _, err := tx.Exec(ctx, `SET LOCAL cursor_tuple_fraction = 1`); err != nil {
 		return 0, 0, fmt.Errorf("plan the object cursor: %w", err)
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`DECLARE gcos_objects NO SCROLL CURSOR FOR
-		SELECT b.%[2]s, b.%[3]s, b.%[4]s, b.%[5]s, b.%[2]s, b.%[6]s, false, NULL::bigint, NULL::bigint
+	if _, err := tx.Exec(ctx, b.SQL(`DECLARE gcos_objects NO SCROLL CURSOR FOR
+		SELECT b.{coll}, b.{code}, b.{type}, b.{status}, b.{coll}, b.{canon}, false, NULL::bigint, NULL::bigint
 		`+byClass+`
 		UNION ALL
-		SELECT b.%[2]s, b.%[3]s, coalesce(p.%[4]s, b.%[4]s), coalesce(p.%[5]s, b.%[5]s), coalesce(p.%[2]s, b.%[2]s), b.%[6]s,
-		       b.%[7]s IS NOT NULL, fh.h, hashint8extended(fh.h, 1)
+		SELECT b.{coll}, b.{code}, coalesce(p.{type}, b.{type}), coalesce(p.{status}, b.{status}), coalesce(p.{coll}, b.{coll}), b.{canon},
+		       b.{parent} IS NOT NULL, fh.h, hashint8extended(fh.h, 1)
 		FROM unnest($2::text[], $3::text[]) AS k(coll, code)
-		JOIN %[1]s b ON b.%[2]s = k.coll AND b.%[3]s = k.code
-		CROSS JOIN LATERAL (SELECT %[8]s AS h) fh
-		LEFT JOIN %[1]s p ON b.%[7]s IS NOT NULL AND p.%[2]s = b.%[2]s AND p.%[3]s = b.%[7]s`,
-		Ident(b.Table), Ident(b.Collection), Ident(b.Code), Ident(b.Type), Ident(b.Status), Ident(b.Canonical), Ident(b.Parent),
-		b.rowHash()),
+		JOIN {t} b ON b.{coll} = k.coll AND b.{code} = k.code
+		CROSS JOIN LATERAL (SELECT `+rowHashExpr+` AS h) fh
+		LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}`),
 		args...); err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
 	}

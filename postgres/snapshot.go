@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -99,22 +98,33 @@ type CaptureOptions struct {
 	CheckKeptCounts bool
 }
 
-// BirthBinding names the birth inventory's table and columns (the source binding).
+// BirthBinding names the birth inventory's table and columns: the source binding mapped once, which every query
+// over births is built from (SQL's placeholders: {t} {id} {code} {coll} {type} {status} {born} {parent} {canon}
+// {src} {actor}).
 type BirthBinding struct {
 	Table, ID, Code, Collection, Type, Status, BornAt, Parent, Canonical, SourceSystem, Actor string
 }
 
-// BirthBinding is the configured source binding of the births, which every query over them is built from.
-func (s *Store) BirthBinding() BirthBinding {
-	sb := s.cfg.SourceBinding
+// NewBirthBinding maps the configured source binding onto the births' columns.
+func NewBirthBinding(sb gcos.SourceBinding) BirthBinding {
 	b := sb.Birth
 	return BirthBinding{Table: b.Table, ID: b.ID, Code: b.EntityCode, Collection: sb.SourceRegistry.Column,
 		Type: sb.ObjectClass.Column, Status: sb.LifecycleStatus.Column, BornAt: b.BornAt, Parent: b.ParentCode,
 		Canonical: b.CanonicalAddress, SourceSystem: b.SourceSystem, Actor: b.ActorRef}
 }
 
-// Ident quotes one SQL identifier.
-func Ident(s string) string { return pgx.Identifier{s}.Sanitize() }
+// BirthBinding is the configured source binding of the births.
+func (s *Store) BirthBinding() BirthBinding { return NewBirthBinding(s.cfg.SourceBinding) }
+
+// Names are the births' placeholders bound to their configured columns.
+func (b BirthBinding) Names() Names {
+	return Names{"t": {b.Table}, "id": {b.ID}, "code": {b.Code}, "coll": {b.Collection}, "type": {b.Type},
+		"status": {b.Status}, "born": {b.BornAt}, "parent": {b.Parent}, "canon": {b.Canonical},
+		"src": {b.SourceSystem}, "actor": {b.Actor}}
+}
+
+// SQL builds text over the births' placeholders (Names.SQL).
+func (b BirthBinding) SQL(text string) string { return b.Names().SQL(text) }
 
 // baseAggregateSQL aggregates one id range of births into (class, registry, lifecycle) base groups. An inherited
 // child (parent_code set) is counted in its anchor's base group; its own row content still enters the hash. The
@@ -123,11 +133,7 @@ func Ident(s string) string { return pgx.Identifier{s}.Sanitize() }
 // keeps the anchor lookup an index probe on the unique (collection, code) index per aggregate row: flattened into a
 // join, the planner hashed the whole inventory for every batch, so a batch cost O(all births) instead of O(batch).
 func (b BirthBinding) baseAggregateSQL() string {
-	r := strings.NewReplacer(
-		"{t}", Ident(b.Table), "{id}", Ident(b.ID), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
-		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{born}", Ident(b.BornAt), "{parent}", Ident(b.Parent),
-		"{canon}", Ident(b.Canonical), "{src}", Ident(b.SourceSystem), "{actor}", Ident(b.Actor))
-	return r.Replace(`
+	return b.SQL(`
 SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.coll), coalesce(p.{status}, a.status),
        sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text
 FROM (
@@ -161,21 +167,13 @@ const rowHashExpr = `hashint8extended(
                                           coalesce(b.{parent}, chr(30)), coalesce(b.{src}, chr(30)), coalesce(b.{actor}, chr(30))), 0)
                # hashint8extended(b.{id}, 0) # hashfloat8extended(date_part('epoch', b.{born}), 0), 0)`
 
-// rowHash is rowHashExpr over the birth table aliased b.
-func (b BirthBinding) rowHash() string {
-	r := strings.NewReplacer("{id}", Ident(b.ID), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
-		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{born}", Ident(b.BornAt), "{parent}", Ident(b.Parent),
-		"{canon}", Ident(b.Canonical), "{src}", Ident(b.SourceSystem), "{actor}", Ident(b.Actor))
-	return r.Replace(rowHashExpr)
-}
-
 // objectFingerprintSQL reads one object's fingerprint by collection ($1) and code ($2): its birth row's hash in
 // the two lanes of gcos.Fingerprint, rendered as Fingerprint.String (high lane, then low, 16 hex digits each), so
 // SQL views can compare it with the fingerprint an exception pins (gcos_object_fingerprint).
 func (b BirthBinding) objectFingerprintSQL() string {
-	return fmt.Sprintf(`SELECT lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
-FROM %s b CROSS JOIN LATERAL (SELECT %s AS h) f
-WHERE b.%s = $1 AND b.%s = $2`, Ident(b.Table), b.rowHash(), Ident(b.Collection), Ident(b.Code))
+	return b.SQL(`SELECT lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
+FROM {t} b CROSS JOIN LATERAL (SELECT ` + rowHashExpr + ` AS h) f
+WHERE b.{coll} = $1 AND b.{code} = $2`)
 }
 
 // ObjectFingerprintSQL is the statement that reads one object's fingerprint (what an exception on it pins) by
@@ -189,9 +187,7 @@ func (s *Store) ObjectFingerprintSQL() string { return s.BirthBinding().objectFi
 // collection, so the count reads those collections and nothing else; objects without a parent (nearly all) are
 // counted by a hash aggregate on three columns, children through a lookup of their parent.
 func (b BirthBinding) memberCountSQL() string {
-	r := strings.NewReplacer("{t}", Ident(b.Table), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
-		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{parent}", Ident(b.Parent), "{born}", Ident(b.BornAt), "{id}", Ident(b.ID))
-	return r.Replace(`
+	return b.SQL(`
 SELECT b.{type}, b.{coll}, b.{status}, count(*)
 FROM {t} b
 WHERE b.{coll} = ANY($1) AND b.{parent} IS NULL
@@ -209,9 +205,7 @@ GROUP BY 1, 2, 3`)
 // bornAfterSQL counts, by anchor base group, the births of the collections $3 after the tail position ($1, $2):
 // the births the tail has not handed off yet. It reads the (born_at, id) index over the tail's lag only.
 func (b BirthBinding) bornAfterSQL() string {
-	r := strings.NewReplacer("{t}", Ident(b.Table), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
-		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{parent}", Ident(b.Parent), "{born}", Ident(b.BornAt), "{id}", Ident(b.ID))
-	return r.Replace(`
+	return b.SQL(`
 SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*)
 FROM {t} b
 LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
@@ -222,9 +216,7 @@ GROUP BY 1, 2, 3`)
 // basesBornAfterSQL lists the anchor base groups that have births after the tail position ($1, $2), through the
 // (born_at, id) index.
 func (b BirthBinding) basesBornAfterSQL() string {
-	r := strings.NewReplacer("{t}", Ident(b.Table), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
-		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{parent}", Ident(b.Parent), "{born}", Ident(b.BornAt), "{id}", Ident(b.ID))
-	return r.Replace(`
+	return b.SQL(`
 SELECT DISTINCT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status})
 FROM {t} b
 LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
@@ -233,15 +225,12 @@ WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint)`)
 
 // estateCountSQL counts every born object now (what the ledger's total is).
 func (b BirthBinding) estateCountSQL() string {
-	return fmt.Sprintf(`SELECT count(*) FROM %s`, Ident(b.Table))
+	return b.SQL(`SELECT count(*) FROM {t}`)
 }
 
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
 func (b BirthBinding) rowHashSQL() string {
-	r := strings.NewReplacer("{t}", Ident(b.Table), "{id}", Ident(b.ID), "{code}", Ident(b.Code), "{coll}", Ident(b.Collection),
-		"{type}", Ident(b.Type), "{status}", Ident(b.Status), "{born}", Ident(b.BornAt), "{parent}", Ident(b.Parent),
-		"{canon}", Ident(b.Canonical), "{src}", Ident(b.SourceSystem), "{actor}", Ident(b.Actor))
-	return r.Replace(`
+	return b.SQL(`
 SELECT h, hashint8extended(h, 1) FROM (SELECT ` + rowHashExpr + ` AS h
 FROM {t} b WHERE b.{id} = $1) x`)
 }
@@ -541,7 +530,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	}
 	b := s.BirthBinding()
 	var minID, maxID *int64
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT min(%s), max(%s) FROM %s`, Ident(b.ID), Ident(b.ID), Ident(b.Table))).Scan(&minID, &maxID); err != nil {
+	if err := tx.QueryRow(ctx, b.SQL(`SELECT min({id}), max({id}) FROM {t}`)).Scan(&minID, &maxID); err != nil {
 		return Snapshot{}, fmt.Errorf("id bounds: %w", err)
 	}
 	bases := map[baseKey]*gcos.BaseGroup{}

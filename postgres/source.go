@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"gcos"
 )
 
@@ -41,34 +43,18 @@ type TailSource struct {
 	TimeZone string            `json:"time_zone,omitempty"` // timestamp (no tz) sources: the writers' zone; empty = resolve
 }
 
-// BirthTailSource is the birth_registry source as the configured source binding names it.
-func BirthTailSource(b gcos.SourceBinding) TailSource {
-	src := TailSource{Name: "birth_registry", Kind: TailBirth, Table: "birth_registry", TSColumn: "born_at",
-		IDColumn: "id", Columns: map[string]string{}}
-	if b.Birth.Table != "" {
-		src.Table = b.Birth.Table
-	}
-	if b.Birth.BornAt != "" {
-		src.TSColumn = b.Birth.BornAt
-	}
-	if b.Birth.ID != "" {
-		src.IDColumn = b.Birth.ID
-	}
-	set := func(field, column string) {
-		if column != "" && column != field {
-			src.Columns[field] = column
-		}
-	}
-	set("entity_code", b.Birth.EntityCode)
-	set("parent_code", b.Birth.ParentCode)
-	set("canonical_address", b.Birth.CanonicalAddress)
-	set("source_system", b.Birth.SourceSystem)
-	set("actor_ref", b.Birth.ActorRef)
-	for field, cb := range map[string]gcos.ColumnBinding{
-		"entity_type": b.ObjectClass, "collection_name": b.SourceRegistry, "status": b.LifecycleStatus,
+// BirthTailSource is the birth_registry source as the configured source binding names it (through BirthBinding,
+// the one mapping of the binding onto the births' columns).
+func BirthTailSource(sb gcos.SourceBinding) TailSource {
+	b := NewBirthBinding(sb)
+	src := TailSource{Name: "birth_registry", Kind: TailBirth, Table: b.Table, TSColumn: b.BornAt, IDColumn: b.ID,
+		Columns: map[string]string{}}
+	for field, column := range map[string]string{
+		"entity_code": b.Code, "collection_name": b.Collection, "entity_type": b.Type, "status": b.Status,
+		"parent_code": b.Parent, "canonical_address": b.Canonical, "source_system": b.SourceSystem, "actor_ref": b.Actor,
 	} {
-		if cb.Table == src.Table && cb.KeyColumn == "" {
-			set(field, cb.Column)
+		if column != field {
+			src.Columns[field] = column
 		}
 	}
 	if len(src.Columns) == 0 {
@@ -208,6 +194,19 @@ func (r TailRow) Actor() string {
 
 // Fields are the TailRow fields a source of this kind feeds, in read order.
 func (src TailSource) Fields() []string { return tailFields[src.Kind] }
+
+// Names are the source's placeholders bound to its configured identifiers: {t} the (schema-qualified) table, {ts}
+// and {id} the order key's columns, and each of its kind's fields by the field's name ({entity_code}, …).
+func (src TailSource) Names() Names {
+	n := Names{"t": {src.Schema, src.Table}, "ts": {src.TSColumn}, "id": {src.IDColumn}}
+	for _, f := range src.Fields() {
+		n[f] = pgx.Identifier{src.Column(f)}
+	}
+	return n
+}
+
+// SQL builds text over the source's placeholders (Names.SQL).
+func (src TailSource) SQL(text string) string { return src.Names().SQL(text) }
 
 // Column is the source column feeding a TailRow field.
 func (src TailSource) Column(field string) string {
