@@ -25,7 +25,6 @@ type Config struct {
 	Snapshot      SnapshotConfig      `json:"snapshot"`
 	Scan          ScanConfig          `json:"scan"`
 	Intake        IntakeConfig        `json:"intake"`
-	Events        EventsConfig        `json:"events"`
 	HTTP          HTTPConfig          `json:"http"`
 	Roles         RolesConfig         `json:"roles"`
 	Outage        OutageConfig        `json:"outage"`
@@ -75,6 +74,20 @@ type SourceBinding struct {
 	AxisFamily      ColumnBinding `json:"axis_family"`
 	Scope           ColumnBinding `json:"scope"`
 	OwnerScope      ColumnBinding `json:"owner_scope"`
+}
+
+// RegistryTable is the table the binding reads a governance registry from, the registry named by its default
+// table (TablePivots, TableScopes, TableOwnership); any other registry is read from the table of its name.
+func (b SourceBinding) RegistryTable(registry string) string {
+	switch registry {
+	case TablePivots:
+		return b.AxisFamily.Table
+	case TableScopes:
+		return b.Scope.Table
+	case TableOwnership:
+		return b.OwnerScope.Table
+	}
+	return registry
 }
 
 // TTLDefaultKey is the TTL entry used for a risk class without its own.
@@ -243,11 +256,6 @@ func (c IntakeConfig) Trusted(sourceSystem string) bool {
 	return false
 }
 
-// EventsConfig configures the governance event domain.
-type EventsConfig struct {
-	Domain string `json:"domain"`
-}
-
 // HTTPConfig configures the API listener, its tokens and its limits. The limits keep a slow, idle or greedy client
 // from holding connections, file descriptors or database connections the gate needs.
 type HTTPConfig struct {
@@ -358,7 +366,6 @@ func DefaultConfig() Config {
 			SignalBucket:   100_000,
 			ChangelogKinds: DefaultChangelogKinds(),
 		},
-		Events: EventsConfig{Domain: "governance"},
 		HTTP: HTTPConfig{
 			Listen: "127.0.0.1:8080", ReaderTokens: []string{}, OperatorTokens: []string{},
 			ReadHeaderTimeout: Duration(5 * time.Second), ReadTimeout: Duration(15 * time.Second),
@@ -551,10 +558,24 @@ func (c Config) Validate() error {
 		"object_class": b.ObjectClass, "source_registry": b.SourceRegistry, "lifecycle_status": b.LifecycleStatus,
 		"axis_family": b.AxisFamily, "scope": b.Scope, "owner_scope": b.OwnerScope,
 	} {
-		p.table("source_binding."+key+".table", cb.Table)
-		p.column("source_binding."+key+".column", cb.Column)
-		if cb.KeyColumn != "" {
-			p.column("source_binding."+key+".key_column", cb.KeyColumn)
+		at := "source_binding." + key
+		p.table(at+".table", cb.Table)
+		p.column(at+".column", cb.Column)
+		switch key {
+		case "object_class", "source_registry", "lifecycle_status":
+			// A base group is read from the born row itself (and its anchor's): another table cannot be honoured.
+			if cb.Table != b.Birth.Table {
+				p.add(at+".table", "must be the birth table %q: GCOS reads %s from the born row", b.Birth.Table, key)
+			}
+			if cb.KeyColumn != "" {
+				p.add(at+".key_column", "not used: %s is a column of the born row", key)
+			}
+		case "axis_family":
+			p.column(at+".key_column", cb.KeyColumn) // the object class column that joins a pivot to its class
+		default:
+			if cb.KeyColumn != "" {
+				p.add(at+".key_column", "not used: %s rows are matched by scope code", key)
+			}
 		}
 	}
 
@@ -646,10 +667,6 @@ func (c Config) Validate() error {
 				p.add(at+"."+field, "bad glob pattern: %v", err)
 			}
 		}
-	}
-
-	if c.Events.Domain == "" {
-		p.add("events.domain", "must not be empty")
 	}
 
 	host, _, err := net.SplitHostPort(c.HTTP.Listen)

@@ -122,7 +122,7 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		{"insecure on all interfaces", `{"http":{"listen":":8080","insecure_no_auth":true}}`, "http.insecure_no_auth"},
 		{"bad listen", `{"http":{"listen":"localhost"}}`, `http.listen: want host:port`},
 		{"empty token", `{"http":{"reader_tokens":["ok",""]}}`, "http.reader_tokens[1]: must not be empty"},
-		{"empty domain", `{"events":{"domain":""}}`, "events.domain: must not be empty"},
+		{"event domain", `{"events":{"domain":"other"}}`, "events"},
 		{"bad inline policy", `{"verdict_policy":{"document":{"version":1,"rules":[{"name":"x","verdict":"relevant"}]}}}`,
 			"verdict_policy: verdict policy: rules[0]"},
 		{"policy path and document", `{"verdict_policy":{"path":"p.json","document":{}}}`, "verdict_policy: set either path or document"},

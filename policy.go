@@ -236,6 +236,14 @@ func (p VerdictPolicy) Evaluate(f GroupFacts) Evaluation {
 	return Evaluation{Verdict: VerdictUnknown, Rule: ""}
 }
 
+// HoldForInput is the verdict of an object or group held by its input (SPEC §7): an open input finding on it, or
+// an untrusted source's birth, keeps it needs_input until the finding closes, whatever the rule list says of its
+// group. reason says which hold (open_finding, untrusted_source) and is reported as the rule. It is the policy's one
+// fixed rule beside Evaluate, so every verdict GCOS writes comes from one of the two.
+func HoldForInput(reason string) Evaluation {
+	return Evaluation{Verdict: VerdictNeedsInput, Rule: reason}
+}
+
 // Validate checks that every rule names a stored verdict, known facts and operators with the right number of
 // values, and that the policy ends in exactly one unconditional fallback to unknown.
 func (p VerdictPolicy) Validate() error {

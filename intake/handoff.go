@@ -587,8 +587,9 @@ func (s *Stage) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 			qs[i].groups = append(qs[i].groups, gcos.GroupKey(d))
 		}
 		g := gcos.NewGroup(dims[0], 1)
+		held := gcos.HoldForInput("untrusted_source")
 		objs = append(objs, postgres.ObjectCandidate{Key: r.CanonicalRef(), ObjectType: class, ObjectRef: ref, Reason: "open_finding", GroupKey: g.Key,
-			Values: postgres.CandidateValues{GroupKey: "object:" + r.CanonicalRef(), Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
+			Values: postgres.CandidateValues{GroupKey: "object:" + r.CanonicalRef(), Verdict: held.Verdict, Rule: held.Rule,
 				InputQuality: string(gcos.InputUntrustedSource), RiskClass: regs.RiskClass(class), CoverageRequired: regs.CoverageRequired(class),
 				DependsOn: []byte(`{}`), TTL: s.cfg.TTL.TTLFor(regs.RiskClass(class)), Evidence: "untrusted:" + r.SourceSystem, MemberCount: 1}})
 	}
@@ -690,7 +691,8 @@ func (s *Stage) holdUntrustedGroups(ctx context.Context, tx pgx.Tx, regs gcos.Re
 			return nil, err
 		}
 		sum := sha256.Sum256([]byte("untrusted:" + g.Key + ":" + ruleset))
-		held = append(held, postgres.CandidateValues{GroupKey: g.Key, Verdict: gcos.VerdictNeedsInput, Rule: "untrusted_source",
+		hold := gcos.HoldForInput("untrusted_source")
+		held = append(held, postgres.CandidateValues{GroupKey: g.Key, Verdict: hold.Verdict, Rule: hold.Rule,
 			InputQuality: string(gcos.InputUntrustedSource), RiskClass: regs.RiskClass(class),
 			CoverageRequired: regs.CoverageRequired(class), OwnerScope: g.OwnerScope, DependsOn: deps,
 			TTL: s.cfg.TTL.TTLFor(regs.RiskClass(class)), Evidence: hex.EncodeToString(sum[:16]), MemberCount: g.MemberCount})
@@ -977,17 +979,21 @@ func selectGroups(ctx context.Context, tx pgx.Tx, sels []gcos.GroupSelector) ([]
 // what the row names (entity_code as class or collection).
 func (s *Stage) authoritySubject(ctx context.Context, tx pgx.Tx, r postgres.TailRow) (scope, class, coll string) {
 	var q string
+	var table string
 	switch r.EntityType {
 	case "ownership":
-		q = `SELECT coalesce(scope_code, ''), coalesce(entity_type, ''), coalesce(collection_name, '') FROM governance_object_ownership WHERE id::text = $1`
+		table = s.cfg.SourceBinding.RegistryTable(gcos.TableOwnership)
+		q = `SELECT coalesce(scope_code, ''), coalesce(entity_type, ''), coalesce(collection_name, '') FROM {t} WHERE id::text = $1`
 	case "exception":
-		q = `SELECT coalesce(scope_code, ''), coalesce(entity_type, ''), coalesce(collection_name, '') FROM governance_exception WHERE exception_id = $1`
+		table = gcos.TableExceptions
+		q = `SELECT coalesce(scope_code, ''), coalesce(entity_type, ''), coalesce(collection_name, '') FROM {t} WHERE exception_id = $1`
 	default:
 		return "", r.EntityType, ""
 	}
-	if ok, _ := postgres.TableExists(ctx, tx, map[string]string{"ownership": gcos.TableOwnership, "exception": gcos.TableExceptions}[r.EntityType]); !ok {
+	if ok, _ := postgres.TableExists(ctx, tx, postgres.Quote(table)); !ok {
 		return "", "", ""
 	}
+	q = postgres.Names{"t": {table}}.SQL(q)
 	// A missing row (deleted, or a malformed id) degrades to "every group" — fail closed: dirty more, never less.
 	_ = tx.QueryRow(ctx, q, r.EntityCode).Scan(&scope, &class, &coll)
 	return scope, class, coll

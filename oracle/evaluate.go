@@ -289,7 +289,7 @@ func (ref *Reference) objectRow(sub Substrate, profile map[string]gcos.CoverageP
 	switch {
 	case held:
 		// An open input finding holds the object in needs_input until it closes (SPEC §7).
-		o.Verdict, o.InputQuality, o.Coverage = gcos.VerdictNeedsInput, string(finding), ""
+		o.Verdict, o.InputQuality, o.Coverage = gcos.HoldForInput(reason).Verdict, string(finding), ""
 		o.CoverageRequired = p.CoverageRequired == nil || *p.CoverageRequired
 	case holds != nil && g.Verdict == gcos.VerdictRelevant:
 		o.Coverage = gcos.CoverageApprovedException

@@ -182,12 +182,12 @@ func Read(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, fingerprin
 	}); err != nil {
 		return s, fmt.Errorf("read meta_catalog: %w", err)
 	}
-	if s.OwnershipPresent, err = exists(ctx, tx, gcos.TableOwnership); err != nil {
+	if s.OwnershipPresent, err = exists(ctx, tx, postgres.Quote(binding.OwnerScope.Table)); err != nil {
 		return s, err
 	}
 	if s.OwnershipPresent {
-		if err := each(ctx, tx, `SELECT id, scope_code, entity_type, collection_name, owner_ref, coalesce(status, 'active')
-			FROM governance_object_ownership ORDER BY id`, func(r pgx.Rows) error {
+		if err := each(ctx, tx, postgres.RegistryNames(binding).SQL(`SELECT id, scope_code, entity_type, collection_name,
+			{owner_ref}, coalesce(status, 'active') FROM {ownership} ORDER BY id`), func(r pgx.Rows) error {
 			var o gcos.OwnershipRow
 			if err := r.Scan(&o.ID, &o.ScopeCode, &o.EntityType, &o.CollectionName, &o.OwnerRef, &o.Status); err != nil {
 				return err
@@ -195,7 +195,7 @@ func Read(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, fingerprin
 			s.Ownership = append(s.Ownership, o)
 			return nil
 		}); err != nil {
-			return s, fmt.Errorf("read governance_object_ownership: %w", err)
+			return s, fmt.Errorf("read %s: %w", binding.OwnerScope.Table, err)
 		}
 	}
 	if ok, err := exists(ctx, tx, gcos.TableExceptions); err != nil {

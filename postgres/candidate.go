@@ -33,11 +33,11 @@ func (e *Evaluator) Registries() gcos.Registries { return e.regs }
 
 // NewEvaluator loads the registries and exceptions an evaluation under rs needs, reading through q.
 func (s *Store) NewEvaluator(ctx context.Context, q Querier, rs RulesetRow) (*Evaluator, error) {
-	regs, err := loadRegistries(ctx, q)
+	regs, err := loadRegistries(ctx, q, s.cfg.SourceBinding)
 	if err != nil {
 		return nil, err
 	}
-	if regs, err = underRuleset(ctx, q, regs, rs.Components); err != nil {
+	if regs, err = underRuleset(ctx, q, s.cfg.SourceBinding, regs, rs.Components); err != nil {
 		return nil, err
 	}
 	var now time.Time
@@ -51,7 +51,7 @@ func (s *Store) NewEvaluator(ctx context.Context, q Querier, rs RulesetRow) (*Ev
 // ruleset version (the current ruleset when empty; the live rule registries before any ruleset exists), so the
 // intake, snapshots and scans key a base group in a scope identically.
 func (s *Store) DimensionRegistries(ctx context.Context, q Querier, version string) (gcos.Registries, error) {
-	regs, err := loadRegistries(ctx, q)
+	regs, err := loadRegistries(ctx, q, s.cfg.SourceBinding)
 	if err != nil {
 		return regs, err
 	}
@@ -67,13 +67,13 @@ func (s *Store) DimensionRegistries(ctx context.Context, q Querier, version stri
 	case err != nil:
 		return regs, err
 	}
-	return underRuleset(ctx, q, regs, rs.Components)
+	return underRuleset(ctx, q, s.cfg.SourceBinding, regs, rs.Components)
 }
 
 // underRuleset replaces the rule side of the live registries (coverage profile, axis, jurisdictions, scopes)
 // with a ruleset's components, so a group's dimensions and verdict follow from its ruleset version; ownership,
 // exceptions, collections and classes stay live.
-func underRuleset(ctx context.Context, q Querier, regs gcos.Registries, c gcos.RulesetComponents) (gcos.Registries, error) {
+func underRuleset(ctx context.Context, q Querier, sb gcos.SourceBinding, regs gcos.Registries, c gcos.RulesetComponents) (gcos.Registries, error) {
 	regs.Profile = map[string]gcos.CoverageProfileRow{}
 	for _, p := range c.CoverageProfile {
 		regs.Profile[p.EntityType] = p
@@ -82,7 +82,7 @@ func underRuleset(ctx context.Context, q Querier, regs gcos.Registries, c gcos.R
 	regs.Pivots, regs.Jurisdictions, regs.Scopes = slices.Clone(c.Pivots), slices.Clone(c.Jurisdictions), slices.Clone(c.Scopes)
 	regs.Absent = nil
 	for _, name := range []string{gcos.TableExceptions, gcos.TableOwnership} {
-		if ok, err := TableExists(ctx, q, name); err != nil {
+		if ok, err := registryExists(ctx, q, sb, name); err != nil {
 			return regs, err
 		} else if !ok {
 			regs.Absent = append(regs.Absent, name)

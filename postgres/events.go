@@ -1217,23 +1217,25 @@ func (s *Store) MarkRead(ctx context.Context, eventID, actor string) (bool, erro
 	return wrote, err
 }
 
-// ResolveOwner resolves the owner of a scope / class / collection: an active governance_object_ownership row →
-// governance_responsibility_scope.default_owner_hint → GOV-COUNCIL (events.ResolveOwner). Either registry may be
+// ResolveOwner resolves the owner of a scope / class / collection: an active ownership row → the scope's
+// default_owner_hint → GOV-COUNCIL (the registries as the source binding names them) (events.ResolveOwner). Either registry may be
 // absent (optional SB-2 tables): that step is skipped and the reason says so; nothing is guessed.
 func (s *Store) ResolveOwner(ctx context.Context, q events.OwnerQuery) (events.ResolvedOwner, error) {
 	var src events.OwnerSources
 	var hasOwnership, hasScopes bool
-	err := s.pool.QueryRow(ctx, `SELECT to_regclass('governance_object_ownership') IS NOT NULL,
-		to_regclass('governance_responsibility_scope') IS NOT NULL`).Scan(&hasOwnership, &hasScopes)
+	sb := s.cfg.SourceBinding
+	names := RegistryNames(sb)
+	err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+		Quote(sb.OwnerScope.Table), Quote(sb.Scope.Table)).Scan(&hasOwnership, &hasScopes)
 	if err != nil {
 		return events.ResolvedOwner{}, fmt.Errorf("resolve owner: %w", err)
 	}
 	if hasOwnership {
-		rows, err := s.pool.Query(ctx, `
-			SELECT id, scope_code, coalesce(entity_type, ''), coalesce(collection_name, ''), owner_ref, status
-			FROM governance_object_ownership
+		rows, err := s.pool.Query(ctx, names.SQL(`
+			SELECT id, scope_code, coalesce(entity_type, ''), coalesce(collection_name, ''), {owner_ref}, status
+			FROM {ownership}
 			WHERE ($1 = '' OR scope_code = $1)
-			  AND (entity_type IS NULL OR entity_type = $2) AND (collection_name IS NULL OR collection_name = $3)`,
+			  AND (entity_type IS NULL OR entity_type = $2) AND (collection_name IS NULL OR collection_name = $3)`),
 			q.Scope, q.EntityType, q.CollectionName)
 		if err != nil {
 			return events.ResolvedOwner{}, fmt.Errorf("resolve owner: ownership: %w", err)
@@ -1251,9 +1253,9 @@ func (s *Store) ResolveOwner(ctx context.Context, q events.OwnerQuery) (events.R
 		}
 	}
 	if hasScopes {
-		rows, err := s.pool.Query(ctx, `
-			SELECT scope_code, coalesce(default_owner_hint, '') FROM governance_responsibility_scope
-			WHERE $1 = '' OR scope_code = $1`, q.Scope)
+		rows, err := s.pool.Query(ctx, names.SQL(`
+			SELECT {scope_code}, coalesce(default_owner_hint, '') FROM {scopes}
+			WHERE $1 = '' OR {scope_code} = $1`), q.Scope)
 		if err != nil {
 			return events.ResolvedOwner{}, fmt.Errorf("resolve owner: scopes: %w", err)
 		}

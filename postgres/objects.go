@@ -500,7 +500,8 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		switch reason {
 		case "open_finding":
 			// An open input finding on the object: needs_input until the finding closes (SPEC §7).
-			v.Verdict, v.Rule, v.InputQuality = gcos.VerdictNeedsInput, "open_finding", finding.state
+			hold := gcos.HoldForInput("open_finding")
+			v.Verdict, v.Rule, v.InputQuality = hold.Verdict, hold.Rule, finding.state
 			v.CoverageRequired, v.Coverage, v.CoverageOwner, v.ExceptionID = ev.regs.CoverageRequired(class), "", nil, nil
 			evidence += fmt.Sprintf("\x00finding:%d:%s", finding.id, finding.state)
 		case "exception":

@@ -19,13 +19,29 @@ const (
 	collectionsSQL   = `SELECT collection_name, coverage_status, scope_class FROM collection_registry`
 	classesSQL       = `SELECT entity_type, registry_collection FROM meta_catalog`
 	profileSQL       = `SELECT entity_type, risk_class, coverage_required, privacy, coalesce(independently_authoritative, false), coalesce(write_path, false) FROM governance_coverage_profile`
-	pivotsSQL        = `SELECT pivot_code, axis_family, entity_type FROM pivot_definitions`
+	pivotsSQL        = `SELECT pivot_code, {axis_family}, {pivot_class} FROM {pivots}`
 	jurisdictionsSQL = `SELECT law_code, scope_code, entity_type, collection_name FROM law_jurisdiction`
-	scopesSQL        = `SELECT scope_code, default_owner_hint FROM governance_responsibility_scope`
-	ownershipSQL     = `SELECT id, scope_code, entity_type, collection_name, owner_ref, coalesce(status, 'active') FROM governance_object_ownership`
+	scopesSQL        = `SELECT {scope_code}, default_owner_hint FROM {scopes}`
+	ownershipSQL     = `SELECT id, scope_code, entity_type, collection_name, {owner_ref}, coalesce(status, 'active') FROM {ownership}`
 	exceptionsSQL    = `SELECT exception_id, scope_code, entity_type, collection_name, entity_code, approval_ref, expires_at, fingerprint, coalesce(status, '') FROM governance_exception`
 	measurementsSQL  = `SELECT measurement_id, law_code, method, source_query, target_query, comparison, severity FROM measurement_registry WHERE enabled ORDER BY measurement_id`
 )
+
+// RegistryNames binds the governance registries' placeholders to the source binding: {pivots} with its
+// {axis_family} and {pivot_class} (the class a pivot belongs to), {scopes} with {scope_code}, {ownership} with
+// {owner_ref}. The registries' other columns are the substrate's (verified at start against the bound tables).
+func RegistryNames(sb gcos.SourceBinding) Names {
+	return Names{
+		"pivots": {sb.AxisFamily.Table}, "axis_family": {sb.AxisFamily.Column}, "pivot_class": {sb.AxisFamily.KeyColumn},
+		"scopes": {sb.Scope.Table}, "scope_code": {sb.Scope.Column},
+		"ownership": {sb.OwnerScope.Table}, "owner_ref": {sb.OwnerScope.Column},
+	}
+}
+
+// registryExists reports whether the table a registry (named by its default table) is bound to exists.
+func registryExists(ctx context.Context, q Querier, sb gcos.SourceBinding, registry string) (bool, error) {
+	return TableExists(ctx, q, Quote(sb.RegistryTable(registry)))
+}
 
 // TableExists reports whether the table name (schema-qualified or on the search path) exists.
 func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
@@ -38,7 +54,9 @@ func TableExists(ctx context.Context, q Querier, name string) (bool, error) {
 
 // loadRegistries reads every registry GCOS derives groups, facts and rulesets from. Run it inside one
 // transaction so all registries are seen at one instant.
-func loadRegistries(ctx context.Context, q Querier) (gcos.Registries, error) {
+// Registries absent are reported by registry name (the default table), whichever table the binding names.
+func loadRegistries(ctx context.Context, q Querier, sb gcos.SourceBinding) (gcos.Registries, error) {
+	names := RegistryNames(sb)
 	r := gcos.Registries{
 		Collections: map[string]gcos.CollectionRow{},
 		Classes:     map[string]*string{},
@@ -46,7 +64,7 @@ func loadRegistries(ctx context.Context, q Querier) (gcos.Registries, error) {
 	}
 	collect := func(table, sql string, optional bool, scan func(pgx.Rows) error) error {
 		if optional {
-			ok, err := TableExists(ctx, q, table)
+			ok, err := registryExists(ctx, q, sb, table)
 			if err != nil {
 				return err
 			}
@@ -55,18 +73,19 @@ func loadRegistries(ctx context.Context, q Querier) (gcos.Registries, error) {
 				return nil
 			}
 		}
-		rows, err := q.Query(ctx, sql)
+		bound := sb.RegistryTable(table)
+		rows, err := q.Query(ctx, names.SQL(sql))
 		if err != nil {
-			return fmt.Errorf("read %s: %w", table, err)
+			return fmt.Errorf("read %s: %w", bound, err)
 		}
 		defer rows.Close()
 		for rows.Next() {
 			if err := scan(rows); err != nil {
-				return fmt.Errorf("read %s: %w", table, err)
+				return fmt.Errorf("read %s: %w", bound, err)
 			}
 		}
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read %s: %w", table, err)
+			return fmt.Errorf("read %s: %w", bound, err)
 		}
 		return nil
 	}

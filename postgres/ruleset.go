@@ -49,7 +49,7 @@ func scanRuleset(row pgx.Row) (RulesetRow, error) {
 
 // currentComponents reads the registries and the configured verdict policy into ruleset components.
 func (s *Store) currentComponents(ctx context.Context, q Querier) (gcos.RulesetComponents, gcos.Registries, error) {
-	regs, err := loadRegistries(ctx, q)
+	regs, err := loadRegistries(ctx, q, s.cfg.SourceBinding)
 	if err != nil {
 		return gcos.RulesetComponents{}, regs, err
 	}

@@ -130,7 +130,7 @@ func (s *Store) Prepare(ctx context.Context, opts PrepareOptions) (PrepareResult
 		}
 		res.CreatedSubstrate = created
 	}
-	rep, err := substrate.Verify(ctx, s.pool)
+	rep, err := substrate.Verify(ctx, s.pool, substrate.Bound(s.cfg.SourceBinding))
 	if err != nil {
 		return res, err
 	}

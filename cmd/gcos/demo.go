@@ -14,7 +14,7 @@ import (
 // approver (never the proposer), and registers and activates the governance event vocabulary.
 func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 	var births int64
-	if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM birth_registry LIMIT 1) x`).Scan(&births); err != nil {
+	if err := store.Pool().QueryRow(ctx, store.BirthBinding().SQL(`SELECT count(*) FROM (SELECT 1 FROM {t} LIMIT 1) x`)).Scan(&births); err != nil {
 		return err
 	}
 	if births == 0 {

@@ -79,7 +79,7 @@ func (a *app) migrateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := substrate.Verify(cmd.Context(), store.Pool())
+			rep, err := substrate.Verify(cmd.Context(), store.Pool(), substrate.Bound(store.Config().SourceBinding))
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@
 package substrate
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"gcos"
 )
 
 //go:embed tables.sql
@@ -76,6 +79,54 @@ var Tables = []Table{
 	{Name: "governance_responsibility_scope", Columns: []string{"scope_code", "default_owner_hint"}, Optional: true},
 	{Name: "governance_object_ownership", Columns: []string{"id", "scope_code", "entity_type", "collection_name", "owner_ref", "status"}, Optional: true},
 	{Name: "governance_exception", Columns: []string{"exception_id", "scope_code", "entity_type", "collection_name", "entity_code", "approval_ref", "expires_at", "fingerprint", "status"}, Optional: true},
+}
+
+// Bound is Tables as the source binding names them: the births and the governance registries it binds are
+// verified under the bound table and column names (an index on the births by its bound columns), the other tables
+// under their own. Create still creates the default names: a renamed binding points at tables that exist.
+func Bound(sb gcos.SourceBinding) []Table {
+	b := sb.Birth
+	renames := map[string]struct {
+		table   string
+		columns map[string]string
+	}{
+		"birth_registry": {b.Table, map[string]string{
+			"id": b.ID, "entity_code": b.EntityCode, "collection_name": sb.SourceRegistry.Column,
+			"entity_type": sb.ObjectClass.Column, "status": sb.LifecycleStatus.Column, "born_at": b.BornAt,
+			"canonical_address": b.CanonicalAddress, "parent_code": b.ParentCode, "source_system": b.SourceSystem,
+			"actor_ref": b.ActorRef}},
+		gcos.TablePivots: {sb.AxisFamily.Table, map[string]string{
+			"axis_family": sb.AxisFamily.Column, "entity_type": sb.AxisFamily.KeyColumn}},
+		gcos.TableScopes:    {sb.Scope.Table, map[string]string{"scope_code": sb.Scope.Column}},
+		gcos.TableOwnership: {sb.OwnerScope.Table, map[string]string{"owner_ref": sb.OwnerScope.Column}},
+	}
+	column := func(cols map[string]string, c string) string {
+		if bound := cols[c]; bound != "" {
+			return bound
+		}
+		return c
+	}
+	out := make([]Table, len(Tables))
+	for i, t := range Tables {
+		r, ok := renames[t.Name]
+		if !ok {
+			out[i] = t
+			continue
+		}
+		bt := Table{Name: cmp.Or(r.table, t.Name), Optional: t.Optional}
+		for _, c := range t.Columns {
+			bt.Columns = append(bt.Columns, column(r.columns, c))
+		}
+		for _, ix := range t.Indexes {
+			bix := Index{Name: ix.Name, Unique: ix.Unique}
+			for _, c := range ix.Columns {
+				bix.Columns = append(bix.Columns, column(r.columns, c))
+			}
+			bt.Indexes = append(bt.Indexes, bix)
+		}
+		out[i] = bt
+	}
+	return out
 }
 
 // ddl splits tables.sql into one block per table.
@@ -161,10 +212,10 @@ func (r Report) Err() error {
 		strings.Join(r.Missing, ", "))
 }
 
-// Verify checks tables, columns and indexes in the current schema search path.
+// Verify checks tables (Tables, or Bound under a source binding), their columns and indexes in the current schema.
 func Verify(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) (Report, error) {
+}, tables []Table) (Report, error) {
 	cols := map[string]map[string]bool{}
 	rows, err := q.Query(ctx, `
 		SELECT c.relname, a.attname
@@ -192,7 +243,7 @@ func Verify(ctx context.Context, q interface {
 		return Report{}, err
 	}
 	var r Report
-	for _, t := range Tables {
+	for _, t := range tables {
 		have, ok := cols[t.Name]
 		if !ok {
 			if t.Optional {

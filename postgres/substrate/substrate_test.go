@@ -61,7 +61,7 @@ func TestCreateLeavesExistingTableByteIdentical(t *testing.T) {
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second Create created %v (err %v)", again, err)
 	}
-	rep, err := substrate.Verify(ctx, pool)
+	rep, err := substrate.Verify(ctx, pool, substrate.Tables)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,14 +83,14 @@ func TestVerifyNamesEveryMissingColumn(t *testing.T) {
 	if _, err := substrate.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := substrate.Verify(ctx, pool)
+	rep, err := substrate.Verify(ctx, pool, substrate.Tables)
 	if err != nil || !rep.OK() || len(rep.MissingIndexes) != 0 || len(rep.AbsentOptional) != 0 {
 		t.Fatalf("greenfield substrate does not verify cleanly: %+v %v", rep, err)
 	}
 	if _, err := pool.Exec(ctx, `ALTER TABLE birth_registry DROP COLUMN parent_code; ALTER TABLE registry_changelog DROP COLUMN alert_level; DROP TABLE governance_exception`); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = substrate.Verify(ctx, pool)
+	rep, err = substrate.Verify(ctx, pool, substrate.Tables)
 	if err != nil {
 		t.Fatal(err)
 	}
