@@ -10,12 +10,18 @@ const (
 	RecomputeFailed   = "failed"
 )
 
+// RecomputeStatuses lists every recompute status (the CHECK list of recompute_status).
+var RecomputeStatuses = []string{RecomputeOK, RecomputeDirty, RecomputeScanning, RecomputeFailed}
+
 // Lifecycle statuses of a candidate row (governance_candidate_state.lifecycle_status).
 const (
 	LifecycleActive     = "active"
 	LifecycleSuperseded = "superseded"
 	LifecycleRetired    = "retired"
 )
+
+// LifecycleStatuses lists every lifecycle status of a candidate row (the CHECK list of lifecycle_status).
+var LifecycleStatuses = []string{LifecycleActive, LifecycleSuperseded, LifecycleRetired}
 
 // Reasons a row is not clean, as machine words (EffectiveState.Reasons).
 const (

@@ -30,6 +30,9 @@ const (
 	CoverageApprovedException CoverageOutcome = "approved_exception"
 )
 
+// CoverageOutcomes lists every coverage outcome (the CHECK list of governance_candidate_coverage.outcome).
+var CoverageOutcomes = []CoverageOutcome{CoverageCovered, CoverageOrphan, CoverageApprovedException}
+
 // ResolveCoverage decides a relevant object's coverage. An approved, unexpired exception wins over an owner: it
 // is an explicit, time-bounded decision about the object and must stay visible in the ledger until it lapses, when
 // the owner (covered) or its absence (orphan) takes over. An empty owner reference is no owner.

@@ -10,6 +10,10 @@ const (
 	ObjectRowOpenFinding                = "open_finding"
 )
 
+// ObjectRowReasons lists every reason (the CHECK list of governance_candidate_object.materialization_reason).
+var ObjectRowReasons = []string{ObjectRowIndependentlyAuthoritative, ObjectRowHighRiskWritePath, ObjectRowException,
+	ObjectRowOpenFinding}
+
 // ObjectRowClassReason is why every (non-child) object of a class has its own row, or "" when its class gives it
 // none: an independently authoritative class, or a write-path class whose risk class is one of objectRisk (the
 // gate's object_risk_classes; a class without a risk class is of unknown risk).

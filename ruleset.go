@@ -34,6 +34,9 @@ const (
 	RulesetMissing    = "missing"
 )
 
+// RulesetStatuses lists the states a governance_ruleset row may hold (RulesetMissing is no row).
+var RulesetStatuses = []string{RulesetDraft, RulesetActive, RulesetSuperseded}
+
 // MeasurementRule is one enabled measurement_registry row; its text is hashed, never executed.
 type MeasurementRule struct {
 	MeasurementID string  `json:"measurement_id"`

@@ -56,7 +56,7 @@ func (s *Stage) runBackfill(ctx context.Context, opts BackfillOptions) (Backfill
 		opts.Proposer = "gcos"
 	}
 	res := BackfillResult{RunID: postgres.NewRunID("gov-backfill")}
-	if err := s.core.StartRun(ctx, res.RunID, postgres.ModeBackfill, "seeding"); err != nil {
+	if err := s.core.StartRun(ctx, res.RunID, postgres.ModeBackfill, postgres.PhaseSeeding); err != nil {
 		return res, err
 	}
 	err := s.backfill(ctx, opts, &res)

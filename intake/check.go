@@ -149,13 +149,22 @@ func tailInspectColumns(ctx context.Context, q postgres.Querier, src postgres.Ta
 	return cols, nil
 }
 
+// A cursor's ts_type: the order key column's type.
+const (
+	TSInstant   = "timestamptz" // timestamp with time zone
+	TSLocalTime = "timestamp"   // timestamp without time zone: local wall times of the writers' zone
+)
+
+// TSTypes lists every ts_type (the CHECK list of gov_worker_cursor.ts_type).
+var TSTypes = []string{TSInstant, TSLocalTime}
+
 // tailTSTypeOf maps a column type to the cursor's ts_type ("" when it cannot order a tail).
 func tailTSTypeOf(typ string) string {
 	switch typ {
 	case "timestamp with time zone":
-		return "timestamptz"
+		return TSInstant
 	case "timestamp without time zone":
-		return "timestamp"
+		return TSLocalTime
 	}
 	return ""
 }
@@ -224,7 +233,7 @@ func (s *Stage) EnsureCursor(ctx context.Context, src postgres.TailSource) (Curs
 		}
 		var zone *string
 		meta := map[string]any{"kind": string(src.Kind)}
-		if tsType == "timestamp" {
+		if tsType == TSLocalTime {
 			var def tailClockDefault
 			if ts.def != nil {
 				def = tailParseClockDefault(*ts.def, false)
@@ -251,7 +260,7 @@ func (s *Stage) EnsureCursor(ctx context.Context, src postgres.TailSource) (Curs
 		}
 		if tag.RowsAffected() == 0 {
 			rebind := existing.table != qualifiedTable(src) || existing.tsColumn != src.TSColumn ||
-				existing.idColumn != src.IDColumn || existing.noTZ != (tsType == "timestamp")
+				existing.idColumn != src.IDColumn || existing.noTZ != (tsType == TSLocalTime)
 			if rebind && !existing.pos.start {
 				return gcos.Errorf(gcos.ECONFLICT, "intake cursor %s is at %s of %s(%s, %s); it cannot be rebound to %s(%s, %s) "+
 					"(%s) without losing its meaning: reset it to start first", src.Name,
@@ -472,7 +481,7 @@ func tailCheck(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cfg gcos
 			src.TSColumn, src.IDColumn, src.SQL("{t}"), src.SQL("{ts}"), src.SQL("{id}"))
 	}
 
-	if c.TSType == "timestamp" && def.ok {
+	if c.TSType == TSLocalTime && def.ok {
 		if err := tailCheckZone(ctx, tx, src, def, c); err != nil {
 			return err
 		}

@@ -68,13 +68,13 @@ func tailScanCursorRow(row pgx.Row) (Cursor, error) {
 	pos := tailPos{start: c.PositionID == nil}
 	if !pos.start {
 		pos.id = *c.PositionID
-		if tsType == "timestamp" {
+		if tsType == TSLocalTime {
 			pos.ts = pts.Time
 		} else {
 			pos.ts = ptz.Time
 		}
 	}
-	c.Position = pos.watermark(tsType == "timestamp")
+	c.Position = pos.watermark(tsType == TSLocalTime)
 	return c, nil
 }
 

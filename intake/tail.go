@@ -218,7 +218,7 @@ func tailScanCursor(row pgx.Row, extra ...any) (tailCursorRow, error) {
 	if err := row.Scan(dest...); err != nil {
 		return c, err
 	}
-	c.noTZ = tsType == "timestamp"
+	c.noTZ = tsType == TSLocalTime
 	if zone != nil {
 		c.zone = *zone
 	}

@@ -234,16 +234,16 @@ func (ref *Reference) objectRow(sub Substrate, profile map[string]gcos.CoverageP
 	switch {
 	case b.Parent != nil: // an inherited child is represented by its anchor's group, unless named one by one
 	case p.IndependentlyAuthoritative:
-		reason = "independently_authoritative"
+		reason = gcos.ObjectRowIndependentlyAuthoritative
 	case p.WritePath && slices.Contains(opts.ObjectRiskClasses, ref.Groups[groups[0]].RiskClass):
-		reason = "high_risk_write_path"
+		reason = gcos.ObjectRowHighRiskWritePath
 	}
 	// An exception naming the object: the one that holds in a scope of the ruleset (lowest scope, then id), else
 	// the first naming such a scope. Only the one that holds suppresses, and only in its own scope.
 	var holds *gcos.ExceptionRow
 	chosen := -1
 	if len(exceptions) > 0 {
-		reason = "exception"
+		reason = gcos.ObjectRowException
 		xs := slices.Clone(exceptions)
 		sort.Slice(xs, func(i, j int) bool {
 			if deref(xs[i].ScopeCode) != deref(xs[j].ScopeCode) {
@@ -278,7 +278,7 @@ func (ref *Reference) objectRow(sub Substrate, profile map[string]gcos.CoverageP
 		finding, held = sub.InputFindings[b.Ref()]
 	}
 	if held {
-		reason = "open_finding"
+		reason = gcos.ObjectRowOpenFinding
 	}
 	if reason == "" {
 		return nil

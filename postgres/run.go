@@ -78,9 +78,9 @@ func (s *Store) StartRun(ctx context.Context, runID, mode, phase string) error {
 // FinishRun records how a run ended. Only a running run ends: one a successor of its role marked abandoned stays
 // so (ErrLeaseLost), and a fenced run whose lease is gone cannot record success either.
 func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr error) error {
-	status, msg := "succeeded", (*string)(nil)
+	status, msg := RunSucceeded, (*string)(nil)
 	if runErr != nil {
-		status = "failed"
+		status = RunFailed
 		m := runErr.Error()
 		msg = &m
 	}
@@ -101,7 +101,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr
 		if err := tx.QueryRow(ctx, `SELECT status FROM candidate_scan_run WHERE run_id = $1`, runID).Scan(&was); err != nil {
 			return err
 		}
-		if was == "abandoned" {
+		if was == RunAbandoned {
 			return fmt.Errorf("run %s was abandoned by a successor in its role: %w", runID, ErrLeaseLost)
 		}
 		if runErr == nil {
@@ -122,6 +122,31 @@ const (
 	ModeFullAudit   = "full_audit"
 	ModeBackfill    = "backfill"
 )
+
+// ScanModes lists every scan mode.
+var ScanModes = []string{ModeBackfill, ModeEvent, ModeIncremental, ModeFullAudit}
+
+// Run phases (candidate_scan_run.phase): what a run of each mode is doing.
+const (
+	PhaseSeeding     = "seeding"     // a backfill
+	PhaseReconciling = "reconciling" // kept by the schema for a reconciling pass; no run takes it today
+	PhaseScanning    = "scanning"    // an event or incremental scan
+	PhaseAuditing    = "auditing"    // a full audit
+)
+
+// RunPhases lists every run phase.
+var RunPhases = []string{PhaseSeeding, PhaseReconciling, PhaseScanning, PhaseAuditing}
+
+// Run statuses (candidate_scan_run.status).
+const (
+	RunRunning   = "running"
+	RunSucceeded = "succeeded"
+	RunFailed    = "failed"
+	RunAbandoned = "abandoned" // its holder lost the role before finishing
+)
+
+// RunStatuses lists every run status.
+var RunStatuses = []string{RunRunning, RunSucceeded, RunFailed, RunAbandoned}
 
 // NotifyChannel is the LISTEN/NOTIFY channel a dirty mark wakes event-driven scanners on. Polling remains the
 // source of truth: a lost notification only delays a scan.

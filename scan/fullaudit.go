@@ -74,7 +74,7 @@ func (s *Stage) FullAuditIfDue(ctx context.Context, interval time.Duration, prog
 func (s *Stage) runFullAudit(ctx context.Context, progress func(done, total int64)) (AuditResult, error) {
 	start := time.Now()
 	res := AuditResult{RunID: postgres.NewRunID("gov-audit")}
-	if err := s.core.StartRun(ctx, res.RunID, postgres.ModeFullAudit, "auditing"); err != nil {
+	if err := s.core.StartRun(ctx, res.RunID, postgres.ModeFullAudit, postgres.PhaseAuditing); err != nil {
 		return res, err
 	}
 	err := s.fullAudit(ctx, progress, &res)

@@ -173,9 +173,9 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			return nil
 		}
 		if newRun {
-			phase := "scanning"
+			phase := postgres.PhaseScanning
 			if opts.Mode == postgres.ModeFullAudit {
-				phase = "auditing"
+				phase = postgres.PhaseAuditing
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO candidate_scan_run (run_id, mode, phase, ruleset_version) VALUES ($1, $2, $3, $4)`,
 				res.RunID, opts.Mode, phase, rs.Version); err != nil {
