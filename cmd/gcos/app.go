@@ -256,6 +256,33 @@ func (a *app) openPrepared(ctx context.Context, createSubstrate bool) (*postgres
 	return store, nil
 }
 
+// storeRunE is the one shape of a command that reads or acts on the store: open it prepared, run do, and print the
+// result as JSON (--json) or as text(result). A command checks its flags before anything opens, in its Args
+// (argsAnd), so bad input costs no connection and changes nothing.
+func storeRunE[T any](a *app, do func(ctx context.Context, store *postgres.Store, args []string) (T, error), text func(T) string) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		store, err := a.openPrepared(cmd.Context(), false)
+		if err != nil {
+			return err
+		}
+		res, err := do(cmd.Context(), store, args)
+		if err != nil {
+			return err
+		}
+		return a.print(res, text(res))
+	}
+}
+
+// argsAnd is a positional-argument rule followed by a check of the flags; cobra runs both before RunE.
+func argsAnd(rule cobra.PositionalArgs, check func(args []string) error) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := rule(cmd, args); err != nil {
+			return err
+		}
+		return check(args)
+	}
+}
+
 func (a *app) close() {
 	if a.store != nil {
 		a.store.Close()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // eventsCommand is `gcos events`: the governance event domain (SB-11). Registering writes the vocabulary inactive;
@@ -19,15 +21,9 @@ func (a *app) eventsCommand() *cobra.Command {
 		Use:   "register",
 		Short: "write the governance vocabulary into event_type_registry, inactive (idempotent; never deactivates)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			res, err := store.RegisterVocabulary(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.RegisterResult, error) {
+			return store.RegisterVocabulary(ctx)
+		}, func(res postgres.RegisterResult) string {
 			human := fmt.Sprintf("domain %s: %d types registered (inactive), %d already present, vocabulary of %d",
 				res.Domain, len(res.Registered), res.Present, res.Total)
 			if len(res.Drifted) > 0 {
@@ -36,27 +32,23 @@ func (a *app) eventsCommand() *cobra.Command {
 			if len(res.Registered) > 0 {
 				human += "\nactivate each with: gcos events activate TYPE --approval REF"
 			}
-			return a.print(res, human)
-		},
+			return human
+		}),
 	}
 
 	var approval, by string
 	activate := &cobra.Command{
 		Use:   "activate TYPE",
 		Short: "activate one registered governance event type (needs --approval; audited)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args: argsAnd(cobra.ExactArgs(1), func(args []string) error {
 			if strings.TrimSpace(approval) == "" {
 				return gcos.Errorf(gcos.EINVALID, "--approval: an approval reference is required to activate %s", args[0])
 			}
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			res, err := store.ActivateEventType(cmd.Context(), args[0], approval, by)
-			if err != nil {
-				return err
-			}
+			return nil
+		}),
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (postgres.ActivateResult, error) {
+			return store.ActivateEventType(ctx, args[0], approval, by)
+		}, func(res postgres.ActivateResult) string {
 			human := fmt.Sprintf("%s is active (approval %s, by %s, audit row %d)", res.EventType, res.ApprovalRef,
 				res.ActivatedBy, res.AuditID)
 			if !res.Activated {
@@ -65,8 +57,8 @@ func (a *app) eventsCommand() *cobra.Command {
 			if res.PendingBacklog > 0 {
 				human += fmt.Sprintf("\n%d captured signals wait: run gcos events promote", res.PendingBacklog)
 			}
-			return a.print(res, human)
-		},
+			return human
+		}),
 	}
 	activate.Flags().StringVar(&approval, "approval", "", "approval reference (required)")
 	activate.Flags().StringVar(&by, "by", "gcos", "who activates (recorded in the audit row)")
@@ -75,36 +67,23 @@ func (a *app) eventsCommand() *cobra.Command {
 		Use:   "promote",
 		Short: "move captured signals whose type is now active from event_pending to event_outbox, in capture order",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			res, err := store.PromotePending(cmd.Context())
-			if err != nil {
-				return err
-			}
-			human := fmt.Sprintf("%d promoted, %d already in the outbox, %d dead-lettered, %d still held (type not active)",
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.PromoteResult, error) {
+			return store.PromotePending(ctx)
+		}, func(res postgres.PromoteResult) string {
+			return fmt.Sprintf("%d promoted, %d already in the outbox, %d dead-lettered, %d still held (type not active)",
 				res.Promoted, res.Duplicates, res.DeadLettered, res.Held)
-			return a.print(res, human)
-		},
+		}),
 	}
 
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "list the governance event types, their state and captured backlog",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			rows, err := store.ListEventTypes(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) ([]postgres.EventTypeRow, error) {
+			return store.ListEventTypes(ctx)
+		}, func(rows []postgres.EventTypeRow) string {
 			if len(rows) == 0 {
-				return a.print(rows, "no governance event types registered: run gcos events register")
+				return "no governance event types registered: run gcos events register"
 			}
 			var b strings.Builder
 			tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -120,33 +99,29 @@ func (a *app) eventsCommand() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.EventType, r.EventStream, r.DeliveryLane, r.DefaultSeverity, state, r.Pending)
 			}
 			_ = tw.Flush()
-			return a.print(rows, b.String())
-		},
+			return b.String()
+		}),
 	}
 
 	var limit int
+	var recipient string
 	notifications := &cobra.Command{
 		Use:   "notifications RECIPIENT",
 		Short: "show the governance events RECIPIENT should be notified of (subscribed, not muted, not yet read)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			ns, err := store.Notifications(cmd.Context(), args[0], limit)
-			if err != nil {
-				return err
-			}
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) ([]postgres.Notification, error) {
+			recipient = args[0]
+			return store.Notifications(ctx, args[0], limit)
+		}, func(ns []postgres.Notification) string {
 			if len(ns) == 0 {
-				return a.print(ns, "nothing to notify "+args[0]+" of")
+				return "nothing to notify " + recipient + " of"
 			}
 			var b strings.Builder
 			for _, n := range ns {
 				fmt.Fprintf(&b, "%s  %s  %s  (event %s)\n", n.Event.Type, n.Event.CanonicalAddress, n.Event.Severity, n.Event.ID)
 			}
-			return a.print(ns, b.String())
-		},
+			return b.String()
+		}),
 	}
 	notifications.Flags().IntVar(&limit, "limit", 100, "at most this many (1–1000)")
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -16,48 +17,44 @@ func (a *app) explainCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "explain --object COLLECTION:CODE | --group KEY",
 		Short: "the reproducible statement behind an object's or a group's verdict",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: argsAnd(cobra.NoArgs, func([]string) error {
 			if (object == "") == (group == "") {
 				return gcos.Errorf(gcos.EINVALID, "give exactly one of --object COLLECTION:CODE or --group KEY")
 			}
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			var ex postgres.Explanation
+			return nil
+		}),
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.Explanation, error) {
 			if object != "" {
-				ex, err = store.ExplainObject(cmd.Context(), object)
-			} else {
-				ex, err = store.ExplainGroup(cmd.Context(), group)
+				return store.ExplainObject(ctx, object)
 			}
-			if err != nil {
-				return err
-			}
-			var b strings.Builder
-			fmt.Fprintf(&b, "%s\n", ex.Subject)
-			for i, row := range ex.Rows {
-				eff := row.Effective
-				state := "clean"
-				if !eff.Clean {
-					state = "not clean: " + strings.Join(eff.Reasons, ", ")
-				}
-				age := ""
-				if row.Age != "" {
-					age = ", scanned " + row.Age + " ago"
-				}
-				fmt.Fprintf(&b, "\n[%s %s%s] effective %s (%s%s)\n", row.Source, row.Key, scopeSuffix(row.Scope), eff.Verdict, state, age)
-				if i < len(ex.Statements) {
-					fmt.Fprintf(&b, "  %s\n", ex.Statements[i])
-				}
-			}
-			for _, scope := range ex.MissingScopes {
-				fmt.Fprintf(&b, "\n[no group in scope %s] unknown: the gate blocks\n", scope)
-			}
-			return a.print(ex, b.String())
-		},
+			return store.ExplainGroup(ctx, group)
+		}, explainText),
 	}
 	cmd.Flags().StringVar(&object, "object", "", "the object, COLLECTION:CODE")
 	cmd.Flags().StringVar(&group, "group", "", "a group key (32 hex digits)")
 	return cmd
+}
+
+func explainText(ex postgres.Explanation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", ex.Subject)
+	for i, row := range ex.Rows {
+		eff := row.Effective
+		state := "clean"
+		if !eff.Clean {
+			state = "not clean: " + strings.Join(eff.Reasons, ", ")
+		}
+		age := ""
+		if row.Age != "" {
+			age = ", scanned " + row.Age + " ago"
+		}
+		fmt.Fprintf(&b, "\n[%s %s%s] effective %s (%s%s)\n", row.Source, row.Key, scopeSuffix(row.Scope), eff.Verdict, state, age)
+		if i < len(ex.Statements) {
+			fmt.Fprintf(&b, "  %s\n", ex.Statements[i])
+		}
+	}
+	for _, scope := range ex.MissingScopes {
+		fmt.Fprintf(&b, "\n[no group in scope %s] unknown: the gate blocks\n", scope)
+	}
+	return b.String()
 }

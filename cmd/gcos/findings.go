@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -18,41 +19,44 @@ func (a *app) findingsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "findings [--open] [--type T]",
 		Short: "GCOS findings (system_issues), newest first",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: argsAnd(cobra.NoArgs, func([]string) error {
 			if f.Limit < 0 || f.Limit > 1000 {
 				return gcos.Errorf(gcos.EINVALID, "--limit %d: want 1..1000", f.Limit)
 			}
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			list, err := store.ListFindings(cmd.Context(), f)
-			if err != nil {
-				return err
-			}
+			return nil
+		}),
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (findingList, error) {
+			list, err := store.ListFindings(ctx, f)
 			if list == nil {
 				list = []postgres.FindingRow{}
 			}
-			var b strings.Builder
-			if len(list) == 0 {
-				b.WriteString("no findings\n")
-			} else {
-				tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tLAST SEEN\tTYPE\tSEVERITY\tSTATUS\tSEEN\tREOPENED\tKEY")
-				for _, x := range list {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", x.ID, anyTime(x.LastSeenAt), x.IssueType, x.Severity,
-						x.Status, x.OccurrenceCount, x.ReopenCount, x.CoalesceKey)
-				}
-				_ = tw.Flush()
-			}
-			return a.print(map[string]any{"findings": list}, b.String())
-		},
+			return findingList{list}, err
+		}, findingsText),
 	}
 	cmd.Flags().BoolVar(&f.OpenOnly, "open", false, "only open findings")
 	cmd.Flags().StringVar(&f.IssueType, "type", "", "only this issue type (e.g. handoff_lag)")
 	cmd.Flags().IntVar(&f.Limit, "limit", 100, "at most this many (1..1000)")
 	return cmd
+}
+
+// findingList is what `gcos findings --json` prints.
+type findingList struct {
+	Findings []postgres.FindingRow `json:"findings"`
+}
+
+func findingsText(l findingList) string {
+	if len(l.Findings) == 0 {
+		return "no findings\n"
+	}
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tLAST SEEN\tTYPE\tSEVERITY\tSTATUS\tSEEN\tREOPENED\tKEY")
+	for _, x := range l.Findings {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", x.ID, anyTime(x.LastSeenAt), x.IssueType, x.Severity,
+			x.Status, x.OccurrenceCount, x.ReopenCount, x.CoalesceKey)
+	}
+	_ = tw.Flush()
+	return b.String()
 }
 
 // anyTime formats a timestamp scanned into an any (FindingRow keeps them untyped).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -8,6 +9,7 @@ import (
 
 	"gcos/daemon"
 	"gcos/intake"
+	"gcos/postgres"
 )
 
 // intakeCommand is `gcos intake [--once]`: the intake stage alone, or one catch-up pass of it.
@@ -53,36 +55,24 @@ func (a *app) cursorCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "cursor", Short: "intake cursors"}
 	list := &cobra.Command{
 		Use: "list", Short: "list cursors", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			cs, err := intake.New(store).ListCursors(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) ([]intake.Cursor, error) {
+			return intake.New(store).ListCursors(ctx)
+		}, func(cs []intake.Cursor) string {
 			var b strings.Builder
 			for _, c := range cs {
 				fmt.Fprintf(&b, "%-20s %-20s seen %d, dead-lettered %d\n", c.Source, c.Position, c.EventsSeen, c.DeadLettered)
 			}
-			return a.print(cs, b.String())
-		},
+			return b.String()
+		}),
 	}
 	var to string
 	reset := &cobra.Command{
 		Use: "reset SOURCE", Short: "move a cursor back to a watermark (start | RFC3339 | RFC3339/id) to replay", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			c, err := intake.New(store).ResetCursor(cmd.Context(), args[0], to)
-			if err != nil {
-				return err
-			}
-			return a.print(c, fmt.Sprintf("%s reset to %s", c.Source, c.Position))
-		},
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (intake.Cursor, error) {
+			return intake.New(store).ResetCursor(ctx, args[0], to)
+		}, func(c intake.Cursor) string {
+			return fmt.Sprintf("%s reset to %s", c.Source, c.Position)
+		}),
 	}
 	reset.Flags().StringVar(&to, "to", "", "watermark: start, an RFC3339 instant, or instant/id")
 	_ = reset.MarkFlagRequired("to")

@@ -1,47 +1,42 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"gcos/postgres"
 )
 
 func (a *app) rulesetCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "ruleset", Short: "content-addressed ruleset versions"}
 	var by string
+	type computed struct {
+		Ruleset postgres.RulesetRow `json:"ruleset"`
+		Created bool                `json:"created"`
+	}
 	compute := &cobra.Command{
 		Use: "compute", Short: "hash the current rule registries and verdict policy into a draft version", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			row, created, err := store.ComputeRuleset(cmd.Context(), by)
-			if err != nil {
-				return err
-			}
-			state := "unchanged"
-			if created {
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (computed, error) {
+			row, created, err := store.ComputeRuleset(ctx, by)
+			return computed{row, created}, err
+		}, func(c computed) string {
+			row, state := c.Ruleset, "unchanged"
+			if c.Created {
 				state = "new draft"
 			}
-			return a.print(map[string]any{"ruleset": row, "created": created},
-				fmt.Sprintf("%s (%s, status %s, proposed by %s): %d measurements, %d laws, absent %v",
-					row.Version, state, row.Status, row.ProposedBy, len(row.Summary.MeasurementIDs), len(row.Summary.LawCodes), row.Summary.Absent))
-		},
+			return fmt.Sprintf("%s (%s, status %s, proposed by %s): %d measurements, %d laws, absent %v",
+				row.Version, state, row.Status, row.ProposedBy, len(row.Summary.MeasurementIDs), len(row.Summary.LawCodes), row.Summary.Absent)
+		}),
 	}
 	compute.Flags().StringVar(&by, "by", "gcos", "proposer")
 	list := &cobra.Command{
 		Use: "list", Short: "list ruleset versions", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			rows, err := store.ListRulesets(cmd.Context())
-			if err != nil {
-				return err
-			}
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) ([]postgres.RulesetRow, error) {
+			return store.ListRulesets(ctx)
+		}, func(rows []postgres.RulesetRow) string {
 			var b strings.Builder
 			for _, r := range rows {
 				fmt.Fprintf(&b, "%s  %-10s proposed by %s at %s", r.Version, r.Status, r.ProposedBy, r.ProposedAt.UTC().Format("2006-01-02T15:04:05Z"))
@@ -50,59 +45,41 @@ func (a *app) rulesetCommand() *cobra.Command {
 				}
 				b.WriteString("\n")
 			}
-			return a.print(rows, b.String())
-		},
+			return b.String()
+		}),
 	}
 	show := &cobra.Command{
 		Use: "show VERSION", Short: "show one ruleset version", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			r, err := store.GetRuleset(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return a.print(r, fmt.Sprintf("%s %s\ncontent_hash %s\nproposed by %s; supersedes %s\nmeasurements %d, laws %v, absent %v",
-				r.Version, r.Status, r.ContentHash, r.ProposedBy, deref(r.Supersedes), len(r.Summary.MeasurementIDs), r.Summary.LawCodes, r.Summary.Absent))
-		},
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (postgres.RulesetRow, error) {
+			return store.GetRuleset(ctx, args[0])
+		}, func(r postgres.RulesetRow) string {
+			return fmt.Sprintf("%s %s\ncontent_hash %s\nproposed by %s; supersedes %s\nmeasurements %d, laws %v, absent %v",
+				r.Version, r.Status, r.ContentHash, r.ProposedBy, deref(r.Supersedes), len(r.Summary.MeasurementIDs), r.Summary.LawCodes, r.Summary.Absent)
+		}),
 	}
 	diff := &cobra.Command{
 		Use: "diff FROM TO", Short: "changed components, rule rows and the groups the change would dirty", Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			d, err := store.DiffRulesets(cmd.Context(), args[0], args[1])
-			if err != nil {
-				return err
-			}
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (postgres.RulesetDiffReport, error) {
+			return store.DiffRulesets(ctx, args[0], args[1])
+		}, func(d postgres.RulesetDiffReport) string {
 			human := fmt.Sprintf("%s → %s\nchanged components: %v\nmeasurements: +%v -%v ~%v\npolicy changed: %v\nwould dirty %d of %d groups",
 				d.From, d.To, d.ChangedComponents, d.Measurements.Added, d.Measurements.Removed, d.Measurements.Modified,
 				d.PolicyChanged, len(d.Groups), d.GroupsTotal)
 			if len(d.Unresolved) > 0 {
 				human += fmt.Sprintf("\nUNRESOLVED law codes %v: every group is dirtied and ruleset_drift is raised on activation", d.Unresolved)
 			}
-			return a.print(d, human)
-		},
+			return human
+		}),
 	}
 	var approval, actor string
 	activate := &cobra.Command{
 		Use: "activate VERSION", Short: "activate a draft (needs --approval and an actor other than the proposer)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			res, err := store.ActivateRuleset(cmd.Context(), args[0], approval, actor)
-			if err != nil {
-				return err
-			}
-			return a.print(res, fmt.Sprintf("%s active (supersedes %s); %d groups dirtied, %d carried unchanged",
-				res.Version, deref(res.Superseded), res.DirtiedGroups, res.CarriedGroups))
-		},
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (postgres.ActivationResult, error) {
+			return store.ActivateRuleset(ctx, args[0], approval, actor)
+		}, func(res postgres.ActivationResult) string {
+			return fmt.Sprintf("%s active (supersedes %s); %d groups dirtied, %d carried unchanged",
+				res.Version, deref(res.Superseded), res.DirtiedGroups, res.CarriedGroups)
+		}),
 	}
 	activate.Flags().StringVar(&approval, "approval", "", "approval reference (required)")
 	activate.Flags().StringVar(&actor, "by", "", "approving actor (required; not the proposer)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -23,22 +24,14 @@ func (a *app) statusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "workers and heartbeats, lags, the dirty set, the active ruleset and the last snapshot",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (StatusReport, error) {
+			sum, err := store.Summary(ctx)
 			if err != nil {
-				return err
+				return StatusReport{}, err
 			}
-			sum, err := store.Summary(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ws, err := store.Workers(cmd.Context())
-			if err != nil {
-				return err
-			}
-			rep := StatusReport{Summary: sum, Workers: ws}
-			return a.print(rep, statusText(rep))
-		},
+			ws, err := store.Workers(ctx)
+			return StatusReport{Summary: sum, Workers: ws}, err
+		}, statusText),
 	}
 }
 

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"gcos/postgres"
 	"gcos/world"
 )
 
@@ -40,20 +42,21 @@ func (a *app) worldCommand() *cobra.Command {
 		Use:   "add-children",
 		Short: "add N inherited children under one container of an existing world",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			ref, err := world.AddChildren(cmd.Context(), store.Pool(), n, seed)
-			if err != nil {
-				return err
-			}
-			return a.print(map[string]any{"container": ref.String(), "children": n}, fmt.Sprintf("added %d children under %s", n, ref))
-		},
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (addedChildren, error) {
+			ref, err := world.AddChildren(ctx, store.Pool(), n, seed)
+			return addedChildren{Container: ref.String(), Children: n}, err
+		}, func(c addedChildren) string {
+			return fmt.Sprintf("added %d children under %s", c.Children, c.Container)
+		}),
 	}
 	children.Flags().IntVar(&n, "n", 1000, "children to add")
 	children.Flags().Uint64Var(&seed, "seed", 1, "seed")
 	cmd.AddCommand(gen, children)
 	return cmd
+}
+
+// addedChildren is what `gcos world add-children --json` prints.
+type addedChildren struct {
+	Container string `json:"container"`
+	Children  int    `json:"children"`
 }
