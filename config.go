@@ -187,7 +187,7 @@ func (r ChangelogRule) matches(entityType, action string) bool {
 		if pattern == "" {
 			return true
 		}
-		return globMatch(pattern, s, true)
+		return MatchGlob(pattern, s, true)
 	}
 	return glob(r.EntityType, entityType) && glob(r.Action, action)
 }
@@ -249,7 +249,7 @@ func (c IntakeConfig) Trusted(sourceSystem string) bool {
 		return false
 	}
 	for _, p := range c.TrustedSources {
-		if globMatch(p, sourceSystem, false) {
+		if MatchGlob(p, sourceSystem, false) {
 			return true
 		}
 	}

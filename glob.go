@@ -8,7 +8,8 @@ import (
 	"sync"
 )
 
-// Glob is a name pattern of the configuration (trusted source systems, changelog rules). Its syntax is path.Match's
+// Glob is the one pattern syntax of GCOS: every configured or stored name pattern (trusted source systems and
+// changelog rules in the configuration, event_subscription.event_type and .event_stream) is one. Its syntax is path.Match's
 // with one difference: a name is not a path, so `*` matches any run of characters, `/` included ("svc/*" and "*"
 // both match "svc/etl", "*" matches "s7-America/New_York"). `?` matches one character, `[…]` a class (`[^…]`
 // negates), and `\` escapes the next character. Matching is whole-name.
@@ -103,6 +104,16 @@ func (g Glob) Match(name string) bool {
 	return g.re.MatchString(name)
 }
 
+// LiteralPrefix is the pattern's literal text before its first wildcard, and whether that is the whole pattern (a
+// literal): what an index or a LIKE can narrow a search with before Match decides.
+func (g Glob) LiteralPrefix() (prefix string, literal bool) {
+	i := strings.IndexAny(g.pattern, `*?[\`)
+	if i < 0 {
+		return g.pattern, true
+	}
+	return g.pattern[:i], false
+}
+
 // String is the pattern as written.
 func (g Glob) String() string { return g.pattern }
 
@@ -114,8 +125,9 @@ type globKey struct {
 	fold    bool
 }
 
-// globMatch matches one pattern; a malformed pattern matches nothing (configuration validation refuses it first).
-func globMatch(pattern, name string, fold bool) bool {
+// MatchGlob matches name against one pattern (ParseGlob), compiled once per process; a malformed pattern matches
+// nothing (configuration validation refuses it first).
+func MatchGlob(pattern, name string, fold bool) bool {
 	k := globKey{pattern, fold}
 	g, ok := globs.Load(k)
 	if !ok {

@@ -45,6 +45,29 @@ func TestGlob(t *testing.T) {
 	}
 }
 
+func TestGlobLiteralPrefix(t *testing.T) {
+	for _, c := range []struct {
+		pattern, prefix string
+		literal         bool
+	}{
+		{"governance.handoff.heartbeat", "governance.handoff.heartbeat", true},
+		{"governance.*", "governance.", false},
+		{"governance.*.heartbeat", "governance.", false},
+		{"gov?rnance", "gov", false},
+		{"[ab]x", "", false},
+		{`a\*`, "a", false},
+		{"*", "", false},
+	} {
+		g, err := ParseGlob(c.pattern, false)
+		if err != nil {
+			t.Fatalf("ParseGlob(%q): %v", c.pattern, err)
+		}
+		if prefix, literal := g.LiteralPrefix(); prefix != c.prefix || literal != c.literal {
+			t.Errorf("LiteralPrefix(%q) = %q, %v; want %q, %v", c.pattern, prefix, literal, c.prefix, c.literal)
+		}
+	}
+}
+
 func TestDefaultConfigTrustsEveryNamedSource(t *testing.T) {
 	in := DefaultConfig().Intake
 	for _, s := range []string{"birth-api", "svc/etl", "s7-America/New_York", "gcos:backfill", "a b"} {

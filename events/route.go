@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"gcos"
 )
 
 // Event is one event_outbox row as routing sees it: its addressing columns and its safe payload.
@@ -75,8 +77,8 @@ type Subscription struct {
 }
 
 // Matches reports whether the subscription selects e. Each set column must match: event_domain and
-// scope_subject_table exactly, event_type and event_stream exactly or as a prefix pattern ending in "*"
-// ("governance.*", "governance.handoff.*"). Every key of scope_filter must name a fact of the event (see
+// scope_subject_table exactly, event_type and event_stream as a pattern of GCOS's one syntax (gcos.Glob,
+// case-sensitive: "governance.*", "governance.handoff.*", "governance.*.heartbeat", or a literal type). Every key of scope_filter must name a fact of the event (see
 // Event.Fact) whose value equals the filter value, or one of them when the filter value is an array; a filter
 // key the event does not carry, or a filter value that is an object, does not match.
 func (s Subscription) Matches(e Event) bool {
@@ -101,13 +103,8 @@ func (s Subscription) Matches(e Event) bool {
 	return true
 }
 
-// patternMatch matches a literal, or a prefix pattern ending in "*".
-func patternMatch(pattern, value string) bool {
-	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
-		return strings.HasPrefix(value, prefix)
-	}
-	return pattern == value
-}
+// patternMatch matches a subscription's pattern (gcos.Glob, case-sensitive: event types are lower-case names).
+func patternMatch(pattern, value string) bool { return gcos.MatchGlob(pattern, value, false) }
 
 func filterValueMatch(want any, got string) bool {
 	if list, ok := want.([]any); ok {

@@ -84,16 +84,22 @@ func loadSubscriptions(ctx context.Context, q interface {
 	return subs, nil
 }
 
-// likePattern turns a subscription's event_type (nil, exact, or prefix "…*") into a LIKE pattern.
+// likePattern narrows the outbox read to a subscription's event_type (a gcos.Glob, nil for any): exactly a literal,
+// else by the pattern's literal prefix. events.RouteFor then matches the whole pattern.
 func likePattern(p *string) string {
 	if p == nil {
 		return "%"
 	}
 	esc := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-	if prefix, ok := strings.CutSuffix(*p, "*"); ok {
-		return esc.Replace(prefix) + "%"
+	g, err := gcos.ParseGlob(*p, false)
+	if err != nil {
+		return "" // a malformed pattern selects nothing (nothing but the empty type, which no event has)
 	}
-	return esc.Replace(*p)
+	prefix, literal := g.LiteralPrefix()
+	if literal {
+		return esc.Replace(prefix)
+	}
+	return esc.Replace(prefix) + "%"
 }
 
 // Notifications returns, oldest first and at most limit (default 100, at most 1000), the governance outbox events
