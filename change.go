@@ -33,13 +33,7 @@ var ChangeKinds = []ChangeKind{
 }
 
 // ParseChangeKind accepts one of ChangeKinds.
-func ParseChangeKind(s string) (ChangeKind, error) {
-	k := ChangeKind(s)
-	if slices.Contains(ChangeKinds, k) {
-		return k, nil
-	}
-	return "", Errorf(EINVALID, "unknown change kind %q", s)
-}
+func ParseChangeKind(s string) (ChangeKind, error) { return parseEnum(s, "change kind", ChangeKinds) }
 
 // EventType is the governance event a handoff of this kind emits (doc 41 §41.4 family A).
 func (k ChangeKind) EventType() string { return "governance.handoff." + string(k) }

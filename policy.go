@@ -36,11 +36,7 @@ func (v Verdict) Stored() bool { return slices.Contains(StoredVerdicts, v) }
 
 // ParseVerdict accepts a stored verdict or stale.
 func ParseVerdict(s string) (Verdict, error) {
-	v := Verdict(s)
-	if v.Stored() || v == VerdictStale {
-		return v, nil
-	}
-	return "", Errorf(EINVALID, "unknown verdict %q", s)
+	return parseEnum(s, "verdict", append(slices.Clip(StoredVerdicts), VerdictStale))
 }
 
 // InputQuality is an input-quality state of the input gate (doc 33); only accepted_for_candidate_scan proceeds.
@@ -68,11 +64,15 @@ var InputQualities = []InputQuality{
 
 // ParseInputQuality accepts one of InputQualities.
 func ParseInputQuality(s string) (InputQuality, error) {
-	q := InputQuality(s)
-	if slices.Contains(InputQualities, q) {
-		return q, nil
+	return parseEnum(s, "input quality state", InputQualities)
+}
+
+// parseEnum accepts s when it is one of values, else an EINVALID error naming what the enumeration is.
+func parseEnum[T ~string](s, what string, values []T) (T, error) {
+	if v := T(s); slices.Contains(values, v) {
+		return v, nil
 	}
-	return "", Errorf(EINVALID, "unknown input quality state %q", s)
+	return "", Errorf(EINVALID, "unknown %s %q", what, s)
 }
 
 // GroupFacts are the inputs the verdict policy may look at for one group; nil means the registry had no value.

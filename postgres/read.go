@@ -70,13 +70,8 @@ func (f *GroupFilter) Validate() error {
 // GroupView is one group as of now under the current ruleset: its dimensions, its stored candidate row (fields
 // are null when the group was never seeded under that ruleset) and its effective verdict.
 type GroupView struct {
-	GroupKey          string     `json:"group_key"`
-	ObjectClass       *string    `json:"object_class"`
-	SourceRegistry    *string    `json:"source_registry"`
-	AxisFamily        *string    `json:"axis_family"`
-	Scope             *string    `json:"scope"`
-	LifecycleStatus   *string    `json:"lifecycle_status"`
-	OwnerScope        *string    `json:"owner_scope"`
+	GroupKey string `json:"group_key"`
+	gcos.Dimensions
 	GroupMemberCount  int64      `json:"group_member_count"` // objects in the group (registry count)
 	SnapshotRef       *int64     `json:"source_snapshot_ref"`
 	SnapshotExists    bool       `json:"snapshot_exists"`
@@ -215,8 +210,8 @@ type ScanRunBrief struct {
 	GroupsScanned *int64     `json:"groups_scanned"`
 }
 
-// RulesetBrief is the ruleset verdicts are read under: the active one, else (before any activation) the newest
-// draft, whose status says so.
+// RulesetBrief is a ruleset version's lifecycle: what the summary names of the ruleset verdicts are read under (the
+// active one, else, before any activation, the newest draft, whose status says so) and the head of a RulesetRow.
 type RulesetBrief struct {
 	Version     string     `json:"ruleset_version"`
 	Status      string     `json:"status"`

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,15 +13,9 @@ import (
 
 // RulesetRow is one governance_ruleset row.
 type RulesetRow struct {
-	Version     string              `json:"ruleset_version"`
+	RulesetBrief
 	ContentHash string              `json:"content_hash"`
 	Summary     gcos.RulesetSummary `json:"components"`
-	Status      string              `json:"status"`
-	ProposedBy  string              `json:"proposed_by"`
-	ProposedAt  time.Time           `json:"proposed_at"`
-	ActivatedAt *time.Time          `json:"activated_at"`
-	ActivatedBy *string             `json:"activated_by"`
-	ApprovalRef *string             `json:"approval_ref"`
 	Supersedes  *string             `json:"supersedes"`
 	// Components are the rows that were hashed (not listed by default: large).
 	Components gcos.RulesetComponents `json:"-"`
