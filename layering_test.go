@@ -21,10 +21,11 @@ const module = "gcos"
 var stages = []string{"gcos/intake", "gcos/scan"}
 
 // pgxImporters are the only packages that may import the PostgreSQL driver: the core, the stages, the reference
-// evaluator, the synthetic world, the embedded cluster, and the benchmark (whose naive baselines are plain SQL).
+// evaluator, the synthetic world, the embedded cluster, the tests' fixtures, and the benchmark (whose naive
+// baselines are plain SQL).
 var pgxImporters = []string{
 	"gcos/postgres", "gcos/postgres/migration", "gcos/postgres/substrate", "gcos/postgres/pgtest",
-	"gcos/intake", "gcos/scan", "gcos/oracle", "gcos/world", "gcos/embeddedpg", "gcos/bench",
+	"gcos/intake", "gcos/scan", "gcos/oracle", "gcos/world", "gcos/embeddedpg", "gcos/gcostest", "gcos/bench",
 }
 
 // forbidden lists, per package, the module packages it must not import.
@@ -96,10 +97,13 @@ func TestLayering(t *testing.T) {
 			}
 		}
 	}
-	// Only the daemon's users import it: the command, the tests and the benchmark.
+	// Only the daemon's users import it: the command, the tests (and their fixtures) and the benchmark.
 	for pkg, imps := range graph {
-		if slices.Contains(imps, "gcos/daemon") && pkg != "gcos/cmd/gcos" && pkg != "gcos/bench" {
+		if slices.Contains(imps, "gcos/daemon") && !slices.Contains([]string{"gcos/cmd/gcos", "gcos/gcostest", "gcos/bench"}, pkg) {
 			t.Errorf("%s imports the daemon; only cmd/gcos, the tests and the benchmark start it", pkg)
+		}
+		if slices.Contains(imps, "gcos/gcostest") {
+			t.Errorf("%s imports the test fixtures outside a test", pkg)
 		}
 	}
 }

@@ -9,10 +9,9 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gcostest"
 	"gcos/intake"
-	"gcos/postgres"
 	"gcos/postgres/pgtest"
-	"gcos/world"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -23,23 +22,13 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestDaemonRunsEveryPart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pool := pgtest.NewDB(t)
-	if _, err := world.Generate(ctx, pool, world.Options{Births: 2000, Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := gcos.DefaultConfig()
-	cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
-	cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
-	cfg.Scan.StormFraction = 1
-	cfg.HTTP.InsecureNoAuth = true
-	store := postgres.New(pool, cfg, nil)
-	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
-		t.Fatal(err)
-	}
+	w := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 5, Config: func(cfg *gcos.Config) {
+		cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.StormFraction = 1
+		cfg.HTTP.InsecureNoAuth = true
+	}})
+	pool, store := w.Pool, w.Store
 	if _, err := daemon.New(daemon.Config{}); gcos.ErrorCode(err) != gcos.EINVALID {
 		t.Fatalf("a daemon without a store: %v, want EINVALID", err)
 	}

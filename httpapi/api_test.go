@@ -19,10 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gcos"
+	"gcos/gcostest"
 	"gcos/httpapi"
 	"gcos/intake"
 	"gcos/postgres"
-	"gcos/postgres/pgtest"
 	"gcos/world"
 )
 
@@ -42,22 +42,12 @@ type env struct {
 
 func newEnv(t *testing.T, births int, activate bool) *env {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	e := &env{ctx: ctx, pool: pool, store: postgres.New(pool, gcos.DefaultConfig(), nil)}
+	w := gcostest.New(t, gcostest.Options{Births: births, Seed: 7})
+	e := &env{ctx: w.Ctx, pool: w.Pool, store: w.Store}
 	if births > 0 {
-		if _, err := world.Generate(ctx, pool, world.Options{Births: births, Seed: 7}); err != nil {
-			t.Fatalf("generate: %v", err)
-		}
-		res, err := intake.New(e.store).Backfill(ctx, intake.BackfillOptions{})
-		if err != nil {
-			t.Fatalf("backfill: %v", err)
-		}
-		e.ruleset = res.RulesetVersion
+		e.ruleset = w.Backfill(t).RulesetVersion
 		if activate {
-			if _, err := e.store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
-				t.Fatalf("activate: %v", err)
-			}
+			w.Activate(t, e.ruleset)
 		}
 	}
 	h, err := httpapi.New(httpapi.Config{

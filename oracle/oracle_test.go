@@ -13,11 +13,10 @@ import (
 
 	"gcos"
 	"gcos/daemon"
-	"gcos/intake"
+	"gcos/gcostest"
 	"gcos/oracle"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
-	"gcos/world"
 )
 
 // TestMain keeps the differential test's default run short (a few sequences) unless -rapid.checks or RAPID_CHECKS
@@ -35,27 +34,12 @@ func TestMain(m *testing.M) {
 // fresh returns a store over a backfilled world whose ruleset is active and fully scanned.
 func fresh(t *testing.T, births int) (*postgres.Store, context.Context) {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	if _, err := world.Generate(ctx, pool, world.Options{Births: births, Seed: 11}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := gcos.DefaultConfig()
-	cfg.Scan.CoalesceWindow = gcos.Duration(10 * time.Millisecond)
-	cfg.Scan.StormFraction = 1
-	store := postgres.New(pool, cfg, nil)
-	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(daemon.Config{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Scan.Once(ctx, postgres.ModeIncremental); err != nil {
+	w := gcostest.Ready(t, gcostest.Options{Births: births, Seed: 11, Config: func(cfg *gcos.Config) {
+		cfg.Scan.CoalesceWindow = gcos.Duration(10 * time.Millisecond)
+		cfg.Scan.StormFraction = 1
+	}})
+	ctx, store := w.Ctx, w.Store
+	if _, err := w.Daemon(t, daemon.Config{}).Scan.Once(ctx, postgres.ModeIncremental); err != nil {
 		t.Fatal(err)
 	}
 	return store, ctx

@@ -6,6 +6,7 @@ import (
 
 	"gcos"
 	"gcos/events"
+	"gcos/gcostest"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 )
@@ -17,10 +18,9 @@ import (
 func TestSourceBindingDrivesEveryRead(t *testing.T) {
 	t.Parallel()
 	base := setup(t, 3000)
-	want := &bundle{ctx: base.ctx, pool: pgtest.Clone(t, base.pool), cfg: base.cfg}
-	want.store = postgres.New(want.pool, want.cfg, nil)
-	renamed := &bundle{ctx: base.ctx, pool: pgtest.Clone(t, base.pool)}
-	renamed.exec(t, `
+	want := bundleOf(gcostest.Over(t, pgtest.Clone(t, base.pool), nil))
+	renamedPool := pgtest.Clone(t, base.pool)
+	if _, err := renamedPool.Exec(base.ctx, `
 		ALTER TABLE birth_registry RENAME TO born_object;
 		ALTER TABLE born_object RENAME COLUMN status TO life_state;
 		ALTER TABLE born_object RENAME COLUMN entity_code TO object_code;
@@ -30,19 +30,18 @@ func TestSourceBindingDrivesEveryRead(t *testing.T) {
 		ALTER TABLE governance_responsibility_scope RENAME TO responsibility;
 		ALTER TABLE responsibility RENAME COLUMN scope_code TO code;
 		ALTER TABLE governance_object_ownership RENAME TO object_owner;
-		ALTER TABLE object_owner RENAME COLUMN owner_ref TO owner`)
-	renamed.cfg = gcos.DefaultConfig()
-	sb := &renamed.cfg.SourceBinding
-	sb.Birth.Table, sb.Birth.EntityCode = "born_object", "object_code"
-	sb.ObjectClass.Table, sb.SourceRegistry.Table = "born_object", "born_object"
-	sb.LifecycleStatus = gcos.ColumnBinding{Table: "born_object", Column: "life_state"}
-	sb.AxisFamily = gcos.ColumnBinding{Table: "axis_pivot", Column: "family", KeyColumn: "class_code"}
-	sb.Scope = gcos.ColumnBinding{Table: "responsibility", Column: "code"}
-	sb.OwnerScope = gcos.ColumnBinding{Table: "object_owner", Column: "owner"}
-	if err := renamed.cfg.Validate(); err != nil {
-		t.Fatalf("the renamed binding is refused: %v", err)
+		ALTER TABLE object_owner RENAME COLUMN owner_ref TO owner`); err != nil {
+		t.Fatal(err)
 	}
-	renamed.store = postgres.New(renamed.pool, renamed.cfg, nil)
+	renamed := bundleOf(gcostest.Over(t, renamedPool, func(cfg *gcos.Config) {
+		sb := &cfg.SourceBinding
+		sb.Birth.Table, sb.Birth.EntityCode = "born_object", "object_code"
+		sb.ObjectClass.Table, sb.SourceRegistry.Table = "born_object", "born_object"
+		sb.LifecycleStatus = gcos.ColumnBinding{Table: "born_object", Column: "life_state"}
+		sb.AxisFamily = gcos.ColumnBinding{Table: "axis_pivot", Column: "family", KeyColumn: "class_code"}
+		sb.Scope = gcos.ColumnBinding{Table: "responsibility", Column: "code"}
+		sb.OwnerScope = gcos.ColumnBinding{Table: "object_owner", Column: "owner"}
+	}))
 
 	// The default names no longer exist: a store bound to them is refused at start, naming what is missing.
 	if _, err := postgres.New(renamed.pool, gcos.DefaultConfig(), nil).Prepare(renamed.ctx, postgres.PrepareOptions{}); err == nil ||

@@ -12,11 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
-	"gcos/postgres/pgtest"
 	"gcos/scan"
-	"gcos/world"
 )
 
 // The handoff apply step (postgres.ApplyHandoff) driven by the real intake worker over a small synthetic world: every
@@ -50,25 +49,18 @@ func newHandoffEnv(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
 // newHandoffWorld is newHandoffEnv before the intake has read anything (its cursors are created at "start").
 func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	if _, err := world.Generate(ctx, pool, world.Options{Births: births, Changes: 100, Seed: 11}); err != nil {
-		t.Fatalf("generate world: %v", err)
-	}
-	cfg := gcos.DefaultConfig()
-	in := &cfg.Intake
-	in.PageSize = 500
-	in.PollInterval = gcos.Duration(20 * time.Millisecond)
-	in.HorizonGuard = gcos.Duration(hoGuard)
-	in.BackoffBase, in.BackoffMax = gcos.Duration(time.Millisecond), gcos.Duration(4*time.Millisecond)
-	in.MaxAttempts = 3
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{ctx: ctx, pool: pool, store: postgres.New(pool, cfg, nil), cfg: cfg}
+	b := bundleOf(gcostest.New(t, gcostest.Options{Births: births, Changes: 100, Seed: 11, Config: func(cfg *gcos.Config) {
+		in := &cfg.Intake
+		in.PageSize = 500
+		in.PollInterval = gcos.Duration(20 * time.Millisecond)
+		in.HorizonGuard = gcos.Duration(hoGuard)
+		in.BackoffBase, in.BackoffMax = gcos.Duration(time.Millisecond), gcos.Duration(4*time.Millisecond)
+		in.MaxAttempts = 3
+		if tweak != nil {
+			tweak(cfg)
+		}
+	}}))
+	ctx, cfg := b.ctx, b.cfg
 	res := b.backfill(t)
 	b.activate(t, res.RulesetVersion)
 	// These tests hand off the whole history: undo the backfill's handshake (TestBackfillHandshake covers it).

@@ -7,13 +7,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
-	"gcos/world"
 )
 
-// bundle is what most store tests need: an isolated database, a store over it and a context.
+// bundle is what most store tests need: an isolated database, a store over it and a context (a gcostest.World's,
+// under the names these tests use; a test may swap the store for one under another configuration).
 type bundle struct {
 	ctx   context.Context
 	pool  *pgxpool.Pool
@@ -23,32 +24,26 @@ type bundle struct {
 
 // setup returns an isolated, migrated database with a small synthetic world of births.
 func setup(t *testing.T, births int) *bundle {
-	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	if births > 0 {
-		if _, err := world.Generate(ctx, pool, world.Options{Births: births, Seed: 7}); err != nil {
-			t.Fatalf("generate world: %v", err)
-		}
-	}
-	cfg := gcos.DefaultConfig()
-	return &bundle{ctx: ctx, pool: pool, store: postgres.New(pool, cfg, nil), cfg: cfg}
+	return bundleOf(gcostest.New(t, gcostest.Options{Births: births, Seed: 7}))
+}
+
+func bundleOf(w *gcostest.World) *bundle {
+	return &bundle{ctx: w.Ctx, pool: w.Pool, store: w.Store, cfg: w.Cfg}
+}
+
+// world is the bundle as a gcostest.World, over the bundle's current store.
+func (b *bundle) world() *gcostest.World {
+	return &gcostest.World{Ctx: b.ctx, Pool: b.pool, Store: b.store, Cfg: b.cfg}
 }
 
 func (b *bundle) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
-	if _, err := b.pool.Exec(b.ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	b.world().Exec(t, sql, args...)
 }
 
 func (b *bundle) count(t *testing.T, sql string, args ...any) int64 {
 	t.Helper()
-	var n int64
-	if err := b.pool.QueryRow(b.ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return b.world().Count(t, sql, args...)
 }
 
 // digest is an md5 over a query's rows in order, to prove rows unchanged byte for byte.
@@ -73,21 +68,13 @@ func (b *bundle) objectFingerprint(t *testing.T, object string) string {
 
 func (b *bundle) backfill(t *testing.T) intake.BackfillResult {
 	t.Helper()
-	res, err := intake.New(b.store).Backfill(b.ctx, intake.BackfillOptions{})
-	if err != nil {
-		t.Fatalf("backfill: %v", err)
-	}
-	return res
+	return b.world().Backfill(t)
 }
 
 // activate activates the current draft as a different actor than its proposer.
 func (b *bundle) activate(t *testing.T, version string) postgres.ActivationResult {
 	t.Helper()
-	res, err := b.store.ActivateRuleset(b.ctx, version, "APR-TEST-1", "test-approver")
-	if err != nil {
-		t.Fatalf("activate %s: %v", version, err)
-	}
-	return res
+	return b.world().Activate(t, version)
 }
 
 // pgtestClosedPool returns a pool on the bundle's database that is already closed: the store behind it cannot

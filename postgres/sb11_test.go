@@ -21,6 +21,7 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -63,20 +64,16 @@ FROM pg_class c WHERE c.oid = ANY (SELECT to_regclass(t) FROM unnest($1::text[])
 // audit rows, each with changed_by 'gcos:…' and entity_type 'governance_…'.
 func TestSB11_BirthUntouched(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	if _, err := world.Generate(ctx, pool, world.Options{Births: 800, Changes: 100, Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := gcos.DefaultConfig()
-	cfg.Intake.PageSize = 200
-	cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
-	cfg.Intake.HorizonGuard = gcos.Duration(hoGuard)
-	cfg.Intake.HeartbeatInterval = gcos.Duration(100 * time.Millisecond)
-	cfg.Intake.SilentGapThreshold = gcos.Duration(time.Second)
-	cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
-	cfg.Scan.IncrementalInterval = gcos.Duration(200 * time.Millisecond)
-	b := &bundle{ctx: ctx, pool: pool, store: postgres.New(pool, cfg, nil), cfg: cfg}
+	b := bundleOf(gcostest.New(t, gcostest.Options{Births: 800, Changes: 100, Seed: 5, Config: func(cfg *gcos.Config) {
+		cfg.Intake.PageSize = 200
+		cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+		cfg.Intake.HorizonGuard = gcos.Duration(hoGuard)
+		cfg.Intake.HeartbeatInterval = gcos.Duration(100 * time.Millisecond)
+		cfg.Intake.SilentGapThreshold = gcos.Duration(time.Second)
+		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.IncrementalInterval = gcos.Duration(200 * time.Millisecond)
+	}}))
+	ctx, pool, cfg := b.ctx, b.pool, b.cfg
 
 	var tables []string
 	for _, tb := range substrate.Tables {

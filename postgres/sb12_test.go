@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -30,13 +31,7 @@ import (
 // sb12World is setup without the registry_changelog history (SB-12 never reads it), so larger worlds stay quick.
 func sb12World(t *testing.T, births int) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	if _, err := world.Generate(ctx, pool, world.Options{Births: births, Seed: 7, Changes: -1}); err != nil {
-		t.Fatalf("generate world: %v", err)
-	}
-	cfg := gcos.DefaultConfig()
-	return &bundle{ctx: ctx, pool: pool, store: postgres.New(pool, cfg, nil), cfg: cfg}
+	return bundleOf(gcostest.New(t, gcostest.Options{Births: births, Seed: 7, Changes: -1}))
 }
 
 func (b *bundle) sb12Capture(t *testing.T, opts postgres.CaptureOptions) postgres.Snapshot {
@@ -1252,7 +1247,7 @@ func TestSB12_AuditCompleteness(t *testing.T) {
 	if err := b.pool.QueryRow(b.ctx, `SELECT changed_by, alert_detail FROM registry_changelog WHERE id = $1`, act.AuditID).Scan(&changedBy, &detail); err != nil {
 		t.Fatalf("activation audit id %d: %v", act.AuditID, err)
 	}
-	if !strings.Contains(changedBy, "test-approver") || !strings.Contains(detail, "APR-TEST-1") {
+	if !strings.Contains(changedBy, gcostest.Approver) || !strings.Contains(detail, gcostest.Approval) {
 		t.Fatalf("activation audit row: changed_by %q, detail %s", changedBy, detail)
 	}
 

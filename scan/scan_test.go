@@ -2,7 +2,7 @@ package scan_test
 
 import (
 	"context"
-	"gcos/intake"
+	"gcos/gcostest"
 	"gcos/oracle"
 	"slices"
 	"strings"
@@ -13,30 +13,17 @@ import (
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/scan"
-	"gcos/world"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func seeded(t *testing.T) (*postgres.Store, context.Context) {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	if _, err := world.Generate(ctx, pool, world.Options{Births: 3000, Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := gcos.DefaultConfig()
-	cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
-	cfg.Scan.StormFraction = 1
-	store := postgres.New(pool, cfg, nil)
-	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
-		t.Fatal(err)
-	}
-	return store, ctx
+	w := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 5, Config: func(cfg *gcos.Config) {
+		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.StormFraction = 1
+	}})
+	return w.Store, w.Ctx
 }
 
 func dirtyKeys(t *testing.T, store *postgres.Store, ctx context.Context, n int) []string {

@@ -8,10 +8,9 @@ import (
 	"testing"
 
 	"gcos"
-	"gcos/intake"
+	"gcos/gcostest"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
-	"gcos/world"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -87,19 +86,8 @@ func TestGateCommandExitsThreeUnlessAllowed(t *testing.T) {
 
 	t.Run("allow exits 0, block exits 3", func(t *testing.T) {
 		t.Parallel()
-		ctx := context.Background()
-		pool := pgtest.NewDB(t)
-		if _, err := world.Generate(ctx, pool, world.Options{Births: 20000, Seed: 7}); err != nil {
-			t.Fatal(err)
-		}
-		store := postgres.New(pool, gcos.DefaultConfig(), nil)
-		res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-CLI-1", "cli-approver"); err != nil {
-			t.Fatal(err)
-		}
+		w := gcostest.Ready(t, gcostest.Options{Births: 20000, Seed: 7})
+		ctx, pool := w.Ctx, w.Pool
 		object := func(having string) string {
 			var ref string
 			if err := pool.QueryRow(ctx, `

@@ -1,36 +1,21 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"gcos"
-	"gcos/intake"
+	"gcos/gcostest"
 	"gcos/oracle"
-	"gcos/postgres"
 	"gcos/postgres/pgtest"
-	"gcos/world"
 )
 
 // TestVerifyCommand: `gcos verify` exits 0 on a state that equals the reference and 1, naming the group and the
 // field, once a verdict is altered behind GCOS's back; --json prints the report.
 func TestVerifyCommand(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	if _, err := world.Generate(ctx, pool, world.Options{Births: 3000, Seed: 3}); err != nil {
-		t.Fatal(err)
-	}
-	store := postgres.New(pool, gcos.DefaultConfig(), nil)
-	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-CLI-1", "cli-approver"); err != nil {
-		t.Fatal(err)
-	}
+	w := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 3})
+	ctx, pool := w.Ctx, w.Pool
 	dsn := pgtest.DSN(pool)
 	if code, stdout, stderr := runGate(t, "--database-url", dsn, "verify", "--sample", "300"); code != 0 {
 		t.Fatalf("verify of a freshly backfilled world: exit %d\n%s\n%s", code, stdout, stderr)
