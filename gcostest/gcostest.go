@@ -127,6 +127,21 @@ func (w *World) Count(t testing.TB, sql string, args ...any) int64 {
 	return n
 }
 
+// Pairs is a two-column query as a map from the first column to the second.
+func (w *World) Pairs(t testing.TB, sql string, args ...any) map[string]string {
+	t.Helper()
+	rows, err := w.Pool.Query(w.Ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	out := map[string]string{}
+	var k, v string
+	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return out
+}
+
 // Strings is a query's first column as text.
 func (w *World) Strings(t testing.TB, sql string, args ...any) []string {
 	t.Helper()

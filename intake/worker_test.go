@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -29,19 +30,16 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	full := gcos.DefaultConfig()
-	cfg := full.Intake
-	cfg.PageSize = 25
-	cfg.PollInterval = gcos.Duration(20 * time.Millisecond)
-	cfg.HorizonGuard = gcos.Duration(10 * time.Millisecond)
-	cfg.BackoffBase = gcos.Duration(time.Millisecond)
-	cfg.BackoffMax = gcos.Duration(2 * time.Millisecond)
-	if _, err := pool.Exec(ctx, `CREATE TABLE intake_applied (source text NOT NULL, id bigint NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	return &env{ctx: ctx, pool: pool, store: postgres.New(pool, full, nil), cfg: cfg}
+	w := gcostest.New(t, gcostest.Options{Config: func(cfg *gcos.Config) {
+		in := &cfg.Intake
+		in.PageSize = 25
+		in.PollInterval = gcos.Duration(20 * time.Millisecond)
+		in.HorizonGuard = gcos.Duration(10 * time.Millisecond)
+		in.BackoffBase = gcos.Duration(time.Millisecond)
+		in.BackoffMax = gcos.Duration(2 * time.Millisecond)
+	}})
+	w.Exec(t, `CREATE TABLE intake_applied (source text NOT NULL, id bigint NOT NULL)`)
+	return &env{ctx: w.Ctx, pool: w.Pool, store: w.Store, cfg: w.Cfg.Intake}
 }
 
 func record(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {

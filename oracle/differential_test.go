@@ -16,6 +16,7 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -93,32 +94,20 @@ type env struct {
 // (GCOS knows its own rows by id, not by name); untrusted_changelog covers the quarantine.
 var trustedSources = []string{"import-*", "birth-*", "registry-*", "gcos:*"}
 
-func envConfig() gcos.Config {
-	cfg := gcos.DefaultConfig()
+// envConfig adjusts the default configuration for the differential runs.
+func envConfig(cfg *gcos.Config) {
 	cfg.Scan.CoalesceWindow = gcos.Duration(time.Millisecond)
 	cfg.Scan.StormFraction = 1
 	cfg.Intake.TrustedSources = trustedSources
 	cfg.Intake.PollInterval = gcos.Duration(10 * time.Millisecond)
-	return cfg
 }
 
 // builtWorld generates, backfills, activates and scans one world for a test, and closes it: every run clones it.
 func builtWorld(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewDB(t)
-	if _, err := world.Generate(ctx, pool, world.Options{Births: worldBirths, Seed: 19}); err != nil {
-		t.Fatalf("generate the world: %v", err)
-	}
-	store := postgres.New(pool, envConfig(), nil)
-	res, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
-	if err != nil {
-		t.Fatalf("backfill: %v", err)
-	}
-	if _, err := store.ActivateRuleset(ctx, res.RulesetVersion, "APR-1", "approver"); err != nil {
-		t.Fatalf("activate: %v", err)
-	}
-	e := &env{ctx: ctx, pool: pool, store: store}
+	w := gcostest.Ready(t, gcostest.Options{Births: worldBirths, Seed: 19, Config: envConfig})
+	pool := w.Pool
+	e := &env{ctx: w.Ctx, pool: pool, store: w.Store}
 	e.wire()
 	if err := e.settle(); err != nil {
 		t.Fatalf("settle the world: %v", err)
@@ -129,8 +118,8 @@ func builtWorld(t *testing.T) *pgxpool.Pool {
 
 // newEnv clones the built world for one run; t owns the clone (Drop ends it sooner).
 func newEnv(t *testing.T, built *pgxpool.Pool) *env {
-	pool := pgtest.Clone(t, built)
-	e := &env{ctx: context.Background(), pool: pool, store: postgres.New(pool, envConfig(), nil)}
+	w := gcostest.Over(t, pgtest.Clone(t, built), envConfig)
+	e := &env{ctx: w.Ctx, pool: w.Pool, store: w.Store}
 	e.wire()
 	return e
 }

@@ -77,19 +77,7 @@ func TestSourceBindingDrivesEveryRead(t *testing.T) {
 	}
 
 	// The gate reads the births by the bound names; so does the owner resolver read the registries.
-	var objects []string
-	rows, err := want.pool.Query(want.ctx, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 40`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var o string
-		if err := rows.Scan(&o); err != nil {
-			t.Fatal(err)
-		}
-		objects = append(objects, o)
-	}
-	rows.Close()
+	objects := want.strs(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 40`)
 	for _, o := range objects {
 		got, exp := renamed.store.Gate(renamed.ctx, o, "write"), want.store.Gate(want.ctx, o, "write")
 		if got.Decision != exp.Decision || strings.Join(got.Reasons, ";") != strings.Join(exp.Reasons, ";") {
@@ -97,19 +85,11 @@ func TestSourceBindingDrivesEveryRead(t *testing.T) {
 		}
 	}
 	queries := []events.OwnerQuery{{Scope: "policy"}, {Scope: "health"}, {Scope: "nosuch"}}
-	rows, err = want.pool.Query(want.ctx, `SELECT scope_code, coalesce(entity_type, ''), coalesce(collection_name, '')
-		FROM governance_object_ownership ORDER BY id LIMIT 5`)
-	if err != nil {
-		t.Fatal(err)
+	for _, row := range want.strs(t, `SELECT scope_code || '|' || coalesce(entity_type, '') || '|' || coalesce(collection_name, '')
+		FROM governance_object_ownership ORDER BY id LIMIT 5`) {
+		f := strings.Split(row, "|")
+		queries = append(queries, events.OwnerQuery{Scope: f[0], EntityType: f[1], CollectionName: f[2]})
 	}
-	for rows.Next() {
-		var q events.OwnerQuery
-		if err := rows.Scan(&q.Scope, &q.EntityType, &q.CollectionName); err != nil {
-			t.Fatal(err)
-		}
-		queries = append(queries, q)
-	}
-	rows.Close()
 	for _, q := range queries {
 		got, err1 := renamed.store.ResolveOwner(renamed.ctx, q)
 		exp, err2 := want.store.ResolveOwner(want.ctx, q)

@@ -14,6 +14,7 @@ import (
 
 	"gcos"
 	"gcos/events"
+	"gcos/gcostest"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/world"
@@ -41,32 +42,16 @@ func (e *evEnv) exec(t *testing.T, sql string, args ...any) {
 
 func (e *evEnv) n(t *testing.T, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := e.pool.QueryRow(e.ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return int(e.world().Count(t, sql, args...))
 }
 
 func (e *evEnv) strings(t *testing.T, sql string, args ...any) []string {
 	t.Helper()
-	rows, err := e.pool.Query(e.ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	defer rows.Close()
-	out := []string{}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return out
+	return e.world().Strings(t, sql, args...)
+}
+
+func (e *evEnv) world() *gcostest.World {
+	return &gcostest.World{Ctx: e.ctx, Pool: e.pool, Store: e.store}
 }
 
 func (e *evEnv) register(t *testing.T) postgres.RegisterResult {

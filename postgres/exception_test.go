@@ -116,7 +116,7 @@ func TestException_StopsCountingTheInstantItExpires(t *testing.T) {
 func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 20000, nil)
-	scopes := b.sb10Strings(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
+	scopes := b.strs(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
 	obj, orphanScope, _, _ := b.orphanInOneScope(t)
 	other := scopes[len(scopes)-1] // never the first scope, where an object row lands by default
 	if other == orphanScope {

@@ -75,7 +75,7 @@ func TestGate_HighRiskOrphanInAnyScopeBlocks(t *testing.T) {
 	t.Parallel()
 	// A coalesce window of 1 ns: only the once-per-verdict rule can keep a second ask from raising the orphan again.
 	b := seededWorld(t, 20000, func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(time.Nanosecond) })
-	scopes := b.sb10Strings(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
+	scopes := b.strs(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
 
 	t.Run("covered in every scope: allowed", func(t *testing.T) {
 		base, _ := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium'
@@ -152,7 +152,7 @@ func TestGate_HighRiskOrphanInAnyScopeBlocks(t *testing.T) {
 func TestGate_ObjectRowDoesNotHideItsGroups(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 20000, nil)
-	scopes := b.sb10Strings(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
+	scopes := b.strs(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
 	// A materialized high-risk object that is retired in every scope: allowed, on its row and on every group.
 	var obj, rowScope string
 	if err := b.pool.QueryRow(b.ctx, `

@@ -132,41 +132,6 @@ func (e *hoEnv) dirty(t *testing.T) map[string]string {
 		JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`)
 }
 
-func (e *hoEnv) pairs(t *testing.T, sql string, args ...any) map[string]string {
-	t.Helper()
-	rows, err := e.pool.Query(e.ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			t.Fatal(err)
-		}
-		out[k] = v
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func (e *hoEnv) strs(t *testing.T, sql string, args ...any) []string {
-	t.Helper()
-	rows, err := e.pool.Query(e.ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // hoBases is every birth with the base group it belongs to (its anchor's, for an inherited child), read straight
 // from birth_registry: the independent source of "which groups does this change affect".
 const hoBases = `

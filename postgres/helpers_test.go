@@ -46,6 +46,18 @@ func (b *bundle) count(t *testing.T, sql string, args ...any) int64 {
 	return b.world().Count(t, sql, args...)
 }
 
+// strs is a query's first column as text.
+func (b *bundle) strs(t *testing.T, sql string, args ...any) []string {
+	t.Helper()
+	return b.world().Strings(t, sql, args...)
+}
+
+// pairs is a two-column query as a map.
+func (b *bundle) pairs(t *testing.T, sql string, args ...any) map[string]string {
+	t.Helper()
+	return b.world().Pairs(t, sql, args...)
+}
+
 // digest is an md5 over a query's rows in order, to prove rows unchanged byte for byte.
 func (b *bundle) digest(t *testing.T, query string) string {
 	t.Helper()

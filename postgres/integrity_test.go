@@ -163,7 +163,7 @@ func TestHistoryKept(t *testing.T) {
 	})
 
 	t.Run("issue_ref follows the open finding", func(t *testing.T) {
-		key := b.sb12Strings(t, `SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1
+		key := b.strs(t, `SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1
 			AND risk_class NOT IN ('read/descriptive') ORDER BY group_key LIMIT 1`, first.RulesetVersion)[0]
 		b.exec(t, `UPDATE governance_candidate_state SET scan_time = now() - interval '2 days', stale_after = now() - interval '1 second' WHERE group_key = $1`, key)
 		if _, err := scan.New(b.store).ExpireStale(b.ctx); err != nil {

@@ -188,7 +188,7 @@ func TestFullAuditBaselineIsTheLastCompletedAudit(t *testing.T) {
 func TestMarkingNeverDeadlocks(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 1500, nil)
-	keys := b.sb12Strings(t, `SELECT group_key FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) ORDER BY 1`)
+	keys := b.strs(t, `SELECT group_key FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) ORDER BY 1`)
 	if len(keys) < 40 {
 		t.Fatalf("only %d groups", len(keys))
 	}

@@ -21,42 +21,6 @@ import (
 	"gcos/world"
 )
 
-// sb10Strings returns the first column of a query as strings.
-func (b *bundle) sb10Strings(t *testing.T, sql string, args ...any) []string {
-	t.Helper()
-	rows, err := b.pool.Query(b.ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return out
-}
-
-// sb10Pairs returns a two-column query as a map.
-func (b *bundle) sb10Pairs(t *testing.T, sql string, args ...any) map[string]string {
-	t.Helper()
-	rows, err := b.pool.Query(b.ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		out[k] = v
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return out
-}
-
 // sb10ExecErr runs a statement that must be refused and returns its SQLSTATE.
 func (b *bundle) sb10ExecErr(t *testing.T, sql string, args ...any) string {
 	t.Helper()
@@ -201,12 +165,12 @@ func TestSB10_NoCheckedForever(t *testing.T) {
 
 	// The schema cannot say "governed regardless of snapshot, ruleset and time".
 	for _, table := range []string{"governance_candidate_state", "governance_candidate_object"} {
-		bools := b.sb10Strings(t, `SELECT column_name FROM information_schema.columns
+		bools := b.strs(t, `SELECT column_name FROM information_schema.columns
 			WHERE table_schema = current_schema() AND table_name = $1 AND data_type = 'boolean' ORDER BY 1`, table)
 		if strings.Join(bools, ",") != "coverage_required,dirty" {
 			t.Fatalf("%s boolean columns = %v, want only coverage_required and dirty", table, bools)
 		}
-		nullable := b.sb10Pairs(t, `SELECT column_name, is_nullable FROM information_schema.columns
+		nullable := b.pairs(t, `SELECT column_name, is_nullable FROM information_schema.columns
 			WHERE table_schema = current_schema() AND table_name = $1`, table)
 		for _, col := range []string{"source_snapshot_ref", "ruleset_version", "scan_time", "stale_after", "candidate_verdict"} {
 			if nullable[col] != "NO" {
@@ -249,7 +213,7 @@ func TestSB10_NoCheckedForever(t *testing.T) {
 		if e := b.sb10Effective(t, key); !e.clean {
 			t.Fatalf("a refused update changed the row: %+v", e)
 		}
-		objects := b.sb10Strings(t, `SELECT candidate_key FROM governance_candidate_object ORDER BY 1 LIMIT 1`)
+		objects := b.strs(t, `SELECT candidate_key FROM governance_candidate_object ORDER BY 1 LIMIT 1`)
 		if len(objects) != 1 {
 			t.Fatal("no object row to check the object table's constraints on")
 		}
@@ -285,13 +249,13 @@ func TestSB10_NoCheckedForever(t *testing.T) {
 	})
 
 	t.Run("a decayed object row is re-derived, never left stale", func(t *testing.T) {
-		obj := b.sb10Strings(t, `SELECT candidate_key FROM governance_candidate_object WHERE lifecycle_status = 'active'
+		obj := b.strs(t, `SELECT candidate_key FROM governance_candidate_object WHERE lifecycle_status = 'active'
 			AND candidate_verdict NOT IN ('unknown', 'needs_input') ORDER BY 1 LIMIT 1`)
 		if len(obj) != 1 {
 			t.Fatal("no active object row")
 		}
 		effective := func() string {
-			return b.sb10Pairs(t, `SELECT candidate_key, effective_verdict FROM v_candidate_object_effective WHERE candidate_key = $1`, obj[0])[obj[0]]
+			return b.pairs(t, `SELECT candidate_key, effective_verdict FROM v_candidate_object_effective WHERE candidate_key = $1`, obj[0])[obj[0]]
 		}
 		clean := effective()
 		b.exec(t, `UPDATE governance_candidate_object SET scan_time = now() - interval '2 days', stale_after = now() - interval '1 second'
@@ -528,7 +492,7 @@ func TestSB10_SelectiveMaterialization(t *testing.T) {
 	}
 
 	// Every active object row is explained by exactly one criterion, derived here from the registries alone.
-	expected := b.sb10Pairs(t, `
+	expected := b.pairs(t, `
 		WITH crit AS (
 		    SELECT b.collection_name || ':' || b.entity_code AS key,
 		           CASE WHEN p.independently_authoritative THEN 'independently_authoritative' ELSE 'high_risk_write_path' END AS reason
@@ -547,7 +511,7 @@ func TestSB10_SelectiveMaterialization(t *testing.T) {
 		                     (SELECT reason FROM crit WHERE crit.key = k.key))
 		FROM (SELECT key FROM crit UNION SELECT key FROM exc UNION SELECT key FROM fnd) k
 		WHERE k.key IN (SELECT collection_name || ':' || entity_code FROM birth_registry)`, objectRisk)
-	got := b.sb10Pairs(t, `SELECT candidate_key, materialization_reason FROM governance_candidate_object WHERE lifecycle_status = 'active'`)
+	got := b.pairs(t, `SELECT candidate_key, materialization_reason FROM governance_candidate_object WHERE lifecycle_status = 'active'`)
 	for k, want := range expected {
 		if got[k] != want {
 			t.Fatalf("object %s: row reason %q, want %q", k, got[k], want)
@@ -559,7 +523,7 @@ func TestSB10_SelectiveMaterialization(t *testing.T) {
 		}
 	}
 	// Outside the criteria classes only the objects named one by one (exceptions, findings) have rows.
-	named := b.sb10Strings(t, `SELECT o.candidate_key FROM governance_candidate_object o
+	named := b.strs(t, `SELECT o.candidate_key FROM governance_candidate_object o
 		JOIN governance_coverage_profile p ON p.entity_type = o.object_type
 		WHERE o.lifecycle_status = 'active' AND NOT p.independently_authoritative
 		  AND NOT (p.write_path AND p.risk_class = ANY($1)) ORDER BY 1`, objectRisk)
@@ -578,7 +542,7 @@ func TestSB10_SelectiveMaterialization(t *testing.T) {
 		findRef:  "needs_input/invalid_schema/open_finding",
 		excRef:   "relevant/accepted_for_candidate_scan/exception",
 	} {
-		if v := b.sb10Pairs(t, `SELECT candidate_key, candidate_verdict || '/' || input_quality_state || '/' || materialization_reason
+		if v := b.pairs(t, `SELECT candidate_key, candidate_verdict || '/' || input_quality_state || '/' || materialization_reason
 			FROM governance_candidate_object WHERE candidate_key = $1 AND lifecycle_status = 'active'`, ref)[ref]; v != want {
 			t.Fatalf("object %s: %q, want %q", ref, v, want)
 		}
@@ -611,7 +575,7 @@ func TestSB10_SelectiveMaterialization(t *testing.T) {
 		if again.ObjectsRetired != 1 {
 			t.Fatalf("retired %d object rows, want the one whose finding closed", again.ObjectsRetired)
 		}
-		if v := b.sb10Pairs(t, `SELECT candidate_key, lifecycle_status FROM governance_candidate_object WHERE candidate_key = ANY($1)`,
+		if v := b.pairs(t, `SELECT candidate_key, lifecycle_status FROM governance_candidate_object WHERE candidate_key = ANY($1)`,
 			[]string{findRef, rogueRef}); v[findRef] != gcos.LifecycleRetired || v[rogueRef] != gcos.LifecycleActive {
 			t.Fatalf("after the finding closed: %v, want %s retired and %s still held", v, findRef, rogueRef)
 		}
@@ -730,7 +694,7 @@ func TestSB10_InvariantCloses(t *testing.T) {
 	})
 
 	births := b.count(t, `SELECT count(*) FROM birth_registry`)
-	scopes := b.sb10Strings(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
+	scopes := b.strs(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
 	closes := func(t *testing.T) postgres.LedgerReport {
 		t.Helper()
 		rep, err := b.store.Invariant(b.ctx, "")
@@ -866,7 +830,7 @@ func TestSB10_IdempotentKeys(t *testing.T) {
 		t.Fatalf("births %d, distinct keys %d, registries %d, canonical addresses %d: want 20000 unique keys over 78 registries, no address",
 			total, distinct, colls, canonical)
 	}
-	if bad := b.sb10Strings(t, `SELECT collection_name FROM birth_registry GROUP BY 1
+	if bad := b.strs(t, `SELECT collection_name FROM birth_registry GROUP BY 1
 		HAVING count(*) <> count(DISTINCT collection_name || ':' || entity_code)`); len(bad) != 0 {
 		t.Fatalf("registries with colliding keys: %v", bad)
 	}

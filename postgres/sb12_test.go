@@ -52,19 +52,6 @@ func (b *bundle) sb12Compute(t *testing.T, proposer string) (postgres.RulesetRow
 	return rs, created
 }
 
-func (b *bundle) sb12Strings(t *testing.T, sql string, args ...any) []string {
-	t.Helper()
-	rows, err := b.pool.Query(b.ctx, sql, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return out
-}
-
 // sb12OpenFindings counts open findings of (type, subject).
 func (b *bundle) sb12OpenFindings(t *testing.T, typ gcos.IssueType, subject string) int64 {
 	t.Helper()
@@ -82,7 +69,7 @@ func (b *bundle) sb12AddRule(t *testing.T, id, law string) {
 // sb12AuditSince lists the GCOS audit rows written after id, as "entity_type entity_code action".
 func (b *bundle) sb12AuditSince(t *testing.T, id int64) []string {
 	t.Helper()
-	return b.sb12Strings(t, `SELECT entity_type || ' ' || entity_code || ' ' || action FROM registry_changelog
+	return b.strs(t, `SELECT entity_type || ' ' || entity_code || ' ' || action FROM registry_changelog
 		WHERE id > $1 AND entity_type LIKE 'governance\_%' ORDER BY id`, id)
 }
 
@@ -229,7 +216,7 @@ func TestSB12_Reproducibility(t *testing.T) {
 
 	// Reordering the physical rows of every hashed registry changes nothing.
 	firstPhysical := func() string {
-		return b.sb12Strings(t, `SELECT measurement_id FROM measurement_registry LIMIT 1`)[0]
+		return b.strs(t, `SELECT measurement_id FROM measurement_registry LIMIT 1`)[0]
 	}
 	before := firstPhysical()
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
@@ -276,7 +263,7 @@ func TestSB12_Reproducibility(t *testing.T) {
 
 	// The human-readable statement resolves: the ruleset and the snapshot it names exist.
 	b.activate(t, first.Version)
-	object := b.sb12Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 1`)[0]
+	object := b.strs(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 1`)[0]
 	ex, err := b.store.ExplainObject(b.ctx, object)
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +371,7 @@ func sb12SnapshotDrift(t *testing.T) {
 		Scan(&base.class, &base.registry, &base.lifecycle); err != nil {
 		t.Fatal(err)
 	}
-	rows := b.sb12Strings(t, `SELECT group_key FROM governance_group WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status = $3 ORDER BY group_key`,
+	rows := b.strs(t, `SELECT group_key FROM governance_group WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status = $3 ORDER BY group_key`,
 		base.class, base.registry, base.lifecycle)
 	if int64(len(rows)) != scopes {
 		t.Fatalf("base group %v has %d group keys, want one per scope (%d)", base, len(rows), scopes)
@@ -689,7 +676,7 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 
 	// History the carry must preserve: a group outside S that was dirtied and re-scanned (clean, dirtied_at set),
 	// and one that is dirty right now.
-	outside := b.sb12Strings(t, `SELECT group_key FROM governance_group WHERE scope <> $1 ORDER BY group_key LIMIT 2`, scope)
+	outside := b.strs(t, `SELECT group_key FROM governance_group WHERE scope <> $1 ORDER BY group_key LIMIT 2`, scope)
 	if _, err := b.store.MarkDirty(b.ctx, outside[:1], gcos.DirtyInput); err != nil {
 		t.Fatal(err)
 	}
@@ -732,7 +719,7 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 	if int64(len(oldRows)) != total {
 		t.Fatalf("%d candidate rows under %s, %d groups", len(oldRows), v1, total)
 	}
-	inScope := b.sb12Strings(t, `SELECT group_key FROM governance_group WHERE scope = $1 ORDER BY group_key`, scope)
+	inScope := b.strs(t, `SELECT group_key FROM governance_group WHERE scope = $1 ORDER BY group_key`, scope)
 	if len(inScope) == 0 || int64(len(inScope)) == total {
 		t.Fatalf("scope %s has %d of %d groups: the test would prove nothing", scope, len(inScope), total)
 	}
@@ -764,7 +751,7 @@ func TestSB12_TargetedRulesetInvalidation(t *testing.T) {
 	if act.DirtiedGroups != len(inScope) || act.CarriedGroups != int(total)-len(inScope) || act.Superseded == nil || *act.Superseded != v1 || len(act.Unresolved) != 0 {
 		t.Fatalf("activation: %+v; want %d dirtied, %d carried, superseding %s", act, len(inScope), int(total)-len(inScope), v1)
 	}
-	dirty := b.sb12Strings(t, `SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1 AND dirty_reason = 'ruleset_bump' ORDER BY group_key`, v2)
+	dirty := b.strs(t, `SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1 AND dirty_reason = 'ruleset_bump' ORDER BY group_key`, v2)
 	if !slices.Equal(dirty, inScope) {
 		t.Fatalf("%d groups dirtied with ruleset_bump, want the %d of scope %s", len(dirty), len(inScope), scope)
 	}
@@ -1105,7 +1092,7 @@ func TestSB12_FailClosed(t *testing.T) {
 	t.Run("missing_source_registry", func(t *testing.T) {
 		t.Parallel()
 		b := sb12World(t, 5000)
-		missing := b.sb12Strings(t, `SELECT DISTINCT collection_name FROM birth_registry b
+		missing := b.strs(t, `SELECT DISTINCT collection_name FROM birth_registry b
 			WHERE NOT EXISTS (SELECT 1 FROM collection_registry c WHERE c.collection_name = b.collection_name) ORDER BY 1`)
 		if len(missing) != 1 {
 			t.Fatalf("births in collections missing from collection_registry: %v, want exactly one", missing)
@@ -1118,12 +1105,12 @@ func TestSB12_FailClosed(t *testing.T) {
 		if n := b.sb12OpenFindings(t, gcos.IssueBackfillInventoryGap, missing[0]); n != 1 {
 			t.Fatal("no open backfill_inventory_gap")
 		}
-		verdicts := b.sb12Strings(t, `SELECT DISTINCT c.candidate_verdict || '/' || c.input_quality_state FROM governance_candidate_state c
+		verdicts := b.strs(t, `SELECT DISTINCT c.candidate_verdict || '/' || c.input_quality_state FROM governance_candidate_state c
 			JOIN governance_group g USING (group_key) WHERE g.source_registry = $1`, missing[0])
 		if !slices.Equal(verdicts, []string{"needs_input/birth_or_registry_missing"}) {
 			t.Fatalf("groups of the missing registry: %v, want needs_input only", verdicts)
 		}
-		object := b.sb12Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry WHERE collection_name = $1 ORDER BY id LIMIT 1`, missing[0])[0]
+		object := b.strs(t, `SELECT collection_name || ':' || entity_code FROM birth_registry WHERE collection_name = $1 ORDER BY id LIMIT 1`, missing[0])[0]
 		g := b.store.Gate(b.ctx, object, gcos.ActionWrite)
 		if g.Decision != gcos.GateBlock || g.EffectiveVerdict == gcos.VerdictRelevant || g.EffectiveVerdict == gcos.VerdictNotRelevant {
 			t.Fatalf("gate write on %s: %s (%s), want block: %v", object, g.Decision, g.EffectiveVerdict, g.Reasons)
@@ -1136,7 +1123,7 @@ func TestSB12_FailClosed(t *testing.T) {
 		res := b.backfill(t)
 		b.activate(t, res.RulesetVersion)
 		// A high-risk object the gate allows while its snapshot exists, so the block below has one cause.
-		objects := b.sb12Strings(t, `
+		objects := b.strs(t, `
 			SELECT b.collection_name || ':' || b.entity_code FROM birth_registry b
 			JOIN governance_group g ON g.object_class = b.entity_type AND g.source_registry = b.collection_name AND g.lifecycle_status = b.status
 			JOIN governance_candidate_state c ON c.group_key = g.group_key
@@ -1326,7 +1313,7 @@ func TestSB12_PruneRetention(t *testing.T) {
 	}
 	a1, a2 := audit(1), audit(2)
 	// A scan re-evaluates one group under the latest full snapshot, a2: a candidate row now references it.
-	key := b.sb12Strings(t, `SELECT group_key FROM governance_candidate_state ORDER BY group_key LIMIT 1`)[0]
+	key := b.strs(t, `SELECT group_key FROM governance_candidate_state ORDER BY group_key LIMIT 1`)[0]
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyInput); err != nil {
 		t.Fatal(err)
 	}
