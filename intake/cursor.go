@@ -214,7 +214,7 @@ func (s *Stage) ResetCursor(ctx context.Context, source, watermark string) (Curs
 			SET position_tstz = $2, position_ts = $3, position_id = $4::bigint, last_event_id = ($4::bigint)::text,
 			    last_created_at = $5, updated_at = now(),
 			    -- a replay starts the out-of-order sweep afresh: rows it skips on purpose are not "behind"
-			    swept_id = NULL, sweep_next_id = NULL, sweep_next_at = NULL, delivered_ids = '{}', early_ids = '{}',
+			    swept_id = NULL, sweep_next_id = NULL, sweep_next_at = NULL, delivered_ids = '{}', early_ids = '{}', sweep_pending = '{}',
 			    metadata = metadata || jsonb_build_object('last_reset', jsonb_build_object('from', $6::text, 'to', $7::text, 'at', now()))
 			WHERE source = $1`, source, posTZ, posTS, posID, instant, from, to); err != nil {
 			return postgres.MapError(err, "reset cursor "+source)

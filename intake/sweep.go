@@ -15,6 +15,9 @@ package intake
 //     transaction that was open at sweep_next_at is still open (the poll's horizon has passed it): every row with an
 //     id up to the mark is then visible, so one read of the ids (swept_id, sweep_next_id] finds each row behind the
 //     cursor that was never handed off. Those rows are handed off in this poll.
+//   - starts the sweep (the first poll, or after a reset) at the largest id visible, and keeps the ids below it that
+//     are not visible yet (sweep_pending): a transaction open at the start may hold one of them. Once every such
+//     transaction has ended, the rows among them behind the cursor never handed off are handed off too.
 //
 // Both kinds are counted on the cursor (late_rows, future_rows) and raise handoff_out_of_order, so they are never
 // silent and never skipped. The sweep assumes ids come from a sequence in commit-independent order (nextval, no
@@ -41,6 +44,7 @@ type sweepState struct {
 	nextAt      pgtype.Timestamptz
 	delivered   string // delivered_ids as an int8multirange literal
 	early       []int64
+	pending     string // sweep_pending as an int8multirange literal
 }
 
 // sweepResult is what a poll's sweep found and will record.
@@ -51,6 +55,10 @@ type sweepResult struct {
 	early        []int64 // after the poll
 	delivered    []int64 // ids handed off by this poll (page, late, future)
 	skippedEarly int     // page rows the cursor reached that had been handed off early
+	// pendingSet replaces sweep_pending (the start's gaps, or '{}' once checked); pendingAfter keeps only its ids
+	// above it (a full page of pending rows). Either way this poll's handed-off ids leave it.
+	pendingSet   *string
+	pendingAfter *int64
 }
 
 // futureSQL finds rows beyond the future tolerance not handed off yet: $1 the position's ts after this page, $2 the
@@ -86,12 +94,46 @@ func maxIDSQL(src postgres.TailSource) string {
 	return src.SQL("SELECT coalesce(max({id}), 0)::bigint, clock_timestamp() FROM {t}")
 }
 
+// startSQL is the sweep's start, in one statement (one snapshot): the largest id visible now, the time after the
+// statement's snapshot, and the ids at or below it not visible in that snapshot. A history without a gap (the count
+// of ids fills the range from the smallest) costs one count; only one with gaps (rows rolled back, deleted, or still
+// being written) is walked by id to list them. Ids below the smallest are pending too.
+func startSQL(src postgres.TailSource) string {
+	return src.SQL(`
+WITH m AS (SELECT coalesce(max({id}), 0)::bigint AS mark, coalesce(min({id}), 1)::bigint AS lo, count(*) AS n FROM {t})
+SELECT m.mark, clock_timestamp(),
+       (CASE WHEN m.lo > 1 THEN int8multirange(int8range(1, m.lo)) ELSE '{}'::int8multirange END +
+        CASE WHEN m.n >= m.mark - m.lo + 1 THEN '{}'::int8multirange ELSE coalesce((
+            SELECT range_agg(int8range(g.prev + 1, g.id)) FROM (
+                SELECT t.{id}::bigint AS id, lag(t.{id}::bigint) OVER (ORDER BY t.{id}) AS prev FROM {t} t
+                WHERE t.{id} <= (SELECT mark FROM m)
+            ) g WHERE g.id > g.prev + 1), '{}') END)::text
+FROM m`)
+}
+
+// pendingSQL finds the rows among the start's pending ids that sort behind the cursor and were never handed off, in
+// id order: $1,$2 the position after this page, $3 the pending ids, $4 this poll's ids, $5 the page size, $6
+// (timestamp sources) the zone. Each pending range is one probe of the id index.
+func pendingSQL(src postgres.TailSource, noTZ bool) string {
+	pos := "($1::timestamptz, $2::bigint)"
+	if noTZ {
+		pos = "($1::timestamp, $2::bigint)"
+	}
+	return src.SQL("SELECT " + selectList(src, noTZ, "$6") + " FROM unnest($3::text::int8multirange) AS r(ids) " +
+		"JOIN {t} t ON t.{id} >= lower(r.ids) AND t.{id} < upper(r.ids) " +
+		"WHERE (t.{ts}, t.{id}) <= " + pos + " AND NOT (t.{id} = ANY (coalesce($4::bigint[], '{}')))" +
+		" ORDER BY t.{id} LIMIT $5")
+}
+
 const sweepRecordSQL = `
 UPDATE gov_worker_cursor
 SET swept_id = $2, sweep_next_id = $3, sweep_next_at = $4,
     delivered_ids = CASE WHEN $2::bigint IS NULL THEN '{}'::int8multirange
                          ELSE (delivered_ids + $5::text::int8multirange) * int8multirange(int8range($2::bigint, NULL, '(]')) END,
-    early_ids = $6, late_rows = late_rows + $7, future_rows = future_rows + $8
+    early_ids = $6, late_rows = late_rows + $7, future_rows = future_rows + $8,
+    sweep_pending = (CASE WHEN $9::text IS NOT NULL THEN $9::text::int8multirange
+                          WHEN $10::bigint IS NOT NULL THEN sweep_pending * int8multirange(int8range($10::bigint, NULL, '(]'))
+                          ELSE sweep_pending END) - $5::text::int8multirange
 WHERE source = $1`
 
 // sweep runs the poll's out-of-order checks after its page was read. page is the page as read; pos is the position
@@ -140,15 +182,39 @@ func (s *Stage) sweep(ctx context.Context, tx pgx.Tx, src postgres.TailSource, c
 	// The id sweep.
 	switch {
 	case st.swept == nil || st.next == nil:
-		// First poll (or after a reset): the sweep starts at the rows visible now.
+		// First poll (or after a reset): the sweep starts at the rows visible now; the ids below the mark not visible
+		// now stay pending until every transaction open now has ended (the mark's time is the start's).
 		var mark int64
 		var at time.Time
-		if err := tx.QueryRow(ctx, maxIDSQL(src)).Scan(&mark, &at); err != nil {
+		var gaps string
+		if err := tx.QueryRow(ctx, startSQL(src)).Scan(&mark, &at, &gaps); err != nil {
 			return res, fmt.Errorf("start the id sweep: %w", err)
 		}
-		res.swept, res.next, res.nextAt = &mark, &mark, pgtype.Timestamptz{Time: at, Valid: true}
+		res.swept, res.next, res.nextAt, res.pendingSet = &mark, &mark, pgtype.Timestamptz{Time: at, Valid: true}, &gaps
 	case res.nextAt.Valid && horizon.After(res.nextAt.Time):
 		// Every transaction open when the mark was taken has ended: the ids up to it are final.
+		if st.pending != "" && st.pending != "{}" {
+			// The start's pending ids: the first mark after the start is the start's own, so its transactions have
+			// ended too. Rows among them behind the cursor were never handed off.
+			found, err := tailReadRows(ctx, tx, src, cur.noTZ, 0, pendingSQL(src, cur.noTZ),
+				zoneArg([]any{pos.tsArg(cur.noTZ), pos.idArg(), st.pending, res.delivered, pageSize})...)
+			if err != nil {
+				return res, fmt.Errorf("find pending rows behind the cursor: %w", err)
+			}
+			for i, r := range found {
+				found[i].OutOfOrder = "behind"
+				res.delivered = append(res.delivered, r.ID)
+			}
+			res.late = found
+			if len(found) == pageSize {
+				// A full page: the pending ids after the last one found are checked by the next poll.
+				last := found[len(found)-1].ID
+				res.pendingAfter, res.early = &last, earlyIDs
+				return res, nil
+			}
+			none := "{}"
+			res.pendingSet = &none
+		}
 		if *st.next > *st.swept {
 			late, err := tailReadRows(ctx, tx, src, cur.noTZ, 0, lateSQL(src, cur.noTZ),
 				zoneArg([]any{pos.tsArg(cur.noTZ), pos.idArg(), *st.swept, *st.next, st.delivered, res.delivered, pageSize})...)
@@ -159,7 +225,7 @@ func (s *Stage) sweep(ctx context.Context, tx pgx.Tx, src postgres.TailSource, c
 				late[i].OutOfOrder = "behind"
 				res.delivered = append(res.delivered, r.ID)
 			}
-			res.late = late
+			res.late = append(res.late, late...)
 			if len(late) == pageSize {
 				// A full page: the ids after the last one found are checked by the next poll, against the same mark.
 				swept := late[len(late)-1].ID
@@ -182,7 +248,7 @@ func (s *Stage) sweep(ctx context.Context, tx pgx.Tx, src postgres.TailSource, c
 // recordSweep writes the sweep's bookkeeping and reports what it found (one coalesced finding per source and kind).
 func (s *Stage) recordSweep(ctx context.Context, tx pgx.Tx, src postgres.TailSource, cur tailCursorRow, pos tailPos, res sweepResult) error {
 	if _, err := tx.Exec(ctx, sweepRecordSQL, src.Name, res.swept, res.next, res.nextAt, idRanges(res.delivered),
-		res.early, len(res.late), len(res.future)); err != nil {
+		res.early, len(res.late), len(res.future), res.pendingSet, res.pendingAfter); err != nil {
 		return fmt.Errorf("record the sweep of %s: %w", src.Name, err)
 	}
 	report := func(kind string, rows []postgres.TailRow, what, fix string) error {

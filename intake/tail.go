@@ -259,7 +259,7 @@ LEFT JOIN LATERAL (
 const tailLockSQL = `
 SELECT ` + tailCursorCols + `,
        (SELECT count(*) FROM pg_prepared_xacts p WHERE p.database = current_database()),
-       c.swept_id, c.sweep_next_id, c.sweep_next_at, c.delivered_ids::text, c.early_ids
+       c.swept_id, c.sweep_next_id, c.sweep_next_at, c.delivered_ids::text, c.early_ids, c.sweep_pending::text
 FROM gov_worker_cursor c WHERE c.source = $1
 FOR UPDATE OF c SKIP LOCKED`
 
@@ -366,7 +366,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	var prepared int64
 	var sw sweepState
 	cur, err := tailScanCursor(tx.QueryRow(ctx, tailLockSQL, src.Name), &prepared, &sw.swept, &sw.next, &sw.nextAt,
-		&sw.delivered, &sw.early)
+		&sw.delivered, &sw.early, &sw.pending)
 	if errors.Is(err, pgx.ErrNoRows) {
 		ok, err := tailCursorExists(ctx, tx, src.Name)
 		if err != nil {

@@ -1281,6 +1281,64 @@ func TestTailWritersInOtherTimeZones(t *testing.T) {
 	t.Logf("%d committed rows; %d handed off behind the cursor, %d ahead of it", len(committed), c.LateRows, c.FutureRows)
 }
 
+// TestTailSweepStartClaimsNoRowInFlight: a row whose key sorts behind the cursor (a writer in another time zone),
+// written by a transaction still open when the sweep starts (the cursor's first poll) and committed after it, is
+// handed off: the sweep's start claims no id that an open transaction may still commit. Deterministic: the writer
+// holds its transaction open across the first poll.
+func TestTailSweepStartClaimsNoRowInFlight(t *testing.T) {
+	t.Parallel()
+	e := newTailEnv(t)
+	src := e.changelog
+	if c, err := intake.New(e.store).GetCursor(e.ctx, src.Name); err != nil || !slices.Contains([]string{"UTC", "Etc/UTC"}, c.TimeZone) {
+		t.Fatalf("cursor zone %q (%v): the test needs the writers' zone UTC", c.TimeZone, err)
+	}
+	pcfg, err := pgxpool.ParseConfig(pgtest.DSN(e.pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.ConnConfig.RuntimeParams["timezone"] = "America/New_York"
+	ny, err := pgxpool.NewWithConfig(e.ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ny.Close()
+	// Rows the first poll reads: their keys lie below the horizon the open transaction will hold.
+	for range 3 {
+		if _, err := tailInsertChange(e.ctx, e.pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * tailGuard)
+	tx, err := ny.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(e.ctx) }()
+	// Open across the first poll: its key (New York wall time, read as UTC) lies hours behind the rows above, and
+	// its id below the row committed next, so the sweep's start mark is above it.
+	behind, err := tailInsertChange(e.ctx, tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tailInsertChange(e.ctx, e.pool); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.poll(t, src, tailRecord); res.Read != 3 {
+		t.Fatalf("the first poll read %d rows, want the 3 below the open transaction's horizon", res.Read)
+	}
+	if err := tx.Commit(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		e.drain(t, src, tailRecord)
+	}
+	got := e.applied(t, src.Name)
+	tailExactlyOnce(t, "rows in flight at the sweep's start", e.ids(t, src.Table), got)
+	if got[behind] != 1 {
+		t.Fatalf("the New York row %d was handed off %d times, want once", behind, got[behind])
+	}
+}
+
 // TestTailEnsureCursorRefusesRebindWithPosition: a cursor with a position cannot silently move to another table.
 func TestTailEnsureCursorRefusesRebindWithPosition(t *testing.T) {
 	t.Parallel()
