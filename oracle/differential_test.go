@@ -905,6 +905,9 @@ func TestSequencesTheSoakFound(t *testing.T) {
 		// A quarantined birth's object row, carried dirty into a new ruleset, stayed stale while its finding was open.
 		{"quarantine across a ruleset activation", []step{{"untrusted_birth", 0x1e5deb76}, {"coverage", 0xb7aa29},
 			{"merge", 0x112147bfbdbde}, {"policy", 0x79}}},
+		// A quarantined object's row, held by its finding, kept its old group when its object was retired.
+		{"held object row follows its object", []step{{"untrusted_birth", 0x141646}, {"ttl_expiry", 0xdf4263},
+			{"retire_object_row", 0x1}}},
 		// Children born after a birth dated an hour ahead sort ahead of the cursor: a replay starts behind it.
 		{"replay after a birth dated ahead", []step{{"future_birth", 0xae997a64b}, {"children", 0x8},
 			{"replay", 0x2bc22f5ffa79b}}},

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -374,7 +375,10 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 	// (The pass has read them: every active open_finding row of the estate, or of its bases.)
 	// Such a row that is no longer clean (carried dirty into a new ruleset, or expired) is still what its finding
 	// says, so it is re-qualified as it is (refresh), or it would stay stale for as long as the finding is open.
+	// A held row still follows its object: its birth is read, and a row whose object now sits in another base
+	// group (its status changed) is derived again there, held by its finding as before (moved, in consider).
 	kept := map[string]bool{}
+	keptKey := map[string]string{} // the object reference of a kept row → its candidate key
 	var refresh []string
 	for key, o := range stored {
 		if o.active && o.reason == gcos.ObjectRowOpenFinding {
@@ -382,12 +386,17 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 			_, byRef := held[o.objectRef]
 			if byKey || byRef {
 				kept[key], kept[o.objectRef] = true, true
+				keptKey[o.objectRef] = key
 				if !o.settled {
 					refresh = append(refresh, key)
+				}
+				if coll, code, ok := strings.Cut(o.objectRef, ":"); ok && (pass.bases == nil || passColls[coll]) {
+					addNamed(coll, code)
 				}
 			}
 		}
 	}
+	moved := map[string]bool{}
 	for subject := range held {
 		if coll, code, ok := strings.Cut(subject, ":"); ok && coll != "" && code != "" && !kept[subject] &&
 			(pass.bases == nil || passColls[coll]) {
@@ -444,13 +453,20 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 			}
 			born[[2]string{coll, code}] = true
 		}
-		if seen[key] || kept[key] || kept[ref] {
-			return nil // selected twice (a class and a name), or held by its finding as it is
+		if seen[key] {
+			return nil // selected twice (a class and a name)
 		}
 		if pass.bases != nil && !pass.bases[BirthBase{class, anchorColl, status}] {
 			return nil // named, but in a base this pass does not cover: its own base's scan derives it
 		}
 		inScope, ok := byBase[[3]string{class, anchorColl, status}]
+		if kept[key] || kept[ref] {
+			row := stored[cmp.Or(keptKey[ref], key)]
+			if g, here := inScope[scopes[0]]; !ok || !here || g.Key == row.groupKey {
+				return nil // held by its finding as it is, in the group its object still sits in
+			}
+			moved[key] = true
+		}
 		if !ok {
 			return nil // born after the snapshot: the next audit materializes it
 		}
@@ -617,6 +633,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 	if err := w.flush(ctx, tx, 1); err != nil {
 		return 0, 0, err
 	}
+	refresh = slices.DeleteFunc(refresh, func(key string) bool { return moved[key] }) // derived again above
 	if err := w.refreshHeld(ctx, tx, refresh); err != nil {
 		return 0, 0, err
 	}
