@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +13,8 @@ import (
 
 	"gcos"
 	"gcos/embeddedpg"
-	"gcos/intake"
+	"gcos/gcostest"
 	"gcos/postgres"
-	"gcos/world"
 )
 
 // privateDB is one database on a PostgreSQL cluster of the test's own, which the test may stop, start again on the
@@ -85,21 +83,7 @@ func buildGCOS(ctx context.Context, t *testing.T, dir string) string {
 // the ruleset, and returns a store over p's pool with conf.
 func (p *privateDB) seedWorld(ctx context.Context, t *testing.T, conf gcos.Config, births int, seed uint64) *postgres.Store {
 	t.Helper()
-	store := postgres.New(p.pool, conf, slog.New(slog.DiscardHandler))
-	if _, err := store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := world.Generate(ctx, p.pool, world.Options{Births: births, Seed: seed}); err != nil {
-		t.Fatal(err)
-	}
-	bf, err := intake.New(store).Backfill(ctx, intake.BackfillOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ActivateRuleset(ctx, bf.RulesetVersion, "APR-E2E", "e2e-approver"); err != nil {
-		t.Fatal(err)
-	}
-	return store
+	return gcostest.Seed(ctx, t, p.pool, gcostest.Options{Births: births, Seed: seed, Config: func(c *gcos.Config) { *c = conf }}).Store
 }
 
 // writeConfig writes conf as a configuration file in dir and returns its path.

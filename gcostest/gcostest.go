@@ -6,6 +6,7 @@ package gcostest
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +60,13 @@ func New(t testing.TB, opts Options) *World {
 // adjust changes it.
 func Over(t testing.TB, pool *pgxpool.Pool, adjust func(*gcos.Config)) *World {
 	t.Helper()
+	cfg := config(t, adjust)
+	return &World{Ctx: context.Background(), Pool: pool, Store: postgres.New(pool, cfg, nil), Cfg: cfg}
+}
+
+// config is the default configuration as adjust changes it, validated.
+func config(t testing.TB, adjust func(*gcos.Config)) gcos.Config {
+	t.Helper()
 	cfg := gcos.DefaultConfig()
 	if adjust != nil {
 		adjust(&cfg)
@@ -66,7 +74,24 @@ func Over(t testing.TB, pool *pgxpool.Pool, adjust func(*gcos.Config)) *World {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test configuration: %v", err)
 	}
-	return &World{Ctx: context.Background(), Pool: pool, Store: postgres.New(pool, cfg, nil), Cfg: cfg}
+	return cfg
+}
+
+// Seed builds the world opts asks for in a database the test brings (an end-to-end test's own cluster): the
+// substrate and GCOS's schema are created there, the world generated, backfilled and its ruleset activated. The
+// store logs nowhere; ctx bounds every step.
+func Seed(ctx context.Context, t testing.TB, pool *pgxpool.Pool, opts Options) *World {
+	t.Helper()
+	cfg := config(t, opts.Config)
+	w := &World{Ctx: ctx, Pool: pool, Store: postgres.New(pool, cfg, slog.New(slog.DiscardHandler)), Cfg: cfg}
+	if _, err := w.Store.Prepare(ctx, postgres.PrepareOptions{CreateSubstrate: true}); err != nil {
+		t.Fatalf("prepare the database: %v", err)
+	}
+	if _, err := world.Generate(ctx, pool, world.Options{Births: opts.Births, Seed: opts.Seed, Changes: opts.Changes}); err != nil {
+		t.Fatalf("generate the world: %v", err)
+	}
+	w.Activate(t, w.Backfill(t).RulesetVersion)
+	return w
 }
 
 // Ready is New, then Backfill and Activate: the seeded, active state most stage tests start from.
