@@ -44,15 +44,3 @@ func quote(id pgx.Identifier) string {
 	}
 	return kept.Sanitize()
 }
-
-// With is a copy of n with more names bound (later names win).
-func (n Names) With(more Names) Names {
-	out := make(Names, len(n)+len(more))
-	for k, v := range n {
-		out[k] = v
-	}
-	for k, v := range more {
-		out[k] = v
-	}
-	return out
-}
