@@ -137,6 +137,16 @@ type GateConfig struct {
 	// default: a high-volume write class (orders, invoices) would turn the group grain back into per-row state, so an
 	// operator opts a risk class in knowingly.
 	ObjectRiskClasses []string `json:"object_risk_classes"`
+	// View answers the gate from memory (SPEC §12 freshness) while it can prove it is at most MaxStaleness behind
+	// the database; otherwise the gate reads through. ViewRefresh is how often the view catches up when no
+	// notification wakes it (its proof of freshness: it must be well under MaxStaleness). ViewBirthMaxAge bounds
+	// how long a cached birth row serves when a source update bypasses the change ledger. FeedRetention is how
+	// long the change feed keeps a note for views that fell behind (older: they reload).
+	View            bool     `json:"view"`
+	MaxStaleness    Duration `json:"max_staleness"`
+	ViewRefresh     Duration `json:"view_refresh"`
+	ViewBirthMaxAge Duration `json:"view_birth_max_age"`
+	FeedRetention   Duration `json:"feed_retention"`
 }
 
 // SnapshotConfig configures source-snapshot capture and retention.
@@ -328,7 +338,9 @@ func DefaultConfig() Config {
 			UnknownRisk:        Duration(time.Hour),
 			TTLDefaultKey:      Duration(24 * time.Hour),
 		},
-		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), PoolConns: 4, ObjectRiskClasses: []string{}},
+		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), PoolConns: 4, ObjectRiskClasses: []string{},
+			View: true, MaxStaleness: Duration(100 * time.Millisecond), ViewRefresh: Duration(20 * time.Millisecond),
+			ViewBirthMaxAge: Duration(30 * time.Second), FeedRetention: Duration(10 * time.Minute)},
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
@@ -596,6 +608,13 @@ func (c Config) Validate() error {
 	}
 	p.positive("gate.timeout", c.Gate.Timeout)
 	p.positiveInt("gate.pool_conns", c.Gate.PoolConns)
+	p.positive("gate.max_staleness", c.Gate.MaxStaleness)
+	p.positive("gate.view_refresh", c.Gate.ViewRefresh)
+	p.positive("gate.view_birth_max_age", c.Gate.ViewBirthMaxAge)
+	p.positive("gate.feed_retention", c.Gate.FeedRetention)
+	if c.Gate.ViewRefresh >= c.Gate.MaxStaleness/2 {
+		p.add("gate.view_refresh", "must be under half of gate.max_staleness (%s), or the view could never prove it is fresh", c.Gate.MaxStaleness.Duration())
+	}
 	p.positive("outage.backoff_max", c.Outage.BackoffMax)
 	p.positive("outage.log_every", c.Outage.LogEvery)
 

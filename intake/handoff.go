@@ -182,8 +182,12 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		return nil, st, err
 	}
 	var unmapped, untrusted rowReports
+	var named []string // objects a change-ledger row names, mapped or not: the gate's views drop their births
 	for i := range rows {
 		r := &rows[i] // rows are large: never copied
+		if coll := rset.regs.Classes[r.EntityType]; r.Source != birthSource && coll != nil && r.EntityCode != "" {
+			named = append(named, *coll+":"+r.EntityCode)
+		}
 		switch {
 		case r.Source == birthSource:
 			if r.EntityType == "" || r.CollectionName == "" || r.EntityCode == "" || r.Status == "" {
@@ -218,6 +222,9 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		}
 	}
 	if err := s.reportRows(ctx, tx, unmapped, untrusted); err != nil {
+		return nil, st, err
+	}
+	if err := postgres.NoteBirthsTx(ctx, tx, named); err != nil {
 		return nil, st, err
 	}
 	if len(births) > 0 {

@@ -46,6 +46,26 @@ type GateResult struct {
 	Statement        string         `json:"statement"`
 	Consulted        []ConsultedRow `json:"consulted"`
 	DecidedAt        time.Time      `json:"decided_at"`
+	// AsOf is the instant of the database state the decision was read from (the view's last catch-up, or the
+	// read-through's own read); Source says which: view or database (empty when nothing could be read).
+	AsOf   time.Time `json:"as_of"`
+	Source string    `json:"source"`
+}
+
+// Consistency levels a caller may ask the gate for (SPEC §12 freshness).
+const (
+	// ConsistencyMinimizeLatency answers from the view while it is within gate.max_staleness, else reads through.
+	ConsistencyMinimizeLatency = "minimize_latency"
+	// ConsistencyFull always reads the database.
+	ConsistencyFull = "full"
+)
+
+// Consistencies are the consistency levels the gate accepts.
+var Consistencies = []string{ConsistencyMinimizeLatency, ConsistencyFull}
+
+// GateOptions qualify one gate question.
+type GateOptions struct {
+	Consistency string // "" is ConsistencyMinimizeLatency
 }
 
 // ConsultedRow is one candidate row the gate read (an object row, or the object's group in each scope).
@@ -206,9 +226,14 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 // any) and its group in every scope (gcos.GateObject). A low-risk stale verdict allows and dirties the row for a
 // re-scan; a blocked orphan raises coverage_orphan naming its group.
 func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
+	return s.GateWith(ctx, object, action, GateOptions{})
+}
+
+// GateWith is Gate at the consistency the caller asks for.
+func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOptions) GateResult {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	res, fu := s.decide(ctx, object, action)
+	res, fu := s.decide(ctx, object, action, opt)
 	if !fu.empty() {
 		// Follow-ups are best effort and never change the decision already taken.
 		if err := s.gateFollowUp(context.WithoutCancel(ctx), fu); err != nil {
@@ -225,12 +250,18 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 func (s *Store) Decide(ctx context.Context, object, action string) GateResult {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	res, _ := s.decide(ctx, object, action)
+	res, _ := s.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
 	return res
 }
 
+// AttachView makes the gate answer from v while v can prove it is within gate.max_staleness (nil detaches).
+func (s *Store) AttachView(v *VerdictView) { s.view.Store(v) }
+
+// View is the attached verdict view (nil when none).
+func (s *Store) View() *VerdictView { return s.view.Load() }
+
 // decide takes the gate's decision and lists its follow-ups; ctx carries the gate's deadline.
-func (s *Store) decide(ctx context.Context, object, action string) (GateResult, gateFollowUps) {
+func (s *Store) decide(ctx context.Context, object, action string, opt GateOptions) (GateResult, gateFollowUps) {
 	var fu gateFollowUps
 	res := GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{}}
 	ref, err := ParseObjectRef(object)
@@ -242,9 +273,14 @@ func (s *Store) decide(ctx context.Context, object, action string) (GateResult, 
 		res.Reasons = append(res.Reasons, fmt.Sprintf("action %q is not one of write, read", action))
 		return res, fu
 	}
+	if opt.Consistency != "" && opt.Consistency != ConsistencyMinimizeLatency && opt.Consistency != ConsistencyFull {
+		res.Reasons = append(res.Reasons, fmt.Sprintf("consistency %q is not one of %s", opt.Consistency, strings.Join(Consistencies, ", ")))
+		return res, fu
+	}
 	timeout := s.cfg.Gate.Timeout.Duration()
-	o, err := s.gateInputs(ctx, s.gatePool, ref)
+	o, err := s.objectReadsForGate(ctx, ref, opt)
 	reads, now := o.reads, o.now
+	res.AsOf, res.Source = o.asOf, o.source
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", timeout)
@@ -324,6 +360,25 @@ type objectReads struct {
 	birth       gcos.ObjectBirth
 	fingerprint *string             // the object's fingerprint now (what an exception on it pins)
 	problems    []gcos.InputProblem // input values no verdict can rest on (VerdictPolicy.CheckObject)
+	asOf        time.Time           // the database state's instant
+	source      string              // SourceView or SourceDatabase
+}
+
+// objectReadsForGate reads what the gate judges ref on from the view when one is attached, the caller allows it and
+// the view is within its bound, else from the database.
+func (s *Store) objectReadsForGate(ctx context.Context, ref ObjectRef, opt GateOptions) (objectReads, error) {
+	if v := s.view.Load(); v != nil && opt.Consistency != ConsistencyFull {
+		o, version, fingerprint, asOf, err := v.gateReads(ctx, ref)
+		if err == nil {
+			o, err = s.completeReads(ctx, s.gatePool, ref, o, version, fingerprint)
+			o.asOf, o.source = asOf, SourceView
+			return o, err
+		}
+		v.readThrough.Add(1)
+	}
+	o, err := s.gateInputs(ctx, s.gatePool, ref)
+	o.asOf, o.source = o.now, SourceDatabase
+	return o, err
 }
 
 // gateInputs reads, in one statement, the object's birth, its materialized row and its group in every scope, and
@@ -334,6 +389,12 @@ func (s *Store) gateInputs(ctx context.Context, q Querier, ref ObjectRef) (objec
 	if err != nil || len(o.reads) == 0 {
 		return o, err
 	}
+	return s.completeReads(ctx, q, ref, o, version, fingerprint)
+}
+
+// completeReads derives, from an object's reads, the coverage in force now, the current ruleset's scopes and the
+// object's input problems: the same for the database's reads and the view's.
+func (s *Store) completeReads(ctx context.Context, q Querier, ref ObjectRef, o objectReads, version string, fingerprint *string) (objectReads, error) {
 	o.fingerprint = fingerprint
 	for i := range o.reads {
 		o.reads[i].coverageAt(o.now, o.birth.Class, o.birth.Collection, ref.String(), fingerprint)

@@ -32,8 +32,9 @@ type Store struct {
 	cfg          gcos.Config
 	rulesetCache rulesetCache
 	followUps    followUpLog // gate follow-ups recently written
+	view         atomic.Pointer[VerdictView]
 	// gateSQLText is built once from the source binding: the gate is the hot path.
-	gateSQLText string
+	gateSQLText, birthRawSQLText string
 	// txRetries counts transactions that failed on a deadlock or a serialization conflict; their loop retries them.
 	txRetries atomic.Int64
 	// owner names this store's process in role leases: unique per process start, so a restarted process (even
@@ -83,7 +84,7 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 	}
 	host, _ := os.Hostname()
 	s := &Store{pool: pool, gatePool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8])}
-	s.gateSQLText = s.BirthBinding().gateSQL()
+	s.gateSQLText, s.birthRawSQLText = s.BirthBinding().gateSQL(), s.BirthBinding().birthRawSQL()
 	return s
 }
 

@@ -1,0 +1,199 @@
+package postgres_test
+
+// The gate's in-process view answers exactly what the database answers (SPEC §12 freshness), and only while it can
+// prove it is within gate.max_staleness of the database.
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/intake"
+	"gcos/postgres"
+	"gcos/scan"
+)
+
+// viewWorld is a seeded, activated world with a view attached to its store; the view is caught up by hand (its
+// bound is long enough that a test's own pace never ages it out, unless the test says otherwise).
+func viewWorld(t *testing.T, births int, maxStale time.Duration) (*bundle, *postgres.VerdictView) {
+	t.Helper()
+	b := seededWorld(t, births, func(c *gcos.Config) {
+		c.Gate.MaxStaleness = gcos.Duration(maxStale)
+		c.Gate.ViewRefresh = gcos.Duration(maxStale / 4)
+	})
+	v := postgres.NewVerdictView(b.store)
+	b.store.AttachView(v)
+	if err := v.CatchUp(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return b, v
+}
+
+// viewSample is a spread of objects: every object with a row, every child, the objects exceptions name, and every
+// hundredth birth.
+func (b *bundle) viewSample(t *testing.T) []string {
+	t.Helper()
+	return b.strs(t, `
+		SELECT object_ref FROM governance_candidate_object
+		UNION SELECT collection_name || ':' || entity_code FROM birth_registry WHERE parent_code IS NOT NULL OR id % 100 = 0
+		UNION SELECT collection_name || ':' || entity_code FROM governance_exception WHERE entity_code IS NOT NULL
+		ORDER BY 1 LIMIT 1500`)
+}
+
+// sameAnswer fails unless the view's answer is the database's, field by field (the clocks aside).
+func sameAnswer(t *testing.T, object, action string, db, vw postgres.GateResult) {
+	t.Helper()
+	strip := func(r postgres.GateResult) postgres.GateResult {
+		r.DecidedAt, r.AsOf, r.Source = time.Time{}, time.Time{}, ""
+		return r
+	}
+	if !reflect.DeepEqual(strip(db), strip(vw)) {
+		t.Fatalf("%s %s: the view answered\n  %s %q %s\n  consulted %+v\nthe database\n  %s %q %s\n  consulted %+v",
+			object, action, vw.Decision, vw.Reasons, vw.Statement, vw.Consulted, db.Decision, db.Reasons, db.Statement, db.Consulted)
+	}
+}
+
+// agree compares the view with the database on every sampled object and both actions, and returns how many
+// answers came from the view and how many were allowed.
+func agree(t *testing.T, b *bundle, v *postgres.VerdictView, objects []string) (fromView, allowed int) {
+	t.Helper()
+	if err := v.CatchUp(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objects {
+		for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
+			db := b.store.Decide(b.ctx, obj, action)
+			vw := v.Decide(b.ctx, obj, action)
+			if db.Source != postgres.SourceDatabase {
+				t.Fatalf("%s: Decide answered from %q, want the database", obj, db.Source)
+			}
+			sameAnswer(t, obj, action, db, vw)
+			if vw.Source == postgres.SourceView {
+				fromView++
+			}
+			if vw.Decision == gcos.GateAllow {
+				allowed++
+			}
+		}
+	}
+	return fromView, allowed
+}
+
+func TestVerdictView_AnswersAsTheDatabaseThroughChanges(t *testing.T) {
+	t.Parallel()
+	b, v := viewWorld(t, 20000, time.Hour)
+	objects := b.viewSample(t)
+	obj, scope, key, _ := b.orphanInOneScope(t)
+	objects = append(objects, obj, "nosuch:object")
+	fromView, allowed := agree(t, b, v, objects)
+	if fromView < len(objects) || allowed == 0 || allowed == 2*len(objects) {
+		t.Fatalf("%d of %d answers from the view, %d allowed: the sample shows nothing", fromView, 2*len(objects), allowed)
+	}
+
+	steps := []struct {
+		name string
+		do   func(t *testing.T)
+	}{
+		{"an exception granted and scanned in", func(t *testing.T) {
+			coll, code, _ := strings.Cut(obj, ":")
+			b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
+				VALUES ('EXC-T-VIEW', $1, $2, $3, 'APR-T', '2030-01-01T00:00:00Z', $4, 'approved')`, scope, coll, code, b.objectFingerprint(t, obj))
+			if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			b.scanAll(t, postgres.ModeIncremental)
+		}},
+		{"the exception revoked in the registry (no scan)", func(t *testing.T) {
+			b.exec(t, `UPDATE governance_exception SET expires_at = now() - interval '1 minute' WHERE exception_id = 'EXC-T-VIEW'`)
+		}},
+		{"groups marked dirty", func(t *testing.T) {
+			if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"objects retired, handed off and scanned", func(t *testing.T) {
+			for _, o := range objects[:40] {
+				coll, code, _ := strings.Cut(o, ":")
+				b.exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
+				b.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by)
+					SELECT entity_type, entity_code, 'retire', 'registry-sync' FROM birth_registry WHERE collection_name = $1 AND entity_code = $2`, coll, code)
+			}
+			b.intakeAll(t)
+			b.scanAll(t, postgres.ModeIncremental)
+		}},
+		{"a full audit", func(t *testing.T) {
+			if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, s := range steps {
+		s.do(t)
+		fromView, allowed := agree(t, b, v, objects)
+		if allowed == 0 || fromView < len(objects) {
+			t.Fatalf("after %s: %d answers from the view, %d allowed", s.name, fromView, allowed)
+		}
+		t.Logf("after %s: %d of %d answers from the view, %d allowed", s.name, fromView, 2*len(objects), allowed)
+	}
+	if st := v.Stats(); st.Reloads != 1 {
+		t.Fatalf("the view reloaded %d times, want once (at its start): catch-ups read the feed", st.Reloads)
+	}
+}
+
+// Past its bound the view answers nothing: the gate reads through and says so.
+func TestVerdictView_PastItsBoundReadsThrough(t *testing.T) {
+	t.Parallel()
+	b, v := viewWorld(t, 5000, 200*time.Millisecond)
+	obj := b.viewSample(t)[0]
+	if err := v.CatchUp(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for v.Stats().Fresh {
+		if time.Now().After(deadline) {
+			t.Fatal("the view never aged past its bound")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r := v.Decide(b.ctx, obj, gcos.ActionWrite)
+	if r.Source != postgres.SourceDatabase {
+		t.Fatalf("a view past its bound answered from %q", r.Source)
+	}
+	sameAnswer(t, obj, gcos.ActionWrite, b.store.Decide(b.ctx, obj, gcos.ActionWrite), r)
+	if err := v.CatchUp(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := v.Decide(b.ctx, obj, gcos.ActionWrite); r.Source != postgres.SourceView && v.Stats().Fresh {
+		t.Fatalf("a view just caught up answered from %q", r.Source)
+	}
+	if r := b.store.GateWith(b.ctx, obj, gcos.ActionWrite, postgres.GateOptions{Consistency: postgres.ConsistencyFull}); r.Source != postgres.SourceDatabase {
+		t.Fatalf("consistency=full answered from %q", r.Source)
+	}
+	if r := b.store.GateWith(b.ctx, obj, gcos.ActionWrite, postgres.GateOptions{Consistency: "eventual"}); r.Decision != gcos.GateBlock ||
+		!strings.Contains(fmt.Sprint(r.Reasons), "consistency") {
+		t.Fatalf("an unknown consistency answered %s %q, want a block naming it", r.Decision, r.Reasons)
+	}
+}
+
+// intakeAll runs the intake until the change ledger's cursor has passed every row written so far.
+func (b *bundle) intakeAll(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
+	defer cancel()
+	w := &intake.Worker{Stage: intake.New(b.store), Config: b.cfg.Intake, DisableMonitor: true}
+	last := b.count(t, `SELECT max(id) FROM registry_changelog`)
+	for b.count(t, `SELECT count(*) FROM gov_worker_cursor WHERE source = 'registry_changelog' AND position_id >= $1`, last) == 0 {
+		if _, err := w.Once(ctx); err != nil {
+			t.Fatalf("intake: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the intake never passed the change ledger's last row")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
