@@ -1,5 +1,5 @@
 // Package daemon assembles and runs what `gcos up` runs: the intake stage's worker (with its silent-gap monitor),
-// the scan stage's scheduler, the promotion of captured event signals, the API and dashboard, and (demo) churn.
+// the scan stage's scheduler, the gate's verdict view, the promotion of captured event signals, the API and dashboard, and (demo) churn.
 // cmd/gcos, the end-to-end tests, the benchmark and the differential test all start it, so the wiring exists once.
 package daemon
 
@@ -45,7 +45,10 @@ type Daemon struct {
 	Intake  *intake.Worker
 	Scan    *scan.Scheduler
 	Promote *Promoter
-	API     *http.Server // nil without a Listener
+	// View is the gate's in-process verdict view (nil when gate.view is off), attached to Store: the gate answers
+	// from it while it is within gate.max_staleness.
+	View *postgres.VerdictView
+	API  *http.Server // nil without a Listener
 
 	cfg    Config
 	logger *slog.Logger
@@ -69,6 +72,10 @@ func New(cfg Config) (*Daemon, error) {
 		Promote: &Promoter{Store: cfg.Store, Logger: logger},
 		cfg:     cfg,
 		logger:  logger,
+	}
+	if conf.Gate.View {
+		d.View = postgres.NewVerdictView(cfg.Store)
+		cfg.Store.AttachView(d.View)
 	}
 	if cfg.Listener != nil {
 		ready := httpapi.ReadyCheck{Name: "intake", Check: func(context.Context) error { return d.Intake.Ready() }}
@@ -104,6 +111,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 				cancel()
 			}
 		}()
+	}
+	if d.View != nil {
+		run("gate view", d.View.Run)
 	}
 	run("intake", d.Intake.Run)
 	run("scan", d.Scan.Run)

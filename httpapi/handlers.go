@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +42,11 @@ func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
 	if action != gcos.ActionWrite && action != gcos.ActionRead {
 		return s.gateRefused(w, r, gcos.Errorf(gcos.EINVALID, "action %q: want write or read", action))
 	}
-	res := s.store.Gate(r.Context(), object, action)
+	consistency := q.Get("consistency")
+	if consistency != "" && !slices.Contains(postgres.Consistencies, consistency) {
+		return s.gateRefused(w, r, gcos.Errorf(gcos.EINVALID, "consistency %q: want one of %s", consistency, strings.Join(postgres.Consistencies, ", ")))
+	}
+	res := s.store.GateWith(r.Context(), object, action, postgres.GateOptions{Consistency: consistency})
 	s.m.observeGate(res.Decision, time.Since(start))
 	w.Header()["X-Gcos-Decision"] = hdrDecision[res.Decision]
 	return writeJSON(w, http.StatusOK, res)

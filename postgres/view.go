@@ -181,7 +181,9 @@ func (v *VerdictView) listen(ctx context.Context) {
 }
 
 func (v *VerdictView) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, v.s.pool.Config().ConnConfig.Copy())
+	cfg := v.s.pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = "gcos-gate-view"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,10 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,5 +197,130 @@ func (b *bundle) intakeAll(t *testing.T) {
 			t.Fatal("the intake never passed the change ledger's last row")
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// gateCall is one decision a caller asked for: when it started, what it answered and from where.
+type gateCall struct {
+	start    time.Time
+	decision string
+	source   string
+}
+
+// flip is one change of the object's verdict: the instant its scan began and the instant it had returned (the
+// commit lies between).
+type flip struct {
+	allow      bool
+	began, end time.Time
+}
+
+// Verdicts flip allow ⇄ block through real scans (an owner granted and withdrawn in the orphan's scope) while eight
+// callers ask the gate, the view running as gcos up runs it; its listener's and its catch-ups' connections are
+// killed along the way. No decision that started more than gate.max_staleness after a block committed (and before
+// the next allow began) may answer allow.
+func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
+	t.Parallel()
+	const maxStale = 100 * time.Millisecond
+	b, v := viewWorld(t, 20000, maxStale)
+	obj, scope, key, _ := b.orphanInOneScope(t)
+	var class, coll string
+	if err := b.pool.QueryRow(b.ctx, `SELECT object_class, source_registry FROM governance_group WHERE group_key = $1`, key).Scan(&class, &coll); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	go func() { _ = v.Run(ctx) }()
+
+	var mu sync.Mutex
+	var calls []gateCall
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				start := time.Now()
+				r := b.store.Gate(ctx, obj, gcos.ActionWrite)
+				mu.Lock()
+				calls = append(calls, gateCall{start: start, decision: r.Decision, source: r.Source})
+				mu.Unlock()
+			}
+		}()
+	}
+	// waitFor polls the gate (a caller's view of it) until it answers want.
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for b.store.Gate(b.ctx, obj, gcos.ActionWrite).Decision != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("the gate never answered %s for %s", want, obj)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	rescan := func() {
+		t.Helper()
+		if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
+			t.Fatal(err)
+		}
+		b.scanAll(t, postgres.ModeIncremental)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 36))
+	var flips []flip
+	for i := range 12 {
+		f := flip{allow: true, began: time.Now()}
+		b.exec(t, `INSERT INTO governance_object_ownership (scope_code, entity_type, collection_name, owner_ref, status)
+			VALUES ($1, $2, $3, 'owner-view-test', 'active')`, scope, class, coll)
+		rescan()
+		f.end = time.Now()
+		flips = append(flips, f)
+		waitFor(gcos.GateAllow)
+		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+
+		f = flip{allow: false, began: time.Now()}
+		b.exec(t, `DELETE FROM governance_object_ownership WHERE owner_ref = 'owner-view-test'`)
+		rescan()
+		f.end = time.Now()
+		flips = append(flips, f)
+		switch i % 3 {
+		case 1: // the listener's connection dies: polling keeps the bound
+			b.exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'gcos-gate-view' AND datname = current_database()`)
+		case 2: // the catch-ups' (and the read-throughs') connections die
+			b.exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database()
+				AND application_name <> 'gcos-gate-view' AND state = 'idle'`)
+		}
+		time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+		waitFor(gcos.GateBlock)
+	}
+	cancel()
+	wg.Wait()
+
+	var fromView, allows, blocks int
+	for _, c := range calls {
+		if c.source == postgres.SourceView {
+			fromView++
+		}
+		if c.decision != gcos.GateAllow {
+			blocks++
+			continue
+		}
+		allows++
+		for i, f := range flips {
+			if f.allow {
+				continue
+			}
+			until := time.Now()
+			if i+1 < len(flips) {
+				until = flips[i+1].began
+			}
+			if c.start.After(f.end.Add(maxStale)) && c.start.Before(until) {
+				t.Fatalf("a decision started %s after block %d had committed answered allow (from the %s)",
+					c.start.Sub(f.end), i/2, c.source)
+			}
+		}
+	}
+	t.Logf("%d decisions (%d from the view), %d allowed, %d blocked, over %d flips", len(calls), fromView, allows, blocks, len(flips))
+	if fromView == 0 || allows == 0 || blocks == 0 {
+		t.Fatalf("%d decisions from the view, %d allowed, %d blocked: the test saw nothing", fromView, allows, blocks)
 	}
 }
