@@ -85,6 +85,7 @@ type env struct {
 	store   *postgres.Store
 	intake  *intake.Worker
 	scans   *scan.Scheduler
+	view    *postgres.VerdictView // the gate's view, caught up by Verify: view == database == reference
 	seq     int
 	touched []string // objects a trigger changed: the gate is always asked about them
 }
@@ -100,6 +101,8 @@ func envConfig(cfg *gcos.Config) {
 	cfg.Scan.StormFraction = 1
 	cfg.Intake.TrustedSources = trustedSources
 	cfg.Intake.PollInterval = gcos.Duration(10 * time.Millisecond)
+	// The view is caught up by Verify, not by its loop: a bound longer than any verification keeps it answering.
+	cfg.Gate.MaxStaleness, cfg.Gate.ViewRefresh = gcos.Duration(time.Hour), gcos.Duration(time.Minute)
 }
 
 // builtWorld generates, backfills, activates and scans one world for a test, and closes it: every run clones it.
@@ -121,6 +124,10 @@ func newEnv(t *testing.T, built *pgxpool.Pool) *env {
 	w := gcostest.Over(t, pgtest.Clone(t, built), envConfig)
 	e := &env{ctx: w.Ctx, pool: w.Pool, store: w.Store}
 	e.wire()
+	// Loaded before the first trigger: what the view holds afterwards came through its change feed.
+	if err := e.view.CatchUp(e.ctx); err != nil {
+		t.Fatalf("gate view: %v", err)
+	}
 	return e
 }
 
@@ -130,7 +137,7 @@ func (e *env) wire() {
 	if err != nil {
 		panic(err) // only a nil store is refused
 	}
-	e.intake, e.scans = d.Intake, d.Scan
+	e.intake, e.scans, e.view = d.Intake, d.Scan, d.View
 }
 
 // settle runs intake and incremental scans until no group is dirty, polling with a generous deadline.
@@ -826,7 +833,7 @@ func TestDifferential(t *testing.T) {
 			if i == steps-1 {
 				sample = finalSample
 			}
-			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: sample, Seed: seed, Also: e.touched})
+			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: sample, Seed: seed, Also: e.touched, View: e.view})
 			if err != nil {
 				rt.Fatalf("step %d (%s): verify: %v", i, name, err)
 			}
@@ -870,12 +877,15 @@ func TestEveryTrigger(t *testing.T) {
 			if err := e.settle(); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 1, Also: e.touched})
+			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 1, Also: e.touched, View: e.view})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if bad := unexpected(rep, []string{tr.name}); len(bad) > 0 {
 				t.Errorf("%s: %d mismatches no known divergence explains:\n%s", what, len(bad), describe(bad, 25))
+			}
+			if rep.ViewChecks < rep.GateChecks/2 {
+				t.Errorf("%s: the view answered %d of %d gate questions itself: it was hardly compared", what, rep.ViewChecks, rep.GateChecks)
 			}
 			for _, k := range knownDivergences {
 				if slices.Contains(k.triggers, tr.name) && !slices.ContainsFunc(rep.Mismatches, k.explains) {
@@ -925,7 +935,7 @@ func TestSequencesTheSoakFound(t *testing.T) {
 				if err := e.settle(); err != nil {
 					t.Fatalf("step %d (%s): settle: %v", i, s.trigger, err)
 				}
-				rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: s.seed, Also: e.touched})
+				rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: s.seed, Also: e.touched, View: e.view})
 				if err != nil {
 					t.Fatal(err)
 				}

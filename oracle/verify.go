@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +19,7 @@ import (
 
 // Mismatch is one place where the incremental state differs from the reference.
 type Mismatch struct {
-	Kind        string `json:"kind"` // group, object, ledger or gate
+	Kind        string `json:"kind"` // group, object, ledger, gate or gate_view (the view differs from the database)
 	Key         string `json:"key"`  // group key, candidate key, scope or object reference
 	Scope       string `json:"scope,omitempty"`
 	Collection  string `json:"collection,omitempty"` // where it is (none for a ledger)
@@ -44,6 +45,7 @@ type Report struct {
 	Groups         int        `json:"groups"`                // reference groups (with members)
 	Objects        int        `json:"objects"`               // reference object rows
 	GateChecks     int        `json:"gate_checks"`           // gate decisions compared (objects × actions)
+	ViewChecks     int        `json:"view_checks,omitempty"` // of those, answered by the gate's view too and compared
 	EvaluateTime   float64    `json:"evaluate_secs"`         // reading the substrate and evaluating it from scratch
 	Elapsed        float64    `json:"elapsed_secs"`          // the whole verification
 	Batches        int        `json:"batches,omitempty"`     // an audit's proof: the batches it was read in
@@ -64,6 +66,9 @@ type VerifyOptions struct {
 	Only []string
 	// GateLimit caps the objects the gate is asked about (0: every object with a row, the sample and Also).
 	GateLimit int
+	// View, when set, is caught up before the gate is asked and answers every gate question too: its answer must be
+	// the database's, field by field (view == database == reference).
+	View *postgres.VerdictView
 }
 
 // ReferenceOf reads the whole substrate in one REPEATABLE READ transaction and evaluates it under the active ruleset.
@@ -118,11 +123,24 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 		rng.Shuffle(len(objects), func(i, j int) { objects[i], objects[j] = objects[j], objects[i] })
 		objects = objects[:opts.GateLimit]
 	}
+	if opts.View != nil {
+		if err := opts.View.CatchUp(ctx); err != nil {
+			return rep, err
+		}
+	}
 	for _, obj := range objects {
 		for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
 			want := ref.Gate(obj, action)
 			got := store.Decide(ctx, obj, action)
 			rep.GateChecks++
+			if opts.View != nil {
+				if m, answered := compareView(obj, action, got, opts.View.Decide(ctx, obj, action)); m != nil {
+					m.Collection = collections[obj]
+					rep.Mismatches = append(rep.Mismatches, *m)
+				} else if answered {
+					rep.ViewChecks++
+				}
+			}
 			if got.Decision != want.Decision {
 				rep.Mismatches = append(rep.Mismatches, Mismatch{Kind: "gate", Key: obj, Collection: collections[obj], Field: action,
 					Incremental: fmt.Sprintf("%s (%s: %s)", got.Decision, got.EffectiveVerdict, first(got.Reasons)),
@@ -135,6 +153,19 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 	}
 	rep.Elapsed = time.Since(start).Seconds()
 	return rep, nil
+}
+
+// compareView compares the view's answer with the database's; answered says the view (not a read-through) gave it.
+func compareView(obj, action string, db, vw postgres.GateResult) (m *Mismatch, answered bool) {
+	summary := func(r postgres.GateResult) string {
+		return fmt.Sprintf("%s (%s: %s) %s", r.Decision, r.EffectiveVerdict, strings.Join(r.Reasons, "; "), r.Statement)
+	}
+	same := db.Decision == vw.Decision && db.EffectiveVerdict == vw.EffectiveVerdict && db.RiskClass == vw.RiskClass &&
+		slices.Equal(db.Reasons, vw.Reasons) && db.Statement == vw.Statement && slices.Equal(db.Consulted, vw.Consulted)
+	if !same {
+		return &Mismatch{Kind: "gate_view", Key: obj, Field: action, Incremental: "view: " + summary(vw), Reference: "database: " + summary(db)}, false
+	}
+	return nil, vw.Source == postgres.SourceView
 }
 
 func first(s []string) string {
