@@ -141,8 +141,10 @@ type GateConfig struct {
 	// the database; otherwise the gate reads through. ViewRefresh is how often the view catches up when no
 	// notification wakes it (its proof of freshness: it must be well under MaxStaleness). ViewBirthMaxAge bounds
 	// how long a cached birth row serves when a source update bypasses the change ledger. FeedRetention is how
-	// long the change feed keeps a note for views that fell behind (older: they reload).
+	// long the change feed keeps a note for views that fell behind (older: they reload). ViewObjects bounds the
+	// births and answers the view remembers (each; past it they are all forgotten and read again as asked).
 	View            bool     `json:"view"`
+	ViewObjects     int      `json:"view_objects"`
 	MaxStaleness    Duration `json:"max_staleness"`
 	ViewRefresh     Duration `json:"view_refresh"`
 	ViewBirthMaxAge Duration `json:"view_birth_max_age"`
@@ -339,7 +341,7 @@ func DefaultConfig() Config {
 			TTLDefaultKey:      Duration(24 * time.Hour),
 		},
 		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), PoolConns: 4, ObjectRiskClasses: []string{},
-			View: true, MaxStaleness: Duration(100 * time.Millisecond), ViewRefresh: Duration(20 * time.Millisecond),
+			View: true, ViewObjects: 200_000, MaxStaleness: Duration(100 * time.Millisecond), ViewRefresh: Duration(20 * time.Millisecond),
 			ViewBirthMaxAge: Duration(30 * time.Second), FeedRetention: Duration(10 * time.Minute)},
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
@@ -612,6 +614,7 @@ func (c Config) Validate() error {
 	p.positive("gate.view_refresh", c.Gate.ViewRefresh)
 	p.positive("gate.view_birth_max_age", c.Gate.ViewBirthMaxAge)
 	p.positive("gate.feed_retention", c.Gate.FeedRetention)
+	p.positiveInt("gate.view_objects", c.Gate.ViewObjects)
 	if c.Gate.ViewRefresh >= c.Gate.MaxStaleness/2 {
 		p.add("gate.view_refresh", "must be under half of gate.max_staleness (%s), or the view could never prove it is fresh", c.Gate.MaxStaleness.Duration())
 	}

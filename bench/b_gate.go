@@ -8,12 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"gcos"
 	"gcos/httpapi"
+	"gcos/postgres"
+	"gcos/scan"
 )
 
 const gateWorkers = 8
@@ -83,14 +87,36 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 
-	var allowed, blocked atomic.Int64
+	// The gate's view, as gcos up runs it: the HTTP figures and the view's go through it, the database figures ask
+	// with consistency=full.
+	heapBefore := heapInUse()
+	view := postgres.NewVerdictView(ws.store)
+	ws.store.AttachView(view)
+	vctx, stopView := context.WithCancel(ctx)
+	defer stopView()
+	go func() { _ = view.Run(vctx) }()
+	if err := waitFresh(ctx, view); err != nil {
+		return nil, err
+	}
+	viewHeap := float64(heapInUse()-heapBefore) / (1 << 20)
+
+	var allowed, blocked, fromView, viewCalls atomic.Int64
 	inProcess := func(ctx context.Context, i int) error {
 		o := objs[i%len(objs)]
-		res := ws.store.Gate(ctx, o.coll+":"+o.code, gcos.ActionWrite)
+		res := ws.store.GateWith(ctx, o.coll+":"+o.code, gcos.ActionWrite, postgres.GateOptions{Consistency: postgres.ConsistencyFull})
 		if res.Decision == gcos.GateAllow {
 			allowed.Add(1)
 		} else {
 			blocked.Add(1)
+		}
+		return nil
+	}
+	inView := func(ctx context.Context, i int) error {
+		o := objs[i%len(objs)]
+		res := ws.store.Gate(ctx, o.coll+":"+o.code, gcos.ActionWrite)
+		viewCalls.Add(1)
+		if res.Source == postgres.SourceView {
+			fromView.Add(1)
 		}
 		return nil
 	}
@@ -125,7 +151,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 		return err
 	}
 	// Warm-up, untimed.
-	for _, fn := range []func(context.Context, int) error{inProcess, overHTTP, naive} {
+	for _, fn := range []func(context.Context, int) error{inProcess, inView, overHTTP, naive} {
 		if _, _, err := hammer(ctx, gateWorkers, time.Second, fn); err != nil {
 			return nil, err
 		}
@@ -134,19 +160,26 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	blocked.Store(0)
 	naiveAllowed.Store(0)
 	naiveCalls.Store(0)
-	var in, web, nv gateFigures
+	fromView.Store(0)
+	viewCalls.Store(0)
+	var in, vw, web, nv gateFigures
 	for i := 0; i < r.opts.reps; i++ {
 		for _, step := range []struct {
 			fn  func(context.Context, int) error
 			fig *gateFigures
-		}{{inProcess, &in}, {overHTTP, &web}, {naive, &nv}} {
+		}{{inProcess, &in}, {inView, &vw}, {overHTTP, &web}, {naive, &nv}} {
 			rate, lat, err := hammer(ctx, gateWorkers, r.opts.gateDuration, step.fn)
 			if err != nil {
 				return nil, err
 			}
 			step.fig.add(rate, lat)
 		}
-		r.log.Info("gate rep", "rep", i+1, "in_process_per_s", int64(in.rate[i]), "http_per_s", int64(web.rate[i]), "http_p99_ms", web.p99[i], "naive_per_s", int64(nv.rate[i]))
+		r.log.Info("gate rep", "rep", i+1, "in_process_per_s", int64(in.rate[i]), "view_per_s", int64(vw.rate[i]), "view_p99_ms", vw.p99[i],
+			"http_per_s", int64(web.rate[i]), "http_p99_ms", web.p99[i], "naive_per_s", int64(nv.rate[i]))
+	}
+	staleness, err := measureStaleness(ctx, ws, objs, 25)
+	if err != nil {
+		return nil, err
 	}
 	p99 := &target{Op: "<=", Value: 5, Text: "≤ 5 ms"}
 	rate := &target{Op: ">=", Value: 10_000, Text: "≥ 10,000/s"}
@@ -160,12 +193,114 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 			fmt.Sprintf("Store.Gate over %d random objects, action write; %.1f%% allowed (naive %.1f%%); store pool of %d conns (pgxpool's default unless -pool-conns)",
 				len(objs), 100*float64(allowed.Load())/float64(max(total, 1)),
 				100*float64(naiveAllowed.Load())/float64(max(naiveCalls.Load(), 1)), ws.pool.Config().MaxConns)),
-		mk("in-process p50", "ms", lower, in.p50, nv.p50, nil, ""),
+		mk("in-process p50", "ms", lower, in.p50, nv.p50, nil, "the database path: GateWith(consistency=full), one statement per decision"),
 		mk("in-process p99", "ms", lower, in.p99, nv.p99, p99, ""),
+		mk("view decisions/s (8 goroutines)", "decisions/s", higher, vw.rate, nv.rate, &target{Op: ">=", Value: 500_000, Text: "≥ 500,000/s"},
+			fmt.Sprintf("Store.Gate with the view attached and running (gate.max_staleness %s); %.2f%% answered from the view, the rest read through",
+				ws.store.Config().Gate.MaxStaleness.Duration(), 100*float64(fromView.Load())/float64(max(viewCalls.Load(), 1)))),
+		mk("view p50", "ms", lower, vw.p50, nv.p50, nil, ""),
+		mk("view p99", "ms", lower, vw.p99, nv.p99, &target{Op: "<=", Value: 0.05, Text: "≤ 50 µs"}, ""),
+		{Bench: "gate", Metric: "view staleness p50", Unit: "ms", Better: lower, Ours: percentile(staleness, 50), Reps: len(staleness), OursSamples: staleness,
+			Note: "a verdict change (a high-risk group marked dirty, then scanned clean) committed → the first view decision that reflects it"},
+		{Bench: "gate", Metric: "view staleness p99", Unit: "ms", Better: lower, Ours: percentile(staleness, 99), Reps: len(staleness),
+			Target: &target{Op: "<=", Value: 50, Text: "≤ 50 ms"}},
+		{Bench: "gate", Metric: "view staleness max", Unit: "ms", Better: lower, Ours: percentile(staleness, 100), Reps: len(staleness),
+			Target: &target{Op: "<=", Value: ms(ws.store.Config().Gate.MaxStaleness.Duration()), Text: "≤ gate.max_staleness"}},
+		{Bench: "gate", Metric: "view heap", Unit: "MiB", Better: lower, Ours: viewHeap, Reps: 1,
+			Target: &target{Op: "<=", Value: 200, Text: "≤ 200 MiB"},
+			Note:   fmt.Sprintf("Go heap in use after the view's first load at %d births, minus before (births cached as asked)", r.opts.births)},
 		mk("HTTP loopback decisions/s (8 clients)", "decisions/s", higher, web.rate, nv.rate, rate,
-			"GET /v1/gate on an httptest server with httpapi.New, keep-alive clients; naive column: the naive gate in-process (no HTTP)"),
+			"GET /v1/gate on an httptest server with httpapi.New, keep-alive clients, the view attached; naive column: the naive gate in-process (no HTTP)"),
 		mk("HTTP loopback p50", "ms", lower, web.p50, nv.p50, nil, ""),
 		mk("HTTP loopback p99", "ms", lower, web.p99, nv.p99, p99,
 			"naive: re-derives the object's group verdict from the registries on every call (group members re-aggregated, policy per scope, owner lookup)"),
 	}, nil
+}
+
+// heapInUse is the Go heap in use after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// waitFresh waits until the view may answer.
+func waitFresh(ctx context.Context, v *postgres.VerdictView) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for !v.Stats().Fresh {
+		if time.Now().After(deadline) {
+			return errors.New("gate view: never caught up")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// measureStaleness flips a high-risk allowed object's verdict n times each way — its group marked dirty (block),
+// then scanned clean (allow) — and returns, in ms, how long after each commit the view's first decision reflected it.
+func measureStaleness(ctx context.Context, ws *worldStore, objs []gateObject, n int) ([]float64, error) {
+	var obj, key string
+	for _, o := range objs {
+		res := ws.store.Gate(ctx, o.coll+":"+o.code, gcos.ActionWrite)
+		if res.Decision == gcos.GateAllow && res.Source == postgres.SourceView && !slices.Contains(ws.store.Config().Gate.LowRiskClasses, res.RiskClass) {
+			for _, c := range res.Consulted {
+				if c.Source == gcos.GateSourceGroup {
+					obj, key = o.coll+":"+o.code, c.Key
+					break
+				}
+			}
+		}
+		if key != "" {
+			break
+		}
+	}
+	if key == "" {
+		return nil, errors.New("gate view: no high-risk allowed object to flip")
+	}
+	stage := scan.New(ws.store)
+	reflect := func(want string, since time.Time) (float64, error) {
+		deadline := since.Add(time.Minute)
+		for {
+			res := ws.store.Gate(ctx, obj, gcos.ActionWrite)
+			if res.Decision == want && res.Source == postgres.SourceView {
+				return ms(time.Since(since)), nil
+			}
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("gate view: %s never answered %s", obj, want)
+			}
+		}
+	}
+	var out []float64
+	for range n {
+		if _, err := ws.store.MarkDirty(ctx, []string{key}, gcos.DirtyAuthority); err != nil {
+			return nil, err
+		}
+		d, err := reflect(gcos.GateBlock, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+		var committed time.Time
+		for {
+			res, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
+			if err != nil {
+				return nil, err
+			}
+			if res.Claimed == 0 {
+				break
+			}
+			committed = time.Now() // the tick that scanned the group has committed
+
+		}
+		if d, err = reflect(gcos.GateAllow, committed); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }

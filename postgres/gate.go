@@ -231,8 +231,6 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 
 // GateWith is Gate at the consistency the caller asks for.
 func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOptions) GateResult {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
-	defer cancel()
 	res, fu := s.decide(ctx, object, action, opt)
 	if !fu.empty() {
 		// Follow-ups are best effort and never change the decision already taken.
@@ -248,8 +246,6 @@ func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOpt
 // Decide is the gate's decision with no follow-up: it schedules no re-scan and raises no finding, so a reader
 // that compares decisions (gcos verify) leaves the state it compares as it found it.
 func (s *Store) Decide(ctx context.Context, object, action string) GateResult {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
-	defer cancel()
 	res, _ := s.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
 	return res
 }
@@ -260,7 +256,7 @@ func (s *Store) AttachView(v *VerdictView) { s.view.Store(v) }
 // View is the attached verdict view (nil when none).
 func (s *Store) View() *VerdictView { return s.view.Load() }
 
-// decide takes the gate's decision and lists its follow-ups; ctx carries the gate's deadline.
+// decide takes the gate's decision and lists its follow-ups, every database read within gate.timeout.
 func (s *Store) decide(ctx context.Context, object, action string, opt GateOptions) (GateResult, gateFollowUps) {
 	var fu gateFollowUps
 	res := GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{}}
@@ -277,13 +273,18 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 		res.Reasons = append(res.Reasons, fmt.Sprintf("consistency %q is not one of %s", opt.Consistency, strings.Join(Consistencies, ", ")))
 		return res, fu
 	}
-	timeout := s.cfg.Gate.Timeout.Duration()
-	o, err := s.objectReadsForGate(ctx, ref, opt)
-	reads, now := o.reads, o.now
-	res.AsOf, res.Source = o.asOf, o.source
+	if v := s.view.Load(); v != nil && opt.Consistency != ConsistencyFull {
+		if res, fu, ok := v.decide(ctx, ref, action); ok {
+			return res, fu
+		}
+		v.readThrough.Add(1)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
+	defer cancel()
+	o, err := s.gateInputs(ctx, s.gatePool, ref)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", timeout)
+			err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", s.cfg.Gate.Timeout.Duration())
 		} else if gcos.ErrorCode(err) == gcos.EINTERNAL {
 			s.logger.Error("gate: read candidate state", "object", object, "err", err)
 			err = gcos.Errorf(gcos.EUNAVAILABLE, "candidate state unreadable")
@@ -292,6 +293,15 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 		res.Reasons = d.Reasons
 		return res, fu
 	}
+	res.AsOf, res.Source = o.now, SourceDatabase
+	return s.judge(ref, action, o, res)
+}
+
+// judge takes the gate's decision on an object's reads (the database's or the view's) and lists its follow-ups;
+// res is the answer so far (object, action, as_of, source).
+func (s *Store) judge(ref ObjectRef, action string, o objectReads, res GateResult) (GateResult, gateFollowUps) {
+	var fu gateFollowUps
+	reads, now := o.reads, o.now
 	res.DecidedAt = now
 	if len(reads) == 0 {
 		res.Reasons = append(res.Reasons, fmt.Sprintf("object %s has no birth in %s: unknown objects are blocked", ref, s.BirthBinding().Table))
@@ -325,15 +335,20 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 			if r.source == gcos.GateSourceGroup {
 				subject = "group:" + r.key
 			}
-			fu.lifts = append(fu.lifts, liftFollowUp{lift: *r.lift, object: subject, ruleset: r.row.RulesetVersion})
+			fu.lifts = append(fu.lifts, liftFollowUp{lift: *r.lift, object: subject, ruleset: r.row.RulesetVersion,
+				log: r.lift.ExceptionID + "@" + r.lift.Reason})
 		}
 		if rd.RaiseOrphan {
-			fu.orphans = append(fu.orphans, orphanFollowUp{key: r.key, source: r.source, scope: r.scope, ruleset: r.row.RulesetVersion,
-				object: ref.String(), verdictAt: r.row.ScanTime, validUntil: r.row.StaleAfter})
+			o := orphanFollowUp{key: r.key, source: r.source, scope: r.scope, ruleset: r.row.RulesetVersion,
+				object: ref.String(), verdictAt: r.row.ScanTime, validUntil: r.row.StaleAfter}
+			o.log = o.logKey()
+			fu.orphans = append(fu.orphans, o)
 		}
 	}
 	for _, p := range o.problems {
-		fu.inputs = append(fu.inputs, inputFollowUp{problem: p, object: ref.String()})
+		in := inputFollowUp{problem: p, object: ref.String()}
+		in.log = string(p.State) + ":" + in.subject()
+		fu.inputs = append(fu.inputs, in)
 	}
 	return res, fu
 }
@@ -360,25 +375,6 @@ type objectReads struct {
 	birth       gcos.ObjectBirth
 	fingerprint *string             // the object's fingerprint now (what an exception on it pins)
 	problems    []gcos.InputProblem // input values no verdict can rest on (VerdictPolicy.CheckObject)
-	asOf        time.Time           // the database state's instant
-	source      string              // SourceView or SourceDatabase
-}
-
-// objectReadsForGate reads what the gate judges ref on from the view when one is attached, the caller allows it and
-// the view is within its bound, else from the database.
-func (s *Store) objectReadsForGate(ctx context.Context, ref ObjectRef, opt GateOptions) (objectReads, error) {
-	if v := s.view.Load(); v != nil && opt.Consistency != ConsistencyFull {
-		o, version, fingerprint, asOf, err := v.gateReads(ctx, ref)
-		if err == nil {
-			o, err = s.completeReads(ctx, s.gatePool, ref, o, version, fingerprint)
-			o.asOf, o.source = asOf, SourceView
-			return o, err
-		}
-		v.readThrough.Add(1)
-	}
-	o, err := s.gateInputs(ctx, s.gatePool, ref)
-	o.asOf, o.source = o.now, SourceDatabase
-	return o, err
 }
 
 // gateInputs reads, in one statement, the object's birth, its materialized row and its group in every scope, and
@@ -464,14 +460,14 @@ type gateFollowUps struct {
 
 // liftFollowUp is an exception a row's coverage was recorded under that no longer counts.
 type liftFollowUp struct {
-	lift            gcos.ExceptionLift
-	object, ruleset string
+	lift                 gcos.ExceptionLift
+	object, ruleset, log string // log: what the follow-up log knows it by
 }
 
 // inputFollowUp is an input value of the object no verdict can rest on.
 type inputFollowUp struct {
-	problem gcos.InputProblem
-	object  string
+	problem     gcos.InputProblem
+	object, log string // log: what the follow-up log knows it by
 }
 
 // subject is what the input finding is coalesced on: the object for its own missing parent (an open input
@@ -488,6 +484,7 @@ func (f inputFollowUp) subject() string {
 // the verdict that found it so (its scan time and validity).
 type orphanFollowUp struct {
 	key, source, scope, ruleset, object string
+	log                                 string // logKey, computed once
 	verdictAt                           time.Time
 	validUntil                          *time.Time
 }
@@ -509,19 +506,19 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 	rescan, unknown := s.followUps.due("rescan", f.rescan), s.followUps.due("unknown", f.unknown)
 	var orphans []orphanFollowUp
 	for _, o := range f.orphans {
-		if len(s.followUps.due("orphan", []string{o.logKey()})) > 0 {
+		if s.followUps.dueOne("orphan", o.log) {
 			orphans = append(orphans, o)
 		}
 	}
 	var lifts []liftFollowUp
 	for _, l := range f.lifts {
-		if len(s.followUps.due("lift", []string{l.lift.ExceptionID + "@" + l.lift.Reason})) > 0 {
+		if s.followUps.dueOne("lift", l.log) {
 			lifts = append(lifts, l)
 		}
 	}
 	var inputs []inputFollowUp
 	for _, in := range f.inputs {
-		if len(s.followUps.due("input", []string{string(in.problem.State) + ":" + in.subject()})) > 0 {
+		if s.followUps.dueOne("input", in.log) {
 			inputs = append(inputs, in)
 		}
 	}
@@ -581,14 +578,14 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			if o.validUntil != nil && o.validUntil.After(until) {
 				until = *o.validUntil
 			}
-			s.followUps.doneUntil("orphan", o.logKey(), until)
+			s.followUps.doneUntil("orphan", o.log, until)
 		}
 		// A lifted exception stays lifted and an odd value stays odd until someone acts: say so once per window.
 		for _, l := range lifts {
-			s.followUps.done("lift", []string{l.lift.ExceptionID + "@" + l.lift.Reason}, window)
+			s.followUps.done("lift", []string{l.log}, window)
 		}
 		for _, in := range inputs {
-			s.followUps.done("input", []string{string(in.problem.State) + ":" + in.subject()}, window)
+			s.followUps.done("input", []string{in.log}, window)
 		}
 	}
 	return err
@@ -597,8 +594,11 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 // followUpLog remembers until when each group's gate follow-up needs no repeat.
 type followUpLog struct {
 	mu    sync.Mutex
-	until map[string]time.Time
+	until map[followUpKey]time.Time
 }
+
+// followUpKey names one follow-up: its kind and the group, verdict or value it is about.
+type followUpKey struct{ kind, key string }
 
 func (l *followUpLog) due(kind string, keys []string) []string {
 	if len(keys) == 0 {
@@ -609,11 +609,18 @@ func (l *followUpLog) due(kind string, keys []string) []string {
 	now := time.Now()
 	var out []string
 	for _, k := range keys {
-		if now.After(l.until[kind+":"+k]) {
+		if now.After(l.until[followUpKey{kind, k}]) {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// dueOne reports whether one follow-up is due.
+func (l *followUpLog) dueOne(kind, key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Now().After(l.until[followUpKey{kind, key}])
 }
 
 // done records follow-ups as needing no repeat for window.
@@ -632,9 +639,9 @@ func (l *followUpLog) doneUntil(kind, key string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.until == nil || len(l.until) > 100_000 {
-		l.until = map[string]time.Time{} // bounded: forgetting only costs a repeated idempotent write
+		l.until = map[followUpKey]time.Time{} // bounded: forgetting only costs a repeated idempotent write
 	}
-	l.until[kind+":"+key] = until
+	l.until[followUpKey{kind, key}] = until
 }
 
 func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveState) string {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -54,11 +56,15 @@ type VerdictView struct {
 	offset     time.Duration // database clock minus local clock, measured at that read
 	snapshot   string        // pg_current_snapshot() of that read: the next catch-up reads what committed since
 
-	births    sync.Map      // ObjectRef → birthRaw
-	birthGen  atomic.Uint64 // bumped whenever a catch-up drops births: a birth read across it is not cached
-	wake      chan struct{}
-	samples   []horizonSample // (time, xmin) samples the feed is pruned by
-	lastPrune time.Time
+	births      sync.Map      // ObjectRef → birthRaw
+	birthGen    atomic.Uint64 // bumped whenever a catch-up drops births: a birth read across it is not cached
+	answers     sync.Map      // answerKey → *rememberedAnswer
+	birthCount  atomic.Int64
+	answerCount atomic.Int64
+	maxObjects  int // births and answers remembered, each
+	wake        chan struct{}
+	samples     []horizonSample // (time, xmin) samples the feed is pruned by
+	lastPrune   time.Time
 
 	answered, readThrough, reloads atomic.Int64
 }
@@ -67,7 +73,8 @@ type VerdictView struct {
 func NewVerdictView(s *Store) *VerdictView {
 	g := s.cfg.Gate
 	return &VerdictView{s: s, maxStale: g.MaxStaleness.Duration(), refresh: g.ViewRefresh.Duration(),
-		birthMaxAge: g.ViewBirthMaxAge.Duration(), feedRetained: g.FeedRetention.Duration(), wake: make(chan struct{}, 1)}
+		birthMaxAge: g.ViewBirthMaxAge.Duration(), feedRetained: g.FeedRetention.Duration(), maxObjects: g.ViewObjects,
+		wake: make(chan struct{}, 1)}
 }
 
 // viewState is what one catch-up leaves: the current ruleset's candidate state, keyed as the gate looks it up.
@@ -84,6 +91,14 @@ type viewState struct {
 	exceptions    map[string]*gcos.ExceptionRow // the registry's current row (nil: gone)
 	collections   map[string]bool
 	classes       map[string]bool
+	// objectOfCandidate maps an object row's candidate key to its object_ref (its coverage is keyed by the former).
+	objectOfCandidate map[string]string
+
+	// Stamps of what changed, from one clock (a remembered answer is valid while its stamps are): gen for what every
+	// answer rests on (rulesets, snapshots, exceptions, registries), baseGen per base, objectGen per object row.
+	clock, gen uint64
+	baseGen    map[BirthBase]uint64
+	objectGen  map[ObjectRef]uint64
 }
 
 type viewGroup struct {
@@ -250,7 +265,11 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 		}
 		if reload {
 			var err error
-			next, err = loadViewState(ctx, tx)
+			var clock uint64
+			if cur != nil {
+				clock = cur.clock
+			}
+			next, err = loadViewState(ctx, tx, clock)
 			return err
 		}
 		if err := d.read(ctx, tx, cur.version, changed); err != nil {
@@ -356,9 +375,11 @@ const (
 		FROM governance_candidate_coverage WHERE ruleset_version = $1`
 )
 
-func loadViewState(ctx context.Context, tx pgx.Tx) (*viewState, error) {
+// loadViewState reads the whole state; clock is the previous state's (a reload stamps everything anew).
+func loadViewState(ctx context.Context, tx pgx.Tx, clock uint64) (*viewState, error) {
 	st := &viewState{groups: map[string]viewGroup{}, byBase: map[BirthBase][]string{}, states: map[string]gcos.CandidateRow{},
-		objects: map[string]viewObject{}, coverage: map[string]gcos.CoverageRecord{}}
+		objects: map[string]viewObject{}, coverage: map[string]gcos.CoverageRecord{}, objectOfCandidate: map[string]string{},
+		clock: clock + 1, gen: clock + 1, baseGen: map[BirthBase]uint64{}, objectGen: map[ObjectRef]uint64{}}
 	if err := tx.QueryRow(ctx, viewRulesetSQL).Scan(&st.version, &st.versionStatus, &st.active); err != nil {
 		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
@@ -469,17 +490,43 @@ func keyColumn(sql string) string {
 	return strings.TrimSuffix(strings.Fields(strings.TrimPrefix(strings.TrimSpace(sql), "SELECT"))[0], ",")
 }
 
-// applyRows writes the delta's rows into the state (under the view's lock).
+// applyRows writes the delta's rows into the state (under the view's lock) and stamps what changed: the bases
+// whose groups, candidate rows or coverage changed, the objects whose row or coverage did. A candidate row whose
+// only change is its member count changes no answer and stamps nothing.
 func (st *viewState) applyRows(d *viewDelta) {
+	stamp := func() uint64 { st.clock++; return st.clock }
+	bumpBase := func(b BirthBase) { st.baseGen[b] = stamp() }
+	bumpGroup := func(key string) {
+		if g, ok := st.groups[key]; ok {
+			bumpBase(g.base)
+		} else {
+			st.gen = stamp()
+		}
+	}
+	bumpObject := func(ref string) {
+		if r, err := ParseObjectRef(ref); err == nil {
+			st.objectGen[r] = stamp()
+		} else {
+			st.gen = stamp()
+		}
+	}
 	for k, g := range d.groups {
-		if old, ok := st.groups[k]; ok && !old.retired {
-			st.byBase[old.base] = slices.DeleteFunc(st.byBase[old.base], func(x string) bool { return x == k })
+		old, had := st.groups[k]
+		if had && g != nil && old == *g {
+			continue
+		}
+		if had {
+			bumpBase(old.base)
+			if !old.retired {
+				st.byBase[old.base] = slices.DeleteFunc(st.byBase[old.base], func(x string) bool { return x == k })
+			}
 		}
 		if g == nil {
 			delete(st.groups, k)
 			continue
 		}
 		st.groups[k] = *g
+		bumpBase(g.base)
 		if !g.retired {
 			keys := append(st.byBase[g.base], k)
 			slices.SortFunc(keys, func(a, b string) int {
@@ -488,22 +535,70 @@ func (st *viewState) applyRows(d *viewDelta) {
 			st.byBase[g.base] = keys
 		}
 	}
-	put(st.states, d.states)
-	put(st.objects, d.objects)
-	put(st.coverage, d.coverage)
-}
-
-func put[V any](into map[string]V, from map[string]*V) {
-	for k, x := range from {
-		if x == nil {
-			delete(into, k)
+	for k, r := range d.states {
+		old, had := st.states[k]
+		switch {
+		case r == nil && had:
+			delete(st.states, k)
+			bumpGroup(k)
+		case r == nil:
+		case had && sameRow(old, *r):
+			st.states[k] = *r
+		default:
+			st.states[k] = *r
+			bumpGroup(k)
+		}
+	}
+	for ref, o := range d.objects {
+		old, had := st.objects[ref]
+		switch {
+		case o == nil && had:
+			delete(st.objects, ref)
+			delete(st.objectOfCandidate, old.row.GroupKey)
+			bumpObject(ref)
+		case o == nil:
+		case had && old.group == o.group && sameRow(old.row, o.row):
+		default:
+			st.objects[ref] = *o
+			st.objectOfCandidate[o.row.GroupKey] = ref
+			bumpObject(ref)
+		}
+	}
+	for ref, c := range d.coverage {
+		old, had := st.coverage[ref]
+		switch {
+		case c == nil && !had, c != nil && had && reflect.DeepEqual(old, *c):
+			continue
+		case c == nil:
+			delete(st.coverage, ref)
+		default:
+			st.coverage[ref] = *c
+		}
+		if cand, ok := strings.CutPrefix(ref, "object:"); ok {
+			if obj, ok := st.objectOfCandidate[cand]; ok {
+				bumpObject(obj)
+			} else {
+				st.gen = stamp()
+			}
 		} else {
-			into[k] = *x
+			bumpGroup(ref)
 		}
 	}
 }
 
+// sameRow reports whether two candidate rows give the same answers: equal but for their member counts.
+func sameRow(a, b gcos.CandidateRow) bool {
+	a.MemberCount, b.MemberCount = 0, 0
+	return reflect.DeepEqual(a, b)
+}
+
+// applyReferenced takes the referenced tables' new reads; any change stamps the whole view.
 func (st *viewState) applyReferenced(d *viewDelta) {
+	if !maps.EqualFunc(st.snapshots, d.snapshots, time.Time.Equal) || !reflect.DeepEqual(st.exceptions, d.exceptions) ||
+		!maps.Equal(st.collections, d.collections) || !maps.Equal(st.classes, d.classes) {
+		st.clock++
+		st.gen = st.clock
+	}
 	st.snapshots, st.exceptions, st.collections, st.classes = d.snapshots, d.exceptions, d.collections, d.classes
 }
 
@@ -596,37 +691,128 @@ func keysOf[K comparable](m map[K]bool) []K {
 	return out
 }
 
-// errViewMiss says the view cannot answer within its bound: the gate reads through.
-var errViewMiss = errors.New("gate view: not within its bound")
-
-// gateReads answers gateReads (the database's statement) from memory: the same reads, in the same order, as of
-// the view's last catch-up, with the database clock carried forward. errViewMiss when it cannot.
-func (v *VerdictView) gateReads(ctx context.Context, ref ObjectRef) (objectReads, string, *string, time.Time, error) {
-	var o objectReads
+// decide answers from the view: a remembered answer while nothing it rests on has moved, else the same reads as
+// the database's statement (gateReads), in the same order, as of the view's last catch-up with the database clock
+// carried forward, judged as the database's are. ok is false when the view cannot answer within its bound.
+func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string) (GateResult, gateFollowUps, bool) {
 	own, ok := v.birth(ctx, ref)
 	if !ok {
-		return o, "", nil, time.Time{}, errViewMiss
+		return GateResult{}, gateFollowUps{}, false
 	}
 	var parent birthRaw
 	if own.parent != nil {
 		if parent, ok = v.birth(ctx, ObjectRef{Collection: ref.Collection, Code: *own.parent}); !ok {
-			return o, "", nil, time.Time{}, errViewMiss
+			return GateResult{}, gateFollowUps{}, false
 		}
 	}
+	key := answerKey{ref: ref, action: action}
 	v.mu.RLock()
-	defer v.mu.RUnlock()
 	if !v.freshLocked() {
-		return o, "", nil, time.Time{}, errViewMiss
+		v.mu.RUnlock()
+		return GateResult{}, gateFollowUps{}, false
 	}
-	st := v.state
-	o.now = time.Now().Add(v.offset)
+	st, asOf, now := v.state, v.dbAsOf, time.Now().Add(v.offset)
+	base := own.base(parent)
+	stamp := answerStamp{gen: st.gen, base: st.baseGen[base], object: st.objectGen[ref]}
+	if x, ok := v.answers.Load(key); ok {
+		a := x.(*rememberedAnswer)
+		if a.stamp == stamp && now.Before(a.validUntil) && a.own.same(own) && a.parent.same(parent) {
+			v.mu.RUnlock()
+			v.answered.Add(1)
+			res := a.res
+			res.DecidedAt, res.AsOf = now, asOf
+			return res, a.fu, true
+		}
+	}
+	o, version, fingerprint := st.reads(ref, own, parent, base, now)
+	v.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
+	defer cancel()
+	o, err := v.s.completeReads(ctx, v.s.gatePool, ref, o, version, fingerprint)
+	if err != nil {
+		return GateResult{}, gateFollowUps{}, false
+	}
+	res := GateResult{Object: ref.String(), Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{},
+		AsOf: asOf, Source: SourceView}
+	res, fu := v.s.judge(ref, action, o, res)
+	res.Reasons, res.Consulted = slices.Clip(res.Reasons), slices.Clip(res.Consulted) // shared: an append copies
+	remember(&v.answers, &v.answerCount, v.maxObjects, key, &rememberedAnswer{stamp: stamp, own: own, parent: parent,
+		validUntil: validUntil(o.reads, now), res: res, fu: fu})
+	v.answered.Add(1)
+	return res, fu, true
+}
+
+// answerKey names a remembered answer.
+type answerKey struct {
+	ref    ObjectRef
+	action string
+}
+
+// answerStamp is what a remembered answer rests on: the view's generation (rulesets, snapshots, exceptions,
+// registries), its base's and its object row's.
+type answerStamp struct{ gen, base, object uint64 }
+
+// rememberedAnswer is an answer the view gave, valid while its stamp and the births it read are unchanged and the
+// clock has not reached the first instant at which a read-time comparison could turn.
+type rememberedAnswer struct {
+	stamp       answerStamp
+	own, parent birthRaw
+	validUntil  time.Time
+	res         GateResult
+	fu          gateFollowUps
+}
+
+// validUntil is the first instant after now at which the time decay could change the answer: a row's stale_after
+// or the expiry of an exception its coverage rests on (gcos.Effective, gcos.ExceptionRow.Holds).
+func validUntil(reads []candidateRead, now time.Time) time.Time {
+	until := now.Add(24 * time.Hour)
+	earlier := func(t *time.Time) {
+		if t != nil && now.Before(*t) && t.Before(until) {
+			until = *t
+		}
+	}
+	for _, r := range reads {
+		earlier(r.row.StaleAfter)
+		if r.exception != nil {
+			earlier(r.exception.ExpiresAt)
+		}
+	}
+	return until
+}
+
+// remember stores x under key in m, dropping everything when m holds more than limit entries (forgetting only
+// costs a read).
+func remember[K comparable, V any](m *sync.Map, n *atomic.Int64, limit int, key K, x V) {
+	if _, loaded := m.Swap(key, x); loaded {
+		return
+	}
+	if n.Add(1) > int64(limit) {
+		m.Clear()
+		n.Store(0)
+	}
+}
+
+// base is the base group an object with this birth (and its parent's, for an inherited child) belongs to.
+func (b birthRaw) base(parent birthRaw) BirthBase {
+	if b.parent != nil {
+		return BirthBase{Class: parent.class, Coll: parent.coll, Status: parent.status}
+	}
+	return BirthBase{Class: b.class, Coll: b.coll, Status: b.status}
+}
+
+// same reports whether two reads of a birth row hold the same values.
+func (b birthRaw) same(c birthRaw) bool {
+	return b.class == c.class && b.coll == c.coll && b.status == c.status && b.h0 == c.h0 && b.h1 == c.h1 &&
+		(b.parent == nil) == (c.parent == nil) && (b.parent == nil || *b.parent == *c.parent)
+}
+
+// reads builds, from the state (under the view's lock), what the database's gate statement reads for the object:
+// its object row under the current ruleset, then its base's groups by scope, with the clock now.
+func (st *viewState) reads(ref ObjectRef, own, parent birthRaw, base BirthBase, now time.Time) (objectReads, string, *string) {
+	o := objectReads{now: now}
 	b := &o.birth
-	b.Object, b.Class, b.Collection, b.LifecycleStatus = ref.String(), own.class, own.coll, own.status
-	b.OwnLifecycleStatus, b.ParentCode = own.status, own.parent
-	if own.parent != nil {
-		b.ParentFound = true
-		b.Class, b.Collection, b.LifecycleStatus = parent.class, parent.coll, parent.status
-	}
+	b.Object, b.Class, b.Collection, b.LifecycleStatus = ref.String(), base.Class, base.Coll, base.Status
+	b.OwnLifecycleStatus, b.ParentCode, b.ParentFound = own.status, own.parent, own.parent != nil
 	b.CollectionRegistered, b.ClassRegistered = st.collections[b.Collection], st.classes[b.Class]
 	read := func(source, key, scope, coverageRef string, row gcos.CandidateRow, found bool) candidateRead {
 		r := candidateRead{source: source, key: key, scope: scope, activeVersion: st.active}
@@ -634,7 +820,6 @@ func (v *VerdictView) gateReads(ctx context.Context, ref ObjectRef) (objectReads
 			return r
 		}
 		r.row, r.rulesetStatus = row, st.versionStatus
-		r.snapshotAt = nil
 		if at, ok := st.snapshots[row.SnapshotRef]; ok {
 			r.snapshotExists, r.snapshotAt = true, &at
 		}
@@ -653,7 +838,6 @@ func (v *VerdictView) gateReads(ctx context.Context, ref ObjectRef) (objectReads
 			}
 		}
 	}
-	base := BirthBase{Class: b.Class, Coll: b.Collection, Status: b.LifecycleStatus}
 	keys := st.byBase[base]
 	if len(keys) == 0 {
 		o.reads = append(o.reads, read(gcos.GateSourceGroup, "", "", "", gcos.CandidateRow{}, false))
@@ -662,8 +846,7 @@ func (v *VerdictView) gateReads(ctx context.Context, ref ObjectRef) (objectReads
 		row, found := st.states[k]
 		o.reads = append(o.reads, read(gcos.GateSourceGroup, k, st.groups[k].scope, k, row, found && st.version != ""))
 	}
-	v.answered.Add(1)
-	return o, st.version, gcos.Str(gcos.FingerprintFromRowHashes(own.h0, own.h1).String()), v.dbAsOf, nil
+	return o, st.version, gcos.Str(gcos.FingerprintFromRowHashes(own.h0, own.h1).String())
 }
 
 // birth is an object's cached birth row, read (and cached) on a miss. ok is false when it has none, or it could
@@ -676,6 +859,8 @@ func (v *VerdictView) birth(ctx context.Context, ref ObjectRef) (birthRaw, bool)
 		}
 	}
 	gen, began := v.birthGen.Load(), time.Now()
+	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
+	defer cancel()
 	var b birthRaw
 	err := v.s.gatePool.QueryRow(ctx, v.s.birthRawSQLText, ref.Collection, ref.Code).Scan(&b.class, &b.coll, &b.status, &b.parent, &b.h0, &b.h1)
 	if err != nil {
@@ -688,7 +873,7 @@ func (v *VerdictView) birth(ctx context.Context, ref ObjectRef) (birthRaw, bool)
 	if v.birthGen.Load() != gen {
 		return b, false
 	}
-	v.births.Store(ref, b)
+	remember(&v.births, &v.birthCount, v.maxObjects, ref, b)
 	return b, true
 }
 
@@ -702,8 +887,6 @@ WHERE b.{coll} = $1 AND b.{code} = $2`)
 // Decide is the gate's decision as the view gives it (reading through when it must), with no follow-up: what a
 // comparison of the view with the database reads.
 func (v *VerdictView) Decide(ctx context.Context, object, action string) GateResult {
-	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
-	defer cancel()
 	if v.s.view.Load() != v {
 		return GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Reasons: []string{"gate view: not attached to its store"}}
 	}

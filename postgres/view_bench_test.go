@@ -1,0 +1,27 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"gcos"
+)
+
+// BenchmarkVerdictView_Decide is the view's decision alone (go test -bench; the benchmark command measures the gate).
+func BenchmarkVerdictView_Decide(b *testing.B) {
+	w, v := viewWorld(&testing.T{}, 20000, time.Hour)
+	_ = w
+	objects := w.strs(&testing.T{}, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 2000`)
+	for _, o := range objects {
+		w.store.Gate(w.ctx, o, gcos.ActionWrite)
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			w.store.Gate(w.ctx, objects[i%len(objects)], gcos.ActionWrite)
+			i++
+		}
+	})
+	_ = v
+}
