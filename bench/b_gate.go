@@ -27,15 +27,15 @@ func hammer(ctx context.Context, workers int, d time.Duration, fn func(ctx conte
 	var wg sync.WaitGroup
 	lats := make([][]float64, workers)
 	errs := make([]error, workers)
-	var seq atomic.Int64
 	start := time.Now()
 	end := start.Add(d)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(end) && ctx.Err() == nil {
-				i := int(seq.Add(1))
+			// Each worker walks the objects on its own (a shared counter would make the callers contend on it).
+			for n := 0; time.Now().Before(end) && ctx.Err() == nil; n++ {
+				i := n*workers + w
 				t0 := time.Now()
 				if err := fn(ctx, i); err != nil {
 					errs[w] = err
@@ -103,7 +103,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	var allowed, blocked, fromView, viewCalls atomic.Int64
 	inProcess := func(ctx context.Context, i int) error {
 		o := objs[i%len(objs)]
-		res := ws.store.GateWith(ctx, o.coll+":"+o.code, gcos.ActionWrite, postgres.GateOptions{Consistency: postgres.ConsistencyFull})
+		res := ws.store.GateWith(ctx, o.ref, gcos.ActionWrite, postgres.GateOptions{Consistency: postgres.ConsistencyFull})
 		if res.Decision == gcos.GateAllow {
 			allowed.Add(1)
 		} else {
@@ -113,7 +113,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	}
 	inView := func(ctx context.Context, i int) error {
 		o := objs[i%len(objs)]
-		res := ws.store.Gate(ctx, o.coll+":"+o.code, gcos.ActionWrite)
+		res := ws.store.Gate(ctx, o.ref, gcos.ActionWrite)
 		viewCalls.Add(1)
 		if res.Source == postgres.SourceView {
 			fromView.Add(1)
@@ -122,7 +122,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	}
 	overHTTP := func(ctx context.Context, i int) error {
 		o := objs[i%len(objs)]
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/gate?object="+url.QueryEscape(o.coll+":"+o.code)+"&action=write", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/gate?object="+url.QueryEscape(o.ref)+"&action=write", nil)
 		if err != nil {
 			return err
 		}
@@ -246,11 +246,11 @@ func waitFresh(ctx context.Context, v *postgres.VerdictView) error {
 func measureStaleness(ctx context.Context, ws *worldStore, objs []gateObject, n int) ([]float64, error) {
 	var obj, key string
 	for _, o := range objs {
-		res := ws.store.Gate(ctx, o.coll+":"+o.code, gcos.ActionWrite)
+		res := ws.store.Gate(ctx, o.ref, gcos.ActionWrite)
 		if res.Decision == gcos.GateAllow && res.Source == postgres.SourceView && !slices.Contains(ws.store.Config().Gate.LowRiskClasses, res.RiskClass) {
 			for _, c := range res.Consulted {
 				if c.Source == gcos.GateSourceGroup {
-					obj, key = o.coll+":"+o.code, c.Key
+					obj, key = o.ref, c.Key
 					break
 				}
 			}

@@ -167,7 +167,8 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 }
 
 // gateObject is one object the gate benchmarks ask about.
-type gateObject struct{ coll, code string }
+// gateObject is an object the gate benchmarks ask about; ref is its name as a caller holds it (collection:code).
+type gateObject struct{ coll, code, ref string }
 
 // gateWorld opens a prepared world (backfilled, ruleset and event types active, as `gcos up --demo` leaves it) and
 // draws the objects the gate benchmarks ask about.
@@ -201,6 +202,7 @@ func gateObjects(ctx context.Context, ws *worldStore) ([]gateObject, error) {
 		if err := rows.Scan(&o.coll, &o.code); err != nil {
 			return nil, err
 		}
+		o.ref = o.coll + ":" + o.code
 		objs = append(objs, o)
 	}
 	if err := rows.Err(); err != nil {
@@ -215,7 +217,7 @@ func gateObjects(ctx context.Context, ws *worldStore) ([]gateObject, error) {
 // getGate asks the gate over HTTP and decodes its answer.
 func getGate(ctx context.Context, client *http.Client, base string, o gateObject) (postgres.GateResult, error) {
 	var res postgres.GateResult
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/gate?object="+url.QueryEscape(o.coll+":"+o.code)+"&action=write", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/gate?object="+url.QueryEscape(o.ref)+"&action=write", nil)
 	if err != nil {
 		return res, err
 	}

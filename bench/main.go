@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -35,6 +36,7 @@ type options struct {
 	latencyChanges int
 	loadRate       float64
 	gateDuration   time.Duration
+	cpuProfile     string
 	coalesceWindow time.Duration
 	intakePoll     time.Duration
 	poolConns      int
@@ -122,6 +124,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.intakePoll, "intake-poll", 0, "override intake.poll_interval (default: gcos.DefaultConfig)")
 	fs.IntVar(&o.poolConns, "pool-conns", 0, "connections of the store's pool (0: pgxpool's default, as gcos up opens it)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.memoryChild, "memory-child", "", "internal: run the memory workload (ours|naive) on -database-url and print the RSS")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -176,6 +179,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "bench: cpu profile:", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 
 	// First Ctrl-C (or SIGTERM) cancels the run; cleanup (dropping databases, stopping the cluster) still runs.
 	ctx, cancel := context.WithCancel(context.Background())

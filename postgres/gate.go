@@ -232,12 +232,23 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 // GateWith is Gate at the consistency the caller asks for.
 func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOptions) GateResult {
 	res, fu := s.decide(ctx, object, action, opt)
-	if !fu.empty() {
-		// Follow-ups are best effort and never change the decision already taken.
-		if err := s.gateFollowUp(context.WithoutCancel(ctx), fu); err != nil {
-			s.logger.Warn("gate: follow up", "object", object, "err", err)
-		} else {
-			res.RescanScheduled = len(fu.rescan) > 0
+	if fu.empty() {
+		return res
+	}
+	// A remembered answer knows until when its follow-ups were all done: no need to ask the log again.
+	if a := fu.answer; a != nil && time.Now().UnixNano() < a.quiet.Load() {
+		res.RescanScheduled = len(fu.rescan) > 0
+		return res
+	}
+	// Follow-ups are best effort and never change the decision already taken.
+	if err := s.gateFollowUp(context.WithoutCancel(ctx), fu); err != nil {
+		s.logger.Warn("gate: follow up", "object", object, "err", err)
+		return res
+	}
+	res.RescanScheduled = len(fu.rescan) > 0
+	if a := fu.answer; a != nil {
+		if u := s.followUps.quietUntil(fu); !u.IsZero() {
+			a.quiet.Store(u.UnixNano())
 		}
 	}
 	return res
@@ -456,6 +467,7 @@ type gateFollowUps struct {
 	orphans         []orphanFollowUp
 	lifts           []liftFollowUp
 	inputs          []inputFollowUp
+	answer          *rememberedAnswer // the view's remembered answer they came with (nil: none)
 }
 
 // liftFollowUp is an exception a row's coverage was recorded under that no longer counts.
@@ -614,6 +626,35 @@ func (l *followUpLog) due(kind string, keys []string) []string {
 		}
 	}
 	return out
+}
+
+// quietUntil is the first instant at which one of f's follow-ups is due again.
+func (l *followUpLog) quietUntil(f gateFollowUps) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var until time.Time
+	first := true
+	see := func(kind, key string) {
+		if u := l.until[followUpKey{kind, key}]; first || u.Before(until) {
+			until, first = u, false
+		}
+	}
+	for _, k := range f.rescan {
+		see("rescan", k)
+	}
+	for _, k := range f.unknown {
+		see("unknown", k)
+	}
+	for _, o := range f.orphans {
+		see("orphan", o.log)
+	}
+	for _, x := range f.lifts {
+		see("lift", x.log)
+	}
+	for _, x := range f.inputs {
+		see("input", x.log)
+	}
+	return until
 }
 
 // dueOne reports whether one follow-up is due.

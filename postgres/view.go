@@ -56,12 +56,10 @@ type VerdictView struct {
 	offset     time.Duration // database clock minus local clock, measured at that read
 	snapshot   string        // pg_current_snapshot() of that read: the next catch-up reads what committed since
 
-	births      sync.Map      // ObjectRef → birthRaw
+	objects     sync.Map      // ObjectRef → *objectEntry: what the view remembers of an object asked about
+	objectCount atomic.Int64
+	maxObjects  int           // objects remembered; past it they are all forgotten
 	birthGen    atomic.Uint64 // bumped whenever a catch-up drops births: a birth read across it is not cached
-	answers     sync.Map      // answerKey → *rememberedAnswer
-	birthCount  atomic.Int64
-	answerCount atomic.Int64
-	maxObjects  int // births and answers remembered, each
 	wake        chan struct{}
 	samples     []horizonSample // (time, xmin) samples the feed is pruned by
 	lastPrune   time.Time
@@ -287,11 +285,12 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 	if len(changed["birth"]) > 0 || reload {
 		v.birthGen.Add(1)
 		if reload {
-			v.births.Clear()
+			v.objects.Clear()
+			v.objectCount.Store(0)
 		}
 		for _, k := range changed["birth"] {
 			if ref, err := ParseObjectRef(k); err == nil {
-				v.births.Delete(ref)
+				v.objects.Delete(ref)
 			}
 		}
 	}
@@ -705,7 +704,10 @@ func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string) 
 			return GateResult{}, gateFollowUps{}, false
 		}
 	}
-	key := answerKey{ref: ref, action: action}
+	slot := 0
+	if action == gcos.ActionRead {
+		slot = 1
+	}
 	v.mu.RLock()
 	if !v.freshLocked() {
 		v.mu.RUnlock()
@@ -714,14 +716,13 @@ func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string) 
 	st, asOf, now := v.state, v.dbAsOf, time.Now().Add(v.offset)
 	base := own.base(parent)
 	stamp := answerStamp{gen: st.gen, base: st.baseGen[base], object: st.objectGen[ref]}
-	if x, ok := v.answers.Load(key); ok {
-		a := x.(*rememberedAnswer)
+	if a := v.entry(ref).answers[slot].Load(); a != nil {
 		if a.stamp == stamp && now.Before(a.validUntil) && a.own.same(own) && a.parent.same(parent) {
 			v.mu.RUnlock()
 			v.answered.Add(1)
-			res := a.res
-			res.DecidedAt, res.AsOf = now, asOf
-			return res, a.fu, true
+			res, fu := a.res, a.fu
+			res.DecidedAt, res.AsOf, fu.answer = now, asOf, a
+			return res, fu, true
 		}
 	}
 	o, version, fingerprint := st.reads(ref, own, parent, base, now)
@@ -736,16 +737,31 @@ func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string) 
 		AsOf: asOf, Source: SourceView}
 	res, fu := v.s.judge(ref, action, o, res)
 	res.Reasons, res.Consulted = slices.Clip(res.Reasons), slices.Clip(res.Consulted) // shared: an append copies
-	remember(&v.answers, &v.answerCount, v.maxObjects, key, &rememberedAnswer{stamp: stamp, own: own, parent: parent,
-		validUntil: validUntil(o.reads, now), res: res, fu: fu})
+	a := &rememberedAnswer{stamp: stamp, own: own, parent: parent, validUntil: validUntil(o.reads, now), res: res, fu: fu}
+	v.entry(ref).answers[slot].Store(a)
 	v.answered.Add(1)
+	fu.answer = a
 	return res, fu, true
 }
 
-// answerKey names a remembered answer.
-type answerKey struct {
-	ref    ObjectRef
-	action string
+// objectEntry is what the view remembers of one object: its birth row and its last answer per action.
+type objectEntry struct {
+	birth   atomic.Pointer[birthRaw]
+	answers [2]atomic.Pointer[rememberedAnswer] // write, read
+}
+
+// entry is the object's entry, made when first asked for; past gate.view_objects entries all are forgotten
+// (forgetting only costs reads).
+func (v *VerdictView) entry(ref ObjectRef) *objectEntry {
+	if x, ok := v.objects.Load(ref); ok {
+		return x.(*objectEntry)
+	}
+	x, loaded := v.objects.LoadOrStore(ref, &objectEntry{})
+	if !loaded && v.objectCount.Add(1) > int64(v.maxObjects) {
+		v.objects.Clear()
+		v.objectCount.Store(0)
+	}
+	return x.(*objectEntry)
 }
 
 // answerStamp is what a remembered answer rests on: the view's generation (rulesets, snapshots, exceptions,
@@ -760,6 +776,7 @@ type rememberedAnswer struct {
 	validUntil  time.Time
 	res         GateResult
 	fu          gateFollowUps
+	quiet       atomic.Int64 // unix ns until which every follow-up of the answer is done (GateWith)
 }
 
 // validUntil is the first instant after now at which the time decay could change the answer: a row's stale_after
@@ -778,18 +795,6 @@ func validUntil(reads []candidateRead, now time.Time) time.Time {
 		}
 	}
 	return until
-}
-
-// remember stores x under key in m, dropping everything when m holds more than limit entries (forgetting only
-// costs a read).
-func remember[K comparable, V any](m *sync.Map, n *atomic.Int64, limit int, key K, x V) {
-	if _, loaded := m.Swap(key, x); loaded {
-		return
-	}
-	if n.Add(1) > int64(limit) {
-		m.Clear()
-		n.Store(0)
-	}
 }
 
 // base is the base group an object with this birth (and its parent's, for an inherited child) belongs to.
@@ -852,11 +857,9 @@ func (st *viewState) reads(ref ObjectRef, own, parent birthRaw, base BirthBase, 
 // birth is an object's cached birth row, read (and cached) on a miss. ok is false when it has none, or it could
 // not be read, or a catch-up dropped births while it was read (it is then used for no answer).
 func (v *VerdictView) birth(ctx context.Context, ref ObjectRef) (birthRaw, bool) {
-	if x, ok := v.births.Load(ref); ok {
-		b := x.(birthRaw)
-		if time.Since(b.readAt) <= v.birthMaxAge {
-			return b, true
-		}
+	e := v.entry(ref)
+	if b := e.birth.Load(); b != nil && time.Since(b.readAt) <= v.birthMaxAge {
+		return *b, true
 	}
 	gen, began := v.birthGen.Load(), time.Now()
 	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
@@ -873,7 +876,7 @@ func (v *VerdictView) birth(ctx context.Context, ref ObjectRef) (birthRaw, bool)
 	if v.birthGen.Load() != gen {
 		return b, false
 	}
-	remember(&v.births, &v.birthCount, v.maxObjects, ref, b)
+	e.birth.Store(&b)
 	return b, true
 }
 

@@ -11,10 +11,11 @@ import (
 func BenchmarkVerdictView_Decide(b *testing.B) {
 	w, v := viewWorld(&testing.T{}, 20000, time.Hour)
 	_ = w
-	objects := w.strs(&testing.T{}, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 2000`)
+	objects := w.strs(&testing.T{}, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY hashint8(id) LIMIT 10000`)
 	for _, o := range objects {
 		w.store.Gate(w.ctx, o, gcos.ActionWrite)
 	}
+	b.SetParallelism(4) // 8 goroutines on 2 cores, as the benchmark command asks
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
