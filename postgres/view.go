@@ -56,7 +56,7 @@ type VerdictView struct {
 	offset     time.Duration // database clock minus local clock, measured at that read
 	snapshot   string        // pg_current_snapshot() of that read: the next catch-up reads what committed since
 
-	objects     sync.Map      // ObjectRef → *objectEntry: what the view remembers of an object asked about
+	objects     sync.Map // ObjectRef → *objectEntry: what the view remembers of an object asked about
 	objectCount atomic.Int64
 	maxObjects  int           // objects remembered; past it they are all forgotten
 	birthGen    atomic.Uint64 // bumped whenever a catch-up drops births: a birth read across it is not cached
