@@ -43,6 +43,7 @@ func TestCheckListsMatchTheGoEnums(t *testing.T) {
 		"candidate_scan_run.phase":                           postgres.RunPhases,
 		"candidate_scan_run.status":                          postgres.RunStatuses,
 		"gov_worker_cursor.ts_type":                          intake.TSTypes,
+		"gcos_change_feed.kind":                              postgres.FeedKinds,
 		"governance_candidate_coverage.outcome":              outcomes,
 	}
 	pool := pgtest.NewEmptyDB(t)

@@ -34,6 +34,20 @@ import (
 // handoff's transaction) or when it is older than gate.view_birth_max_age, the bound on a source update that
 // bypasses the change ledger.
 
+// The change feed's kinds (migration 014): the table a note's key is in, and birth for a birth row a change-ledger
+// row named.
+const (
+	feedGroup    = "group"
+	feedState    = "state"
+	feedObject   = "object"
+	feedCoverage = "coverage"
+	feedRuleset  = "ruleset"
+	feedBirth    = "birth"
+)
+
+// FeedKinds are the change feed's kinds.
+var FeedKinds = []string{feedGroup, feedState, feedObject, feedCoverage, feedRuleset, feedBirth}
+
 // Gate answer sources.
 const (
 	SourceView     = "view"
@@ -259,7 +273,7 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 			for _, keys := range changed {
 				n += len(keys)
 			}
-			reload = len(changed["ruleset"]) > 0 || n > reloadAbove
+			reload = len(changed[feedRuleset]) > 0 || n > reloadAbove
 		}
 		if reload {
 			var err error
@@ -282,13 +296,13 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate view: %w", err)
 	}
-	if len(changed["birth"]) > 0 || reload {
+	if len(changed[feedBirth]) > 0 || reload {
 		v.birthGen.Add(1)
 		if reload {
 			v.objects.Clear()
 			v.objectCount.Store(0)
 		}
-		for _, k := range changed["birth"] {
+		for _, k := range changed[feedBirth] {
 			if ref, err := ParseObjectRef(k); err == nil {
 				v.objects.Delete(ref)
 			}
@@ -418,16 +432,16 @@ func newViewDelta() *viewDelta {
 // row left is recorded as gone.
 func (d *viewDelta) read(ctx context.Context, tx pgx.Tx, version string, changed map[string][]string) error {
 	all := changed == nil
-	for _, k := range changed["group"] {
+	for _, k := range changed[feedGroup] {
 		d.groups[k] = nil
 	}
-	for _, k := range changed["state"] {
+	for _, k := range changed[feedState] {
 		d.states[k] = nil
 	}
-	for _, k := range changed["object"] {
+	for _, k := range changed[feedObject] {
 		d.objects[k] = nil
 	}
-	for _, k := range changed["coverage"] {
+	for _, k := range changed[feedCoverage] {
 		d.coverage[k] = nil
 	}
 	b := &pgx.Batch{}
@@ -453,24 +467,24 @@ func (d *viewDelta) read(ctx context.Context, tx pgx.Tx, version string, changed
 	}
 	var key string
 	var g viewGroup
-	queue(viewGroupSQL, false, changed["group"], []any{&key, &g.base.Class, &g.base.Coll, &g.base.Status, &g.scope, &g.retired}, func() {
+	queue(viewGroupSQL, false, changed[feedGroup], []any{&key, &g.base.Class, &g.base.Coll, &g.base.Status, &g.scope, &g.retired}, func() {
 		x := g
 		d.groups[key] = &x
 	})
 	var r gcos.CandidateRow
-	queue(viewStateSQL, true, changed["state"], append(append([]any{&r.GroupKey}, rowDest(&r)...), &r.MemberCount), func() {
+	queue(viewStateSQL, true, changed[feedState], append(append([]any{&r.GroupKey}, rowDest(&r)...), &r.MemberCount), func() {
 		x := r
 		d.states[x.GroupKey] = &x
 	})
 	var o viewObject
-	queue(viewObjectSQL, true, changed["object"], append([]any{&key, &o.row.GroupKey, &o.group}, rowDest(&o.row)...), func() {
+	queue(viewObjectSQL, true, changed[feedObject], append([]any{&key, &o.row.GroupKey, &o.group}, rowDest(&o.row)...), func() {
 		x := o
 		x.row.MemberCount = 1
 		d.objects[key] = &x
 	})
 	var outcome string
 	var c gcos.CoverageRecord
-	queue(viewCoverageSQL, true, changed["coverage"], []any{&key, &outcome, &c.Owner, &c.ExceptionID, &c.ExceptionExpiresAt, &c.ExceptionFingerprint}, func() {
+	queue(viewCoverageSQL, true, changed[feedCoverage], []any{&key, &outcome, &c.Owner, &c.ExceptionID, &c.ExceptionExpiresAt, &c.ExceptionFingerprint}, func() {
 		x := c
 		x.Outcome = gcos.CoverageOutcome(outcome)
 		d.coverage[key] = &x
@@ -903,10 +917,10 @@ func NoteBirthsTx(ctx context.Context, tx pgx.Tx, objects []string) error {
 	if len(objects) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO gcos_change_feed (kind, key) SELECT DISTINCT 'birth', unnest($1::text[])`, objects); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO gcos_change_feed (kind, key) SELECT DISTINCT $2::text, unnest($1::text[])`, objects, feedBirth); err != nil {
 		return fmt.Errorf("note changed births: %w", err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify('gcos_change_feed', 'birth')`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_notify('gcos_change_feed', $1)`, feedBirth); err != nil {
 		return fmt.Errorf("note changed births: %w", err)
 	}
 	return nil
