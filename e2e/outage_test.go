@@ -3,17 +3,22 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"gcos"
+	"gcos/gcostest"
 	"gcos/httpapi"
+	"gcos/postgres"
 )
 
 // TestOutage_BackOffLogOnceReadiness runs `gcos up` through a PostgreSQL outage: /readyz turns 503 naming the
@@ -39,7 +44,9 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 	conf.Roles.LeaseTTL = gcos.Duration(time.Second)
 	conf.Outage = gcos.OutageConfig{BackoffMax: gcos.Duration(time.Second), LogEvery: gcos.Duration(3 * time.Second)}
 	confPath := writeConfig(t, dir, conf)
-	db.seedWorld(ctx, t, conf, 500, 3)
+	store := db.seedWorld(ctx, t, conf, 500, 3)
+	objects := (&gcostest.World{Ctx: ctx, Pool: db.pool, Store: store}).Strings(t,
+		`SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id`)
 
 	up := func(name string) (*exec.Cmd, string) {
 		log := filepath.Join(dir, name+".log")
@@ -96,12 +103,56 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 		return m != nil
 	})
 	waitFor("/readyz answers 200", func() bool { code, _ := readyz(base); return code == 200 })
+	gate := func(object string) (r postgres.GateResult) {
+		resp, err := http.Get(base + "/v1/gate?object=" + url.QueryEscape(object))
+		if err != nil {
+			return postgres.GateResult{Decision: gcos.GateBlock}
+		}
+		defer resp.Body.Close()
+		_ = json.NewDecoder(resp.Body).Decode(&r)
+		return r
+	}
+	// An object the gate allows from its view before the outage.
+	var allowed string
+	waitFor("the gate's view allows an object", func() bool {
+		for _, o := range objects {
+			if r := gate(o); r.Decision == gcos.GateAllow && r.Source == postgres.SourceView {
+				allowed = o
+				return true
+			}
+		}
+		return false
+	})
+	// Through the outage a caller keeps asking: once the view is past its bound after the database stopped, every
+	// answer is a block read through to the database, never an allow from memory.
+	var stopped atomic.Int64 // ns since epoch when the database had stopped; 0 before
+	epoch := time.Now()
+	asking, stopAsking := context.WithCancel(ctx)
+	var outageAnswers, breaches atomic.Int64
+	var breach atomic.Value
+	askingDone := make(chan struct{})
+	go func() {
+		defer close(askingDone)
+		for asking.Err() == nil {
+			start := time.Since(epoch)
+			r := gate(allowed)
+			if at := stopped.Load(); at != 0 && int64(start) > at+int64(conf.Gate.MaxStaleness.Duration()) {
+				outageAnswers.Add(1)
+				if r.Decision != gcos.GateBlock || r.Source == postgres.SourceView {
+					breaches.Add(1)
+					breach.CompareAndSwap(nil, fmt.Sprintf("%s from %q, %s after the database stopped", r.Decision, r.Source, start-time.Duration(at)))
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 
 	// The outage.
 	before := len(read(log))
 	if err := db.stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+	stopped.Store(int64(time.Since(epoch)))
 	var notReady httpapi.Readiness
 	waitFor("/readyz answers 503 while the database is down", func() bool {
 		code, r := readyz(base)
@@ -117,6 +168,14 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 		return strings.Contains(read(log2), "connect to the database failed; retrying")
 	})
 	time.Sleep(8 * time.Second) // the outage lasts; loops that retried every 50 ms would log hundreds of lines
+	stopAsking()
+	<-askingDone
+	if n := breaches.Load(); n > 0 {
+		t.Errorf("%d of %d gate answers during the outage were not a block read through: the first, %s", n, outageAnswers.Load(), breach.Load())
+	}
+	if outageAnswers.Load() == 0 {
+		t.Error("no gate answer was asked for during the outage")
+	}
 	if err := db.start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -297,15 +298,41 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", s.cfg.Gate.Timeout.Duration())
 		} else if gcos.ErrorCode(err) == gcos.EINTERNAL {
-			s.logger.Error("gate: read candidate state", "object", object, "err", err)
+			s.gateOutage.failed(fmt.Errorf("object %s: %w", object, err))
 			err = gcos.Errorf(gcos.EUNAVAILABLE, "candidate state unreadable")
 		}
 		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: err})
 		res.Reasons = d.Reasons
 		return res, fu
 	}
+	s.gateOutage.succeeded()
 	res.AsOf, res.Source = o.now, SourceDatabase
 	return s.judge(ref, action, o, res)
+}
+
+// gateOutage logs the gate's failed reads once per outage, with a reminder now and then, and the recovery: a
+// pipeline asking hundreds of times a second through an outage must not write a line per answer.
+type gateOutage struct {
+	mu   sync.Mutex
+	log  *gcos.OutageLog
+	down atomic.Bool
+}
+
+func (g *gateOutage) failed(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down.Store(true)
+	g.log.Failed(err)
+}
+
+func (g *gateOutage) succeeded() {
+	if !g.down.Load() {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down.Store(false)
+	g.log.Succeeded()
 }
 
 // judge takes the gate's decision on an object's reads (the database's or the view's) and lists its follow-ups;

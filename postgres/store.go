@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,6 +33,7 @@ type Store struct {
 	cfg          gcos.Config
 	rulesetCache rulesetCache
 	followUps    followUpLog // gate follow-ups recently written
+	gateOutage   gateOutage
 	view         atomic.Pointer[VerdictView]
 	// gateSQLText is built once from the source binding: the gate is the hot path.
 	gateSQLText, birthRawSQLText string
@@ -85,6 +87,7 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 	host, _ := os.Hostname()
 	s := &Store{pool: pool, gatePool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8])}
 	s.gateSQLText, s.birthRawSQLText = s.BirthBinding().gateSQL(), s.BirthBinding().birthRawSQL()
+	s.gateOutage.log = gcos.NewOutageLog("gate: read candidate state (such answers block)", time.Second, cfg.Outage, logger)
 	return s
 }
 
