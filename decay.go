@@ -74,25 +74,29 @@ type EffectiveState struct {
 
 // Effective computes the read-time state of a row (SPEC §7). Clean is the conjunction recompute_status='ok' AND
 // NOT dirty AND now < stale_after AND ruleset_version = the active version AND the snapshot exists; it decays on
-// its own, with no write. The effective verdict is
+// its own, with no write. A row dirty (or being re-scanned) for its membership alone (MembershipOnly) counts as
+// not dirty: no verdict rests on membership. The effective verdict is
 //   - the stored verdict when clean;
 //   - unknown when the stored verdict is unknown (staleness never makes it look better), or when the row was
 //     computed under a draft ruleset and the group is high risk (SPEC §6);
 //   - stale otherwise, whatever is stored.
 func Effective(r CandidateRow, now time.Time, active RulesetState, snapshotExists bool, highRisk bool) EffectiveState {
 	reasons := []string{}
-	switch r.RecomputeStatus {
-	case RecomputeOK:
-	case RecomputeDirty:
+	// Dirty (or being re-scanned) for its membership alone, the row keeps its verdict: no verdict rests on it.
+	membership := r.Dirty && MembershipOnly(r.DirtyReason) &&
+		(r.RecomputeStatus == RecomputeDirty || r.RecomputeStatus == RecomputeScanning)
+	switch {
+	case membership, r.RecomputeStatus == RecomputeOK:
+	case r.RecomputeStatus == RecomputeDirty:
 		reasons = append(reasons, ReasonDirty)
-	case RecomputeScanning:
+	case r.RecomputeStatus == RecomputeScanning:
 		reasons = append(reasons, ReasonRecomputeScanning)
-	case RecomputeFailed:
+	case r.RecomputeStatus == RecomputeFailed:
 		reasons = append(reasons, ReasonRecomputeFailed)
 	default:
 		reasons = append(reasons, ReasonRecomputeUnknown)
 	}
-	if r.Dirty && r.RecomputeStatus != RecomputeDirty {
+	if r.Dirty && r.RecomputeStatus != RecomputeDirty && !membership {
 		reasons = append(reasons, ReasonDirty)
 	}
 	switch {

@@ -52,6 +52,21 @@ func TestEffective(t *testing.T) {
 		{"recompute dirty and dirty flag say it once", cleanRow(func(r *gcos.CandidateRow) {
 			r.Dirty, r.RecomputeStatus = true, gcos.RecomputeDirty
 		}), now, active, true, true, gcos.EffectiveState{Verdict: "stale", Reasons: []string{"dirty"}}},
+		{"dirty for a birth alone keeps its verdict", cleanRow(func(r *gcos.CandidateRow) {
+			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeDirty, gcos.Str("handoff:object_born")
+		}), now, active, true, true, gcos.EffectiveState{Verdict: "not_relevant", Clean: true, Reasons: []string{}}},
+		{"re-scanned for a birth alone keeps its verdict", cleanRow(func(r *gcos.CandidateRow) {
+			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeScanning, gcos.Str("handoff:object_born")
+		}), now, active, true, true, gcos.EffectiveState{Verdict: "not_relevant", Clean: true, Reasons: []string{}}},
+		{"dirty for a birth alone still expires", cleanRow(func(r *gcos.CandidateRow) {
+			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeDirty, gcos.Str("handoff:object_born")
+		}), t0.Add(24 * time.Hour), active, true, true, gcos.EffectiveState{Verdict: "stale", Reasons: []string{"expired"}}},
+		{"dirty for a birth but failed", cleanRow(func(r *gcos.CandidateRow) {
+			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeFailed, gcos.Str("handoff:object_born")
+		}), now, active, true, true, gcos.EffectiveState{Verdict: "stale", Reasons: []string{"recompute_failed", "dirty"}}},
+		{"dirty for another handoff", cleanRow(func(r *gcos.CandidateRow) {
+			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeDirty, gcos.Str("handoff:object_retired")
+		}), now, active, true, true, gcos.EffectiveState{Verdict: "stale", Reasons: []string{"dirty"}}},
 		{"scanning", cleanRow(func(r *gcos.CandidateRow) { r.RecomputeStatus = gcos.RecomputeScanning }), now, active, true, true,
 			gcos.EffectiveState{Verdict: "stale", Reasons: []string{"recompute_scanning"}}},
 		{"failed", cleanRow(func(r *gcos.CandidateRow) { r.RecomputeStatus = gcos.RecomputeFailed }), now, active, true, true,

@@ -13,3 +13,14 @@ func ValidDirtyReason(reason string) bool {
 	}
 	return slices.Contains([]string{DirtyAxis, DirtyRulesetBump, DirtyAuthority, DirtySnapshotDrift, DirtyTTL, DirtyInput}, reason)
 }
+
+// MembershipDirtyReasons are the dirty reasons that say only that a group's membership changed: a birth joined
+// it. No verdict rests on membership (GroupFacts.MemberCount reaches no fact a policy may name), so a row dirty for
+// such a reason alone keeps its verdict until the scan refreshes its counts (SPEC §12: churn elsewhere blocks no
+// write). A mark for any other reason replaces it, so it never hides one (postgres' mark-dirty statement).
+var MembershipDirtyReasons = []string{"handoff:" + string(ChangeObjectBorn)}
+
+// MembershipOnly reports whether a row dirty for reason is dirty for its membership alone.
+func MembershipOnly(reason *string) bool {
+	return reason != nil && slices.Contains(MembershipDirtyReasons, *reason)
+}

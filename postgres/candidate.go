@@ -392,20 +392,24 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 // markDirtySQL marks groups ($1) dirty, each with its reason ($2, the same length): an idempotent upsert on the
 // group's row under the current ruleset ($3). A group already dirty keeps its first mark (many changes inside the window
 // collapse into one), except while a scan is re-evaluating it, when the mark is refreshed so the scan cannot clear
-// it; a group named with several reasons takes the first in sort order. The rows it writes are locked first, in
-// group-key order (the CTE), and written in the same statement: two transactions marking overlapping sets (two
-// daemons' intakes, an audit and an intake) wait for each other in one order and never deadlock, and a row already
-// dirty is neither locked nor written.
+// it, and except when its mark is for membership alone ($4, gcos.MembershipDirtyReasons) and the new one is not:
+// the gate trusts a verdict dirty for membership alone, so such a mark must never hide another. A group named with
+// several reasons takes a reason other than membership first, then the first in sort order. The rows it writes are
+// locked first, in group-key order (the CTE), and written in the same statement: two transactions marking
+// overlapping sets (two daemons' intakes, an audit and an intake) wait for each other in one order and never
+// deadlock, and a row already dirty is neither locked nor written.
 const markDirtySQL = `
 WITH marks AS (
-    SELECT DISTINCT ON (k) k, r FROM unnest($1::text[], $2::text[]) AS m(k, r) ORDER BY k, r
+    SELECT DISTINCT ON (k) k, r FROM unnest($1::text[], $2::text[]) AS m(k, r) ORDER BY k, r = ANY($4), r
 ), locked AS (
-    SELECT c.group_key, c.ruleset_version, m.r FROM governance_candidate_state c JOIN marks m ON m.k = c.group_key
-    WHERE c.group_key = ANY($1) AND c.ruleset_version = $3 AND (NOT c.dirty OR c.recompute_status = 'scanning')
+    SELECT c.group_key, c.ruleset_version, m.r, (c.dirty AND c.dirty_reason = ANY($4) AND NOT m.r = ANY($4)) AS upgrade
+    FROM governance_candidate_state c JOIN marks m ON m.k = c.group_key
+    WHERE c.group_key = ANY($1) AND c.ruleset_version = $3
+      AND (NOT c.dirty OR c.recompute_status = 'scanning' OR (c.dirty_reason = ANY($4) AND NOT m.r = ANY($4)))
     ORDER BY c.group_key FOR UPDATE OF c
 )
 UPDATE governance_candidate_state c
-SET dirty = true, dirty_reason = CASE WHEN c.dirty THEN c.dirty_reason ELSE l.r END, dirtied_at = now(),
+SET dirty = true, dirty_reason = CASE WHEN c.dirty AND NOT l.upgrade THEN c.dirty_reason ELSE l.r END, dirtied_at = now(),
     recompute_status = CASE WHEN c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END, updated_at = now()
 FROM locked l
 WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version`
@@ -447,7 +451,7 @@ func MarkDirtyTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (
 	} else if err != nil {
 		return 0, fmt.Errorf("mark dirty: current ruleset: %w", err)
 	}
-	tag, err := tx.Exec(ctx, markDirtySQL, keys, reasons, ruleset)
+	tag, err := tx.Exec(ctx, markDirtySQL, keys, reasons, ruleset, gcos.MembershipDirtyReasons)
 	if err != nil {
 		return 0, fmt.Errorf("mark %d groups dirty: %w", len(keys), err)
 	}

@@ -507,8 +507,8 @@ func (s *Stage) ExpireStale(ctx context.Context) (int64, error) {
 			UPDATE governance_candidate_state c SET dirty = true, dirty_reason = 'ttl', dirtied_at = now(),
 			    recompute_status = CASE WHEN recompute_status = 'ok' THEN 'dirty' ELSE recompute_status END, updated_at = now()
 			FROM v_current_ruleset cr
-			WHERE c.ruleset_version = cr.ruleset_version AND c.stale_after <= now() AND NOT c.dirty
-			RETURNING c.group_key, c.risk_class, c.ruleset_version, c.stale_after`)
+			WHERE c.ruleset_version = cr.ruleset_version AND c.stale_after <= now() AND (NOT c.dirty OR c.dirty_reason = ANY($1))
+			RETURNING c.group_key, c.risk_class, c.ruleset_version, c.stale_after`, gcos.MembershipDirtyReasons)
 		if err != nil {
 			return fmt.Errorf("expire stale rows: %w", err)
 		}
