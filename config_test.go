@@ -114,6 +114,8 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		{"unknown risk cannot be low", `{"gate":{"low_risk_classes":["read_descriptive","unknown"]}}`,
 			`gate.low_risk_classes[1]: "unknown" cannot be low risk`},
 		{"ttl without default", `{"ttl":{"default":"0s"}}`, "ttl.default: must be > 0"},
+		{"view refresh too slow for its bound", `{"gate":{"max_staleness":"100ms","view_refresh":"60ms"}}`,
+			"gate.view_refresh: must be under half of gate.max_staleness (100ms)"},
 		{"binding injection", `{"source_binding":{"scope":{"table":"x; drop table y","column":"c"}}}`,
 			"source_binding.scope.table: want a table name"},
 		{"binding column", `{"source_binding":{"birth":{"born_at":""}}}`, "source_binding.birth.born_at: want a column name"},

@@ -74,8 +74,11 @@ func New(cfg Config) (*Daemon, error) {
 		logger:  logger,
 	}
 	if conf.Gate.View {
-		d.View = postgres.NewVerdictView(cfg.Store)
-		cfg.Store.AttachView(d.View)
+		// The store's view when it has one (a test built it), else a new one.
+		if d.View = cfg.Store.View(); d.View == nil {
+			d.View = postgres.NewVerdictView(cfg.Store)
+			cfg.Store.AttachView(d.View)
+		}
 	}
 	if cfg.Listener != nil {
 		ready := httpapi.ReadyCheck{Name: "intake", Check: func(context.Context) error { return d.Intake.Ready() }}

@@ -218,7 +218,8 @@ func TestSB10_FailClosed(t *testing.T) {
 	t.Run("high-risk stale blocks", func(t *testing.T) {
 		key := b.groupWhere(t, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
 		obj := b.objectOf(t, key)
-		if _, err := b.store.MarkDirty(b.ctx, b.keysOfObjectBase(t, key), "handoff:object_born"); err != nil {
+		// A birth alone would not do (no verdict rests on membership): a changed collection might.
+		if _, err := b.store.MarkDirty(b.ctx, b.keysOfObjectBase(t, key), "handoff:collection_changed"); err != nil {
 			t.Fatal(err)
 		}
 		r := gate(obj, "write")

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"gcos"
-	"gcos/intake"
+	"gcos/daemon"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/scan"
@@ -188,7 +188,7 @@ func (b *bundle) intakeAll(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
 	defer cancel()
-	w := &intake.Worker{Stage: intake.New(b.store), Config: b.cfg.Intake, DisableMonitor: true}
+	w := b.world().Daemon(t, daemon.Config{}).Intake
 	last := b.count(t, `SELECT max(id) FROM registry_changelog`)
 	for b.count(t, `SELECT count(*) FROM gov_worker_cursor WHERE source = 'registry_changelog' AND position_id >= $1`, last) == 0 {
 		if _, err := w.Once(ctx); err != nil {
@@ -310,5 +310,56 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 	t.Logf("%d decisions (%d from the view), %d allowed, %d blocked, over 12 flips each way", calls.Load(), fromView.Load(), allows.Load(), blocks.Load())
 	if fromView.Load() == 0 || allows.Load() == 0 || blocks.Load() == 0 {
 		t.Fatalf("%d decisions from the view, %d allowed, %d blocked: the test saw nothing", fromView.Load(), allows.Load(), blocks.Load())
+	}
+}
+
+// The feed keeps a note gate.feed_retention after its transaction ended, then drops it; a view whose last
+// snapshot lies below what was dropped reloads everything instead of missing notes, and still answers as the
+// database does.
+func TestVerdictView_FeedIsPrunedAndALaggardReloads(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 5000, func(c *gcos.Config) {
+		c.Gate.MaxStaleness, c.Gate.ViewRefresh = gcos.Duration(time.Hour), gcos.Duration(time.Minute)
+		c.Gate.FeedRetention = gcos.Duration(300 * time.Millisecond)
+	})
+	keep := postgres.NewVerdictView(b.store) // catches up all along: prunes
+	laggard := postgres.NewVerdictView(b.store)
+	for _, v := range []*postgres.VerdictView{keep, laggard} {
+		if err := v.CatchUp(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := b.strs(t, `SELECT group_key FROM governance_candidate_state ORDER BY 1 LIMIT 1`)[0]
+	notes := func() int64 { return b.count(t, `SELECT count(*) FROM gcos_change_feed`) }
+	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
+		t.Fatal(err)
+	}
+	if notes() == 0 {
+		t.Fatal("a dirty mark left no note in the change feed")
+	}
+	deadline := time.Now().Add(time.Minute)
+	for notes() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the feed still holds %d notes well past its retention", notes())
+		}
+		if err := keep.CatchUp(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := laggard.CatchUp(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := laggard.Stats().Reloads; r != 2 {
+		t.Fatalf("a view behind the pruned feed reloaded %d times in all, want 2 (its start and now)", r)
+	}
+	b.store.AttachView(laggard)
+	obj := b.objectOf(t, key)
+	for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
+		vw := laggard.Decide(b.ctx, obj, action)
+		if vw.Source != postgres.SourceView {
+			t.Fatalf("the reloaded view read through (%q)", vw.Source)
+		}
+		sameAnswer(t, obj, action, b.store.Decide(b.ctx, obj, action), vw)
 	}
 }
