@@ -18,7 +18,8 @@ import (
 // The bound is enforced, not hoped for: each catch-up is a read of the database, and the view answers only while
 // its last catch-up began at most gate.max_staleness ago (the monotonic clock). Every commit before that instant is
 // in the view; a decision that cannot be answered within the bound reads through to the database (and blocks when
-// that fails). Notifications only wake the catch-up early: a lost listener costs latency, never a wrong answer.
+// that fails). It catches up every gate.view_refresh, by polling: nothing can be missed, and no writer pays for a
+// notification (a notifying commit serializes with every other).
 //
 // Birth rows are the source's, not GCOS's: the view caches an object's birth (and its parent's) when first asked,
 // and drops it when the intake hands off a change-ledger row naming it (a 'birth' note in the feed, written in the
@@ -63,9 +64,8 @@ type VerdictView struct {
 
 	objects     sync.Map // ObjectRef → *objectEntry: what the view remembers of an object asked about
 	objectCount atomic.Int64
-	maxObjects  int           // objects remembered; past it they are all forgotten
-	birthGen    atomic.Uint64 // bumped whenever a catch-up drops births: a birth read across it is not cached
-	wake        chan struct{}
+	maxObjects  int             // objects remembered; past it they are all forgotten
+	birthGen    atomic.Uint64   // bumped whenever a catch-up drops births: a birth read across it is not cached
 	samples     []horizonSample // (time, xmin) samples the feed is pruned by
 	lastPrune   time.Time
 
@@ -76,8 +76,7 @@ type VerdictView struct {
 func NewVerdictView(s *Store) *VerdictView {
 	g := s.cfg.Gate
 	return &VerdictView{s: s, maxStale: g.MaxStaleness.Duration(), refresh: g.ViewRefresh.Duration(),
-		birthMaxAge: g.ViewBirthMaxAge.Duration(), feedRetained: g.FeedRetention.Duration(), maxObjects: g.ViewObjects,
-		wake: make(chan struct{}, 1)}
+		birthMaxAge: g.ViewBirthMaxAge.Duration(), feedRetained: g.FeedRetention.Duration(), maxObjects: g.ViewObjects}
 }
 
 type horizonSample struct {
@@ -109,7 +108,6 @@ func (v *VerdictView) freshLocked() bool {
 // Run loads the view and keeps it current until ctx ends. A failed catch-up is logged and retried: meanwhile the
 // view ages past its bound and the gate reads through.
 func (v *VerdictView) Run(ctx context.Context) error {
-	go v.listen(ctx)
 	tick := time.NewTicker(v.refresh)
 	defer tick.Stop()
 	var failing bool
@@ -128,51 +126,6 @@ func (v *VerdictView) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-		case <-v.wake:
-			// A burst of notifications is one catch-up: give the writers a moment to finish.
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(v.refresh / 4):
-			}
-		}
-	}
-}
-
-// listen wakes the catch-up on the feed's notifications, reconnecting when the connection is lost.
-func (v *VerdictView) listen(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := v.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		v.s.logger.Debug("gate view: listener lost (polling goes on)", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (v *VerdictView) listenOnce(ctx context.Context) error {
-	cfg := v.s.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = "gcos-gate-view"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `LISTEN gcos_change_feed`); err != nil {
-		return err
-	}
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
-		}
-		select {
-		case v.wake <- struct{}{}:
-		default:
 		}
 	}
 }
@@ -327,9 +280,6 @@ func NoteBirthsTx(ctx context.Context, tx pgx.Tx, objects []string) error {
 		return nil
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO gcos_change_feed (kind, key) SELECT DISTINCT $2::text, unnest($1::text[])`, objects, feedBirth); err != nil {
-		return fmt.Errorf("note changed births: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify('gcos_change_feed', $1)`, feedBirth); err != nil {
 		return fmt.Errorf("note changed births: %w", err)
 	}
 	return nil

@@ -2,7 +2,8 @@
 -- writes a table the gate reads notes the keys it touched, stamped with its transaction's id; a reader that keeps
 -- the pg_current_snapshot() of its last catch-up reads exactly the notes of the transactions that committed since
 -- (xid >= the snapshot's xmin AND not visible in it), whatever order ids were assigned and commits happened in.
--- NOTIFY only wakes readers: a reader that misses one still catches up on its next poll.
+-- No NOTIFY: a notifying commit takes a database-wide lock that serializes every other notifying commit, which under
+-- churn cost the intake and the scans more than polling costs the readers.
 CREATE TABLE gcos_change_feed (
     xid  xid8 NOT NULL DEFAULT pg_current_xact_id(),
     kind text NOT NULL CHECK (kind IN ('group', 'state', 'object', 'coverage', 'ruleset', 'birth')),
@@ -23,7 +24,6 @@ CREATE FUNCTION gcos_note_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('INSERT INTO gcos_change_feed (kind, key) SELECT DISTINCT %L, %I::text FROM changed',
                    TG_ARGV[0], TG_ARGV[1]);
-    PERFORM pg_notify('gcos_change_feed', TG_ARGV[0]);
     RETURN NULL;
 END $$;
 
