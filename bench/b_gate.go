@@ -271,7 +271,7 @@ func measureStaleness(ctx context.Context, ws *worldStore, objs []gateObject, n 
 				return ms(time.Since(since)), nil
 			}
 			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("gate view: %s never answered %s", obj, want)
+				return 0, fmt.Errorf("gate view: %s never answered %s from the view (last: %s from %q, %q)", obj, want, res.Decision, res.Source, res.Reasons)
 			}
 		}
 	}
@@ -285,17 +285,28 @@ func measureStaleness(ctx context.Context, ws *worldStore, objs []gateObject, n 
 			return nil, err
 		}
 		out = append(out, d)
+		// Scan until the group is clean again; the tick that scanned it has committed when it returns.
 		var committed time.Time
-		for {
+		for deadline := time.Now().Add(time.Minute); ; {
 			res, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 			if err != nil {
 				return nil, err
 			}
-			if res.Claimed == 0 {
+			if res.Claimed > 0 {
+				committed = time.Now()
+			}
+			var dirty bool
+			if err := ws.pool.QueryRow(ctx, `SELECT c.dirty FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)
+				WHERE c.group_key = $1`, key).Scan(&dirty); err != nil {
+				return nil, err
+			}
+			if !dirty && !committed.IsZero() {
 				break
 			}
-			committed = time.Now() // the tick that scanned the group has committed
-
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("gate view: group %s was not scanned clean within a minute", key)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 		if d, err = reflect(gcos.GateAllow, committed); err != nil {
 			return nil, err

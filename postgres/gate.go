@@ -238,7 +238,7 @@ func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOpt
 	}
 	// A remembered answer knows until when its follow-ups were all done: no need to ask the log again.
 	if a := fu.answer; a != nil && time.Now().UnixNano() < a.quiet.Load() {
-		res.RescanScheduled = len(fu.rescan) > 0
+		res.RescanScheduled = res.RescanScheduled || len(fu.rescan) > 0
 		return res
 	}
 	// Follow-ups are best effort and never change the decision already taken.
@@ -246,7 +246,7 @@ func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOpt
 		s.logger.Warn("gate: follow up", "object", object, "err", err)
 		return res
 	}
-	res.RescanScheduled = len(fu.rescan) > 0
+	res.RescanScheduled = res.RescanScheduled || len(fu.rescan) > 0
 	if a := fu.answer; a != nil {
 		if u := s.followUps.quietUntil(fu); !u.IsZero() {
 			a.quiet.Store(u.UnixNano())
@@ -362,8 +362,14 @@ func (s *Store) judge(ref ObjectRef, action string, o objectReads, res GateResul
 		if r.key == "" {
 			continue
 		}
+		// A row already dirty has its re-scan coming: marking it again could only re-dirty a row a scan has just
+		// cleaned, when the answer was read a moment before (the view's bound).
 		if rd.RescanScheduled && r.source == gcos.GateSourceGroup {
-			fu.rescan = append(fu.rescan, r.key)
+			if r.row.Dirty {
+				res.RescanScheduled = true
+			} else {
+				fu.rescan = append(fu.rescan, r.key)
+			}
 		}
 		if rd.RaiseUnknown {
 			fu.unknown = append(fu.unknown, r.key)
