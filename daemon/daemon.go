@@ -1,5 +1,6 @@
 // Package daemon assembles and runs what `gcos up` runs: the intake stage's worker (with its silent-gap monitor),
-// the scan stage's scheduler, the gate's verdict view, the promotion of captured event signals, the API and dashboard, and (demo) churn.
+// the scan stage's scheduler, the gate's verdict view, the promotion of captured event signals, the API and
+// dashboard, and (demo) churn.
 // cmd/gcos, the end-to-end tests, the benchmark and the differential test all start it, so the wiring exists once.
 package daemon
 
