@@ -37,6 +37,9 @@ const (
 	feedBirth    = "birth"
 )
 
+// AllBirths is the birth note that drops every birth a view holds (a full audit, which reads silent updates too).
+const AllBirths = "*"
+
 // FeedKinds are the change feed's kinds.
 var FeedKinds = []string{feedGroup, feedState, feedObject, feedCoverage, feedRuleset, feedBirth}
 
@@ -204,7 +207,10 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 			v.objectCount.Store(0)
 		}
 		for _, k := range changed[feedBirth] {
-			if ref, err := ParseObjectRef(k); err == nil {
+			if k == AllBirths {
+				v.objects.Clear()
+				v.objectCount.Store(0)
+			} else if ref, err := ParseObjectRef(k); err == nil {
 				v.objects.Delete(ref)
 			}
 		}

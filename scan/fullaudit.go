@@ -106,6 +106,10 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
 		}
+		// The audit re-reads every birth, silent updates included: the gate's views drop every birth they hold.
+		if err := postgres.NoteBirthsTx(ctx, tx, []string{postgres.AllBirths}); err != nil {
+			return err
+		}
 		held, err := heldCounts(ctx, tx) // before the snapshot's counts are recorded in the group registry
 		if err != nil {
 			return err
