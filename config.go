@@ -149,6 +149,12 @@ type GateConfig struct {
 	ViewRefresh     Duration `json:"view_refresh"`
 	ViewBirthMaxAge Duration `json:"view_birth_max_age"`
 	FeedRetention   Duration `json:"feed_retention"`
+	// RescanDeadline is how long the gate waits for a synchronous re-scan of the one group a high-risk decision
+	// blocks on for staleness alone (SPEC §12: a dirty high-risk row is re-evaluated within a deadline); past it the
+	// gate blocks, and the re-scan runs on (within gate.timeout) for the callers after it. 0 turns it off.
+	// RescanConcurrency bounds the re-scans the gate runs at once: past it a stale answer blocks as before.
+	RescanDeadline    Duration `json:"rescan_deadline"`
+	RescanConcurrency int      `json:"rescan_concurrency"`
 }
 
 // SnapshotConfig configures source-snapshot capture and retention.
@@ -342,7 +348,8 @@ func DefaultConfig() Config {
 		},
 		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), PoolConns: 4, ObjectRiskClasses: []string{},
 			View: true, ViewObjects: 200_000, MaxStaleness: Duration(100 * time.Millisecond), ViewRefresh: Duration(20 * time.Millisecond),
-			ViewBirthMaxAge: Duration(30 * time.Second), FeedRetention: Duration(10 * time.Minute)},
+			ViewBirthMaxAge: Duration(30 * time.Second), FeedRetention: Duration(10 * time.Minute),
+			RescanDeadline: Duration(50 * time.Millisecond), RescanConcurrency: 2},
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
@@ -615,6 +622,8 @@ func (c Config) Validate() error {
 	p.positive("gate.view_birth_max_age", c.Gate.ViewBirthMaxAge)
 	p.positive("gate.feed_retention", c.Gate.FeedRetention)
 	p.positiveInt("gate.view_objects", c.Gate.ViewObjects)
+	p.nonNegative("gate.rescan_deadline", c.Gate.RescanDeadline)
+	p.positiveInt("gate.rescan_concurrency", c.Gate.RescanConcurrency)
 	if c.Gate.ViewRefresh >= c.Gate.MaxStaleness/2 {
 		p.add("gate.view_refresh", "must be under half of gate.max_staleness (%s), or the view could never prove it is fresh", c.Gate.MaxStaleness.Duration())
 	}

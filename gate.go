@@ -227,6 +227,26 @@ type ObjectGateDecision struct {
 // Allowed reports whether the action may proceed.
 func (d ObjectGateDecision) Allowed() bool { return d.Decision == GateAllow }
 
+// RescanCouldAllow reports whether re-scanning the object's stale rows could turn its block into an allow (SPEC
+// §12's synchronous re-evaluation): it blocks, and only on rows whose verdict awaits a re-scan (RescanScheduled),
+// with a group in every scope and no input problem (a re-scan reads the same birth values).
+func (d ObjectGateDecision) RescanCouldAllow(inputProblems bool) bool {
+	if d.Allowed() || inputProblems || len(d.MissingScopes) > 0 {
+		return false
+	}
+	stale := false
+	for _, r := range d.Rows {
+		if r.Allowed() {
+			continue
+		}
+		if !r.RescanScheduled {
+			return false
+		}
+		stale = true
+	}
+	return stale
+}
+
 // GateObject judges an object on the worst of its rows (SPEC §12): every row is gated on its own (Gate) and the
 // object is allowed only if every row allows and a group represents it in every scope of the current ruleset.
 // An object row never stands in for its groups: it links to one scope's group, and the object is governed in all.

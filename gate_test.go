@@ -252,6 +252,7 @@ func TestGateObject(t *testing.T) {
 		worst     int
 		missing   []string
 		first     string // the first reason starts with this
+		rescan    bool   // a re-scan of the stale rows could turn the block (RescanCouldAllow)
 	}{
 		{name: "every scope covered and clean", in: gcos.ObjectGateInput{Action: "write", Rows: covered(), Scopes: scopes},
 			decision: "allow", effective: "relevant", worst: 0, first: "[approval] allowed"},
@@ -263,7 +264,18 @@ func TestGateObject(t *testing.T) {
 				group("approval", "", func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictRetired }),
 				group("health", "", func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictRetired }),
 				group("render", "", dirty, func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictRetired })}},
-			decision: "block", effective: "stale", worst: 3, first: "[render] the stored verdict retired is stale"},
+			decision: "block", effective: "stale", worst: 3, first: "[render] the stored verdict retired is stale", rescan: true},
+		{name: "a dirty high-risk group blocks, and a re-scan could turn it",
+			in:       gcos.ObjectGateInput{Action: "write", Rows: with(covered(), 0, group("approval", gcos.CoverageCovered, relevant, dirty)), Scopes: scopes},
+			decision: "block", effective: "stale", worst: 0, first: "[approval] the stored verdict relevant is stale", rescan: true},
+		{name: "a dirty high-risk group beside an orphan: no re-scan turns the orphan",
+			in: gcos.ObjectGateInput{Action: "write", Scopes: scopes, Rows: with(with(covered(), 0, group("approval", gcos.CoverageCovered, relevant, dirty)),
+				1, group("health", gcos.CoverageOrphan, relevant))},
+			decision: "block", effective: "stale", worst: 0, first: "[approval] the stored verdict relevant is stale"},
+		{name: "a dirty high-risk group with an input problem: a re-scan reads the same values",
+			in: gcos.ObjectGateInput{Action: "write", Rows: with(covered(), 0, group("approval", gcos.CoverageCovered, relevant, dirty)), Scopes: scopes,
+				Problems: []gcos.InputProblem{{State: gcos.InputInvalidSchema, Field: "lifecycle_status", Value: "Active ", Reason: `lifecycle_status "Active " is not one of active`}}},
+			decision: "block", effective: "needs_input", worst: 0, first: `blocked: lifecycle_status "Active " is not one of active`},
 		{name: "a blocking object row blocks although every group allows",
 			in: gcos.ObjectGateInput{Action: "write", Scopes: scopes, Rows: append([]gcos.GateInput{
 				row(gcos.GateSourceObject, "approval", "", func(r *gcos.CandidateRow) { r.Verdict = gcos.VerdictNeedsInput })}, covered()...)},
@@ -313,6 +325,9 @@ func TestGateObject(t *testing.T) {
 			}
 			if got.Allowed() != (tt.decision == "allow") {
 				t.Fatal("Allowed disagrees with Decision")
+			}
+			if r := got.RescanCouldAllow(len(tt.in.Problems) > 0); r != tt.rescan {
+				t.Fatalf("RescanCouldAllow = %v, want %v", r, tt.rescan)
 			}
 			if tt.missing == nil {
 				tt.missing = []string{}

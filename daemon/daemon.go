@@ -65,11 +65,13 @@ func New(cfg Config) (*Daemon, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	conf := cfg.Store.Config()
-	stage := intake.New(cfg.Store)
+	stage, scans := intake.New(cfg.Store), scan.New(cfg.Store)
+	// The gate re-scans a stale high-risk group synchronously through the scan stage (SPEC §12).
+	cfg.Store.SetRescanner(scans.RescanGroups)
 	d := &Daemon{
 		Store:   cfg.Store,
 		Intake:  &intake.Worker{Stage: stage, Config: conf.Intake, Sources: cfg.Sources, Logger: logger},
-		Scan:    &scan.Scheduler{Stage: scan.New(cfg.Store), Config: conf.Scan, Logger: logger, Modes: cfg.ScanModes},
+		Scan:    &scan.Scheduler{Stage: scans, Config: conf.Scan, Logger: logger, Modes: cfg.ScanModes},
 		Promote: &Promoter{Store: cfg.Store, Logger: logger},
 		cfg:     cfg,
 		logger:  logger,

@@ -88,6 +88,8 @@ type env struct {
 	view    *postgres.VerdictView // the gate's view, caught up by Verify: view == database == reference
 	seq     int
 	touched []string // objects a trigger changed: the gate is always asked about them
+	// rescanned counts the gate's answers taken on verdicts it re-scanned synchronously (settle asks it mid-flight).
+	rescanned int
 }
 
 // trustedSources are the world's source systems; a birth from any other is untrusted.
@@ -103,6 +105,8 @@ func envConfig(cfg *gcos.Config) {
 	cfg.Intake.PollInterval = gcos.Duration(10 * time.Millisecond)
 	// The view is caught up by Verify, not by its loop: a bound longer than any verification keeps it answering.
 	cfg.Gate.MaxStaleness, cfg.Gate.ViewRefresh = gcos.Duration(time.Hour), gcos.Duration(time.Minute)
+	// Every synchronous re-scan the gate starts in settle finishes: what it commits is compared, not its timing.
+	cfg.Gate.RescanDeadline = gcos.Duration(time.Minute)
 }
 
 // builtWorld generates, backfills, activates and scans one world for a test, and closes it: every run clones it.
@@ -140,13 +144,21 @@ func (e *env) wire() {
 	e.intake, e.scans, e.view = d.Intake, d.Scan, d.View
 }
 
-// settle runs intake and incremental scans until no group is dirty, polling with a generous deadline.
+// settle runs intake and incremental scans until no group is dirty, polling with a generous deadline. After the
+// first intake pass, before any scan, the gate is asked about every object the trigger changed, as a pipeline
+// would mid-flight: a high-risk object whose group the change left stale is re-scanned by the gate itself (SPEC
+// §12), and what that re-scan commits must equal the reference like everything else.
 func (e *env) settle() error {
 	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
+	for i := 0; time.Now().Before(deadline); i++ {
 		time.Sleep(30 * time.Millisecond) // past the tail's horizon guard
 		if _, err := e.intake.Once(e.ctx); err != nil {
 			return fmt.Errorf("intake: %w", err)
+		}
+		if i == 0 {
+			if err := e.askMidFlight(); err != nil {
+				return err
+			}
 		}
 		if _, err := e.scans.Once(e.ctx, postgres.ModeIncremental); err != nil {
 			return fmt.Errorf("scan: %w", err)
@@ -169,6 +181,27 @@ func (e *env) settle() error {
 		}
 	}
 	return fmt.Errorf("the dirty set did not drain within 2 minutes")
+}
+
+// askMidFlight asks the gate, before any scan, about every object the trigger changed and one object of each group
+// the trigger left dirty or expired (up to 40), counting the answers it took on verdicts it re-scanned itself.
+func (e *env) askMidFlight() error {
+	stale, err := e.strings(`SELECT o FROM (
+		SELECT DISTINCT ON (c.group_key) c.group_key, b.collection_name || ':' || b.entity_code AS o
+		FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)
+		JOIN governance_group g USING (group_key)
+		JOIN birth_registry b ON (b.entity_type, b.collection_name, b.status) = (g.object_class, g.source_registry, g.lifecycle_status)
+		WHERE (c.dirty OR c.stale_after <= now()) AND b.parent_code IS NULL
+		ORDER BY c.group_key, b.id) x ORDER BY group_key LIMIT 40`)
+	if err != nil {
+		return fmt.Errorf("objects of stale groups: %w", err)
+	}
+	for _, object := range append(slices.Clone(e.touched), stale...) {
+		if e.store.Gate(e.ctx, object, gcos.ActionWrite).Rescanned {
+			e.rescanned++
+		}
+	}
+	return nil
 }
 
 func (e *env) exec(sql string, args ...any) error {
@@ -866,6 +899,7 @@ func TestEveryTrigger(t *testing.T) {
 		t.Skip("builds a world")
 	}
 	built := builtWorld(t)
+	rescanned := 0
 	for _, tr := range triggers {
 		t.Run(tr.name, func(t *testing.T) {
 			e := newEnv(t, built)
@@ -877,6 +911,7 @@ func TestEveryTrigger(t *testing.T) {
 			if err := e.settle(); err != nil {
 				t.Fatal(err)
 			}
+			rescanned += e.rescanned
 			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 1, Also: e.touched, View: e.view})
 			if err != nil {
 				t.Fatal(err)
@@ -895,6 +930,7 @@ func TestEveryTrigger(t *testing.T) {
 			}
 		})
 	}
+	t.Logf("the gate answered %d questions mid-flight on verdicts it re-scanned itself", rescanned)
 }
 
 // TestSequencesTheSoakFound replays sequences the soak once failed on, each step checked as TestDifferential
@@ -1025,4 +1061,81 @@ func TestBirthsInFlightKeepTheGate(t *testing.T) {
 	}
 	t.Logf("%d births in flight over %d groups' bases: %d gate answers equal the reference's (%d by the view too)",
 		len(bases), len(bases), rep.GateChecks, rep.ViewChecks)
+}
+
+// TestStaleHighRiskAnsweredByTheGate proves the gate's synchronous re-scan (SPEC §12) against the reference: the
+// groups of high-risk objects allowed at rest are left stale — half dirty for an axis change, half past
+// stale_after — with nothing scanned, and the gate, asked about each object, re-scans its groups itself and answers
+// as the from-scratch evaluation does. What those re-scans committed must then equal the reference everywhere.
+func TestStaleHighRiskAnsweredByTheGate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a world")
+	}
+	e := newEnv(t, builtWorld(t))
+	defer func() { _ = pgtest.Drop(e.pool) }()
+	members, err := e.strings(`SELECT o FROM (
+		SELECT DISTINCT ON (g.object_class, g.source_registry, g.lifecycle_status) g.object_class, g.source_registry,
+		       g.lifecycle_status, b.collection_name || ':' || b.entity_code AS o
+		FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)
+		JOIN governance_group g USING (group_key)
+		JOIN birth_registry b ON (b.entity_type, b.collection_name, b.status) = (g.object_class, g.source_registry, g.lifecycle_status)
+		WHERE NOT (c.risk_class = ANY($1)) AND b.parent_code IS NULL AND g.retired_at IS NULL
+		ORDER BY g.object_class, g.source_registry, g.lifecycle_status, b.id) x ORDER BY o`, e.store.Config().Gate.LowRiskClasses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objects, dirty, expired []string
+	for _, o := range members {
+		res := e.store.Decide(e.ctx, o, gcos.ActionWrite)
+		if res.Decision != gcos.GateAllow {
+			continue
+		}
+		objects = append(objects, o)
+		for _, c := range res.Consulted {
+			if c.Source == gcos.GateSourceGroup {
+				if len(objects)%2 == 0 {
+					dirty = append(dirty, c.Key)
+				} else {
+					expired = append(expired, c.Key)
+				}
+			}
+		}
+	}
+	if len(objects) < 2 {
+		t.Fatalf("%d high-risk objects allowed at rest among %d bases: nothing to prove on", len(objects), len(members))
+	}
+	if _, err := e.store.MarkDirty(e.ctx, dirty, gcos.DirtyAxis); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.exec(`UPDATE governance_candidate_state SET stale_after = now() WHERE group_key = ANY($1)`, expired); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.view.CatchUp(e.ctx); err != nil { // the view sees the marks (its bound is long here)
+		t.Fatal(err)
+	}
+	// The marks changed no substrate: the reference still allows each object, as the gate did at rest (Verify
+	// below proves the reference's answer once more, on the state the gate's re-scans left).
+	for _, o := range objects {
+		if res := e.store.Decide(e.ctx, o, gcos.ActionWrite); res.Decision != gcos.GateBlock {
+			t.Fatalf("%s with its groups stale and no re-scan: %s (%v), want block", o, res.Decision, res.Reasons)
+		}
+		if res := e.store.Gate(e.ctx, o, gcos.ActionWrite); !res.Rescanned || res.Decision != gcos.GateAllow {
+			t.Errorf("%s: the gate answered %s (rescanned %v: %v), want allow from its re-scan", o, res.Decision, res.Rescanned, first(res.Reasons))
+		}
+	}
+	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 7, Also: objects, View: e.view})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Mismatches) > 0 {
+		t.Fatalf("after the gate's re-scans the state differs from the reference in %d places:\n%s", len(rep.Mismatches), describe(rep.Mismatches, 25))
+	}
+	t.Logf("%d high-risk objects over %d stale groups answered from the gate's own re-scans, as the reference does", len(objects), len(dirty)+len(expired))
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
 }

@@ -51,6 +51,9 @@ type GateResult struct {
 	// read-through's own read); Source says which: view or database (empty when nothing could be read).
 	AsOf   time.Time `json:"as_of"`
 	Source string    `json:"source"`
+	// Rescanned says the decision was taken on verdicts the gate had re-scanned for it, synchronously: the first
+	// read found them stale (SPEC §12).
+	Rescanned bool `json:"rescanned,omitempty"`
 }
 
 // Consistency levels a caller may ask the gate for (SPEC §12 freshness).
@@ -233,6 +236,11 @@ func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
 // GateWith is Gate at the consistency the caller asks for.
 func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOptions) GateResult {
 	res, fu := s.decide(ctx, object, action, opt)
+	if len(fu.sync) > 0 && s.rescanNow(ctx, fu.sync) {
+		// The re-scan committed: the database has its verdicts (the view catches up a moment later).
+		res, fu = s.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
+		res.Rescanned = true
+	}
 	if fu.empty() {
 		return res
 	}
@@ -389,12 +397,29 @@ func (s *Store) judge(ref ObjectRef, action string, o objectReads, res GateResul
 			fu.orphans = append(fu.orphans, o)
 		}
 	}
+	fu.sync = syncRescan(d, reads, len(o.problems) > 0)
 	for _, p := range o.problems {
 		in := inputFollowUp{problem: p, object: ref.String()}
 		in.log = string(p.State) + ":" + in.subject()
 		fu.inputs = append(fu.inputs, in)
 	}
 	return res, fu
+}
+
+// syncRescan lists the groups to re-scan when a re-scan could turn the block into an allow
+// (gcos.ObjectGateDecision.RescanCouldAllow): the blocking group rows. An object row follows its group, which is
+// re-scanned with it.
+func syncRescan(d gcos.ObjectGateDecision, reads []candidateRead, problems bool) []string {
+	if !d.RescanCouldAllow(problems) {
+		return nil
+	}
+	var groups []string
+	for i, r := range reads {
+		if !d.Rows[i].Allowed() && r.source == gcos.GateSourceGroup && r.key != "" {
+			groups = append(groups, r.key)
+		}
+	}
+	return groups
 }
 
 // gateInput derives one row's gate input the same way for the gate and explain.
@@ -497,6 +522,7 @@ func (s *Store) gateReads(ctx context.Context, q Querier, ref ObjectRef) (object
 // gateFollowUps is what a gate answer leaves to do: groups to re-scan, and findings to raise.
 type gateFollowUps struct {
 	rescan, unknown []string
+	sync            []string // groups to re-scan before answering, when a re-scan could turn the block (syncRescan)
 	orphans         []orphanFollowUp
 	lifts           []liftFollowUp
 	inputs          []inputFollowUp

@@ -35,6 +35,7 @@ type Store struct {
 	followUps    followUpLog // gate follow-ups recently written
 	gateOutage   gateOutage
 	view         atomic.Pointer[VerdictView]
+	rescan       atomic.Pointer[gateRescan]
 	// gateSQLText is built once from the source binding: the gate is the hot path.
 	gateSQLText, birthRawSQLText string
 	// txRetries counts transactions that failed on a deadlock or a serialization conflict; their loop retries them.

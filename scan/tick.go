@@ -22,6 +22,9 @@ type ScanOptions struct {
 	Limit    int    // groups per tick; 0 = configured batch size
 	Debounce bool   // event mode: a group scanned within the coalesce window waits out the window (see claimDirtySQL)
 	Expired  bool   // also groups past stale_after
+	// Groups, when set, claims just these groups when they are dirty or past stale_after (the gate's synchronous
+	// re-scan), waiting for a scanner that holds one: whatever it commits is then re-checked, not scanned twice.
+	Groups []string
 }
 
 // ScanResult reports one tick.
@@ -81,6 +84,19 @@ ORDER BY g.group_key
 LIMIT $2
 FOR UPDATE OF g SKIP LOCKED`
 
+// claimGroupsSQL claims the named groups that are dirty or past stale_after under the current ruleset, except rows
+// waiting out a retry backoff (a failing group is not re-scanned at the gate's pace). It waits for a row another
+// scanner holds: read committed re-checks the condition on the row that scanner commits, so a group it cleaned is
+// skipped, not scanned again.
+const claimGroupsSQL = `
+SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
+FROM governance_candidate_state c
+WHERE c.group_key = ANY($2) AND c.ruleset_version = $1 AND (c.dirty OR c.stale_after <= now())
+  AND NOT EXISTS (SELECT 1 FROM candidate_scan_attempt a
+                  WHERE a.group_key = c.group_key AND a.ruleset_version = c.ruleset_version AND a.next_attempt_at > now())
+ORDER BY c.group_key
+FOR UPDATE OF c`
+
 // ScanTick claims a bounded batch of dirty (and, when asked, expired or never-seeded) groups, re-evaluates them
 // under the current ruleset and writes scan_time, stale_after, evidence and verdict, clearing dirty — all in the
 // transaction that holds the claim, so a crash at any point leaves the groups dirty (nothing lost) and a finished
@@ -102,9 +118,12 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	if limit <= 0 {
 		limit = s.cfg.Scan.BatchSize
 	}
-	storm, err := s.stormGuard(ctx, rs.Version)
-	if err != nil {
-		return res, err
+	targeted := len(opts.Groups) > 0
+	storm := false
+	if !targeted { // a few named groups are no storm's batch
+		if storm, err = s.stormGuard(ctx, rs.Version); err != nil {
+			return res, err
+		}
 	}
 	if storm {
 		res.Storm = true
@@ -143,16 +162,20 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			}
 			return nil
 		}
-		if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.Gate.LowRiskClasses, limit); err != nil {
+		if targeted {
+			if err := claim("named", claimGroupsSQL, rs.Version, opts.Groups); err != nil {
+				return err
+			}
+		} else if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.Gate.LowRiskClasses, limit); err != nil {
 			return err
 		}
-		if room := limit - len(keys); opts.Expired && room > 0 {
+		if room := limit - len(keys); opts.Expired && !targeted && room > 0 {
 			if err := claim("expired", claimExpiredSQL, rs.Version, s.cfg.Gate.LowRiskClasses, room, res.RunID, append([]string{}, keys...)); err != nil {
 				return err
 			}
 		}
 		var unseeded []string
-		if room := limit - len(keys); room > 0 {
+		if room := limit - len(keys); room > 0 && !targeted {
 			since := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
 			if opts.Mode == postgres.ModeEvent {
 				since = pgtype.Timestamptz{Valid: true, Time: rs.ProposedAt}
@@ -298,6 +321,9 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	}
 	if newRun && res.Claimed == 0 {
 		res.RunID = ""
+	}
+	if targeted {
+		return res, nil // the gate waits for it: the dirty set's size is the loops' business
 	}
 	if err := s.pool.QueryRow(ctx, dirtyCountSQL, rs.Version).Scan(&res.Remaining); err != nil {
 		return res, fmt.Errorf("count dirty set: %w", err)
@@ -579,4 +605,11 @@ type storedResult struct {
 	verdict   string
 	evidence  *string
 	lifecycle string
+}
+
+// RescanGroups re-scans the named groups now when they are dirty or past stale_after: the gate's synchronous
+// re-evaluation (postgres.Store.SetRescanner), an event-mode run of its own.
+func (s *Stage) RescanGroups(ctx context.Context, groups []string) error {
+	_, err := s.ScanTick(ctx, ScanOptions{Mode: postgres.ModeEvent, Groups: groups})
+	return err
 }
