@@ -166,6 +166,7 @@ func TestAPI(t *testing.T) {
 		}{
 			"GET /v1/gate":                         {"/v1/gate?object=" + url.QueryEscape(object) + "&action=read", "", []int{200}},
 			"GET /v1/explain":                      {"/v1/explain?object=" + url.QueryEscape(object), "", []int{200}},
+			"GET /v1/token":                        {"/v1/token", "", []int{200}},
 			"GET /v1/groups":                       {"/v1/groups?limit=5", "", []int{200}},
 			"GET /v1/groups/{key}":                 {"/v1/groups/" + groupKey, "", []int{200}},
 			"GET /v1/invariant":                    {"/v1/invariant", "", []int{200}},
@@ -321,6 +322,23 @@ func TestAPI(t *testing.T) {
 			t.Fatalf("allowed object: %d %s", a.status, a.body)
 		}
 
+		// A consistency token for the present; a question at least as fresh answers from a state that covers it.
+		var tok httpapi.TokenAnswer
+		if a := e.get(t, "/v1/token"); a.status != 200 {
+			t.Fatalf("token: %d %s", a.status, a.body)
+		} else {
+			a.json(t, &tok)
+		}
+		a = e.get(t, "/v1/gate?object="+url.QueryEscape(allowed)+"&action=write&at_least="+url.QueryEscape(tok.Token))
+		a.json(t, &res)
+		want, err := gcos.ParseConsistencyToken(tok.Token)
+		if err != nil {
+			t.Fatalf("GET /v1/token: %v", err)
+		}
+		if got, err := gcos.ParseConsistencyToken(res.Token); a.status != 200 || res.Decision != gcos.GateAllow || err != nil || !got.Covers(want) {
+			t.Fatalf("gate at_least %s: %d %s", tok.Token, a.status, a.body)
+		}
+
 		// Blocks are answers (200): an object with no birth, and the allowed object once its groups are dirty.
 		a = e.get(t, "/v1/gate?object=no_such_collection:nothing")
 		a.json(t, &res)
@@ -344,7 +362,8 @@ func TestAPI(t *testing.T) {
 
 		// Bad input is 400, and the body still says block.
 		for _, q := range []string{"object=nocolon", "object=", "", "object=a:b&action=delete", "object=a:b&object=c:d",
-			"object=" + url.QueryEscape("a:b\x01"), "object=a:b&action=write&action=read"} {
+			"object=" + url.QueryEscape("a:b\x01"), "object=a:b&action=write&action=read", "object=a:b&at_least=soon",
+			"object=a:b&at_least=" + url.QueryEscape("9:3:")} {
 			a := e.get(t, "/v1/gate?"+q)
 			var res postgres.GateResult
 			a.json(t, &res)

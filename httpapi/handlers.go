@@ -46,10 +46,33 @@ func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
 	if consistency != "" && !slices.Contains(postgres.Consistencies, consistency) {
 		return s.gateRefused(w, r, gcos.Errorf(gcos.EINVALID, "consistency %q: want one of %s", consistency, strings.Join(postgres.Consistencies, ", ")))
 	}
-	res := s.store.GateWith(r.Context(), object, action, postgres.GateOptions{Consistency: consistency})
+	atLeast := q.Get("at_least")
+	if atLeast != "" {
+		if _, err := gcos.ParseConsistencyToken(atLeast); err != nil {
+			return s.gateRefused(w, r, err)
+		}
+	}
+	res := s.store.GateWith(r.Context(), object, action, postgres.GateOptions{Consistency: consistency, AtLeast: atLeast})
 	s.m.observeGate(res.Decision, time.Since(start))
 	w.Header()["X-Gcos-Decision"] = hdrDecision[res.Decision]
 	return writeJSON(w, http.StatusOK, res)
+}
+
+// TokenAnswer is the body of GET /v1/token.
+type TokenAnswer struct {
+	Token string `json:"token"`
+}
+
+// token answers GET /v1/token (reader): a consistency token for the database's present. A writer outside GCOS (an
+// exception granted in its registry) asks for one after its commit and passes it to the gate as at_least.
+func (s *server) token(w http.ResponseWriter, r *http.Request) int {
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	token, err := s.store.ConsistencyToken(ctx)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeJSON(w, http.StatusOK, TokenAnswer{Token: token})
 }
 
 // gateRefused answers a gate request whose input is bad: 400, a block, and the error.

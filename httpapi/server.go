@@ -77,7 +77,8 @@ type route struct {
 
 // routeTable is the whole API. Keep it small and flat: one line per endpoint.
 var routeTable = []route{
-	{Route{http.MethodGet, "/v1/gate", AccessReader, []string{"object", "action", "consistency"}}, (*server).gate},
+	{Route{http.MethodGet, "/v1/gate", AccessReader, []string{"object", "action", "consistency", "at_least"}}, (*server).gate},
+	{Route{http.MethodGet, "/v1/token", AccessReader, nil}, (*server).token},
 	{Route{http.MethodGet, "/v1/explain", AccessReader, []string{"object", "group"}}, (*server).explain},
 	{Route{http.MethodGet, "/v1/groups", AccessReader, []string{"scope", "object_class", "source_registry", "verdict", "dirty", "after", "limit"}}, (*server).groups},
 	{Route{http.MethodGet, "/v1/groups/{key}", AccessReader, nil}, (*server).group},

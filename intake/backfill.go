@@ -36,6 +36,7 @@ type BackfillResult struct {
 	InventoryGaps       []string      `json:"inventory_gaps"`
 	CursorsAtHorizon    []string      `json:"cursors_started_at_horizon"` // tail sources that start after the seed (handshake)
 	Elapsed             time.Duration `json:"elapsed_ns"`
+	Token               string        `json:"token,omitempty"` // the consistency token after the backfill (gcos backfill)
 }
 
 // Backfill is the first full pass (phase seeding): capture the seed snapshot, compute the ruleset and seed one

@@ -51,6 +51,9 @@ type GateResult struct {
 	// read-through's own read); Source says which: view or database (empty when nothing could be read).
 	AsOf   time.Time `json:"as_of"`
 	Source string    `json:"source"`
+	// Token is the consistency token of the state the decision was read from: pass it as at_least to a later
+	// question that must see at least that state.
+	Token string `json:"token,omitempty"`
 	// Rescanned says the decision was taken on verdicts the gate had re-scanned for it, synchronously: the first
 	// read found them stale (SPEC §12).
 	Rescanned bool `json:"rescanned,omitempty"`
@@ -70,6 +73,9 @@ var Consistencies = []string{ConsistencyMinimizeLatency, ConsistencyFull}
 // GateOptions qualify one gate question.
 type GateOptions struct {
 	Consistency string // "" is ConsistencyMinimizeLatency
+	// AtLeast is a consistency token (a write's, or an earlier answer's): the decision reads at least the state it
+	// names, from the view when the view has caught up past it, else from the database.
+	AtLeast string
 }
 
 // ConsultedRow is one candidate row the gate read (an object row, or the object's group in each scope).
@@ -152,7 +158,7 @@ grprow AS (
                                  AND g.retired_at IS NULL -- a retired group's members are in its successor
     LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM cr)
 )
-SELECT x.source, now(), coalesce((SELECT ruleset_version FROM cr), ''),
+SELECT x.source, now(), pg_current_snapshot()::text, coalesce((SELECT ruleset_version FROM cr), ''),
        obj.cls, obj.reg, obj.st, obj.own_st, obj.parent_code, obj.parent_found, obj.coll_known,
        obj.class_known, obj.h, obj.h1,
        x.key, x.scope, x.source_snapshot_ref,
@@ -270,6 +276,17 @@ func (s *Store) Decide(ctx context.Context, object, action string) GateResult {
 	return res
 }
 
+// ConsistencyToken is a token for the database's present: taken after a write committed, a gate question passing it
+// as at_least reads that write (SPEC §12 freshness). A writer outside GCOS (an exception granted in its registry)
+// asks for one after its commit.
+func (s *Store) ConsistencyToken(ctx context.Context) (string, error) {
+	var token string
+	if err := s.pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&token); err != nil {
+		return "", fmt.Errorf("read a consistency token: %w", err)
+	}
+	return token, nil
+}
+
 // AttachView makes the gate answer from v while v can prove it is within gate.max_staleness (nil detaches).
 func (s *Store) AttachView(v *VerdictView) { s.view.Store(v) }
 
@@ -293,8 +310,17 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 		res.Reasons = append(res.Reasons, fmt.Sprintf("consistency %q is not one of %s", opt.Consistency, strings.Join(Consistencies, ", ")))
 		return res, fu
 	}
+	var atLeast *gcos.ConsistencyToken
+	if opt.AtLeast != "" {
+		t, err := gcos.ParseConsistencyToken(opt.AtLeast)
+		if err != nil {
+			res.Reasons = append(res.Reasons, gcos.ErrorMessage(err))
+			return res, fu
+		}
+		atLeast = &t
+	}
 	if v := s.view.Load(); v != nil && opt.Consistency != ConsistencyFull {
-		if res, fu, ok := v.decide(ctx, ref, action); ok {
+		if res, fu, ok := v.decide(ctx, ref, action, atLeast); ok {
 			return res, fu
 		}
 		v.readThrough.Add(1)
@@ -314,7 +340,7 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 		return res, fu
 	}
 	s.gateOutage.succeeded()
-	res.AsOf, res.Source = o.now, SourceDatabase
+	res.AsOf, res.Source, res.Token = o.now, SourceDatabase, o.token
 	return s.judge(ref, action, o, res)
 }
 
@@ -440,6 +466,7 @@ func (r candidateRead) found() bool { return r.row.Verdict != "" }
 type objectReads struct {
 	reads       []candidateRead // the object row first, then its groups by scope; none when the object has no birth
 	now         time.Time       // the database clock of the read
+	token       string          // the read's snapshot, as a consistency token
 	scopes      []string        // the current ruleset's scopes (nil before anything was backfilled)
 	birth       gcos.ObjectBirth
 	fingerprint *string             // the object's fingerprint now (what an exception on it pins)
@@ -497,7 +524,7 @@ func (s *Store) gateReads(ctx context.Context, q Querier, ref ObjectRef) (object
 	b.Object = ref.String()
 	for rows.Next() {
 		var source string
-		r, _, err := scanCandidateFrom(rows, &source, &o.now, &version, &b.Class, &b.Collection, &b.LifecycleStatus,
+		r, _, err := scanCandidateFrom(rows, &source, &o.now, &o.token, &version, &b.Class, &b.Collection, &b.LifecycleStatus,
 			&b.OwnLifecycleStatus, &b.ParentCode, &b.ParentFound, &b.CollectionRegistered, &b.ClassRegistered,
 			&h0, &h1)
 		if err != nil {
@@ -511,7 +538,7 @@ func (s *Store) gateReads(ctx context.Context, q Querier, ref ObjectRef) (object
 	}
 	if len(o.reads) == 0 {
 		// No row: the object has no birth. Read the clock for the decision time.
-		if err := q.QueryRow(ctx, `SELECT now()`).Scan(&o.now); err != nil {
+		if err := q.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text`).Scan(&o.now, &o.token); err != nil {
 			return o, "", nil, err
 		}
 		return o, "", nil, nil

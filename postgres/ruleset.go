@@ -193,6 +193,9 @@ type ActivationResult struct {
 	Unresolved     []string             `json:"unresolved_law_codes"`
 	AuditID        int64                `json:"audit_id"`
 	ImpactSelector []gcos.GroupSelector `json:"impact"`
+	// Token is the consistency token of the activation: a gate question passing it as at_least reads the new
+	// ruleset.
+	Token string `json:"token"`
 }
 
 // ActivateRuleset makes a draft ruleset the active one. It is refused without an approval reference, when actor
@@ -281,6 +284,10 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 	})
 	if err != nil {
 		return ActivationResult{Version: version}, err
+	}
+	// Committed: a token failing to be read is no reason to report the activation failed.
+	if res.Token, err = s.ConsistencyToken(ctx); err != nil {
+		s.logger.Warn("ruleset activated; its consistency token could not be read", "ruleset_version", version, "err", err)
 	}
 	return res, nil
 }

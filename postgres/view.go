@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"gcos"
 )
 
 // The gate's in-process verdict view (SPEC §12 freshness). It holds what the gate judges an object on — the groups,
@@ -60,10 +62,11 @@ type VerdictView struct {
 	catchingUp sync.Mutex // one catch-up at a time
 	mu         sync.RWMutex
 	state      *viewState
-	asOf       time.Time     // the local (monotonic) instant the last catch-up's read began: its snapshot is younger
-	dbAsOf     time.Time     // the database clock at that read
-	offset     time.Duration // database clock minus local clock, measured at that read
-	snapshot   string        // pg_current_snapshot() of that read: the next catch-up reads what committed since
+	asOf       time.Time             // the local (monotonic) instant the last catch-up's read began: its snapshot is younger
+	dbAsOf     time.Time             // the database clock at that read
+	offset     time.Duration         // database clock minus local clock, measured at that read
+	snapshot   string                // pg_current_snapshot() of that read: the next catch-up reads what committed since
+	token      gcos.ConsistencyToken // the snapshot, parsed: what an at_least question is checked against
 
 	objects     sync.Map // ObjectRef → *objectEntry: what the view remembers of an object asked about
 	objectCount atomic.Int64
@@ -200,6 +203,10 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate view: %w", err)
 	}
+	token, err := gcos.ParseConsistencyToken(snapshot)
+	if err != nil {
+		return fmt.Errorf("gate view: read its snapshot: %w", err)
+	}
 	if len(changed[feedBirth]) > 0 || reload {
 		v.birthGen.Add(1)
 		if reload {
@@ -222,7 +229,7 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 		v.state.applyRows(d)
 		v.state.applyReferenced(d)
 	}
-	v.snapshot, v.asOf, v.dbAsOf = snapshot, began, dbNow
+	v.snapshot, v.token, v.asOf, v.dbAsOf = snapshot, token, began, dbNow
 	v.offset = dbNow.Sub(began.Add(read.Sub(began) / 2))
 	v.mu.Unlock()
 	if reload {

@@ -26,7 +26,7 @@ type birthRaw struct {
 // decide answers from the view: a remembered answer while nothing it rests on has moved, else the same reads as
 // the database's statement (gateReads), in the same order, as of the view's last catch-up with the database clock
 // carried forward, judged as the database's are. ok is false when the view cannot answer within its bound.
-func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string) (GateResult, gateFollowUps, bool) {
+func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string, atLeast *gcos.ConsistencyToken) (GateResult, gateFollowUps, bool) {
 	own, ok := v.birth(ctx, ref)
 	if !ok {
 		return GateResult{}, gateFollowUps{}, false
@@ -42,11 +42,11 @@ func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string) 
 		slot = 1
 	}
 	v.mu.RLock()
-	if !v.freshLocked() {
+	if !v.freshLocked() || (atLeast != nil && !v.token.Covers(*atLeast)) {
 		v.mu.RUnlock()
 		return GateResult{}, gateFollowUps{}, false
 	}
-	st, asOf, now := v.state, v.dbAsOf, time.Now().Add(v.offset)
+	st, asOf, token, now := v.state, v.dbAsOf, v.snapshot, time.Now().Add(v.offset)
 	base := own.base(parent)
 	stamp := answerStamp{gen: st.gen, base: st.baseGen[base], object: st.objectGen[ref]}
 	if a := v.entry(ref).answers[slot].Load(); a != nil {
@@ -54,7 +54,7 @@ func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string) 
 			v.mu.RUnlock()
 			v.answered.Add(1)
 			res, fu := a.res, a.fu
-			res.DecidedAt, res.AsOf, fu.answer = now, asOf, a
+			res.DecidedAt, res.AsOf, res.Token, fu.answer = now, asOf, token, a
 			return res, fu, true
 		}
 	}
@@ -67,7 +67,7 @@ func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string) 
 		return GateResult{}, gateFollowUps{}, false
 	}
 	res := GateResult{Object: ref.String(), Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{},
-		AsOf: asOf, Source: SourceView}
+		AsOf: asOf, Source: SourceView, Token: token}
 	res, fu := v.s.judge(ref, action, o, res)
 	res.Reasons, res.Consulted = slices.Clip(res.Reasons), slices.Clip(res.Consulted) // shared: an append copies
 	a := &rememberedAnswer{stamp: stamp, own: own, parent: parent, validUntil: validUntil(o.reads, now), res: res, fu: fu}

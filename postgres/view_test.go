@@ -52,7 +52,7 @@ func (b *bundle) viewSample(t *testing.T) []string {
 func sameAnswer(t *testing.T, object, action string, db, vw postgres.GateResult) {
 	t.Helper()
 	strip := func(r postgres.GateResult) postgres.GateResult {
-		r.DecidedAt, r.AsOf, r.Source = time.Time{}, time.Time{}, ""
+		r.DecidedAt, r.AsOf, r.Source, r.Token = time.Time{}, time.Time{}, "", ""
 		return r
 	}
 	if !reflect.DeepEqual(strip(db), strip(vw)) {
@@ -180,6 +180,56 @@ func TestVerdictView_PastItsBoundReadsThrough(t *testing.T) {
 	if r := b.store.GateWith(b.ctx, obj, gcos.ActionWrite, postgres.GateOptions{Consistency: "eventual"}); r.Decision != gcos.GateBlock ||
 		!strings.Contains(fmt.Sprint(r.Reasons), "consistency") {
 		t.Fatalf("an unknown consistency answered %s %q, want a block naming it", r.Decision, r.Reasons)
+	}
+}
+
+// A question passing a consistency token reads at least the state it names: the view answers once it has caught up
+// past the token, and the database until then.
+func TestVerdictView_AtLeastATokenReadsThrough(t *testing.T) {
+	t.Parallel()
+	b, v := viewWorld(t, 3000, time.Hour)
+	obj, _, key, _ := b.orphanInOneScope(t)
+	gate := func(token string) postgres.GateResult {
+		t.Helper()
+		return b.store.GateWith(b.ctx, obj, gcos.ActionWrite, postgres.GateOptions{AtLeast: token})
+	}
+	first := gate("")
+	if first.Source != postgres.SourceView || first.Token == "" {
+		t.Fatalf("no token asked: answered from %q with token %q, want the view's", first.Source, first.Token)
+	}
+	if r := gate(first.Token); r.Source != postgres.SourceView {
+		t.Fatalf("the view's own token: answered from %q, want the view", r.Source)
+	}
+	// A write (a dirty mark), and the token a writer takes after its commit.
+	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
+		t.Fatal(err)
+	}
+	written, err := b.store.ConsistencyToken(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := gcos.ParseConsistencyToken(written)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gate(written)
+	got, err := gcos.ParseConsistencyToken(r.Token)
+	if r.Source != postgres.SourceDatabase || err != nil || !got.Covers(want) {
+		t.Fatalf("a token past the view: answered from %q at %q, want the database at a state covering %s", r.Source, r.Token, written)
+	}
+	sameAnswer(t, obj, gcos.ActionWrite, b.store.Decide(b.ctx, obj, gcos.ActionWrite), r)
+	if err := v.CatchUp(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r = gate(written)
+	if got, err := gcos.ParseConsistencyToken(r.Token); r.Source != postgres.SourceView || err != nil || !got.Covers(want) {
+		t.Fatalf("caught up past the token: answered from %q at %q, want the view", r.Source, r.Token)
+	}
+	sameAnswer(t, obj, gcos.ActionWrite, b.store.Decide(b.ctx, obj, gcos.ActionWrite), r)
+	for _, bad := range []string{"soon", "3:1:", "1:9:12"} {
+		if r := gate(bad); r.Decision != gcos.GateBlock || r.Source != "" || !strings.Contains(fmt.Sprint(r.Reasons), "consistency token") {
+			t.Fatalf("token %q: %s from %q %q, want a block naming the token", bad, r.Decision, r.Source, r.Reasons)
+		}
 	}
 }
 

@@ -106,6 +106,8 @@ type Pass struct {
 	Remaining      int64          `json:"remaining"`
 	Audit          *AuditResult   `json:"audit,omitempty"`
 	Verify         *oracle.Report `json:"verify,omitempty"` // the full audit's verification against the reference
+	// Token is the consistency token after the pass: a gate question passing it as at_least reads its verdicts.
+	Token string `json:"token,omitempty"`
 }
 
 // verify runs the full audit's verification (oracle.AuditVerify): a state that differs from a from-scratch

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"gcos"
 	"gcos/postgres"
+	"gcos/scan"
 )
 
 // exitBlock is the exit status of a gate block (SPEC §13).
@@ -22,7 +24,7 @@ const gateCommandName = "gate"
 // too (the gate fails closed): a malformed object or action, a usage or configuration error, an unreachable
 // database, a timeout (gateFailed prints those as a block decision whose reason is the error).
 func (a *app) gateCommand() *cobra.Command {
-	var object, action string
+	var object, action, atLeast string
 	cmd := &cobra.Command{
 		Use:   gateCommandName + " --object COLLECTION:CODE [--action write|read]",
 		Short: "may this action proceed on this object? exit 0 allow, 3 block or any error (fails closed)",
@@ -43,7 +45,9 @@ func (a *app) gateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res := store.Gate(cmd.Context(), object, action)
+			// As the daemon's gate does: a stale high-risk group is re-scanned within gate.rescan_deadline.
+			store.SetRescanner(scan.New(store).RescanGroups)
+			res := store.GateWith(cmd.Context(), object, action, postgres.GateOptions{AtLeast: atLeast})
 			if err := a.print(res, gateText(res)); err != nil {
 				return err
 			}
@@ -55,6 +59,7 @@ func (a *app) gateCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&object, "object", "", "the object, COLLECTION:CODE")
 	cmd.Flags().StringVar(&action, "action", gcos.ActionWrite, "the action: write or read")
+	cmd.Flags().StringVar(&atLeast, "at-least", "", "a consistency token (a write's or an answer's): decide on at least that state")
 	return cmd
 }
 
@@ -83,6 +88,9 @@ func gateText(res postgres.GateResult) string {
 	fmt.Fprintf(&b, "object:    %s (action %s)\n", res.Object, res.Action)
 	fmt.Fprintf(&b, "effective: %s\n", orDash(string(res.EffectiveVerdict)))
 	fmt.Fprintf(&b, "risk:      %s\n", orDash(res.RiskClass))
+	if res.Rescanned {
+		b.WriteString("rescanned: the gate re-scanned the stale groups it read, and decided on their fresh verdicts\n")
+	}
 	if res.RescanScheduled {
 		b.WriteString("rescan:    scheduled\n")
 	}
@@ -92,6 +100,9 @@ func gateText(res postgres.GateResult) string {
 	}
 	if res.Statement != "" {
 		fmt.Fprintf(&b, "statement: %s\n", res.Statement)
+	}
+	if res.Token != "" {
+		fmt.Fprintf(&b, "as of:     %s (%s, token %s)\n", res.AsOf.Format(time.RFC3339Nano), res.Source, res.Token)
 	}
 	if len(res.Consulted) > 1 {
 		b.WriteString("consulted:\n")

@@ -78,7 +78,7 @@ func (a *app) rulesetCommand() *cobra.Command {
 			return store.ActivateRuleset(ctx, args[0], approval, actor)
 		}, func(res postgres.ActivationResult) string {
 			return fmt.Sprintf("%s active (supersedes %s); %d groups dirtied, %d carried unchanged",
-				res.Version, deref(res.Superseded), res.DirtiedGroups, res.CarriedGroups)
+				res.Version, deref(res.Superseded), res.DirtiedGroups, res.CarriedGroups) + tokenText(res.Token)
 		}),
 	}
 	activate.Flags().StringVar(&approval, "approval", "", "approval reference (required)")

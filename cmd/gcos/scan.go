@@ -38,6 +38,7 @@ func (a *app) scanCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			p.Token = writeToken(cmd.Context(), a, store)
 			human := fmt.Sprintf("%s run %s: %d groups scanned, %d verdict changes, %d failed, storm %v, %d still dirty",
 				p.Mode, p.RunID, p.Scanned, p.VerdictChanges, p.Failed, p.Storm, p.Remaining)
 			if p.Audit != nil {
@@ -46,7 +47,7 @@ func (a *app) scanCommand() *cobra.Command {
 					au.RunID, au.SnapshotID, derefInt(au.PreviousID), au.ChangedGroups, au.Signalled, au.Pending, len(au.LostSignals),
 					au.Expired, au.Scanned, au.Ledger.Closes, au.Elapsed.Round(1e6))
 			}
-			return a.print(p, human)
+			return a.print(p, human+tokenText(p.Token))
 		},
 	}
 	cmd.Flags().StringVar(&mode, "mode", "incremental", "event | incremental | full")
