@@ -37,6 +37,15 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 	}
 	defer gatePool.Close()
 	ours := postgres.New(ws.pool, cfg, r.log.With("system", "gcos")).WithGatePool(gatePool)
+	// Ours answers from the gate's view, kept current as `gcos up` keeps it (gate.view).
+	view := postgres.NewVerdictView(ours)
+	ours.AttachView(view)
+	vctx, stopView := context.WithCancel(ctx)
+	defer stopView()
+	go func() { _ = view.Run(vctx) }()
+	if err := waitFresh(ctx, view); err != nil {
+		return nil, err
+	}
 	oursURL, stopOurs, err := serveBench(ours, false)
 	if err != nil {
 		return nil, err
@@ -124,6 +133,7 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 		}
 	}
 	var oursIdle, oursLoaded, naiveIdle, naiveLoaded phase
+	viewStart := view.Stats()
 	for i := 0; i < r.opts.reps; i++ {
 		for _, step := range []struct {
 			base    string
@@ -140,6 +150,8 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 			"naive_p99_idle_ms", naiveIdle.p99[i], "naive_p99_readers_ms", naiveLoaded.p99[i], "naive_block_readers_pct", naiveLoaded.blockPct[i],
 			"naive_starved", naiveLoaded.starved[i], "naive_reads_per_s", int64(naiveLoaded.readsPerS[i]))
 	}
+	viewEnd := view.Stats()
+	viewShare := 100 * float64(viewEnd.Answered-viewStart.Answered) / max(float64(viewEnd.Answered-viewStart.Answered+viewEnd.ReadThrough-viewStart.ReadThrough), 1)
 	ratio := func(a, b []float64) []float64 {
 		out := make([]float64, len(a))
 		for i := range a {
@@ -153,7 +165,8 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 	}
 	return []row{
 		mk("gate p99, idle", "ms", lower, oursIdle.p99, naiveIdle.p99, nil,
-			fmt.Sprintf("GET /v1/gate, %d keep-alive clients, httpapi.NewServer on loopback; ours: the gate on its own pool of %d (gate.pool_conns), reads cached per http.read_cache_interval; naive: one shared pool, no read cache", gateWorkers, cfg.Gate.PoolConns)),
+			fmt.Sprintf("GET /v1/gate, %d keep-alive clients, httpapi.NewServer on loopback; ours: the gate's view (%.1f%% of its answers; the rest read through to its own pool of %d, gate.pool_conns), reads cached per http.read_cache_interval; naive: one shared pool, no view, no read cache",
+				gateWorkers, viewShare, cfg.Gate.PoolConns)),
 		mk(fmt.Sprintf("gate p99, %d /v1/invariant readers", invariantReaders), "ms", lower, oursLoaded.p99, naiveLoaded.p99, nil, ""),
 		mk("gate p99 with readers ÷ idle", "×", lower, ratio(oursLoaded.p99, oursIdle.p99), ratio(naiveLoaded.p99, naiveIdle.p99), &target{Op: "<=", Value: 2, Text: "≤ 2×"}, ""),
 		mk("gate decisions/s, idle", "decisions/s", higher, oursIdle.rate, naiveIdle.rate, nil, ""),

@@ -59,6 +59,7 @@ var benchmarks = []benchmark{
 	{"latency", "change → fresh verdict in event mode, idle and under 5,000 births/s", benchLatency},
 	{"rescan", "one dirty group rescan at N vs 10N births", benchRescan},
 	{"gate", "gate decisions in-process and over HTTP (8 concurrent callers)", benchGate},
+	{"gate_churn", "high-risk objects allowed at rest, asked while births (and sibling updates) arrive in their groups at 5,000/s: blocks vs no view and no re-scan", benchGateChurn},
 	{"gate_readers", "the gate over HTTP idle and beside 40 /v1/invariant readers (own pool, cached reads) vs one shared pool", benchGateReaders},
 	{"verify", "the reference evaluator (gcos verify) from scratch, beside the full audit it checks", benchVerify},
 	{"memory", "RSS of a gcos-up-equivalent process after intake + scans over the world", benchMemory},

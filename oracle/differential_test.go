@@ -560,7 +560,7 @@ var triggers = []trigger{
 		}
 		return fmt.Sprintf("silent coverage edit of %s → %s, then a full audit", coll, status), nil
 	}},
-	{"silent_then_audit", silentRetire(false)},
+	{"silent_then_audit", silentRetire(false, false)},
 	{"silent_delete_then_audit", func(e *env, r *rand.Rand) (string, error) {
 		// Births handed off and scanned, one of them then deleted with no change row: its group holds what the
 		// previous audit saw again, and only the audit's check of the counts themselves finds the difference.
@@ -580,7 +580,9 @@ var triggers = []trigger{
 		}
 		return "silent delete of " + coll + ":" + code + ", then a full audit", nil
 	}},
-	{"silent_then_audit_last", silentRetire(true)},
+	{"silent_then_audit_last", silentRetire(true, false)},
+	// The soak found the view judging a silently retired object on the birth it had cached before the audit.
+	{"silent_then_audit_cached", silentRetire(true, true)},
 	{"untrusted_birth", func(e *env, r *rand.Rand) (string, error) {
 		return "a birth from an untrusted source", e.births(r, 1, "rogue-writer")
 	}},
@@ -740,7 +742,9 @@ var triggers = []trigger{
 
 // silentRetire retires an object with no changelog row (a change the tail cannot see), then runs the full audit
 // that must catch it: an object that shares its group with others, or the last member of its group.
-func silentRetire(last bool) func(e *env, r *rand.Rand) (string, error) {
+// With cached, the gate's view is asked about the object first, so it holds the object's birth when the source
+// changes under it.
+func silentRetire(last, cached bool) func(e *env, r *rand.Rand) (string, error) {
 	return func(e *env, r *rand.Rand) (string, error) {
 		members := `(SELECT count(*) FROM birth_registry o WHERE o.entity_type = birth_registry.entity_type
 			AND o.collection_name = birth_registry.collection_name AND o.status = birth_registry.status)`
@@ -752,6 +756,14 @@ func silentRetire(last bool) func(e *env, r *rand.Rand) (string, error) {
 		_, coll, code, err := e.object(r, where)
 		if err != nil {
 			return "", err
+		}
+		if cached {
+			if err := e.view.CatchUp(e.ctx); err != nil {
+				return "", err
+			}
+			if res := e.view.Decide(e.ctx, coll+":"+code, gcos.ActionWrite); res.Source != postgres.SourceView {
+				return "", fmt.Errorf("the view did not answer for %s:%s (source %q): its birth is not cached", coll, code, res.Source)
+			}
 		}
 		if err := e.exec(`UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
 			return "", err

@@ -45,13 +45,16 @@ type ScanResult struct {
 
 // claimDirtySQL claims dirty groups under the current ruleset (through the partial index on dirty rows), skipping
 // rows another scanner holds and rows waiting out a retry backoff; high-risk groups go first, so a storm cannot
-// starve them. With a debounce window ($2) a dirty group is claimed at once when its last scan is older than the
+// starve them. It claims either the groups dirty for their membership alone ($6 true, $5 the membership reasons) or
+// the others: a tick never holds a verdict-relevant mark behind hundreds of member-count refreshes (the gate waits
+// for that tick's commit, SPEC §12). With a debounce window ($2) a dirty group is claimed at once when its last scan is older than the
 // window (leading edge: an isolated change is re-scanned without waiting) and otherwise once its mark is as old as
 // the window (trailing edge), so one group is re-scanned at most once per window however many marks arrive.
 const claimDirtySQL = `
 SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
 FROM governance_candidate_state c
 WHERE c.dirty AND c.ruleset_version = $1
+  AND coalesce(c.dirty_reason = ANY($5), false) = $6
   AND (c.dirtied_at <= now() - $2::interval OR c.scan_time <= now() - $2::interval)
   AND NOT EXISTS (SELECT 1 FROM candidate_scan_attempt a
                   WHERE a.group_key = c.group_key AND a.ruleset_version = c.ruleset_version AND a.next_attempt_at > now())
@@ -166,8 +169,16 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			if err := claim("named", claimGroupsSQL, rs.Version, opts.Groups); err != nil {
 				return err
 			}
-		} else if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.Gate.LowRiskClasses, limit); err != nil {
-			return err
+		} else {
+			// Verdict-relevant marks first, in a tick of their own; member-count refreshes when there are none.
+			if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.Gate.LowRiskClasses, limit, gcos.MembershipDirtyReasons, false); err != nil {
+				return err
+			}
+			if len(keys) == 0 {
+				if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.Gate.LowRiskClasses, limit, gcos.MembershipDirtyReasons, true); err != nil {
+					return err
+				}
+			}
 		}
 		if room := limit - len(keys); opts.Expired && !targeted && room > 0 {
 			if err := claim("expired", claimExpiredSQL, rs.Version, s.cfg.Gate.LowRiskClasses, room, res.RunID, append([]string{}, keys...)); err != nil {
