@@ -65,8 +65,11 @@ func TestEffective(t *testing.T) {
 			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeFailed, gcos.Str("handoff:object_born")
 		}), now, active, true, true, gcos.EffectiveState{Verdict: "stale", Reasons: []string{"recompute_failed", "dirty"}}},
 		{"dirty for another handoff", cleanRow(func(r *gcos.CandidateRow) {
-			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeDirty, gcos.Str("handoff:object_retired")
+			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeDirty, gcos.Str("handoff:object_registered")
 		}), now, active, true, true, gcos.EffectiveState{Verdict: "stale", Reasons: []string{"dirty"}}},
+		{"dirty for a retirement (membership alone)", cleanRow(func(r *gcos.CandidateRow) {
+			r.Dirty, r.RecomputeStatus, r.DirtyReason = true, gcos.RecomputeDirty, gcos.Str("handoff:object_retired")
+		}), now, active, true, true, gcos.EffectiveState{Verdict: "not_relevant", Clean: true, Reasons: []string{}}},
 		{"scanning", cleanRow(func(r *gcos.CandidateRow) { r.RecomputeStatus = gcos.RecomputeScanning }), now, active, true, true,
 			gcos.EffectiveState{Verdict: "stale", Reasons: []string{"recompute_scanning"}}},
 		{"failed", cleanRow(func(r *gcos.CandidateRow) { r.RecomputeStatus = gcos.RecomputeFailed }), now, active, true, true,
