@@ -149,8 +149,8 @@ type GateConfig struct {
 	ViewRefresh     Duration `json:"view_refresh"`
 	ViewBirthMaxAge Duration `json:"view_birth_max_age"`
 	FeedRetention   Duration `json:"feed_retention"`
-	// RescanDeadline is how long the gate waits for a synchronous re-scan of the one group a high-risk decision
-	// blocks on for staleness alone (SPEC §12: a dirty high-risk row is re-evaluated within a deadline); past it the
+	// RescanDeadline is how long the gate waits for a synchronous re-scan of the groups a high-risk decision blocks
+	// on for staleness alone (SPEC §12: a dirty high-risk row is re-evaluated within a deadline); past it the
 	// gate blocks, and the re-scan runs on (within gate.timeout) for the callers after it. 0 turns it off.
 	// RescanConcurrency bounds the re-scans the gate runs at once: past it a stale answer blocks as before.
 	RescanDeadline    Duration `json:"rescan_deadline"`
