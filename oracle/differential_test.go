@@ -1028,30 +1028,8 @@ func TestBirthsInFlightKeepTheGate(t *testing.T) {
 		}
 		also = append(also, older...)
 	}
-	// Intake only, until both tails have passed every row: the dirty marks are the births', nothing is scanned.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		time.Sleep(30 * time.Millisecond)
-		if _, err := e.intake.Once(e.ctx); err != nil {
-			t.Fatal(err)
-		}
-		var swept bool
-		if err := e.pool.QueryRow(e.ctx, `SELECT bool_and(swept_id >= (SELECT max(id) FROM birth_registry))
-			FROM gov_worker_cursor WHERE source = 'birth_registry'`).Scan(&swept); err != nil {
-			t.Fatal(err)
-		}
-		if swept {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the intake never passed the births")
-		}
-	}
-	reasons, err := e.strings(`SELECT DISTINCT coalesce(dirty_reason, '') FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)
-		WHERE c.dirty ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Intake only, until the births' tail has passed every row: the dirty marks are the births', nothing is scanned.
+	reasons := e.intakeOnly(t, "birth_registry")
 	if !slices.Equal(reasons, []string{"handoff:" + string(gcos.ChangeObjectBorn)}) {
 		t.Fatalf("the births left groups dirty for %q, want for membership alone", reasons)
 	}
@@ -1073,6 +1051,36 @@ func TestBirthsInFlightKeepTheGate(t *testing.T) {
 	}
 	t.Logf("%d births in flight over %d groups' bases: %d gate answers equal the reference's (%d by the view too)",
 		len(bases), len(bases), rep.GateChecks, rep.ViewChecks)
+}
+
+// intakeOnly runs the intake, and nothing else, until the tail of source has passed every row of it (polling with a
+// generous deadline), and returns the reasons the groups under the current ruleset are dirty for.
+func (e *env) intakeOnly(t *testing.T, source string) []string {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		time.Sleep(30 * time.Millisecond) // past the tail's horizon guard
+		if _, err := e.intake.Once(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		var swept bool
+		if err := e.pool.QueryRow(e.ctx, `SELECT bool_and(swept_id >= (SELECT max(id) FROM `+source+`))
+			FROM gov_worker_cursor WHERE source = $1`, source).Scan(&swept); err != nil {
+			t.Fatal(err)
+		}
+		if swept {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the intake never passed the rows of %s", source)
+		}
+	}
+	reasons, err := e.strings(`SELECT DISTINCT coalesce(dirty_reason, '') FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)
+		WHERE c.dirty ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reasons
 }
 
 // TestRetiresInFlightKeepTheGate is TestBirthsInFlightKeepTheGate for retirements: objects retired into a group
@@ -1119,29 +1127,7 @@ func TestRetiresInFlightKeepTheGate(t *testing.T) {
 		also = append(append(also, coll+":"+code), siblings...)
 	}
 	// Intake only, until the change ledger's tail has passed every row: nothing is scanned.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		time.Sleep(30 * time.Millisecond)
-		if _, err := e.intake.Once(e.ctx); err != nil {
-			t.Fatal(err)
-		}
-		var swept bool
-		if err := e.pool.QueryRow(e.ctx, `SELECT bool_and(swept_id >= (SELECT max(id) FROM registry_changelog))
-			FROM gov_worker_cursor WHERE source = 'registry_changelog'`).Scan(&swept); err != nil {
-			t.Fatal(err)
-		}
-		if swept {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the intake never passed the retirements")
-		}
-	}
-	reasons, err := e.strings(`SELECT DISTINCT coalesce(dirty_reason, '') FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)
-		WHERE c.dirty ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reasons := e.intakeOnly(t, "registry_changelog")
 	if !slices.Contains(reasons, "handoff:"+string(gcos.ChangeObjectRetired)) || slices.ContainsFunc(reasons, func(r string) bool {
 		return !gcos.MembershipOnly(&r)
 	}) {
