@@ -25,13 +25,10 @@ func (o ObjectRef) String() string { return o.Collection + ":" + o.Code }
 
 // ParseObjectRef validates "COLLECTION:CODE". Bad input is a clear EINVALID error.
 func ParseObjectRef(s string) (ObjectRef, error) {
-	if err := gcos.CheckParam("object", s); err != nil {
+	if err := gcos.CheckObjectRef(s); err != nil {
 		return ObjectRef{}, err
 	}
-	coll, code, ok := strings.Cut(s, ":")
-	if !ok || coll == "" || code == "" {
-		return ObjectRef{}, gcos.Errorf(gcos.EINVALID, "object %q: want COLLECTION:CODE", s)
-	}
+	coll, code, _ := strings.Cut(s, ":")
 	return ObjectRef{Collection: coll, Code: code}, nil
 }
 
@@ -76,6 +73,21 @@ type GateOptions struct {
 	// AtLeast is a consistency token (a write's, or an earlier answer's): the decision reads at least the state it
 	// names, from the view when the view has caught up past it, else from the database.
 	AtLeast string
+}
+
+// parse checks the options and parses the token a caller demands (nil when none).
+func (opt GateOptions) parse() (*gcos.ConsistencyToken, error) {
+	if opt.Consistency != "" && opt.Consistency != ConsistencyMinimizeLatency && opt.Consistency != ConsistencyFull {
+		return nil, gcos.Errorf(gcos.EINVALID, "consistency %q is not one of %s", opt.Consistency, strings.Join(Consistencies, ", "))
+	}
+	if opt.AtLeast == "" {
+		return nil, nil
+	}
+	t, err := gcos.ParseConsistencyToken(opt.AtLeast)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 // ConsultedRow is one candidate row the gate read (an object row, or the object's group in each scope).
@@ -306,18 +318,10 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 		res.Reasons = append(res.Reasons, fmt.Sprintf("action %q is not one of write, read", action))
 		return res, fu
 	}
-	if opt.Consistency != "" && opt.Consistency != ConsistencyMinimizeLatency && opt.Consistency != ConsistencyFull {
-		res.Reasons = append(res.Reasons, fmt.Sprintf("consistency %q is not one of %s", opt.Consistency, strings.Join(Consistencies, ", ")))
+	atLeast, err := opt.parse()
+	if err != nil {
+		res.Reasons = append(res.Reasons, gcos.ErrorMessage(err))
 		return res, fu
-	}
-	var atLeast *gcos.ConsistencyToken
-	if opt.AtLeast != "" {
-		t, err := gcos.ParseConsistencyToken(opt.AtLeast)
-		if err != nil {
-			res.Reasons = append(res.Reasons, gcos.ErrorMessage(err))
-			return res, fu
-		}
-		atLeast = &t
 	}
 	if v := s.view.Load(); v != nil && opt.Consistency != ConsistencyFull {
 		if res, fu, ok := v.decide(ctx, ref, action, atLeast); ok {
@@ -329,19 +333,26 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 	defer cancel()
 	o, err := s.gateInputs(ctx, s.gatePool, ref)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", s.cfg.Gate.Timeout.Duration())
-		} else if gcos.ErrorCode(err) == gcos.EINTERNAL {
-			s.gateOutage.failed(fmt.Errorf("object %s: %w", object, err))
-			err = gcos.Errorf(gcos.EUNAVAILABLE, "candidate state unreadable")
-		}
-		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: err})
+		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: s.gateReadFailed("object "+object, err)})
 		res.Reasons = d.Reasons
 		return res, fu
 	}
 	s.gateOutage.succeeded()
 	res.AsOf, res.Source, res.Token = o.now, SourceDatabase, o.token
 	return s.judge(ref, action, o, res)
+}
+
+// gateReadFailed is what a failed gate read says (what names the read, for the log): a timeout is the gate's own,
+// and a driver error is logged once per outage and shown as unreadable state, never in its own words.
+func (s *Store) gateReadFailed(what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", s.cfg.Gate.Timeout.Duration())
+	}
+	if gcos.ErrorCode(err) == gcos.EINTERNAL {
+		s.gateOutage.failed(fmt.Errorf("%s: %w", what, err))
+		return gcos.Errorf(gcos.EUNAVAILABLE, "candidate state unreadable")
+	}
+	return err
 }
 
 // gateOutage logs the gate's failed reads once per outage, with a reminder now and then, and the recovery: a
@@ -512,11 +523,25 @@ func (s *Store) completeReads(ctx context.Context, q Querier, ref ObjectRef, o o
 // gateReads reads the object's birth, its materialized row and its groups in one statement, with the clock, the
 // current ruleset version and the object's fingerprint.
 func (s *Store) gateReads(ctx context.Context, q Querier, ref ObjectRef) (objectReads, string, *string, error) {
-	var o objectReads
 	rows, err := q.Query(ctx, s.gateSQLText, ref.Collection, ref.Code)
 	if err != nil {
+		return objectReads{}, "", nil, err
+	}
+	o, version, fingerprint, err := gateReadsFrom(rows, ref)
+	if err != nil || len(o.reads) > 0 {
+		return o, version, fingerprint, err
+	}
+	// No row: the object has no birth. Read the clock for the decision time.
+	if err := q.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text`).Scan(&o.now, &o.token); err != nil {
 		return o, "", nil, err
 	}
+	return o, "", nil, nil
+}
+
+// gateReadsFrom reads the gate statement's rows (and closes them). An object with no birth has no row: its reads
+// are empty, with no clock.
+func gateReadsFrom(rows pgx.Rows, ref ObjectRef) (objectReads, string, *string, error) {
+	var o objectReads
 	defer rows.Close()
 	var version string
 	var h0, h1 int64
@@ -537,10 +562,6 @@ func (s *Store) gateReads(ctx context.Context, q Querier, ref ObjectRef) (object
 		return o, "", nil, err
 	}
 	if len(o.reads) == 0 {
-		// No row: the object has no birth. Read the clock for the decision time.
-		if err := q.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text`).Scan(&o.now, &o.token); err != nil {
-			return o, "", nil, err
-		}
 		return o, "", nil, nil
 	}
 	return o, version, gcos.Str(gcos.FingerprintFromRowHashes(h0, h1).String()), nil

@@ -27,51 +27,139 @@ type birthRaw struct {
 // the database's statement (gateReads), in the same order, as of the view's last catch-up with the database clock
 // carried forward, judged as the database's are. ok is false when the view cannot answer within its bound.
 func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string, atLeast *gcos.ConsistencyToken) (GateResult, gateFollowUps, bool) {
-	own, ok := v.birth(ctx, ref)
+	q := viewQuestion{ref: ref, action: action}
+	if !v.births(ctx, &q) {
+		return GateResult{}, gateFollowUps{}, false
+	}
+	v.mu.RLock()
+	at, ok := v.instantLocked(atLeast)
+	if ok {
+		q.readLocked(v, at)
+	}
+	v.mu.RUnlock()
 	if !ok {
 		return GateResult{}, gateFollowUps{}, false
 	}
-	var parent birthRaw
-	if own.parent != nil {
-		if parent, ok = v.birth(ctx, ObjectRef{Collection: ref.Collection, Code: *own.parent}); !ok {
-			return GateResult{}, gateFollowUps{}, false
+	return v.answer(ctx, &q, at)
+}
+
+// decideBatch answers every question from one instant of the view: one state, one clock, one token. ok is false
+// when the view cannot answer one of them (an object with no birth, a birth it could not read, the bound): the
+// batch then reads through whole.
+func (v *VerdictView) decideBatch(ctx context.Context, refs []ObjectRef, actions []string, atLeast *gcos.ConsistencyToken) ([]GateResult, []gateFollowUps, viewInstant, bool) {
+	qs := make([]viewQuestion, len(refs))
+	for i := range qs {
+		qs[i] = viewQuestion{ref: refs[i], action: actions[i]}
+		if !v.births(ctx, &qs[i]) {
+			return nil, nil, viewInstant{}, false
 		}
-	}
-	slot := 0
-	if action == gcos.ActionRead {
-		slot = 1
 	}
 	v.mu.RLock()
-	if !v.freshLocked() || (atLeast != nil && !v.token.Covers(*atLeast)) {
-		v.mu.RUnlock()
-		return GateResult{}, gateFollowUps{}, false
-	}
-	st, asOf, token, now := v.state, v.dbAsOf, v.snapshot, time.Now().Add(v.offset)
-	base := own.base(parent)
-	stamp := answerStamp{gen: st.gen, base: st.baseGen[base], object: st.objectGen[ref]}
-	if a := v.entry(ref).answers[slot].Load(); a != nil {
-		if a.stamp == stamp && now.Before(a.validUntil) && a.own.same(own) && a.parent.same(parent) {
-			v.mu.RUnlock()
-			v.answered.Add(1)
-			res, fu := a.res, a.fu
-			res.DecidedAt, res.AsOf, res.Token, fu.answer = now, asOf, token, a
-			return res, fu, true
+	at, ok := v.instantLocked(atLeast)
+	if ok {
+		for i := range qs {
+			qs[i].readLocked(v, at)
 		}
 	}
-	o, version, fingerprint := st.reads(ref, own, parent, base, now)
 	v.mu.RUnlock()
+	if !ok {
+		return nil, nil, viewInstant{}, false
+	}
+	res, fus := make([]GateResult, len(qs)), make([]gateFollowUps, len(qs))
+	for i := range qs {
+		if res[i], fus[i], ok = v.answer(ctx, &qs[i], at); !ok {
+			return nil, nil, viewInstant{}, false
+		}
+	}
+	return res, fus, at, true
+}
+
+// viewInstant is the state a view answer is read from: the last catch-up's state, its database instant and
+// token, and the database clock now.
+type viewInstant struct {
+	st    *viewState
+	asOf  time.Time
+	token string
+	now   time.Time
+}
+
+// instantLocked is the view's present, under its read lock; false when the view is past its bound or has not
+// caught up past atLeast.
+func (v *VerdictView) instantLocked(atLeast *gcos.ConsistencyToken) (viewInstant, bool) {
+	if !v.freshLocked() || (atLeast != nil && !v.token.Covers(*atLeast)) {
+		return viewInstant{}, false
+	}
+	return viewInstant{st: v.state, asOf: v.dbAsOf, token: v.snapshot, now: time.Now().Add(v.offset)}, true
+}
+
+// viewQuestion is one question the view answers, as it goes: the births, then (under the lock) a remembered answer
+// that still holds or the reads to judge.
+type viewQuestion struct {
+	ref         ObjectRef
+	action      string
+	own, parent birthRaw
+	stamp       answerStamp
+	remembered  *rememberedAnswer
+	o           objectReads
+	version     string
+	fingerprint *string
+}
+
+func (q *viewQuestion) slot() int {
+	if q.action == gcos.ActionRead {
+		return 1
+	}
+	return 0
+}
+
+// births reads the object's birth and its parent's (cached, or read on a miss); false when the view cannot answer.
+func (v *VerdictView) births(ctx context.Context, q *viewQuestion) bool {
+	var ok bool
+	if q.own, ok = v.birth(ctx, q.ref); !ok {
+		return false
+	}
+	if q.own.parent != nil {
+		if q.parent, ok = v.birth(ctx, ObjectRef{Collection: q.ref.Collection, Code: *q.own.parent}); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// readLocked, under the view's read lock, takes the remembered answer when nothing it rests on has moved, else
+// the reads at the instant.
+func (q *viewQuestion) readLocked(v *VerdictView, at viewInstant) {
+	base := q.own.base(q.parent)
+	q.stamp = answerStamp{gen: at.st.gen, base: at.st.baseGen[base], object: at.st.objectGen[q.ref]}
+	if a := v.entry(q.ref).answers[q.slot()].Load(); a != nil {
+		if a.stamp == q.stamp && at.now.Before(a.validUntil) && a.own.same(q.own) && a.parent.same(q.parent) {
+			q.remembered = a
+			return
+		}
+	}
+	q.o, q.version, q.fingerprint = at.st.reads(q.ref, q.own, q.parent, base, at.now)
+}
+
+// answer judges a question read under the lock (or returns its remembered answer) and remembers the answer.
+func (v *VerdictView) answer(ctx context.Context, q *viewQuestion, at viewInstant) (GateResult, gateFollowUps, bool) {
+	if a := q.remembered; a != nil {
+		v.answered.Add(1)
+		res, fu := a.res, a.fu
+		res.DecidedAt, res.AsOf, res.Token, fu.answer = at.now, at.asOf, at.token, a
+		return res, fu, true
+	}
 	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	o, err := v.s.completeReads(ctx, v.s.gatePool, ref, o, version, fingerprint)
+	o, err := v.s.completeReads(ctx, v.s.gatePool, q.ref, q.o, q.version, q.fingerprint)
 	if err != nil {
 		return GateResult{}, gateFollowUps{}, false
 	}
-	res := GateResult{Object: ref.String(), Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{},
-		AsOf: asOf, Source: SourceView, Token: token}
-	res, fu := v.s.judge(ref, action, o, res)
+	res := GateResult{Object: q.ref.String(), Action: q.action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{},
+		AsOf: at.asOf, Source: SourceView, Token: at.token}
+	res, fu := v.s.judge(q.ref, q.action, o, res)
 	res.Reasons, res.Consulted = slices.Clip(res.Reasons), slices.Clip(res.Consulted) // shared: an append copies
-	a := &rememberedAnswer{stamp: stamp, own: own, parent: parent, validUntil: validUntil(o.reads, now), res: res, fu: fu}
-	v.entry(ref).answers[slot].Store(a)
+	a := &rememberedAnswer{stamp: q.stamp, own: q.own, parent: q.parent, validUntil: validUntil(o.reads, at.now), res: res, fu: fu}
+	v.entry(q.ref).answers[q.slot()].Store(a)
 	v.answered.Add(1)
 	fu.answer = a
 	return res, fu, true
