@@ -165,6 +165,7 @@ func TestAPI(t *testing.T) {
 			want       []int
 		}{
 			"GET /v1/gate":                         {"/v1/gate?object=" + url.QueryEscape(object) + "&action=read", "", []int{200}},
+			"POST /v1/gate":                        {"/v1/gate", `{"checks":[{"object":"` + object + `","action":"read"}]}`, []int{200}},
 			"GET /v1/explain":                      {"/v1/explain?object=" + url.QueryEscape(object), "", []int{200}},
 			"GET /v1/token":                        {"/v1/token", "", []int{200}},
 			"GET /v1/groups":                       {"/v1/groups?limit=5", "", []int{200}},
@@ -230,6 +231,8 @@ func TestAPI(t *testing.T) {
 			{"read with reader", "GET", "/v1/summary", readerToken, "", 200},
 			{"read with operator", "GET", "/v1/summary", operatorToken, "", 200},
 			{"gate without token", "GET", "/v1/gate?object=a:b", "", "", 401},
+			{"batch gate without token", "POST", "/v1/gate", "", `{"checks":[{"object":"a:b"}]}`, 401},
+			{"batch gate with reader", "POST", "/v1/gate", readerToken, `{"checks":[{"object":"a:b"}]}`, 200},
 			{"metrics without token", "GET", "/metrics", "", "", 401},
 			{"metrics with reader", "GET", "/metrics", readerToken, "", 200},
 			{"mutate without token", "POST", activate, "", body, 401},
@@ -314,12 +317,21 @@ func TestAPI(t *testing.T) {
 		if allowed == "" {
 			t.Fatal("no allowed high-risk object in the world")
 		}
-		var res postgres.GateResult
+		// The lean answer: the decision, its reason and the state it was read from, in a few hundred bytes.
+		var lean gcos.GateAnswer
 		a := e.get(t, "/v1/gate?object="+url.QueryEscape(allowed)+"&action=write")
+		a.json(t, &lean)
+		if a.status != 200 || lean.Decision != gcos.GateAllow || a.header.Get("X-Gcos-Decision") != gcos.GateAllow ||
+			lean.Reason == "" || lean.Token == "" || lean.Source == "" || lean.AsOf.IsZero() || len(a.body) > 512 {
+			t.Fatalf("allowed object (%d bytes): %d %s", len(a.body), a.status, a.body)
+		}
+		// explain=1: the full statement and every consulted row, with the lean answer's fields.
+		var res httpapi.ExplainedGateResult
+		a = e.get(t, "/v1/gate?object="+url.QueryEscape(allowed)+"&action=write&explain=1")
 		a.json(t, &res)
-		if a.status != 200 || res.Decision != gcos.GateAllow || a.header.Get("X-Gcos-Decision") != gcos.GateAllow ||
-			res.Statement == "" || len(res.Reasons) == 0 || len(res.Consulted) == 0 {
-			t.Fatalf("allowed object: %d %s", a.status, a.body)
+		if a.status != 200 || res.Decision != gcos.GateAllow || res.Reason != lean.Reason || res.Statement == "" ||
+			len(res.Reasons) == 0 || len(res.Consulted) == 0 {
+			t.Fatalf("allowed object, explained: %d %s", a.status, a.body)
 		}
 
 		// A consistency token for the present; a question at least as fresh answers from a state that covers it.
@@ -330,23 +342,23 @@ func TestAPI(t *testing.T) {
 			a.json(t, &tok)
 		}
 		a = e.get(t, "/v1/gate?object="+url.QueryEscape(allowed)+"&action=write&at_least="+url.QueryEscape(tok.Token))
-		a.json(t, &res)
+		a.json(t, &lean)
 		want, err := gcos.ParseConsistencyToken(tok.Token)
 		if err != nil {
 			t.Fatalf("GET /v1/token: %v", err)
 		}
-		if got, err := gcos.ParseConsistencyToken(res.Token); a.status != 200 || res.Decision != gcos.GateAllow || err != nil || !got.Covers(want) {
+		if got, err := gcos.ParseConsistencyToken(lean.Token); a.status != 200 || lean.Decision != gcos.GateAllow || err != nil || !got.Covers(want) {
 			t.Fatalf("gate at_least %s: %d %s", tok.Token, a.status, a.body)
 		}
 
 		// Blocks are answers (200): an object with no birth, and the allowed object once its groups are dirty.
 		a = e.get(t, "/v1/gate?object=no_such_collection:nothing")
-		a.json(t, &res)
-		if a.status != 200 || res.Decision != gcos.GateBlock || a.header.Get("X-Gcos-Decision") != gcos.GateBlock {
+		a.json(t, &lean)
+		if a.status != 200 || lean.Decision != gcos.GateBlock || a.header.Get("X-Gcos-Decision") != gcos.GateBlock || lean.Reason == "" {
 			t.Errorf("unknown object: %d %s", a.status, a.body)
 		}
 		var allowedRes postgres.GateResult
-		e.get(t, "/v1/gate?object="+url.QueryEscape(allowed)).json(t, &allowedRes)
+		e.get(t, "/v1/gate?explain=1&object="+url.QueryEscape(allowed)).json(t, &allowedRes)
 		var keys []string
 		for _, c := range allowedRes.Consulted {
 			keys = append(keys, c.Key)
@@ -354,7 +366,7 @@ func TestAPI(t *testing.T) {
 		if _, err := e.store.MarkDirty(e.ctx, keys, gcos.DirtyInput); err != nil {
 			t.Fatal(err)
 		}
-		a = e.get(t, "/v1/gate?object="+url.QueryEscape(allowed)+"&action=write")
+		a = e.get(t, "/v1/gate?object="+url.QueryEscape(allowed)+"&action=write&explain=true")
 		a.json(t, &res)
 		if a.status != 200 || res.Decision != gcos.GateBlock || res.EffectiveVerdict != gcos.VerdictStale {
 			t.Errorf("dirty high-risk object: %d %s", a.status, a.body)
@@ -363,11 +375,12 @@ func TestAPI(t *testing.T) {
 		// Bad input is 400, and the body still says block.
 		for _, q := range []string{"object=nocolon", "object=", "", "object=a:b&action=delete", "object=a:b&object=c:d",
 			"object=" + url.QueryEscape("a:b\x01"), "object=a:b&action=write&action=read", "object=a:b&at_least=soon",
-			"object=a:b&at_least=" + url.QueryEscape("9:3:")} {
+			"object=a:b&at_least=" + url.QueryEscape("9:3:"), "object=a:b&explain=2", "object=a:b&consistency=eventual"} {
 			a := e.get(t, "/v1/gate?"+q)
-			var res postgres.GateResult
+			var res httpapi.GateRefusal
 			a.json(t, &res)
-			if a.status != 400 || res.Decision != gcos.GateBlock || len(res.Reasons) == 0 {
+			if a.status != 400 || res.Decision != gcos.GateBlock || res.Reason == "" || res.Error.Code != gcos.EINVALID ||
+				!strings.Contains(string(a.body), `"error"`) || strings.Contains(string(a.body), "0001-01-01") {
 				t.Errorf("gate?%s: %d %s", q, a.status, a.body)
 			}
 		}

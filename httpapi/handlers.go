@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -23,12 +24,52 @@ const gatePath = "/v1/gate"
 // GateRefusal is the gate's answer to bad input (400): still a block decision, plus the error naming the
 // parameter, so a client that only reads "decision" fails closed and one that reads "error" learns why.
 type GateRefusal struct {
-	postgres.GateResult
+	gcos.GateAnswer
 	Error ErrorDetail `json:"error"`
 }
 
+// ExplainedGateResult is the gate's full answer (explain=1): the lean answer's fields, the full statement and every
+// consulted row.
+type ExplainedGateResult struct {
+	postgres.GateResult
+	Reason string `json:"reason"`
+}
+
+func explained(r postgres.GateResult) ExplainedGateResult {
+	return ExplainedGateResult{GateResult: r, Reason: r.Answer().Reason}
+}
+
+// gateQuery is what a gate request asks besides its checks: the consistency, a token to read at least, and
+// whether to explain.
+type gateQuery struct {
+	opt     postgres.GateOptions
+	explain bool
+}
+
+// parseGateQuery checks the gate's query parameters (their names were checked by wrap).
+func parseGateQuery(q url.Values) (gateQuery, error) {
+	g := gateQuery{opt: postgres.GateOptions{Consistency: q.Get("consistency"), AtLeast: q.Get("at_least")}}
+	if c := g.opt.Consistency; c != "" && !slices.Contains(postgres.Consistencies, c) {
+		return g, gcos.Errorf(gcos.EINVALID, "consistency %q: want one of %s", c, strings.Join(postgres.Consistencies, ", "))
+	}
+	if g.opt.AtLeast != "" {
+		if _, err := gcos.ParseConsistencyToken(g.opt.AtLeast); err != nil {
+			return g, err
+		}
+	}
+	switch v := q.Get("explain"); v {
+	case "", "0", "false":
+	case "1", "true":
+		g.explain = true
+	default:
+		return g, gcos.Errorf(gcos.EINVALID, "explain %q: want 1 or 0", v)
+	}
+	return g, nil
+}
+
 // gate answers GET /v1/gate?object=C:E&action=write|read. Allow and block are both answers (200); the body is
-// the GateResult either way. Bad input is 400 with a GateRefusal.
+// the lean answer, or with explain=1 the full statement and every consulted row. Bad input is 400 with a
+// GateRefusal.
 func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
 	start := time.Now()
 	q := r.URL.Query()
@@ -42,20 +83,85 @@ func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
 	if action != gcos.ActionWrite && action != gcos.ActionRead {
 		return s.gateRefused(w, r, gcos.Errorf(gcos.EINVALID, "action %q: want write or read", action))
 	}
-	consistency := q.Get("consistency")
-	if consistency != "" && !slices.Contains(postgres.Consistencies, consistency) {
-		return s.gateRefused(w, r, gcos.Errorf(gcos.EINVALID, "consistency %q: want one of %s", consistency, strings.Join(postgres.Consistencies, ", ")))
+	gq, err := parseGateQuery(q)
+	if err != nil {
+		return s.gateRefused(w, r, err)
 	}
-	atLeast := q.Get("at_least")
-	if atLeast != "" {
-		if _, err := gcos.ParseConsistencyToken(atLeast); err != nil {
-			return s.gateRefused(w, r, err)
-		}
-	}
-	res := s.store.GateWith(r.Context(), object, action, postgres.GateOptions{Consistency: consistency, AtLeast: atLeast})
+	res := s.store.GateWith(r.Context(), object, action, gq.opt)
 	s.m.observeGate(res.Decision, time.Since(start))
 	w.Header()["X-Gcos-Decision"] = hdrDecision[res.Decision]
-	return writeJSON(w, http.StatusOK, res)
+	if gq.explain {
+		return writeJSON(w, http.StatusOK, explained(res))
+	}
+	return writeJSON(w, http.StatusOK, res.Answer())
+}
+
+// GateBatchExplained is a batch's answer with explain=1: every decision in full.
+type GateBatchExplained struct {
+	Decision  string                `json:"decision"`
+	Allowed   int                   `json:"allowed"`
+	Blocked   int                   `json:"blocked"`
+	AsOf      time.Time             `json:"as_of,omitzero"`
+	Source    string                `json:"source,omitempty"`
+	Token     string                `json:"token,omitempty"`
+	Rescanned bool                  `json:"rescanned,omitempty"`
+	Decisions []ExplainedGateResult `json:"decisions"`
+}
+
+// GateBatchRefusal is the answer to a batch the gate does not take (400, 413, 415): every check it could read
+// blocked, and the error naming the problem.
+type GateBatchRefusal struct {
+	gcos.GateBatchAnswer
+	Error ErrorDetail `json:"error"`
+}
+
+// gateBatch answers POST /v1/gate: {"checks": [{"object": "C:E", "action": "write"}, …]}, up to gate.batch_max,
+// answered in request order from one instant. Over the limit or malformed is refused whole (never a partial allow).
+func (s *server) gateBatch(w http.ResponseWriter, r *http.Request) int {
+	start := time.Now()
+	var batch gcos.GateBatch
+	if err := s.decodeBody(r, &batch); err != nil {
+		return s.gateBatchRefused(w, r, batch.Checks, err)
+	}
+	gq, err := parseGateQuery(r.URL.Query())
+	if err == nil {
+		err = gcos.CheckGateBatch(batch.Checks, s.store.Config().Gate.BatchMax)
+	}
+	if err != nil {
+		return s.gateBatchRefused(w, r, batch.Checks, err)
+	}
+	res := s.store.GateBatch(r.Context(), batch.Checks, gq.opt)
+	took := time.Since(start)
+	answers := res.Answers()
+	out := gcos.NewGateBatchAnswer(answers)
+	out.AsOf, out.Source, out.Token, out.Rescanned = res.AsOf, res.Source, res.Token, res.Rescanned
+	s.m.observeGateBatch(out.Allowed, out.Blocked, took)
+	w.Header()["X-Gcos-Decision"] = hdrDecision[out.Decision]
+	if gq.explain {
+		full := GateBatchExplained{Decision: out.Decision, Allowed: out.Allowed, Blocked: out.Blocked, AsOf: out.AsOf, Source: out.Source,
+			Token: out.Token, Rescanned: out.Rescanned, Decisions: make([]ExplainedGateResult, len(res.Results))}
+		for i, d := range res.Results {
+			full.Decisions[i] = explained(d)
+		}
+		return writeJSON(w, http.StatusOK, full)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// gateBatchRefused answers a batch the gate does not take: each check it could read blocked, with the error.
+func (s *server) gateBatchRefused(w http.ResponseWriter, r *http.Request, checks []gcos.GateCheck, err error) int {
+	status, detail := http.StatusBadRequest, ErrorDetail{Code: gcos.EINVALID, Message: gcos.ErrorMessage(err)}
+	var he *httpError
+	if errors.As(err, &he) {
+		status, detail = he.status, ErrorDetail{Code: he.code, Message: he.msg}
+	}
+	for i := range checks {
+		checks[i].Object, checks[i].Action = strings.ToValidUTF8(checks[i].Object, "\ufffd"), strings.ToValidUTF8(checks[i].Action, "\ufffd")
+	}
+	out := gcos.NewGateBatchAnswer(gcos.BlockAll(checks, detail.Message+"; the gate fails closed"))
+	s.m.observeGateBatch(0, len(checks), 0)
+	w.Header()["X-Gcos-Decision"] = hdrDecision[gcos.GateBlock]
+	return writeJSON(w, status, GateBatchRefusal{GateBatchAnswer: out, Error: detail})
 }
 
 // TokenAnswer is the body of GET /v1/token.
@@ -82,8 +188,8 @@ func (s *server) gateRefused(w http.ResponseWriter, r *http.Request, err error) 
 	w.Header()["X-Gcos-Decision"] = hdrDecision[gcos.GateBlock]
 	q := r.URL.Query()
 	return writeJSON(w, http.StatusBadRequest, GateRefusal{
-		GateResult: postgres.GateResult{Object: strings.ToValidUTF8(q.Get("object"), "\ufffd"), Action: strings.ToValidUTF8(q.Get("action"), "\ufffd"),
-			Decision: gcos.GateBlock, Reasons: []string{msg + "; the gate fails closed"}, Consulted: []postgres.ConsultedRow{}},
+		GateAnswer: gcos.GateAnswer{Object: strings.ToValidUTF8(q.Get("object"), "\ufffd"), Action: strings.ToValidUTF8(q.Get("action"), "\ufffd"),
+			Decision: gcos.GateBlock, Reason: msg + "; the gate fails closed"},
 		Error: ErrorDetail{Code: gcos.EINVALID, Message: msg},
 	})
 }

@@ -73,6 +73,13 @@ func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, 
 	return m, nil
 }
 
+// observeGateBatch counts a batch's decisions and its latency.
+func (m *metrics) observeGateBatch(allowed, blocked int, d time.Duration) {
+	m.gateAllow.Add(float64(allowed))
+	m.gateBlock.Add(float64(blocked))
+	m.gateLatency.Observe(d.Seconds())
+}
+
 // observeGate counts one decision and its latency.
 func (m *metrics) observeGate(decision string, d time.Duration) {
 	if decision == gcos.GateAllow {

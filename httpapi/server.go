@@ -77,7 +77,8 @@ type route struct {
 
 // routeTable is the whole API. Keep it small and flat: one line per endpoint.
 var routeTable = []route{
-	{Route{http.MethodGet, "/v1/gate", AccessReader, []string{"object", "action", "consistency", "at_least"}}, (*server).gate},
+	{Route{http.MethodGet, "/v1/gate", AccessReader, []string{"object", "action", "consistency", "at_least", "explain"}}, (*server).gate},
+	{Route{http.MethodPost, "/v1/gate", AccessReader, []string{"consistency", "at_least", "explain"}}, (*server).gateBatch},
 	{Route{http.MethodGet, "/v1/token", AccessReader, nil}, (*server).token},
 	{Route{http.MethodGet, "/v1/explain", AccessReader, []string{"object", "group"}}, (*server).explain},
 	{Route{http.MethodGet, "/v1/groups", AccessReader, []string{"scope", "object_class", "source_registry", "verdict", "dirty", "after", "limit"}}, (*server).groups},
@@ -293,9 +294,12 @@ func (s *server) wrap(rt route) http.Handler {
 		} else if err := s.auth.check(r, rt.Access); err != nil {
 			code = s.fail(w, r, err)
 		} else if err := checkInput(r, rt.Params); err != nil {
-			if rt.Path == gatePath {
+			switch {
+			case rt.Path == gatePath && r.Method == http.MethodPost:
+				code = s.gateBatchRefused(w, r, nil, err)
+			case rt.Path == gatePath:
 				code = s.gateRefused(w, r, err)
-			} else {
+			default:
 				code = s.fail(w, r, err)
 			}
 		} else {
