@@ -36,6 +36,8 @@ var forbidden = map[string][]string{
 	"gcos/events": {"gcos/postgres", "gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi"},
 	// The reference evaluator reads the substrate on its own; it must not share the code it checks.
 	"gcos/oracle": {"gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi"},
+	// A pipeline's client speaks the API's wire types (the root package) and nothing of the server.
+	"gcos/client": {"gcos/postgres", "gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi", "gcos/oracle", "gcos/world", "gcos/events", "gcos/embeddedpg"},
 	// The API serves what the daemon assembles; it does not assemble it.
 	"gcos/httpapi": {"gcos/daemon", "gcos/scan", "gcos/oracle"},
 }
