@@ -24,6 +24,7 @@ import (
 // app holds what every command shares: global flags, configuration, logger and (once opened) the store.
 type app struct {
 	stdout, stderr io.Writer
+	stdin          io.Reader // nil: the process's
 
 	databaseURL string
 	dataDir     string

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/client"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -20,95 +24,323 @@ const exitBlock = 3
 
 const gateCommandName = "gate"
 
-// gateCommand is `gcos gate --object C:E [--action write|read]`: exit 0 allow, 3 block. Anything else is a block
-// too (the gate fails closed): a malformed object or action, a usage or configuration error, an unreachable
-// database, a timeout (gateFailed prints those as a block decision whose reason is the error).
+// gateFlags are the gate command's flags.
+type gateFlags struct {
+	object, action, atLeast, objectsFrom string
+	server, tokenFile                    string
+	explain                              bool
+}
+
+// gateCommand is `gcos gate --object C:E [--action write|read]` or `gcos gate --objects-from FILE|-`: exit 0 only
+// when every question is allowed, 3 otherwise. Anything else is a block too (the gate fails closed): a malformed
+// object, action or file, a usage or configuration error, an unreachable database or server, a timeout
+// (gateFailed prints those as a block decision whose reason is the error). With --server it asks a running GCOS
+// over HTTP through the fail-closed client; otherwise it reads the database.
 func (a *app) gateCommand() *cobra.Command {
-	var object, action, atLeast string
+	var f gateFlags
 	cmd := &cobra.Command{
-		Use:   gateCommandName + " --object COLLECTION:CODE [--action write|read]",
-		Short: "may this action proceed on this object? exit 0 allow, 3 block or any error (fails closed)",
+		Use:   gateCommandName + " --object COLLECTION:CODE [--action write|read] | --objects-from FILE|-",
+		Short: "may this action proceed on these objects? exit 0 allow, 3 block or any error (fails closed)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if object == "" {
-				return gcos.Errorf(gcos.EINVALID, "--object COLLECTION:CODE is required")
+			if (f.object == "") == (f.objectsFrom == "") {
+				return gcos.Errorf(gcos.EINVALID, "give --object COLLECTION:CODE or --objects-from FILE (- for stdin), not both")
 			}
-			openCtx := cmd.Context()
-			if a.databaseURL != "" {
-				// A pipeline waits on this answer: an unreachable server blocks within the gate's timeout instead
-				// of the operating system's connect timeout. (Starting the embedded cluster is not bounded by it.)
-				var cancel context.CancelFunc
-				openCtx, cancel = context.WithTimeout(openCtx, a.cfg.Gate.Timeout.Duration())
-				defer cancel()
+			if f.explain && (f.server != "" || f.objectsFrom != "") {
+				return gcos.Errorf(gcos.EINVALID, "--explain answers one object from the database: drop --server and --objects-from (or ask gcos explain)")
 			}
-			store, err := a.openPrepared(openCtx, false)
-			if err != nil {
-				return err
+			if f.objectsFrom != "" {
+				checks, err := a.readChecks(f.objectsFrom)
+				if err != nil {
+					return err
+				}
+				return a.gateBatch(cmd.Context(), f, checks)
 			}
-			// As the daemon's gate does: a stale high-risk group is re-scanned within gate.rescan_deadline.
-			store.SetRescanner(scan.New(store).RescanGroups)
-			res := store.GateWith(cmd.Context(), object, action, postgres.GateOptions{AtLeast: atLeast})
-			if err := a.print(res, gateText(res)); err != nil {
-				return err
-			}
-			if res.Decision != gcos.GateAllow {
-				return &exitError{code: exitBlock}
-			}
-			return nil
+			return a.gateOne(cmd.Context(), f)
 		},
 	}
-	cmd.Flags().StringVar(&object, "object", "", "the object, COLLECTION:CODE")
-	cmd.Flags().StringVar(&action, "action", gcos.ActionWrite, "the action: write or read")
-	cmd.Flags().StringVar(&atLeast, "at-least", "", "a consistency token (a write's or an answer's): decide on at least that state")
+	fl := cmd.Flags()
+	fl.StringVar(&f.object, "object", "", "the object, COLLECTION:CODE")
+	fl.StringVar(&f.action, "action", gcos.ActionWrite, "the action: write or read")
+	fl.StringVar(&f.objectsFrom, "objects-from", "", "ask about many objects at once, from one instant: a file (- for stdin) of `OBJECT [ACTION]` lines (# comments)")
+	fl.StringVar(&f.atLeast, "at-least", "", "a consistency token (a write's or an answer's): decide on at least that state")
+	fl.BoolVar(&f.explain, "explain", false, "print the full statement and every row consulted (the database path)")
+	fl.StringVar(&f.server, "server", os.Getenv("GCOS_SERVER"), "ask a running GCOS at this URL over HTTP (env GCOS_SERVER) instead of the database")
+	fl.StringVar(&f.tokenFile, "token-file", "", "with --server: a file holding the API token (default: env GCOS_TOKEN)")
 	return cmd
 }
 
+// gateClient is the fail-closed client of --server, with the token from --token-file or GCOS_TOKEN.
+func (a *app) gateClient(f gateFlags) (*client.Client, error) {
+	token := os.Getenv("GCOS_TOKEN")
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, gcos.Errorf(gcos.EINVALID, "--token-file: %v", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token != "" {
+		a.secrets = append(a.secrets, token)
+	}
+	c, err := client.New(f.server, client.WithToken(token))
+	if err != nil {
+		return nil, gcos.Errorf(gcos.EINVALID, "--server: %v", err)
+	}
+	return c, nil
+}
+
+// openGate opens the store for a gate question: bounded by the gate's timeout when a database URL is given (a
+// pipeline waits on this answer), with the synchronous re-scan attached as the daemon's gate has it.
+func (a *app) openGate(ctx context.Context) (*postgres.Store, error) {
+	if a.databaseURL != "" {
+		// An unreachable server blocks within the gate's timeout instead of the operating system's connect
+		// timeout. (Starting the embedded cluster is not bounded by it.)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.cfg.Gate.Timeout.Duration())
+		defer cancel()
+	}
+	store, err := a.openPrepared(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	store.SetRescanner(scan.New(store).RescanGroups)
+	return store, nil
+}
+
+// gateOne asks about one object.
+func (a *app) gateOne(ctx context.Context, f gateFlags) error {
+	var ans gcos.GateAnswer
+	var full *postgres.GateResult
+	if f.server != "" {
+		c, err := a.gateClient(f)
+		if err != nil {
+			return err
+		}
+		var ask []client.Ask
+		if f.atLeast != "" {
+			ask = append(ask, client.AtLeast(f.atLeast))
+		}
+		res := c.Gate(ctx, f.object, f.action, ask...)
+		if res.Err != nil {
+			return res.Err // printed by gateFailed as a block
+		}
+		ans = res.GateAnswer
+	} else {
+		store, err := a.openGate(ctx)
+		if err != nil {
+			return err
+		}
+		res := store.GateWith(ctx, f.object, f.action, postgres.GateOptions{AtLeast: f.atLeast})
+		ans, full = res.Answer(), &res
+	}
+	var err error
+	if f.explain {
+		err = a.print(explainedAnswer{GateResult: *full, Reason: ans.Reason}, gateText(ans, full))
+	} else {
+		err = a.print(ans, gateText(ans, full))
+	}
+	if err != nil {
+		return err
+	}
+	if !ans.Allowed() {
+		return &exitError{code: exitBlock}
+	}
+	return nil
+}
+
+// explainedAnswer is --explain's JSON: the full answer with the lean answer's reason (as the API's explain=1).
+type explainedAnswer struct {
+	postgres.GateResult
+	Reason string `json:"reason"`
+}
+
+// gateBatch asks about every check at once, answered from one instant.
+func (a *app) gateBatch(ctx context.Context, f gateFlags, checks []gcos.GateCheck) error {
+	var out gcos.GateBatchAnswer
+	if f.server != "" {
+		c, err := a.gateClient(f)
+		if err != nil {
+			return err
+		}
+		var ask []client.Ask
+		if f.atLeast != "" {
+			ask = append(ask, client.AtLeast(f.atLeast))
+		}
+		res := c.GateBatch(ctx, checks, ask...)
+		if res.Err != nil {
+			return &batchFailed{checks: checks, err: res.Err}
+		}
+		out = res.GateBatchAnswer
+	} else {
+		if err := gcos.CheckGateBatch(checks, a.cfg.Gate.BatchMax); err != nil {
+			return &batchFailed{checks: checks, err: err}
+		}
+		store, err := a.openGate(ctx)
+		if err != nil {
+			return &batchFailed{checks: checks, err: err}
+		}
+		res := store.GateBatch(ctx, checks, postgres.GateOptions{AtLeast: f.atLeast})
+		out = gcos.NewGateBatchAnswer(res.Answers())
+		out.AsOf, out.Source, out.Token, out.Rescanned = res.AsOf, res.Source, res.Token, res.Rescanned
+	}
+	if err := a.print(out, gateBatchText(out)); err != nil {
+		return err
+	}
+	if out.Decision != gcos.GateAllow {
+		return &exitError{code: exitBlock}
+	}
+	return nil
+}
+
+// batchFailed is a batch that could not be decided once its checks were read: each is printed blocked.
+type batchFailed struct {
+	checks []gcos.GateCheck
+	err    error
+}
+
+func (e *batchFailed) Error() string { return e.err.Error() }
+func (e *batchFailed) Unwrap() error { return e.err }
+
+// readChecks reads --objects-from: one `OBJECT [ACTION]` per line; blank lines and # comments are skipped. A
+// malformed line is refused with its number; the limit is the server's (or gate.batch_max on the database path).
+func (a *app) readChecks(path string) ([]gcos.GateCheck, error) {
+	var r io.Reader
+	if path == "-" {
+		r = a.stdinOrDefault()
+	} else {
+		fh, err := os.Open(path)
+		if err != nil {
+			return nil, gcos.Errorf(gcos.EINVALID, "--objects-from: %v", err)
+		}
+		defer fh.Close()
+		r = fh
+	}
+	var checks []gcos.GateCheck
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) > 2 {
+			return nil, gcos.Errorf(gcos.EINVALID, "--objects-from line %d: %d fields, want OBJECT [ACTION]", n, len(fields))
+		}
+		c := gcos.GateCheck{Object: fields[0], Action: gcos.ActionWrite}
+		if len(fields) == 2 {
+			c.Action = fields[1]
+		}
+		if err := gcos.CheckGateBatch([]gcos.GateCheck{c}, 1); err != nil {
+			return nil, gcos.Errorf(gcos.EINVALID, "--objects-from line %d: %s", n, strings.TrimPrefix(gcos.ErrorMessage(err), "checks[0]: "))
+		}
+		checks = append(checks, c)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, gcos.Errorf(gcos.EINVALID, "--objects-from: %v", err)
+	}
+	if len(checks) == 0 {
+		return nil, gcos.Errorf(gcos.EINVALID, "--objects-from %s: no objects", path)
+	}
+	return checks, nil
+}
+
+// stdinOrDefault is the process's standard input (tests set their own).
+func (a *app) stdinOrDefault() io.Reader {
+	if a.stdin != nil {
+		return a.stdin
+	}
+	return os.Stdin
+}
+
 // gateFailed answers a gate command that could not decide: a block, exit 3, printed as a decision whose reason is
-// the error (JSON with --json, even when the flags could not be parsed).
+// the error (JSON with --json, even when the flags could not be parsed); a batch prints every check it read
+// blocked.
 func (a *app) gateFailed(cmd *cobra.Command, args []string, err error) int {
-	object, _ := cmd.Flags().GetString("object")
-	action, _ := cmd.Flags().GetString("action")
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", a.cfg.Gate.Timeout.Duration())
 	}
 	// One line: driver errors span several (one per address tried).
-	reason := a.redact(strings.Join(strings.Fields(err.Error()), " "))
-	res := postgres.GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Consulted: []postgres.ConsultedRow{},
-		Reasons: []string{fmt.Sprintf("the gate could not decide (%s); it fails closed", reason)}}
+	reason := fmt.Sprintf("the gate could not decide (%s); it fails closed", a.redact(strings.Join(strings.Fields(err.Error()), " ")))
 	a.jsonOut = a.jsonOut || slices.Contains(args, "--json") || slices.Contains(args, "--json=true")
-	if perr := a.print(res, gateText(res)); perr != nil {
+	var v any
+	var text string
+	if from, _ := cmd.Flags().GetString("objects-from"); from != "" {
+		var checks []gcos.GateCheck
+		if bf := (*batchFailed)(nil); errors.As(err, &bf) {
+			checks = bf.checks
+		}
+		out := gcos.NewGateBatchAnswer(gcos.BlockAll(checks, reason))
+		v, text = gateBatchFailure{GateBatchAnswer: out, Error: reason}, gateBatchText(out)+"reason: "+reason+"\n"
+	} else {
+		object, _ := cmd.Flags().GetString("object")
+		action, _ := cmd.Flags().GetString("action")
+		ans := gcos.GateAnswer{Object: object, Action: action, Decision: gcos.GateBlock, Reason: reason}
+		v, text = ans, gateText(ans, nil)
+	}
+	if perr := a.print(v, text); perr != nil {
 		fmt.Fprintln(a.stderr, "gcos:", perr)
 	}
 	return exitBlock
 }
 
-func gateText(res postgres.GateResult) string {
+// gateBatchFailure is a batch's --json answer when it could not be decided.
+type gateBatchFailure struct {
+	gcos.GateBatchAnswer
+	Error string `json:"error"`
+}
+
+// gateText is a decision for a person: the lean answer, and the full one when it was read (the database path).
+func gateText(ans gcos.GateAnswer, full *postgres.GateResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "decision:  %s\n", strings.ToUpper(res.Decision))
-	fmt.Fprintf(&b, "object:    %s (action %s)\n", res.Object, res.Action)
-	fmt.Fprintf(&b, "effective: %s\n", orDash(string(res.EffectiveVerdict)))
-	fmt.Fprintf(&b, "risk:      %s\n", orDash(res.RiskClass))
-	if res.Rescanned {
+	fmt.Fprintf(&b, "decision:  %s\n", strings.ToUpper(ans.Decision))
+	fmt.Fprintf(&b, "object:    %s (action %s)\n", ans.Object, ans.Action)
+	if full != nil {
+		fmt.Fprintf(&b, "effective: %s\n", orDash(string(full.EffectiveVerdict)))
+		fmt.Fprintf(&b, "risk:      %s\n", orDash(full.RiskClass))
+	}
+	if ans.Rescanned {
 		b.WriteString("rescanned: the gate re-scanned the stale groups it read, and decided on their fresh verdicts\n")
 	}
-	if res.RescanScheduled {
+	if ans.RescanScheduled {
 		b.WriteString("rescan:    scheduled\n")
 	}
+	reasons := []string{ans.Reason}
+	if full != nil && len(full.Reasons) > 0 {
+		reasons = full.Reasons
+	}
 	b.WriteString("reasons:\n")
-	for _, r := range res.Reasons {
+	for _, r := range reasons {
 		fmt.Fprintf(&b, "  - %s\n", r)
 	}
-	if res.Statement != "" {
-		fmt.Fprintf(&b, "statement: %s\n", res.Statement)
+	if full != nil && full.Statement != "" {
+		fmt.Fprintf(&b, "statement: %s\n", full.Statement)
 	}
-	if res.Token != "" {
-		fmt.Fprintf(&b, "as of:     %s (%s, token %s)\n", res.AsOf.Format(time.RFC3339Nano), res.Source, res.Token)
+	if ans.Token != "" {
+		fmt.Fprintf(&b, "as of:     %s (%s, token %s)\n", ans.AsOf.Format(time.RFC3339Nano), ans.Source, ans.Token)
 	}
-	if len(res.Consulted) > 1 {
+	if full != nil && len(full.Consulted) > 1 {
 		b.WriteString("consulted:\n")
-		for _, c := range res.Consulted {
+		for _, c := range full.Consulted {
 			fmt.Fprintf(&b, "  - %s %s %s: %s\n", c.Source, c.Key, orDash(c.Scope), c.Decision)
 		}
+	}
+	return b.String()
+}
+
+// gateBatchText is a batch's decisions for a person: one line per check, then the count and the instant.
+func gateBatchText(out gcos.GateBatchAnswer) string {
+	var b strings.Builder
+	for _, d := range out.Decisions {
+		fmt.Fprintf(&b, "%-5s  %s %s", strings.ToUpper(d.Decision), d.Object, d.Action)
+		if !d.Allowed() {
+			fmt.Fprintf(&b, "  %s", d.Reason)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "decision: %s (%d allowed, %d blocked)\n", strings.ToUpper(out.Decision), out.Allowed, out.Blocked)
+	if out.Token != "" {
+		fmt.Fprintf(&b, "as of:    %s (%s, token %s)\n", out.AsOf.Format(time.RFC3339Nano), out.Source, out.Token)
 	}
 	return b.String()
 }

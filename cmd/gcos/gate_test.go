@@ -9,7 +9,6 @@ import (
 
 	"gcos"
 	"gcos/gcostest"
-	"gcos/postgres"
 	"gcos/postgres/pgtest"
 )
 
@@ -26,15 +25,15 @@ func runGate(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // decodeBlock decodes a --json gate answer and fails unless it is a block whose reasons mention want.
 func decodeBlock(t *testing.T, stdout, want string) {
 	t.Helper()
-	var res postgres.GateResult
+	var res gcos.GateAnswer
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
 		t.Fatalf("--json output is not a gate decision: %v\n%s", err, stdout)
 	}
 	if res.Decision != gcos.GateBlock {
 		t.Fatalf("decision %q, want block:\n%s", res.Decision, stdout)
 	}
-	if joined := strings.Join(res.Reasons, " | "); !strings.Contains(joined, want) {
-		t.Fatalf("reasons %q do not mention %q", joined, want)
+	if !strings.Contains(res.Reason, want) {
+		t.Fatalf("reason %q does not mention %q", res.Reason, want)
 	}
 }
 
