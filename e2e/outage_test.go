@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/client"
 	"gcos/gcostest"
 	"gcos/httpapi"
 	"gcos/postgres"
@@ -103,14 +103,15 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 		return m != nil
 	})
 	waitFor("/readyz answers 200", func() bool { code, _ := readyz(base); return code == 200 })
-	gate := func(object string) (r postgres.GateResult) {
-		resp, err := http.Get(base + "/v1/gate?object=" + url.QueryEscape(object))
-		if err != nil {
-			return postgres.GateResult{Decision: gcos.GateBlock}
-		}
-		defer resp.Body.Close()
-		_ = json.NewDecoder(resp.Body).Decode(&r)
-		return r
+	// A pipeline's client: it asks once per call (no retries), within a second.
+	gc, err := client.New(base, client.WithRetries(0), client.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := func(object string) client.Answer { return gc.Gate(ctx, object, gcos.ActionWrite) }
+	var batch []gcos.GateCheck
+	for _, o := range objects[:50] {
+		batch = append(batch, gcos.GateCheck{Object: o})
 	}
 	// An object the gate allows from its view before the outage.
 	var allowed string
@@ -136,11 +137,16 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 		for asking.Err() == nil {
 			start := time.Since(epoch)
 			r := gate(allowed)
+			b := gc.GateBatch(ctx, batch)
 			if at := stopped.Load(); at != 0 && int64(start) > at+int64(conf.Gate.MaxStaleness.Duration()) {
 				outageAnswers.Add(1)
 				if r.Decision != gcos.GateBlock || r.Source == postgres.SourceView {
 					breaches.Add(1)
 					breach.CompareAndSwap(nil, fmt.Sprintf("%s from %q, %s after the database stopped", r.Decision, r.Source, start-time.Duration(at)))
+				}
+				if b.Allowed > 0 || b.Decision != gcos.GateBlock || b.Source == postgres.SourceView {
+					breaches.Add(1)
+					breach.CompareAndSwap(nil, fmt.Sprintf("a batch: %s (%d allowed) from %q, %s after the database stopped", b.Decision, b.Allowed, b.Source, start-time.Duration(at)))
 				}
 			}
 			time.Sleep(10 * time.Millisecond)

@@ -934,6 +934,9 @@ func TestEveryTrigger(t *testing.T) {
 			if rep.ViewChecks < rep.GateChecks/2 {
 				t.Errorf("%s: the view answered %d of %d gate questions itself: it was hardly compared", what, rep.ViewChecks, rep.GateChecks)
 			}
+			if rep.BatchChecks < 2*rep.GateChecks {
+				t.Errorf("%s: %d batch answers compared for %d questions, want each asked in a batch on the database and through the view", what, rep.BatchChecks, rep.GateChecks)
+			}
 			for _, k := range knownDivergences {
 				if slices.Contains(k.triggers, tr.name) && !slices.ContainsFunc(rep.Mismatches, k.explains) {
 					t.Errorf("%s: known divergence %s.%s (%s) no longer happens: remove it from knownDivergences",
@@ -1039,7 +1042,7 @@ func TestBirthsInFlightKeepTheGate(t *testing.T) {
 	}
 	var gate []oracle.Mismatch
 	for _, m := range rep.Mismatches {
-		if m.Kind == "gate" || m.Kind == "gate_view" {
+		if m.Kind == "gate" || m.Kind == "gate_view" || m.Kind == "gate_batch" {
 			gate = append(gate, m)
 		}
 	}
@@ -1139,7 +1142,7 @@ func TestRetiresInFlightKeepTheGate(t *testing.T) {
 	}
 	var gate []oracle.Mismatch
 	for _, m := range rep.Mismatches {
-		if m.Kind == "gate" || m.Kind == "gate_view" {
+		if m.Kind == "gate" || m.Kind == "gate_view" || m.Kind == "gate_batch" {
 			gate = append(gate, m)
 		}
 	}

@@ -59,29 +59,9 @@ func (r GateResult) Answer() gcos.GateAnswer {
 // naming the problem. As a single question does, it re-scans the stale groups high-risk answers blocked on (one
 // re-scan for the batch) and answers again, from the database, when that re-scan commits in time.
 func (s *Store) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt GateOptions) GateBatchResult {
-	refs, actions := make([]ObjectRef, len(checks)), make([]string, len(checks))
-	blockAll := func(err error) GateBatchResult {
-		out := GateBatchResult{Results: make([]GateResult, len(checks))}
-		reason := gcos.ErrorMessage(err) + "; the gate fails closed"
-		for i, c := range checks {
-			out.Results[i] = GateResult{Object: c.Object, Action: actions[i], Decision: gcos.GateBlock, Reasons: []string{reason}, Consulted: []ConsultedRow{}}
-		}
-		return out
-	}
-	err := gcos.CheckGateBatch(checks, s.cfg.Gate.BatchMax)
-	for i, c := range checks {
-		actions[i] = c.Action
-		if actions[i] == "" {
-			actions[i] = gcos.ActionWrite
-		}
-		refs[i], _ = ParseObjectRef(c.Object)
-	}
-	if err != nil {
-		return blockAll(err)
-	}
-	atLeast, err := opt.parse()
-	if err != nil {
-		return blockAll(err)
+	refs, actions, atLeast, refused := s.checkBatch(checks, opt)
+	if refused != nil {
+		return *refused
 	}
 	out, fus := s.decideBatch(ctx, refs, actions, atLeast, opt.Consistency == ConsistencyFull)
 	var sync []string
@@ -122,6 +102,44 @@ func (s *Store) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt Gate
 		out.Results[i].RescanScheduled = out.Results[i].RescanScheduled || len(fu.rescan) > 0
 	}
 	return out
+}
+
+// DecideBatch is GateBatch with no follow-up and no re-scan: a reader that compares decisions (gcos verify)
+// leaves the state it compares as it found it.
+func (s *Store) DecideBatch(ctx context.Context, checks []gcos.GateCheck, opt GateOptions) GateBatchResult {
+	refs, actions, atLeast, refused := s.checkBatch(checks, opt)
+	if refused != nil {
+		return *refused
+	}
+	out, _ := s.decideBatch(ctx, refs, actions, atLeast, opt.Consistency == ConsistencyFull)
+	return out
+}
+
+// checkBatch parses a batch's checks and options; refused is the whole batch blocked when the gate does not take
+// it (empty, over gate.batch_max, a malformed check or option), each answer naming the problem.
+func (s *Store) checkBatch(checks []gcos.GateCheck, opt GateOptions) ([]ObjectRef, []string, *gcos.ConsistencyToken, *GateBatchResult) {
+	refs, actions := make([]ObjectRef, len(checks)), make([]string, len(checks))
+	for i, c := range checks {
+		actions[i] = c.Action
+		if actions[i] == "" {
+			actions[i] = gcos.ActionWrite
+		}
+		refs[i], _ = ParseObjectRef(c.Object)
+	}
+	err := gcos.CheckGateBatch(checks, s.cfg.Gate.BatchMax)
+	var atLeast *gcos.ConsistencyToken
+	if err == nil {
+		atLeast, err = opt.parse()
+	}
+	if err == nil {
+		return refs, actions, atLeast, nil
+	}
+	out := GateBatchResult{Results: make([]GateResult, len(checks))}
+	reason := gcos.ErrorMessage(err) + "; the gate fails closed"
+	for i, c := range checks {
+		out.Results[i] = GateResult{Object: c.Object, Action: actions[i], Decision: gcos.GateBlock, Reasons: []string{reason}, Consulted: []ConsultedRow{}}
+	}
+	return nil, nil, nil, &out
 }
 
 // decideBatch takes every decision of a batch from one instant: the view's when it can answer them all (and full

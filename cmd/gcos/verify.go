@@ -53,9 +53,9 @@ func verifyText(rep oracle.Report) string {
 	if rep.Only != nil {
 		where = fmt.Sprintf(" in %d collections (%s)", len(rep.Only), strings.Join(rep.Only, ", "))
 	}
-	fmt.Fprintf(&b, "verified at %s under ruleset %s%s: %d births, %d groups, %d object rows, %d gate decisions (%.1fs from scratch)\n",
+	fmt.Fprintf(&b, "verified at %s under ruleset %s%s: %d births, %d groups, %d object rows, %d gate decisions one by one and %d in batches (%.1fs from scratch)\n",
 		rep.At.UTC().Format("2006-01-02T15:04:05Z"), rep.RulesetVersion, where, rep.Births, rep.Groups, rep.Objects, rep.GateChecks,
-		rep.EvaluateTime)
+		rep.BatchChecks, rep.EvaluateTime)
 	if rep.Clean() {
 		b.WriteString("the incremental state equals the reference everywhere\n")
 		return b.String()
