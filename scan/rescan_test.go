@@ -83,6 +83,27 @@ func TestGateRescansAStaleHighRiskGroup(t *testing.T) {
 		t.Fatal("the gate's re-scan left the group dirty")
 	}
 
+	// A batch blocked on the stale groups of one of its objects re-scans them once and answers again, whole, from
+	// the fresh verdicts.
+	dirty()
+	batch := []gcos.GateCheck{{Object: candidates[len(candidates)-1], Action: gcos.ActionRead}, {Object: object}, {Object: object, Action: gcos.ActionRead}}
+	before := store.DecideBatch(ctx, batch, postgres.GateOptions{})
+	if before.Results[1].Decision != gcos.GateBlock {
+		t.Fatalf("a dirty high-risk group, asked in a batch with no re-scan: %s (%v)", before.Results[1].Decision, before.Results[1].Reasons)
+	}
+	got := store.GateBatch(ctx, batch, postgres.GateOptions{})
+	if !got.Rescanned || got.Source != postgres.SourceDatabase || got.Results[1].Decision != gcos.GateAllow || !got.Results[1].Rescanned {
+		t.Fatalf("a batch with a stale high-risk object: rescanned=%v source=%s, %s (%v)", got.Rescanned, got.Source, got.Results[1].Decision, got.Results[1].Reasons)
+	}
+	for i, r := range got.Results {
+		if r.Token != got.Token || r.Object != batch[i].Object {
+			t.Fatalf("answer %d (%s) from token %s, the batch's %s", i, r.Object, r.Token, got.Token)
+		}
+	}
+	if !clean() {
+		t.Fatal("the batch's re-scan left the group dirty")
+	}
+
 	// Past the deadline: a store with a short one, while a transaction holds the group's rows.
 	cfg := store.Config()
 	cfg.Gate.RescanDeadline = gcos.Duration(50 * time.Millisecond)
