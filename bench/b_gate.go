@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"runtime"
 	"slices"
 	"sync"
@@ -15,7 +11,6 @@ import (
 	"time"
 
 	"gcos"
-	"gcos/httpapi"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -77,17 +72,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	}
 	defer done()
 
-	handler, err := httpapi.New(httpapi.Config{Store: ws.store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", InsecureNoAuth: true}, Version: "bench"})
-	if err != nil {
-		return nil, err
-	}
-	srv := httptest.NewServer(handler)
-	defer srv.Close()
-	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-
-	// The gate's view, as gcos up runs it: the HTTP figures and the view's go through it, the database figures ask
+	// The gate's view, as gcos up runs it: the view's figures go through it, the database figures ask
 	// with consistency=full.
 	heapBefore := heapInUse()
 	view := postgres.NewVerdictView(ws.store)
@@ -120,26 +105,6 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 		}
 		return nil
 	}
-	overHTTP := func(ctx context.Context, i int) error {
-		o := objs[i%len(objs)]
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1/gate?object="+url.QueryEscape(o.ref)+"&action=write", nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET /v1/gate: %s", resp.Status)
-		}
-		return nil
-	}
 	var naiveAllowed, naiveCalls atomic.Int64
 	naive := func(ctx context.Context, i int) error {
 		o := objs[i%len(objs)]
@@ -151,7 +116,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 		return err
 	}
 	// Warm-up, untimed.
-	for _, fn := range []func(context.Context, int) error{inProcess, inView, overHTTP, naive} {
+	for _, fn := range []func(context.Context, int) error{inProcess, inView, naive} {
 		if _, _, err := hammer(ctx, gateWorkers, time.Second, fn); err != nil {
 			return nil, err
 		}
@@ -162,12 +127,12 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	naiveCalls.Store(0)
 	fromView.Store(0)
 	viewCalls.Store(0)
-	var in, vw, web, nv gateFigures
+	var in, vw, nv gateFigures
 	for i := 0; i < r.opts.reps; i++ {
 		for _, step := range []struct {
 			fn  func(context.Context, int) error
 			fig *gateFigures
-		}{{inProcess, &in}, {inView, &vw}, {overHTTP, &web}, {naive, &nv}} {
+		}{{inProcess, &in}, {inView, &vw}, {naive, &nv}} {
 			rate, lat, err := hammer(ctx, gateWorkers, r.opts.gateDuration, step.fn)
 			if err != nil {
 				return nil, err
@@ -175,7 +140,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 			step.fig.add(rate, lat)
 		}
 		r.log.Info("gate rep", "rep", i+1, "in_process_per_s", int64(in.rate[i]), "view_per_s", int64(vw.rate[i]), "view_p99_ms", vw.p99[i],
-			"http_per_s", int64(web.rate[i]), "http_p99_ms", web.p99[i], "naive_per_s", int64(nv.rate[i]))
+			"naive_per_s", int64(nv.rate[i]))
 	}
 	staleness, err := measureStaleness(ctx, ws, objs, 25)
 	if err != nil {
@@ -209,11 +174,6 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 		{Bench: "gate", Metric: "view heap", Unit: "MiB", Better: lower, Ours: viewHeap, Reps: 1,
 			Target: &target{Op: "<=", Value: 200, Text: "≤ 200 MiB"},
 			Note:   fmt.Sprintf("Go heap in use after the view's first load at %d births, minus before (births cached as asked)", r.opts.births)},
-		mk("HTTP loopback decisions/s (8 clients)", "decisions/s", higher, web.rate, nv.rate, rate,
-			"GET /v1/gate on an httptest server with httpapi.New, keep-alive clients, the view attached; naive column: the naive gate in-process (no HTTP)"),
-		mk("HTTP loopback p50", "ms", lower, web.p50, nv.p50, nil, ""),
-		mk("HTTP loopback p99", "ms", lower, web.p99, nv.p99, p99,
-			"naive: re-derives the object's group verdict from the registries on every call (group members re-aggregated, policy per scope, owner lookup)"),
 	}, nil
 }
 

@@ -7,13 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"gcos"
+	gclient "gcos/client"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -67,19 +67,19 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 	}
 	measure := func(base string, readers int, ph *phase) error {
 		var blocked, starved, reads atomic.Int64
+		gc, err := gclient.New(base, gclient.WithRetries(0), gclient.WithHTTPClient(client), gclient.WithTimeout(30*time.Second))
+		if err != nil {
+			return err
+		}
 		gate := func(ctx context.Context, i int) error {
-			o := objs[i%len(objs)]
-			res, err := getGate(ctx, client, base, o)
-			if err != nil {
-				return err
+			res := gc.Gate(ctx, objs[i%len(objs)].ref, gcos.ActionWrite)
+			if res.Err != nil {
+				return res.Err // the server answered no decision: a failed run
 			}
-			if res.Decision != gcos.GateAllow {
+			if !res.Allowed() {
 				blocked.Add(1)
-				for _, reason := range res.Reasons {
-					if strings.Contains(reason, "could not read the candidate state") {
-						starved.Add(1)
-						break
-					}
+				if strings.Contains(res.Reason, "could not read the candidate state") {
+					starved.Add(1)
 				}
 			}
 			return nil
@@ -225,25 +225,6 @@ func gateObjects(ctx context.Context, ws *worldStore) ([]gateObject, error) {
 		return nil, fmt.Errorf("no objects to gate")
 	}
 	return objs, nil
-}
-
-// getGate asks the gate over HTTP and decodes its answer.
-func getGate(ctx context.Context, client *http.Client, base string, o gateObject) (postgres.GateResult, error) {
-	var res postgres.GateResult
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/gate?object="+url.QueryEscape(o.ref)+"&action=write", nil)
-	if err != nil {
-		return res, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return res, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return res, fmt.Errorf("GET /v1/gate: %s: %s", resp.Status, b)
-	}
-	return res, json.NewDecoder(resp.Body).Decode(&res)
 }
 
 // serveBench serves store with httpapi.NewServer, as `gcos up` does, on a loopback port. uncached (the naive
