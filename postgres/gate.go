@@ -622,22 +622,23 @@ func (f gateFollowUps) empty() bool {
 // mark is idempotent and the findings coalesced anyway): a re-scan or an unknown is followed up once per coalesce
 // window, an orphan once per verdict (until the row is re-scanned or expires, it is the same orphan).
 func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
-	rescan, unknown := s.followUps.due("rescan", f.rescan), s.followUps.due("unknown", f.unknown)
+	claim := s.cfg.Gate.Timeout.Duration() // the write's own bound: a claim outlives no writer
+	rescan, unknown := s.followUps.due("rescan", f.rescan, claim), s.followUps.due("unknown", f.unknown, claim)
 	var orphans []orphanFollowUp
 	for _, o := range f.orphans {
-		if s.followUps.dueOne("orphan", o.log) {
+		if s.followUps.dueOne("orphan", o.log, claim) {
 			orphans = append(orphans, o)
 		}
 	}
 	var lifts []liftFollowUp
 	for _, l := range f.lifts {
-		if s.followUps.dueOne("lift", l.log) {
+		if s.followUps.dueOne("lift", l.log, claim) {
 			lifts = append(lifts, l)
 		}
 	}
 	var inputs []inputFollowUp
 	for _, in := range f.inputs {
-		if s.followUps.dueOne("input", in.log) {
+		if s.followUps.dueOne("input", in.log, claim) {
 			inputs = append(inputs, in)
 		}
 	}
@@ -706,6 +707,19 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 		for _, in := range inputs {
 			s.followUps.done("input", []string{in.log}, window)
 		}
+		return nil
+	}
+	// Failed: the next question tries again.
+	s.followUps.release("rescan", rescan)
+	s.followUps.release("unknown", unknown)
+	for _, o := range orphans {
+		s.followUps.release("orphan", []string{o.log})
+	}
+	for _, l := range lifts {
+		s.followUps.release("lift", []string{l.log})
+	}
+	for _, in := range inputs {
+		s.followUps.release("input", []string{in.log})
 	}
 	return err
 }
@@ -719,7 +733,10 @@ type followUpLog struct {
 // followUpKey names one follow-up: its kind and the group, verdict or value it is about.
 type followUpKey struct{ kind, key string }
 
-func (l *followUpLog) due(kind string, keys []string) []string {
+// due returns the keys whose follow-up is due, each once, and claims them for claim: a concurrent question skips
+// a follow-up another is writing instead of writing it again behind that writer's row lock (a batch asks about
+// many objects of one group at once). The writer then records the outcome: done, or release when it failed.
+func (l *followUpLog) due(kind string, keys []string, claim time.Duration) []string {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -730,9 +747,27 @@ func (l *followUpLog) due(kind string, keys []string) []string {
 	for _, k := range keys {
 		if now.After(l.until[followUpKey{kind, k}]) {
 			out = append(out, k)
+			l.setLocked(followUpKey{kind, k}, now.Add(claim))
 		}
 	}
 	return out
+}
+
+// release makes claimed follow-ups due again (their write failed).
+func (l *followUpLog) release(kind string, keys []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		delete(l.until, followUpKey{kind, k})
+	}
+}
+
+// setLocked records until for key, under l.mu.
+func (l *followUpLog) setLocked(key followUpKey, until time.Time) {
+	if l.until == nil || len(l.until) > 100_000 {
+		l.until = map[followUpKey]time.Time{} // bounded: forgetting only costs a repeated idempotent write
+	}
+	l.until[key] = until
 }
 
 // quietUntil is the first instant at which one of f's follow-ups is due again.
@@ -764,16 +799,15 @@ func (l *followUpLog) quietUntil(f gateFollowUps) time.Time {
 	return until
 }
 
-// dueOne reports whether one follow-up is due.
-func (l *followUpLog) dueOne(kind, key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return time.Now().After(l.until[followUpKey{kind, key}])
+// dueOne reports whether one follow-up is due, and claims it when it is (due).
+func (l *followUpLog) dueOne(kind, key string, claim time.Duration) bool {
+	return len(l.due(kind, []string{key}, claim)) == 1
 }
 
 // done records follow-ups as needing no repeat for window.
 func (l *followUpLog) done(kind string, keys []string, window time.Duration) {
 	if window <= 0 {
+		l.release(kind, keys) // no window: due again at once
 		return
 	}
 	until := time.Now().Add(window)
@@ -786,10 +820,7 @@ func (l *followUpLog) done(kind string, keys []string, window time.Duration) {
 func (l *followUpLog) doneUntil(kind, key string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.until == nil || len(l.until) > 100_000 {
-		l.until = map[followUpKey]time.Time{} // bounded: forgetting only costs a repeated idempotent write
-	}
-	l.until[followUpKey{kind, key}] = until
+	l.setLocked(followUpKey{kind, key}, until)
 }
 
 func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveState) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,6 +98,14 @@ func (s *Store) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt Gate
 			s.logger.Warn("gate: follow up a batch", "checks", len(checks), "err", err)
 			return out
 		}
+		// As a single answer does: a remembered answer knows until when its follow-ups are all done.
+		for _, fu := range fus {
+			if a := fu.answer; a != nil && !fu.empty() {
+				if u := s.followUps.quietUntil(fu); !u.IsZero() {
+					a.quiet.Store(u.UnixNano())
+				}
+			}
+		}
 	}
 	for i, fu := range fus {
 		out.Results[i].RescanScheduled = out.Results[i].RescanScheduled || len(fu.rescan) > 0
@@ -119,14 +128,16 @@ func (s *Store) DecideBatch(ctx context.Context, checks []gcos.GateCheck, opt Ga
 // it (empty, over gate.batch_max, a malformed check or option), each answer naming the problem.
 func (s *Store) checkBatch(checks []gcos.GateCheck, opt GateOptions) ([]ObjectRef, []string, *gcos.ConsistencyToken, *GateBatchResult) {
 	refs, actions := make([]ObjectRef, len(checks)), make([]string, len(checks))
+	err := gcos.CheckGateBatch(checks, s.cfg.Gate.BatchMax)
 	for i, c := range checks {
 		actions[i] = c.Action
 		if actions[i] == "" {
 			actions[i] = gcos.ActionWrite
 		}
-		refs[i], _ = ParseObjectRef(c.Object)
+		// Checked above: a valid reference splits at its first colon (a refused batch uses none of them).
+		coll, code, _ := strings.Cut(c.Object, ":")
+		refs[i] = ObjectRef{Collection: coll, Code: code}
 	}
-	err := gcos.CheckGateBatch(checks, s.cfg.Gate.BatchMax)
 	var atLeast *gcos.ConsistencyToken
 	if err == nil {
 		atLeast, err = opt.parse()

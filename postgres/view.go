@@ -76,6 +76,11 @@ type VerdictView struct {
 	lastPrune   time.Time
 
 	answered, readThrough, reloads atomic.Int64
+
+	// conn is Run's own connection for catching up (nil: catch-ups borrow from the gate's pool). When the view
+	// falls behind, every gate question reads through and crowds the gate's pool; the catch-up that ends it must
+	// not queue behind them, or the view stays behind for as long as the load lasts.
+	conn *pgx.Conn
 }
 
 // NewVerdictView builds a view over s's database with s's configuration (gate.max_staleness and friends).
@@ -116,9 +121,17 @@ func (v *VerdictView) freshLocked() bool {
 func (v *VerdictView) Run(ctx context.Context) error {
 	tick := time.NewTicker(v.refresh)
 	defer tick.Stop()
+	defer func() {
+		v.catchingUp.Lock()
+		defer v.catchingUp.Unlock()
+		v.closeConn(ctx)
+	}()
 	var failing bool
 	for {
-		err := v.CatchUp(ctx)
+		err := v.connect(ctx)
+		if err == nil {
+			err = v.CatchUp(ctx)
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -134,6 +147,36 @@ func (v *VerdictView) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// connect opens Run's own connection when it has none (a failed catch-up closes it).
+func (v *VerdictView) connect(ctx context.Context) error {
+	v.catchingUp.Lock()
+	defer v.catchingUp.Unlock()
+	if v.conn != nil {
+		return nil
+	}
+	cfg := v.s.gatePool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = "gcos-gate-view"
+	ctx, cancel := context.WithTimeout(ctx, v.maxStale+v.s.cfg.Gate.Timeout.Duration())
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("gate view: connect: %w", err)
+	}
+	v.conn = conn
+	return nil
+}
+
+// closeConn closes Run's own connection, if any, within a second (the server may be gone); under catchingUp.
+func (v *VerdictView) closeConn(ctx context.Context) {
+	if v.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = v.conn.Close(ctx)
+	v.conn = nil
 }
 
 // viewHeaderSQL opens a catch-up: its snapshot (what the next one starts from), the clock, and whether the feed
@@ -166,7 +209,13 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 	var next *viewState
 	var changed map[string][]string
 	d := newViewDelta()
-	err := pgx.BeginTxFunc(ctx, v.s.gatePool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	var db interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+	} = v.s.gatePool
+	if v.conn != nil {
+		db = v.conn
+	}
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, viewHeaderSQL, prevArg).Scan(&snapshot, &xmin, &dbNow, &reload); err != nil {
 			return fmt.Errorf("open: %w", err)
 		}
@@ -201,6 +250,8 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 		return d.readReferenced(ctx, tx, snaps, exceptions)
 	})
 	if err != nil {
+		// Whatever broke (the server, the network, a timeout mid-read), the next catch-up starts on a new one.
+		v.closeConn(ctx)
 		return fmt.Errorf("gate view: %w", err)
 	}
 	token, err := gcos.ParseConsistencyToken(snapshot)

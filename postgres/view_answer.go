@@ -27,7 +27,7 @@ type birthRaw struct {
 // the database's statement (gateReads), in the same order, as of the view's last catch-up with the database clock
 // carried forward, judged as the database's are. ok is false when the view cannot answer within its bound.
 func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string, atLeast *gcos.ConsistencyToken) (GateResult, gateFollowUps, bool) {
-	q := viewQuestion{ref: ref, action: action}
+	q := viewQuestion{ref: ref, action: action, entry: v.entry(ref)}
 	if !v.births(ctx, &q) {
 		return GateResult{}, gateFollowUps{}, false
 	}
@@ -49,7 +49,10 @@ func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string, 
 func (v *VerdictView) decideBatch(ctx context.Context, refs []ObjectRef, actions []string, atLeast *gcos.ConsistencyToken) ([]GateResult, []gateFollowUps, viewInstant, bool) {
 	qs := make([]viewQuestion, len(refs))
 	for i := range qs {
-		qs[i] = viewQuestion{ref: refs[i], action: actions[i]}
+		qs[i] = viewQuestion{ref: refs[i], action: actions[i], entry: v.entry(refs[i])}
+	}
+	v.prefetchBirths(ctx, qs)
+	for i := range qs {
 		if !v.births(ctx, &qs[i]) {
 			return nil, nil, viewInstant{}, false
 		}
@@ -97,10 +100,11 @@ func (v *VerdictView) instantLocked(atLeast *gcos.ConsistencyToken) (viewInstant
 type viewQuestion struct {
 	ref         ObjectRef
 	action      string
+	entry       *objectEntry
 	own, parent birthRaw
 	stamp       answerStamp
 	remembered  *rememberedAnswer
-	o           objectReads
+	o           *objectReads // nil while a remembered answer holds
 	version     string
 	fingerprint *string
 }
@@ -115,11 +119,12 @@ func (q *viewQuestion) slot() int {
 // births reads the object's birth and its parent's (cached, or read on a miss); false when the view cannot answer.
 func (v *VerdictView) births(ctx context.Context, q *viewQuestion) bool {
 	var ok bool
-	if q.own, ok = v.birth(ctx, q.ref); !ok {
+	if q.own, ok = v.birth(ctx, q.ref, q.entry); !ok {
 		return false
 	}
 	if q.own.parent != nil {
-		if q.parent, ok = v.birth(ctx, ObjectRef{Collection: q.ref.Collection, Code: *q.own.parent}); !ok {
+		parent := ObjectRef{Collection: q.ref.Collection, Code: *q.own.parent}
+		if q.parent, ok = v.birth(ctx, parent, v.entry(parent)); !ok {
 			return false
 		}
 	}
@@ -131,13 +136,14 @@ func (v *VerdictView) births(ctx context.Context, q *viewQuestion) bool {
 func (q *viewQuestion) readLocked(v *VerdictView, at viewInstant) {
 	base := q.own.base(q.parent)
 	q.stamp = answerStamp{gen: at.st.gen, base: at.st.baseGen[base], object: at.st.objectGen[q.ref]}
-	if a := v.entry(q.ref).answers[q.slot()].Load(); a != nil {
+	if a := q.entry.answers[q.slot()].Load(); a != nil {
 		if a.stamp == q.stamp && at.now.Before(a.validUntil) && a.own.same(q.own) && a.parent.same(q.parent) {
 			q.remembered = a
 			return
 		}
 	}
-	q.o, q.version, q.fingerprint = at.st.reads(q.ref, q.own, q.parent, base, at.now)
+	o, version, fingerprint := at.st.reads(q.ref, q.own, q.parent, base, at.now)
+	q.o, q.version, q.fingerprint = &o, version, fingerprint
 }
 
 // answer judges a question read under the lock (or returns its remembered answer) and remembers the answer.
@@ -150,7 +156,7 @@ func (v *VerdictView) answer(ctx context.Context, q *viewQuestion, at viewInstan
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	o, err := v.s.completeReads(ctx, v.s.gatePool, q.ref, q.o, q.version, q.fingerprint)
+	o, err := v.s.completeReads(ctx, v.s.gatePool, q.ref, *q.o, q.version, q.fingerprint)
 	if err != nil {
 		return GateResult{}, gateFollowUps{}, false
 	}
@@ -159,7 +165,7 @@ func (v *VerdictView) answer(ctx context.Context, q *viewQuestion, at viewInstan
 	res, fu := v.s.judge(q.ref, q.action, o, res)
 	res.Reasons, res.Consulted = slices.Clip(res.Reasons), slices.Clip(res.Consulted) // shared: an append copies
 	a := &rememberedAnswer{stamp: q.stamp, own: q.own, parent: q.parent, validUntil: validUntil(o.reads, at.now), res: res, fu: fu}
-	v.entry(q.ref).answers[q.slot()].Store(a)
+	q.entry.answers[q.slot()].Store(a)
 	v.answered.Add(1)
 	fu.answer = a
 	return res, fu, true
@@ -277,8 +283,7 @@ func (st *viewState) reads(ref ObjectRef, own, parent birthRaw, base BirthBase, 
 
 // birth is an object's cached birth row, read (and cached) on a miss. ok is false when it has none, or it could
 // not be read, or a catch-up dropped births while it was read (it is then used for no answer).
-func (v *VerdictView) birth(ctx context.Context, ref ObjectRef) (birthRaw, bool) {
-	e := v.entry(ref)
+func (v *VerdictView) birth(ctx context.Context, ref ObjectRef, e *objectEntry) (birthRaw, bool) {
 	if b := e.birth.Load(); b != nil && time.Since(b.readAt) <= v.birthMaxAge {
 		return *b, true
 	}
@@ -299,6 +304,77 @@ func (v *VerdictView) birth(ctx context.Context, ref ObjectRef) (birthRaw, bool)
 	}
 	e.birth.Store(&b)
 	return b, true
+}
+
+// prefetchBirths reads, in one round trip, the births of a batch's objects the view does not hold, then their
+// parents': a batch's objects are often asked for the first time, and one read each would cost a round trip each.
+// What cannot be read is left to birth, which reads (and fails) one by one.
+func (v *VerdictView) prefetchBirths(ctx context.Context, qs []viewQuestion) {
+	stale := func(e *objectEntry) bool {
+		b := e.birth.Load()
+		return b == nil || time.Since(b.readAt) > v.birthMaxAge
+	}
+	var missing []ObjectRef
+	seen := map[ObjectRef]bool{}
+	for i := range qs {
+		if stale(qs[i].entry) && !seen[qs[i].ref] {
+			seen[qs[i].ref] = true
+			missing = append(missing, qs[i].ref)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
+	defer cancel()
+	parents := v.readBirths(ctx, missing)
+	missing = missing[:0:0]
+	for _, p := range parents {
+		if stale(v.entry(p)) && !seen[p] {
+			seen[p] = true
+			missing = append(missing, p)
+		}
+	}
+	v.readBirths(ctx, missing)
+}
+
+// readBirths reads refs' births in one round trip and caches those it finds; it returns the parents they name.
+func (v *VerdictView) readBirths(ctx context.Context, refs []ObjectRef) []ObjectRef {
+	if len(refs) < 2 {
+		return nil // one is read by birth as it is
+	}
+	gen, began := v.birthGen.Load(), time.Now()
+	b := &pgx.Batch{}
+	births := make([]*birthRaw, len(refs))
+	for i, ref := range refs {
+		b.Queue(v.s.birthRawSQLText, ref.Collection, ref.Code).QueryRow(func(row pgx.Row) error {
+			var r birthRaw
+			if err := row.Scan(&r.class, &r.coll, &r.status, &r.parent, &r.h0, &r.h1); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil // no birth: birth says so when asked
+				}
+				return err
+			}
+			births[i] = &r
+			return nil
+		})
+	}
+	if err := v.s.gatePool.SendBatch(ctx, b).Close(); err != nil {
+		v.s.logger.Debug("gate view: read births", "objects", len(refs), "err", err)
+		return nil
+	}
+	if v.birthGen.Load() != gen {
+		return nil // a catch-up dropped births while they were read: cache none (as birth does)
+	}
+	var parents []ObjectRef
+	for i, r := range births {
+		if r == nil {
+			continue
+		}
+		r.readAt = began
+		v.entry(refs[i]).birth.Store(r)
+		if r.parent != nil {
+			parents = append(parents, ObjectRef{Collection: refs[i].Collection, Code: *r.parent})
+		}
+	}
+	return parents
 }
 
 // birthRawSQL reads one birth row as the source holds it, with its fingerprint lanes.
