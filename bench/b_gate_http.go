@@ -109,8 +109,8 @@ func benchGateHTTP(ctx context.Context, r *runner) ([]row, error) {
 		fn      func(context.Context, int) error
 		callers int
 		per     float64 // decisions per call
-		fig    gateFigures
-		viewed float64 // share of calls answered from the view, over the reps
+		fig     gateFigures
+		viewed  float64 // share of calls answered from the view, over the reps
 	}
 	ways := []*way{
 		{name: "http single, view", fn: single(), callers: httpCallers, per: 1},
