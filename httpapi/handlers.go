@@ -96,15 +96,10 @@ func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
 	return writeJSON(w, http.StatusOK, res.Answer())
 }
 
-// GateBatchExplained is a batch's answer with explain=1: every decision in full.
+// GateBatchExplained is a batch's answer with explain=1: every decision in full (its Decisions are the ones
+// encoded; the embedded lean ones are shadowed).
 type GateBatchExplained struct {
-	Decision  string                `json:"decision"`
-	Allowed   int                   `json:"allowed"`
-	Blocked   int                   `json:"blocked"`
-	AsOf      time.Time             `json:"as_of,omitzero"`
-	Source    string                `json:"source,omitempty"`
-	Token     string                `json:"token,omitempty"`
-	Rescanned bool                  `json:"rescanned,omitempty"`
+	gcos.GateBatchAnswer
 	Decisions []ExplainedGateResult `json:"decisions"`
 }
 
@@ -138,8 +133,7 @@ func (s *server) gateBatch(w http.ResponseWriter, r *http.Request) int {
 	s.m.observeGateBatch(out.Allowed, out.Blocked, took)
 	w.Header()["X-Gcos-Decision"] = hdrDecision[out.Decision]
 	if gq.explain {
-		full := GateBatchExplained{Decision: out.Decision, Allowed: out.Allowed, Blocked: out.Blocked, AsOf: out.AsOf, Source: out.Source,
-			Token: out.Token, Rescanned: out.Rescanned, Decisions: make([]ExplainedGateResult, len(res.Results))}
+		full := GateBatchExplained{GateBatchAnswer: out, Decisions: make([]ExplainedGateResult, len(res.Results))}
 		for i, d := range res.Results {
 			full.Decisions[i] = explained(d)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"gcos"
 	"gcos/client"
+	"gcos/httpapi"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -70,13 +71,14 @@ func (a *app) gateCommand() *cobra.Command {
 	return cmd
 }
 
-// gateClient is the fail-closed client of --server, with the token from --token-file or GCOS_TOKEN.
-func (a *app) gateClient(f gateFlags) (*client.Client, error) {
+// gateClient is the fail-closed client of --server, with the token from --token-file or GCOS_TOKEN, and what every
+// question asks (--at-least).
+func (a *app) gateClient(f gateFlags) (*client.Client, []client.Ask, error) {
 	token := os.Getenv("GCOS_TOKEN")
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
 		if err != nil {
-			return nil, gcos.Errorf(gcos.EINVALID, "--token-file: %v", err)
+			return nil, nil, gcos.Errorf(gcos.EINVALID, "--token-file: %v", err)
 		}
 		token = strings.TrimSpace(string(b))
 	}
@@ -85,9 +87,13 @@ func (a *app) gateClient(f gateFlags) (*client.Client, error) {
 	}
 	c, err := client.New(f.server, client.WithToken(token))
 	if err != nil {
-		return nil, gcos.Errorf(gcos.EINVALID, "--server: %v", err)
+		return nil, nil, gcos.Errorf(gcos.EINVALID, "--server: %v", err)
 	}
-	return c, nil
+	var ask []client.Ask
+	if f.atLeast != "" {
+		ask = append(ask, client.AtLeast(f.atLeast))
+	}
+	return c, ask, nil
 }
 
 // openGate opens the store for a gate question: bounded by the gate's timeout when a database URL is given (a
@@ -113,13 +119,9 @@ func (a *app) gateOne(ctx context.Context, f gateFlags) error {
 	var ans gcos.GateAnswer
 	var full *postgres.GateResult
 	if f.server != "" {
-		c, err := a.gateClient(f)
+		c, ask, err := a.gateClient(f)
 		if err != nil {
 			return err
-		}
-		var ask []client.Ask
-		if f.atLeast != "" {
-			ask = append(ask, client.AtLeast(f.atLeast))
 		}
 		res := c.Gate(ctx, f.object, f.action, ask...)
 		if res.Err != nil {
@@ -136,7 +138,7 @@ func (a *app) gateOne(ctx context.Context, f gateFlags) error {
 	}
 	var err error
 	if f.explain {
-		err = a.print(explainedAnswer{GateResult: *full, Reason: ans.Reason}, gateText(ans, full))
+		err = a.print(httpapi.ExplainedGateResult{GateResult: *full, Reason: ans.Reason}, gateText(ans, full)) // as the API's explain=1
 	} else {
 		err = a.print(ans, gateText(ans, full))
 	}
@@ -149,23 +151,13 @@ func (a *app) gateOne(ctx context.Context, f gateFlags) error {
 	return nil
 }
 
-// explainedAnswer is --explain's JSON: the full answer with the lean answer's reason (as the API's explain=1).
-type explainedAnswer struct {
-	postgres.GateResult
-	Reason string `json:"reason"`
-}
-
 // gateBatch asks about every check at once, answered from one instant.
 func (a *app) gateBatch(ctx context.Context, f gateFlags, checks []gcos.GateCheck) error {
 	var out gcos.GateBatchAnswer
 	if f.server != "" {
-		c, err := a.gateClient(f)
+		c, ask, err := a.gateClient(f)
 		if err != nil {
 			return err
-		}
-		var ask []client.Ask
-		if f.atLeast != "" {
-			ask = append(ask, client.AtLeast(f.atLeast))
 		}
 		res := c.GateBatch(ctx, checks, ask...)
 		if res.Err != nil {
