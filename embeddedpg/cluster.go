@@ -379,9 +379,13 @@ func (c *Cluster) startServer(ctx context.Context) error {
 	if pick == nil {
 		pick = freePort
 	}
+	previous := c.recordedPort()
 	for attempt := 1; ; attempt++ {
 		c.port = c.cfg.Port
-		if c.port == 0 {
+		if c.port == 0 && attempt == 1 && previous > 0 && portFree(previous) {
+			// The port of the last run, while it is free: URLs a user copied from the last run keep working.
+			c.port = previous
+		} else if c.port == 0 {
 			p, err := pick()
 			if err != nil {
 				return fmt.Errorf("pick a free port: %w", err)
@@ -647,6 +651,43 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 	}
 	cmd.WaitDelay = 5 * time.Second
 	return cmd
+}
+
+// recordedPort is the port the last run recorded in <DataDir>/port, 0 if none.
+func (c *Cluster) recordedPort() int {
+	b, err := os.ReadFile(filepath.Join(c.dataDir, "port"))
+	if err != nil {
+		return 0
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || p <= 0 || p > 65535 {
+		return 0
+	}
+	return p
+}
+
+// portFree reports whether port can be bound on 127.0.0.1 now.
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// RunningDSN is the superuser URL of the cluster another process runs in dataDir (the one ErrDataDirInUse names),
+// read from the port and password files that process keeps there, for a command that runs beside it. It contains
+// the password. It fails if those files are missing: the holder has not finished starting the server.
+func RunningDSN(dataDir string) (string, error) {
+	c := &Cluster{dataDir: dataDir}
+	port := c.recordedPort()
+	pw, err := os.ReadFile(filepath.Join(dataDir, "pg.pass"))
+	if err != nil || port == 0 {
+		return "", fmt.Errorf("the cluster in %s is not ready yet (no port or password recorded)", dataDir)
+	}
+	c.port, c.password = port, strings.TrimSpace(string(pw))
+	return c.DSN(), nil
 }
 
 // freePort asks the kernel for a free port on 127.0.0.1 and releases it for the server to take.

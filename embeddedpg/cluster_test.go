@@ -143,6 +143,9 @@ func TestRestartKeepsData(t *testing.T) {
 	if got := queryString(t, c2, "SELECT v FROM kept"); got != "still here" {
 		t.Errorf("after restart got %q", got)
 	}
+	if c2.Port() != c.Port() {
+		t.Errorf("restart moved the port %d → %d although it was free", c.Port(), c2.Port())
+	}
 	if err := c2.CreateDatabase(context.Background(), "other db"); err != nil {
 		t.Fatalf("CreateDatabase: %v", err)
 	}
@@ -179,6 +182,17 @@ func TestSecondStartOnSameDirIsRefused(t *testing.T) {
 	// The refused attempt must not have disturbed the running cluster.
 	if got := queryString(t, c, "SELECT 'alive'"); got != "alive" {
 		t.Errorf("first cluster: %q", got)
+	}
+	// A command run beside the holder reaches the same server.
+	dsn, err := RunningDSN(c.dataDir)
+	if err != nil {
+		t.Fatalf("RunningDSN: %v", err)
+	}
+	if dsn != c.DSN() {
+		t.Errorf("RunningDSN = %q, want the holder's DSN", dsn)
+	}
+	if _, err := RunningDSN(t.TempDir()); err == nil {
+		t.Error("RunningDSN of an empty dir succeeded")
 	}
 }
 

@@ -116,6 +116,95 @@ func TestVerifyNamesTampering(t *testing.T) {
 	}
 }
 
+// TestVerifyInFlight: on a live system a verification lists apart the differences of what was moving at its
+// instant, and only those: a group marked dirty at the instant, and a group a transaction that committed after the
+// instant wrote (noted in the change feed), are in flight with what reads them; a group forged with nothing moving is
+// a settled mismatch. Without InFlight every one of them is a mismatch.
+func TestVerifyInFlight(t *testing.T) {
+	store, ctx := fresh(t, 3000)
+	pool := store.Pool()
+	var keys []string
+	rows, err := pool.Query(ctx, `SELECT group_key FROM v_candidate_effective WHERE candidate_verdict = 'relevant'
+		ORDER BY group_key LIMIT 3`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if rows.Close(); len(keys) < 3 {
+		t.Fatalf("want 3 relevant groups, got %v (%v)", keys, rows.Err())
+	}
+	dirty, written, forged := keys[0], keys[1], keys[2]
+	for _, sql := range []string{
+		`UPDATE governance_candidate_state SET candidate_verdict = 'not_relevant', dirty = true, dirty_reason = 'axis',
+			dirtied_at = now() WHERE group_key = '` + dirty + `'`,
+		`UPDATE governance_candidate_state SET candidate_verdict = 'not_relevant' WHERE group_key IN ('` + written + `', '` + forged + `')`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	settles := 0
+	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 200, Seed: 1, InFlight: true,
+		Settle: func(ctx context.Context, at time.Time) error {
+			settles++
+			// A scan that commits after the instant writes this group.
+			_, err := pool.Exec(ctx, `UPDATE governance_candidate_state SET scan_time = now() WHERE group_key = $1`, written)
+			return err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groupIn := func(list []oracle.Mismatch, key string) bool {
+		for _, m := range list {
+			if m.Kind == "group" && m.Key == key {
+				return true
+			}
+		}
+		return false
+	}
+	if settles != 1 {
+		t.Errorf("Settle called %d times, want 1", settles)
+	}
+	if !groupIn(rep.InFlight, dirty) || !groupIn(rep.InFlight, written) || groupIn(rep.InFlight, forged) {
+		t.Errorf("in flight: want groups %s (dirty) and %s (written after), not %s (forged): %v", dirty, written, forged, rep.InFlight)
+	}
+	if !groupIn(rep.Mismatches, forged) || groupIn(rep.Mismatches, dirty) || groupIn(rep.Mismatches, written) {
+		t.Errorf("settled: want group %s only: %v", forged, rep.Mismatches)
+	}
+	if rep.Settled() || rep.Clean() {
+		t.Error("a forged settled group: Settled() and Clean() must be false")
+	}
+	if m := rep.Moving; m == nil || m.DirtyGroups != 1 || m.WrittenGroups < 1 {
+		t.Errorf("moving = %+v, want 1 dirty group and the written one", m)
+	}
+	scopeOf := func(key string) (scope string) {
+		if err := pool.QueryRow(ctx, `SELECT scope FROM governance_group WHERE group_key = $1`, key).Scan(&scope); err != nil {
+			t.Fatal(err)
+		}
+		return scope
+	}
+	moving := map[string]bool{scopeOf(dirty): true, scopeOf(written): true}
+	for _, m := range rep.Mismatches {
+		if m.Kind == "ledger" && moving[m.Key] {
+			t.Errorf("a ledger whose scope has a group in flight is in flight: %v", m)
+		}
+	}
+
+	strict, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 200, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(strict.InFlight) != 0 || !groupIn(strict.Mismatches, dirty) || !groupIn(strict.Mismatches, written) || !groupIn(strict.Mismatches, forged) {
+		t.Errorf("without InFlight every difference is a mismatch: %v / %v", strict.Mismatches, strict.InFlight)
+	}
+}
+
 // TestSliceVerifiesWhatTheWholeDoes: a verification limited to some collections (a slice of the audit's rotating
 // cover) counts and compares exactly what the whole verification does for those collections. Forged in three
 // collections (a verdict, a coverage outcome, a retired object row), each collection alone names its own mismatches

@@ -50,11 +50,30 @@ type Report struct {
 	EvaluateTime   float64    `json:"evaluate_secs"`         // reading the substrate and evaluating it from scratch
 	Elapsed        float64    `json:"elapsed_secs"`          // the whole verification
 	Batches        int        `json:"batches,omitempty"`     // an audit's proof: the batches it was read in
-	Mismatches     []Mismatch `json:"mismatches"`
+	// Mismatches are the differences of what was settled at the instant; InFlight those of what was still moving
+	// (VerifyOptions.InFlight): a group dirty at the instant, or one a transaction that committed after it wrote
+	// (a handoff, a mark, a scan), and what those groups count or decide.
+	Mismatches []Mismatch `json:"mismatches"`
+	InFlight   []Mismatch `json:"in_flight,omitempty"`
+	// Moving counts the groups and objects that were in flight (VerifyOptions.InFlight).
+	Moving *Moving `json:"moving,omitempty"`
+	// NotHandedOff says why rows committed before the instant may not all have been handed off when what moved was
+	// read (Settle failed): what they move is unknown, so their differences count as settled (fail closed).
+	NotHandedOff string `json:"not_handed_off,omitempty"`
 }
 
-// Clean reports whether the incremental state equals the reference everywhere it was compared.
-func (r Report) Clean() bool { return len(r.Mismatches) == 0 }
+// Moving is what was in flight during a live verification.
+type Moving struct {
+	DirtyGroups   int `json:"dirty_groups"`   // marked dirty at the instant
+	WrittenGroups int `json:"written_groups"` // written by transactions that committed after the instant
+	Objects       int `json:"objects"`        // object rows and births written after it
+}
+
+// Clean reports whether the incremental state equals the reference everywhere it was compared, in flight or not.
+func (r Report) Clean() bool { return len(r.Mismatches) == 0 && len(r.InFlight) == 0 }
+
+// Settled reports whether everything that was settled at the instant agrees (differences in flight aside).
+func (r Report) Settled() bool { return len(r.Mismatches) == 0 }
 
 // VerifyOptions say what to compare.
 type VerifyOptions struct {
@@ -70,6 +89,11 @@ type VerifyOptions struct {
 	// View, when set, is caught up before the gate is asked and answers every gate question too: its answer must be
 	// the database's, field by field (view == database == reference).
 	View *postgres.VerdictView
+	// InFlight separates, on a live system, the differences of what was still moving at the instant (see
+	// Report.Mismatches) from the settled ones. Settle, when set, is called first: it returns once every source row
+	// committed before the instant has been handed off, so that the groups those rows move are known.
+	InFlight bool
+	Settle   func(ctx context.Context, at time.Time) error
 }
 
 // ReferenceOf reads the whole substrate in one REPEATABLE READ transaction and evaluates it under the active ruleset.
@@ -83,9 +107,13 @@ func ReferenceOf(ctx context.Context, store *postgres.Store) (*Reference, error)
 // the others, for write and read.
 func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Report, error) {
 	var inc incremental
+	var snapshot string // the instant's pg_current_snapshot(): what committed after it is in flight
 	start := time.Now()
 	ref, err := evaluateIn(ctx, store, ReadOptions{Only: opts.Only, Sample: opts.Sample, Seed: opts.Seed, Also: opts.Also},
 		func(tx pgx.Tx) ([]string, error) {
+			if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snapshot); err != nil {
+				return nil, fmt.Errorf("verify: snapshot: %w", err)
+			}
 			var err error
 			inc, err = readIncremental(ctx, tx, opts.Only)
 			return inc.objectRefs, err
@@ -180,8 +208,131 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 			return rep, err
 		}
 	}
+	if opts.InFlight {
+		if err := separateInFlight(ctx, store, opts, ref, inc, snapshot, &rep); err != nil {
+			return rep, err
+		}
+	}
 	rep.Elapsed = time.Since(start).Seconds()
 	return rep, nil
+}
+
+// separateInFlight moves the differences of what was moving at the instant from rep.Mismatches to rep.InFlight.
+// What moved is the product's own record: the groups dirty at the instant, and the keys that transactions committed
+// after it noted in gcos_change_feed (every write to a table the gate reads is noted there, with its transaction id).
+// A group rewritten after the instant by a periodic scan counts as moving too: its difference is listed apart, not
+// hidden, and the next verification judges it settled.
+func separateInFlight(ctx context.Context, store *postgres.Store, opts VerifyOptions, ref *Reference, inc incremental, snapshot string, rep *Report) error {
+	if opts.Settle != nil {
+		if err := opts.Settle(ctx, ref.At); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			rep.NotHandedOff = err.Error()
+		}
+	}
+	groups, objects := map[string]bool{}, map[string]bool{}
+	var dirty int
+	for k, g := range inc.groups {
+		if g.dirty {
+			groups[k] = true
+			dirty++
+		}
+	}
+	var prunedPast bool
+	err := store.Pool().QueryRow(ctx, `SELECT pruned_below > pg_snapshot_xmin($1::pg_snapshot) FROM gcos_change_feed_horizon`,
+		snapshot).Scan(&prunedPast)
+	if err != nil {
+		return fmt.Errorf("verify: change feed horizon: %w", err)
+	}
+	if prunedPast {
+		return gcos.Errorf(gcos.ECONFLICT, "verify: the change feed was pruned past the instant while verifying; run it again")
+	}
+	rows, err := store.Pool().Query(ctx, `SELECT DISTINCT kind, key FROM gcos_change_feed
+		WHERE xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, $1::pg_snapshot)
+		  AND kind IN ('group', 'state', 'object', 'birth')`, snapshot)
+	if err != nil {
+		return fmt.Errorf("verify: read what moved: %w", err)
+	}
+	written := 0
+	for rows.Next() {
+		var kind, key string
+		if err := rows.Scan(&kind, &key); err != nil {
+			rows.Close()
+			return fmt.Errorf("verify: read what moved: %w", err)
+		}
+		if kind == "group" || kind == "state" {
+			if !groups[key] {
+				written++
+			}
+			groups[key] = true
+		} else {
+			objects[key] = true
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("verify: read what moved: %w", err)
+	}
+	rep.Moving = &Moving{DirtyGroups: dirty, WrittenGroups: written, Objects: len(objects)}
+
+	scopes := map[string]bool{} // a scope's ledger moves with any of its groups
+	for k := range groups {
+		if g, ok := inc.groups[k]; ok {
+			scopes[g.scope] = true
+		}
+		if g, ok := ref.Groups[k]; ok && g.Scope != nil {
+			scopes[*g.Scope] = true
+		}
+	}
+	objectMoving := func(obj string) bool {
+		if objects[obj] {
+			return true
+		}
+		for _, g := range ref.placed[obj].groups {
+			if groups[g] {
+				return true
+			}
+		}
+		return false
+	}
+	candidateMoving := func(key string) bool {
+		for _, o := range []string{inc.objects[key].ref, refObject(ref, key).Ref} {
+			if o != "" && objectMoving(o) {
+				return true
+			}
+		}
+		return groups[inc.objects[key].groupKey] || groups[refObject(ref, key).GroupKey]
+	}
+	settled := rep.Mismatches[:0:0]
+	for _, m := range rep.Mismatches {
+		var moving bool
+		switch m.Kind {
+		case "group":
+			moving = groups[m.Key]
+		case "object":
+			moving = candidateMoving(m.Key)
+		case "ledger":
+			moving = scopes[m.Key]
+		default: // gate, gate_batch, gate_view: asked after the instant
+			moving = objectMoving(m.Key)
+		}
+		if moving {
+			rep.InFlight = append(rep.InFlight, m)
+		} else {
+			settled = append(settled, m)
+		}
+	}
+	rep.Mismatches = settled
+	return nil
+}
+
+// refObject is the reference's object row of candidate key, or a zero one.
+func refObject(ref *Reference, key string) Object {
+	if o := ref.Objects[key]; o != nil {
+		return *o
+	}
+	return Object{}
 }
 
 func orDash(s string) string {
@@ -282,6 +433,7 @@ type incGroup struct {
 	registry, scope, verdict, effective, quality, risk, coverage string
 	required                                                     *bool
 	members                                                      int64
+	dirty                                                        bool
 }
 
 type incObject struct {
@@ -301,12 +453,12 @@ func readIncremental(ctx context.Context, tx pgx.Tx, only []string) (incremental
 	// registry row's.
 	if err := each(ctx, tx, `SELECT group_key, coalesce(source_registry, ''), coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
 			coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required, coalesce(coverage_outcome, ''),
-			coalesce(member_count, group_member_count)
+			coalesce(member_count, group_member_count), coalesce(dirty, false)
 		FROM v_candidate_effective WHERE coalesce(member_count, group_member_count) > 0
 		  AND ($1::text[] IS NULL OR source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
 		var key string
 		var g incGroup
-		if err := r.Scan(&key, &g.registry, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required, &g.coverage, &g.members); err != nil {
+		if err := r.Scan(&key, &g.registry, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required, &g.coverage, &g.members, &g.dirty); err != nil {
 			return err
 		}
 		inc.groups[key] = g

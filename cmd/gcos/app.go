@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"math"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,12 +33,14 @@ type app struct {
 	configPath  string
 	jsonOut     bool
 	logLevel    string
+	verbose     bool
 
 	cfg     gcos.Config
 	secrets []string // redacted from every line the process writes (database password, API tokens)
 	logger  *slog.Logger
 	store   *postgres.Store
 	cluster *embeddedpg.Cluster
+	api     *apiClient // the running daemon's API, once found (daemonAPI)
 }
 
 func newApp(stdout, stderr io.Writer) *app {
@@ -74,6 +78,7 @@ func (a *app) rootCommand() *cobra.Command {
 	f.StringVar(&a.configPath, "config", os.Getenv("GCOS_CONFIG"), "configuration file, JSON (env GCOS_CONFIG)")
 	f.BoolVar(&a.jsonOut, "json", false, "machine-readable JSON output")
 	f.StringVar(&a.logLevel, "log-level", envOr("GCOS_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
+	f.BoolVarP(&a.verbose, "verbose", "v", false, "say how the command reaches GCOS: the running daemon's API or the database")
 	// Every command, in one place; each lives in the file named after it.
 	root.AddCommand(
 		// the daemon
@@ -140,6 +145,9 @@ func checkInput(cmd *cobra.Command, args []string) error {
 		if err == nil {
 			err = gcos.CheckParam(f.Name, f.Value.String())
 		}
+		if err == nil {
+			err = checkRange(f)
+		}
 	})
 	for i, arg := range args {
 		if err == nil {
@@ -147,6 +155,43 @@ func checkInput(cmd *cobra.Command, args []string) error {
 		}
 	}
 	return err
+}
+
+// rangeAnnotation holds a numeric flag's bounds (set with flagRange); every numeric flag has one (TestNumericFlags).
+const rangeAnnotation = "gcos_range"
+
+// flagRange bounds a numeric flag to lo..hi (a duration's in seconds); checkInput refuses a value outside with exit 2.
+func flagRange(fs *pflag.FlagSet, name string, lo, hi float64) {
+	if err := fs.SetAnnotation(name, rangeAnnotation, []string{strconv.FormatFloat(lo, 'g', -1, 64), strconv.FormatFloat(hi, 'g', -1, 64)}); err != nil {
+		panic(err) // a flag named wrong in the code
+	}
+}
+
+// checkRange refuses a numeric flag's value outside its flagRange.
+func checkRange(f *pflag.Flag) error {
+	bounds := f.Annotations[rangeAnnotation]
+	if len(bounds) != 2 {
+		return nil
+	}
+	lo, _ := strconv.ParseFloat(bounds[0], 64)
+	hi, _ := strconv.ParseFloat(bounds[1], 64)
+	var v float64
+	var err error
+	if f.Value.Type() == "duration" {
+		var d time.Duration
+		d, err = time.ParseDuration(f.Value.String())
+		v = d.Seconds()
+	} else {
+		v, err = strconv.ParseFloat(f.Value.String(), 64)
+	}
+	if err != nil || math.IsNaN(v) || v < lo || v > hi {
+		unit := ""
+		if f.Value.Type() == "duration" {
+			unit = " seconds"
+		}
+		return gcos.Errorf(gcos.EINVALID, "--%s %s: want %s..%s%s", f.Name, f.Value.String(), bounds[0], bounds[1], unit)
+	}
+	return nil
 }
 
 func (a *app) reportError(err error) {
@@ -230,12 +275,24 @@ func (a *app) open(ctx context.Context) (*postgres.Store, error) {
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 		cluster, err := embeddedpg.Start(ctx, embeddedpg.Config{DataDir: dir, Logger: a.logger})
-		if err != nil {
+		var inUse *embeddedpg.InUseError
+		switch {
+		case errors.As(err, &inUse):
+			// A daemon (or another command) runs the data dir's cluster: use that server, leave it running.
+			if dsn, err = embeddedpg.RunningDSN(dir); err != nil {
+				return nil, fmt.Errorf("embedded PostgreSQL: %w (%w)", inUse, err)
+			}
+			a.secrets = append(a.secrets, gcos.URLSecrets(dsn)...)
+			a.verbosef("through the database of the embedded cluster in %s, run by pid %d", dir, inUse.PID)
+		case err != nil:
 			return nil, fmt.Errorf("embedded PostgreSQL: %w", err)
+		default:
+			a.cluster = cluster
+			dsn = cluster.DSN()
+			a.verbosef("through the database of the embedded cluster in %s, started for this command", dir)
 		}
-		a.cluster = cluster
-		dsn = cluster.DSN()
-		a.logger.Debug("embedded PostgreSQL started", "data_dir", dir)
+	} else {
+		a.verbosef("through the database at %s", databaseIdentity(dsn))
 	}
 	store, err := postgres.Open(ctx, dsn, a.cfg, a.logger)
 	if err != nil {

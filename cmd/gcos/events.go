@@ -123,7 +123,8 @@ func (a *app) eventsCommand() *cobra.Command {
 			return b.String()
 		}),
 	}
-	notifications.Flags().IntVar(&limit, "limit", 100, "at most this many (1–1000)")
+	notifications.Flags().IntVar(&limit, "limit", 100, "at most this many (1..1000)")
+	flagRange(notifications.Flags(), "limit", 1, 1000)
 
 	cmd.AddCommand(register, activate, promote, list, notifications)
 	return cmd

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -23,7 +24,13 @@ func (a *app) explainCommand() *cobra.Command {
 			}
 			return nil
 		}),
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.Explanation, error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (ex postgres.Explanation, err error) {
+			q := url.Values{"object": {object}}
+			if group != "" {
+				q = url.Values{"group": {group}}
+			}
+			return ex, api.get(ctx, "/v1/explain", q, &ex)
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.Explanation, error) {
 			if object != "" {
 				return store.ExplainObject(ctx, object)
 			}

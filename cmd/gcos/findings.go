@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"gcos"
 	"gcos/postgres"
 )
 
@@ -19,13 +20,17 @@ func (a *app) findingsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "findings [--open] [--type T]",
 		Short: "GCOS findings (system_issues), newest first",
-		Args: argsAnd(cobra.NoArgs, func([]string) error {
-			if f.Limit < 0 || f.Limit > 1000 {
-				return gcos.Errorf(gcos.EINVALID, "--limit %d: want 1..1000", f.Limit)
+		Args:  cobra.NoArgs,
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (l findingList, err error) {
+			q := url.Values{"limit": {strconv.Itoa(f.Limit)}}
+			if f.OpenOnly {
+				q.Set("open", "true")
 			}
-			return nil
-		}),
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (findingList, error) {
+			if f.IssueType != "" {
+				q.Set("type", f.IssueType)
+			}
+			return l, api.get(ctx, "/v1/findings", q, &l)
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (findingList, error) {
 			list, err := store.ListFindings(ctx, f)
 			if list == nil {
 				list = []postgres.FindingRow{}
@@ -36,6 +41,7 @@ func (a *app) findingsCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&f.OpenOnly, "open", false, "only open findings")
 	cmd.Flags().StringVar(&f.IssueType, "type", "", "only this issue type (e.g. handoff_lag)")
 	cmd.Flags().IntVar(&f.Limit, "limit", 100, "at most this many (1..1000)")
+	flagRange(cmd.Flags(), "limit", 1, 1000)
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -30,6 +31,8 @@ type gateFlags struct {
 	object, action, atLeast, objectsFrom string
 	server, tokenFile                    string
 	explain                              bool
+	token                                string // the running daemon's (reach.go), when no --server is given
+	daemon                               *apiClient
 }
 
 // gateCommand is `gcos gate --object C:E [--action write|read]` or `gcos gate --objects-from FILE|-`: exit 0 only
@@ -49,6 +52,12 @@ func (a *app) gateCommand() *cobra.Command {
 			}
 			if f.explain && (f.server != "" || f.objectsFrom != "") {
 				return gcos.Errorf(gcos.EINVALID, "--explain answers one object from the database: drop --server and --objects-from (or ask gcos explain)")
+			}
+			if f.server == "" {
+				// The daemon that serves this data dir answers as it answers pipelines; else the database does.
+				if api := a.daemonAPI(cmd.Context()); api != nil {
+					f.server, f.token, f.daemon = api.base, api.token, api
+				}
 			}
 			if f.objectsFrom != "" {
 				checks, err := a.readChecks(f.objectsFrom)
@@ -75,7 +84,9 @@ func (a *app) gateCommand() *cobra.Command {
 // question asks (--at-least).
 func (a *app) gateClient(f gateFlags) (*client.Client, []client.Ask, error) {
 	token := os.Getenv("GCOS_TOKEN")
-	if f.tokenFile != "" {
+	if f.token != "" {
+		token = f.token
+	} else if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
 		if err != nil {
 			return nil, nil, gcos.Errorf(gcos.EINVALID, "--token-file: %v", err)
@@ -118,7 +129,17 @@ func (a *app) openGate(ctx context.Context) (*postgres.Store, error) {
 func (a *app) gateOne(ctx context.Context, f gateFlags) error {
 	var ans gcos.GateAnswer
 	var full *postgres.GateResult
-	if f.server != "" {
+	if f.explain && f.daemon != nil {
+		var ex httpapi.ExplainedGateResult
+		q := url.Values{"object": {f.object}, "action": {f.action}, "explain": {"1"}}
+		if f.atLeast != "" {
+			q.Set("at_least", f.atLeast)
+		}
+		if err := f.daemon.get(ctx, "/v1/gate", q, &ex); err != nil {
+			return err
+		}
+		ans, full = ex.Answer(), &ex.GateResult
+	} else if f.server != "" {
 		c, ask, err := a.gateClient(f)
 		if err != nil {
 			return err

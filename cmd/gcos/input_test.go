@@ -2,11 +2,19 @@ package main
 
 import (
 	"errors"
+	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestBadInputExitsTwo: a flag value or argument the API would answer 400 is refused before anything runs, with
@@ -95,5 +103,62 @@ func TestSecretsAreNeverPrinted(t *testing.T) {
 	leaks("a log line", out.String())
 	if !strings.Contains(out.String(), "gcos:xxxxx@db") {
 		t.Errorf("the log line lost more than the secret: %s", out.String())
+	}
+}
+
+// TestNumericFlags: every numeric flag of every command declares its range, and a value outside it (each bound
+// crossed, and garbage) exits 2 naming the flag before anything runs: no panic, no connection.
+func TestNumericFlags(t *testing.T) {
+	t.Parallel()
+	numeric := map[string]bool{"int": true, "int64": true, "uint64": true, "float64": true, "duration": true}
+	var walk func(cmd *cobra.Command)
+	flags := 0
+	walk = func(cmd *cobra.Command) {
+		cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if !numeric[f.Value.Type()] {
+				return
+			}
+			flags++
+			bounds := f.Annotations[rangeAnnotation]
+			if len(bounds) != 2 {
+				t.Errorf("%s --%s (%s) declares no range: call flagRange", cmd.CommandPath(), f.Name, f.Value.Type())
+				return
+			}
+			lo, _ := strconv.ParseFloat(bounds[0], 64)
+			hi, _ := strconv.ParseFloat(bounds[1], 64)
+			bad := []string{"nonsense"}
+			if f.Value.Type() == "duration" {
+				bad = append(bad, (time.Duration(hi*float64(time.Second)) + time.Second).String(), "-1s")
+			} else {
+				if hi < math.MaxInt32 {
+					bad = append(bad, strconv.FormatFloat(hi+1, 'f', -1, 64))
+				}
+				if f.Value.Type() != "uint64" {
+					bad = append(bad, strconv.FormatFloat(lo-1, 'f', -1, 64))
+				}
+			}
+			path := strings.Fields(cmd.CommandPath())[1:]
+			for _, v := range bad {
+				args := append(slices.Clone(path), "--"+f.Name+"="+v)
+				var code int
+				var stderr string
+				for n := 0; n < 3; n++ { // as many placeholder arguments as the command takes
+					code, _, stderr = runGate(t, append(append([]string{"--data-dir", t.TempDir()}, args...), slices.Repeat([]string{"x"}, n)...)...)
+					if !strings.Contains(stderr, "arg(s)") {
+						break
+					}
+				}
+				if code != exitUsage || !strings.Contains(stderr, "--"+f.Name) || strings.Contains(stderr, "panic") {
+					t.Errorf("gcos %s: exit %d, stderr %q; want exit %d naming --%s", strings.Join(args, " "), code, stderr, exitUsage, f.Name)
+				}
+			}
+		})
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newApp(io.Discard, io.Discard).rootCommand())
+	if flags < 10 {
+		t.Errorf("found %d numeric flags; the walk is broken", flags)
 	}
 }

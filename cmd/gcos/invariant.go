@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"text/tabwriter"
 
@@ -19,15 +20,26 @@ func (a *app) invariantCommand() *cobra.Command {
 		Short: "the coverage invariant per scope, in objects; exit 1 if a ledger does not close",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := a.openPrepared(cmd.Context(), false)
-			if err != nil {
-				return err
+			var view httpapi.InvariantView
+			if api := a.daemonAPI(cmd.Context()); api != nil {
+				q := url.Values{}
+				if scope != "" {
+					q.Set("scope", scope)
+				}
+				if err := api.get(cmd.Context(), "/v1/invariant", q, &view); err != nil {
+					return err
+				}
+			} else {
+				store, err := a.openPrepared(cmd.Context(), false)
+				if err != nil {
+					return err
+				}
+				rep, err := store.Invariant(cmd.Context(), scope)
+				if err != nil {
+					return err
+				}
+				view = httpapi.NewInvariantView(rep)
 			}
-			rep, err := store.Invariant(cmd.Context(), scope)
-			if err != nil {
-				return err
-			}
-			view := httpapi.NewInvariantView(rep)
 			if err := a.print(view, invariantText(view)); err != nil {
 				return err
 			}

@@ -61,7 +61,8 @@ func (a *app) migrateCommand() *cobra.Command {
 			return a.print(map[string]any{"reverted": reverted}, fmt.Sprintf("migrations reverted: %v", reverted))
 		},
 	}
-	down.Flags().IntVar(&steps, "steps", 1, "how many steps to revert; 0 = all")
+	down.Flags().IntVar(&steps, "steps", 1, "how many steps to revert; 0 = all (0..1000)")
+	flagRange(down.Flags(), "steps", 0, 1000)
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "list migrations and substrate verification",

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"gcos/httpapi"
 	"gcos/postgres"
 )
 
@@ -34,7 +36,12 @@ func (a *app) rulesetCommand() *cobra.Command {
 	compute.Flags().StringVar(&by, "by", "gcos", "proposer")
 	list := &cobra.Command{
 		Use: "list", Short: "list ruleset versions", Args: cobra.NoArgs,
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) ([]postgres.RulesetRow, error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) ([]postgres.RulesetRow, error) {
+			var l struct {
+				Rulesets []postgres.RulesetRow `json:"rulesets"`
+			}
+			return l.Rulesets, api.get(ctx, "/v1/rulesets", nil, &l)
+		}, func(ctx context.Context, store *postgres.Store, _ []string) ([]postgres.RulesetRow, error) {
 			return store.ListRulesets(ctx)
 		}, func(rows []postgres.RulesetRow) string {
 			var b strings.Builder
@@ -74,7 +81,10 @@ func (a *app) rulesetCommand() *cobra.Command {
 	var approval, actor string
 	activate := &cobra.Command{
 		Use: "activate VERSION", Short: "activate a draft (needs --approval and an actor other than the proposer)", Args: cobra.ExactArgs(1),
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (postgres.ActivationResult, error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (res postgres.ActivationResult, err error) {
+			// The daemon's view and caches learn of the activation at once; the audit row names the actor.
+			return res, api.post(ctx, "/v1/rulesets/"+url.PathEscape(args[0])+"/activate", httpapi.ActivateRequest{ApprovalRef: approval, Actor: actor}, &res)
+		}, func(ctx context.Context, store *postgres.Store, args []string) (postgres.ActivationResult, error) {
 			return store.ActivateRuleset(ctx, args[0], approval, actor)
 		}, func(res postgres.ActivationResult) string {
 			return fmt.Sprintf("%s active (supersedes %s); %d groups dirtied, %d carried unchanged",

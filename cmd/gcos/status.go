@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gcos/httpapi"
 	"gcos/postgres"
 )
 
@@ -24,7 +25,15 @@ func (a *app) statusCommand() *cobra.Command {
 		Use:   "status",
 		Short: "workers and heartbeats, lags, the dirty set, the active ruleset and the last snapshot",
 		Args:  cobra.NoArgs,
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (StatusReport, error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (StatusReport, error) {
+			var sum httpapi.SummaryView
+			var rep StatusReport
+			if err := api.get(ctx, "/v1/summary", nil, &sum); err != nil {
+				return rep, err
+			}
+			rep.Summary = sum.Summary
+			return rep, api.get(ctx, "/v1/workers", nil, &rep.Workers)
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (StatusReport, error) {
 			sum, err := store.Summary(ctx)
 			if err != nil {
 				return StatusReport{}, err

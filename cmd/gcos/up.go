@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,6 +41,14 @@ func (a *app) upCommand() *cobra.Command {
 			if err := httpapi.CheckListen(a.cfg.HTTP); err != nil {
 				return err // before anything starts: a wrong address must not cost a world generation first
 			}
+			// A token made for this run, published in the data dir (api.token, 0600) with the API's URL: commands
+			// run beside the daemon ask it with this token (reach.go).
+			runToken, err := daemon.NewRunToken()
+			if err != nil {
+				return err
+			}
+			a.cfg.HTTP.OperatorTokens = append(a.cfg.HTTP.OperatorTokens, runToken)
+			a.secrets = append(a.secrets, runToken)
 			if demo && noTokens {
 				// The demo runs on loopback (CheckListen refused anything else without tokens) so an evaluator can
 				// open the dashboard at once.
@@ -52,7 +63,7 @@ func (a *app) upCommand() *cobra.Command {
 					return err
 				}
 			}
-			return a.serve(ctx, store, demo, birthsPerSecond, changesPerSecond)
+			return a.serve(ctx, store, demo, runToken, birthsPerSecond, changesPerSecond)
 		},
 	}
 	cmd.Flags().BoolVar(&demo, "demo", false, "embedded demo: greenfield substrate, synthetic world, backfill, live churn")
@@ -60,6 +71,8 @@ func (a *app) upCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&insecure, "insecure-no-auth", false, "serve without tokens (loopback only)")
 	cmd.Flags().Float64Var(&birthsPerSecond, "demo-births-per-second", 50, "demo churn: new births per second")
 	cmd.Flags().Float64Var(&changesPerSecond, "demo-changes-per-second", 5, "demo churn: registry changes per second")
+	flagRange(cmd.Flags(), "demo-births-per-second", 0, 100_000)
+	flagRange(cmd.Flags(), "demo-changes-per-second", 0, 100_000)
 	return cmd
 }
 
@@ -91,11 +104,23 @@ func (a *app) openWhenReachable(ctx context.Context, demo bool) (*postgres.Store
 }
 
 // serve runs the daemon (and, demo, its churn) until ctx ends.
-func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birthsPerSecond, changesPerSecond float64) error {
+func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, runToken string, birthsPerSecond, changesPerSecond float64) error {
 	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", a.cfg.HTTP.Listen, err)
 	}
+	dir, err := filepath.Abs(a.dataDir)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("data dir: %w", err)
+	}
+	unpublish, err := daemon.Publish(dir, daemon.Running{URL: localURL(ln.Addr()), PID: os.Getpid(),
+		Database: databaseIdentity(a.databaseURL), StartedAt: time.Now().UTC(), Version: version}, runToken)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer unpublish()
 	cfg := daemon.Config{Store: store, Logger: a.logger, Version: version, Listener: ln}
 	if demo {
 		cfg.Churn = &world.Churn{Pool: store.Pool(), BirthsPerSecond: birthsPerSecond, ChangesPerSecond: changesPerSecond,
@@ -107,4 +132,21 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, birth
 		return err
 	}
 	return d.Run(ctx)
+}
+
+// localURL is the URL a process on this machine uses to reach addr: an unspecified address (every interface)
+// is reached on loopback.
+func localURL(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String()
+	}
+	host := tcp.IP
+	if host == nil || host.IsUnspecified() {
+		host = net.IPv4(127, 0, 0, 1)
+		if tcp.IP != nil && tcp.IP.To4() == nil {
+			host = net.IPv6loopback
+		}
+	}
+	return "http://" + net.JoinHostPort(host.String(), strconv.Itoa(tcp.Port))
 }

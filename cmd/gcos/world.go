@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/spf13/cobra"
 
@@ -36,6 +37,9 @@ func (a *app) worldCommand() *cobra.Command {
 	gen.Flags().IntVar(&opts.Births, "births", 0, "births to generate (default 1,037,724)")
 	gen.Flags().IntVar(&opts.Children, "children", 0, "inherited children to add under one container")
 	gen.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed; the same seed gives the same rows")
+	flagRange(gen.Flags(), "births", 0, 100_000_000)
+	flagRange(gen.Flags(), "children", 0, 10_000_000)
+	flagRange(gen.Flags(), "seed", 0, math.MaxUint64)
 	var n int
 	var seed uint64
 	children := &cobra.Command{
@@ -51,6 +55,8 @@ func (a *app) worldCommand() *cobra.Command {
 	}
 	children.Flags().IntVar(&n, "n", 1000, "children to add")
 	children.Flags().Uint64Var(&seed, "seed", 1, "seed")
+	flagRange(children.Flags(), "n", 1, 10_000_000)
+	flagRange(children.Flags(), "seed", 0, math.MaxUint64)
 	cmd.AddCommand(gen, children)
 	return cmd
 }
