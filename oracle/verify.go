@@ -38,18 +38,18 @@ func (m Mismatch) String() string {
 
 // Report is the outcome of one verification.
 type Report struct {
-	At             time.Time  `json:"at"`
-	RulesetVersion string     `json:"ruleset_version"`
-	Only           []string   `json:"collections,omitempty"` // the slice verified (none: everything)
-	Births         int64      `json:"births"`                // births counted (in the slice's collections)
-	Groups         int        `json:"groups"`                // reference groups (with members)
-	Objects        int        `json:"objects"`               // reference object rows
-	GateChecks     int        `json:"gate_checks"`           // gate decisions compared (objects × actions)
-	ViewChecks     int        `json:"view_checks,omitempty"` // of those, answered by the gate's view too and compared
-	BatchChecks    int        `json:"batch_checks"`          // gate decisions compared again as batches (each from one instant)
-	EvaluateTime   float64    `json:"evaluate_secs"`         // reading the substrate and evaluating it from scratch
-	Elapsed        float64    `json:"elapsed_secs"`          // the whole verification
-	Batches        int        `json:"batches,omitempty"`     // an audit's proof: the batches it was read in
+	At             time.Time `json:"at"`
+	RulesetVersion string    `json:"ruleset_version"`
+	Only           []string  `json:"collections,omitempty"` // the slice verified (none: everything)
+	Births         int64     `json:"births"`                // births counted (in the slice's collections)
+	Groups         int       `json:"groups"`                // reference groups (with members)
+	Objects        int       `json:"objects"`               // reference object rows
+	GateChecks     int       `json:"gate_checks"`           // gate decisions compared (objects × actions)
+	ViewChecks     int       `json:"view_checks,omitempty"` // of those, answered by the gate's view too and compared
+	BatchChecks    int       `json:"batch_checks"`          // gate decisions compared again as batches (each from one instant)
+	EvaluateTime   float64   `json:"evaluate_secs"`         // reading the substrate and evaluating it from scratch
+	Elapsed        float64   `json:"elapsed_secs"`          // the whole verification
+	Batches        int       `json:"batches,omitempty"`     // an audit's proof: the batches it was read in
 	// Mismatches are the differences of what was settled at the instant; InFlight those of what was still moving
 	// (VerifyOptions.InFlight): a group dirty at the instant, or one a transaction that committed after it wrote
 	// (a handoff, a mark, a scan), and what those groups count or decide.
