@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/daemon"
+	"gcos/gcostest"
+	"gcos/httpapi"
+	"gcos/postgres/pgtest"
+)
+
+// TestCommandsReachTheDaemon: `gcos up` publishes its API's URL and a run token (0600) in the data dir; a command
+// run beside it with the same data dir and database asks the daemon (--verbose says so) and prints what the
+// database path prints; a command for another database does not use it; once the daemon stops, the files are gone
+// and commands read the database again.
+func TestCommandsReachTheDaemon(t *testing.T) {
+	t.Parallel()
+	w := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 5})
+	dsn := pgtest.DSN(w.Pool)
+	dir := t.TempDir()
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var upErr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- newApp(&bytes.Buffer{}, &upErr).execute(ctx, []string{"--database-url", dsn, "--data-dir", dir, "up", "--listen", "127.0.0.1:0"})
+	}()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "api.json")); err == nil {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("gcos up exited %d before publishing its API:\n%s", code, upErr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gcos up published no api.json:\n%s", upErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "api.token")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("api.token: %v, mode %v; want 0600", err, st.Mode().Perm())
+	}
+	run := func(args ...string) (int, string, string) {
+		return runGate(t, append([]string{"--database-url", dsn, "--data-dir", dir, "--verbose"}, args...)...)
+	}
+	viaAPI := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := run(args...)
+		if !strings.Contains(stderr, "through the daemon's API") {
+			t.Errorf("gcos %v did not go through the daemon (exit %d):\n%s", args, code, stderr)
+		}
+		if code != 0 && code != exitBlock {
+			t.Errorf("gcos %v: exit %d\n%s\n%s", args, code, stdout, stderr)
+		}
+		return stdout
+	}
+	// The same answers as the database path (nothing moves in this world).
+	direct := func(args ...string) string {
+		t.Helper()
+		_, stdout, _ := runGate(t, append([]string{"--database-url", dsn, "--data-dir", t.TempDir()}, args...)...)
+		return stdout
+	}
+	group := w.Strings(t, `SELECT min(group_key) FROM governance_candidate_state WHERE candidate_verdict = 'relevant'`)[0]
+	object := w.Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 1`)[0]
+	for _, args := range [][]string{
+		{"invariant", "--json"},
+		{"findings", "--json"},
+		{"ruleset", "list", "--json"},
+		{"explain", "--group", group, "--json"},
+	} {
+		got, want := viaAPI(args...), direct(args...)
+		if args[0] == "invariant" { // the API's view is stamped with its instant
+			var v httpapi.InvariantView
+			if err := json.Unmarshal([]byte(got), &v); err != nil || v.AsOf == nil {
+				t.Fatalf("invariant through the API: %v\n%s", err, got)
+			}
+			v.AsOf = nil
+			b, _ := json.MarshalIndent(v, "", "  ")
+			got = string(b) + "\n"
+		}
+		if got != want {
+			t.Errorf("gcos %v through the API:\n%s\nthrough the database:\n%s", args, got, want)
+		}
+	}
+	viaAPI("status")
+	var ans gcos.GateAnswer
+	if err := json.Unmarshal([]byte(viaAPI("gate", "--object", object, "--json")), &ans); err != nil || ans.Source == "" {
+		t.Fatalf("gate through the daemon: %v %+v", err, ans)
+	}
+	if want := w.Store.Decide(w.Ctx, object, gcos.ActionWrite).Decision; ans.Decision != want {
+		t.Errorf("gate through the daemon: %s, the database says %s", ans.Decision, want)
+	}
+	if out := viaAPI("gate", "--object", object, "--explain"); !strings.Contains(out, "statement:") {
+		t.Errorf("gate --explain through the daemon printed no statement:\n%s", out)
+	}
+	// Bad input the API refuses is bad input here too: exit 2, nothing changed.
+	if code, _, stderr := run("ruleset", "activate", "gov-rs-000000000000", "--approval", "A-1", "--by", "someone"); code != 1 && code != exitUsage ||
+		!strings.Contains(stderr, "through the daemon's API") {
+		t.Errorf("activate an unknown version through the daemon: exit %d\n%s", code, stderr)
+	}
+	if code, _, stderr := run("explain", "--object", "nocolon"); code != exitUsage {
+		t.Errorf("explain of a malformed object through the daemon: exit %d, want %d\n%s", code, exitUsage, stderr)
+	}
+	// Another database: not this daemon's.
+	other := strings.Replace(dsn, "/"+w.Strings(t, `SELECT current_database()`)[0], "/postgres", 1)
+	if _, _, stderr := runGate(t, "--database-url", other, "--data-dir", dir, "-v", "findings"); !strings.Contains(stderr, "not this command's database") {
+		t.Errorf("a command for another database used the daemon:\n%s", stderr)
+	}
+
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("gcos up: exit %d\n%s", code, upErr.String())
+	}
+	for _, f := range []string{"api.json", "api.token"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s after the daemon stopped: %v", f, err)
+		}
+	}
+	if code, _, stderr := run("findings"); code != 0 || !strings.Contains(stderr, "through the database") {
+		t.Errorf("with the daemon stopped: exit %d\n%s", code, stderr)
+	}
+	// A run file a killed daemon left behind is not followed.
+	if _, err := daemon.Publish(dir, daemon.Running{URL: "http://127.0.0.1:1", PID: 1 << 22, Database: "embedded"}, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := daemon.Discover(context.Background(), dir); err != daemon.ErrNotRunning {
+		t.Errorf("a dead daemon's run file: %v, want ErrNotRunning", err)
+	}
+}
