@@ -189,6 +189,8 @@ type ScanConfig struct {
 	// object rows (gcos.ProofBatches), each read and compared at its own instant, so the daemon holds one batch's
 	// object rows at a time whatever the size of the estate. Each batch reads the births of its collections again.
 	VerifyBatchObjects int `json:"verify_batch_objects"`
+	// VerdictChangesKeep is how long the verdict change log (GET /v1/changes) keeps a change.
+	VerdictChangesKeep Duration `json:"verdict_changes_keep"`
 }
 
 // ChangelogSkip as a ChangelogRule kind means "matched: produce no signal" (e.g. GCOS's own audit echo).
@@ -368,6 +370,7 @@ func DefaultConfig() Config {
 			VerifySample:        2000,
 			VerifySlices:        32,
 			VerifyBatchObjects:  20_000,
+			VerdictChangesKeep:  Duration(24 * time.Hour),
 			RetryBase:           Duration(time.Second),
 			RetryMax:            Duration(5 * time.Minute),
 			MaxAttempts:         5,
@@ -658,6 +661,7 @@ func (c Config) Validate() error {
 		p.add("scan.verify_sample", "must not be negative, got %d", s.VerifySample)
 	}
 	p.positiveInt("scan.verify_slices", s.VerifySlices)
+	p.positive("scan.verdict_changes_keep", s.VerdictChangesKeep)
 	p.positiveInt("scan.verify_batch_objects", s.VerifyBatchObjects)
 
 	in := c.Intake

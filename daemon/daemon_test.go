@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"testing"
@@ -11,7 +12,10 @@ import (
 	"gcos/daemon"
 	"gcos/gcostest"
 	"gcos/intake"
+	"gcos/oracle"
+	"gcos/postgres"
 	"gcos/postgres/pgtest"
+	"gcos/world"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -105,4 +109,145 @@ func waitFor(t *testing.T, done <-chan error, what string, cond func() bool) {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// TestDemoChurnMovesVerdicts runs the daemon with the demo's governance churn (lifecycle, coverage, ownership,
+// exceptions, untrusted rows, a ruleset proposal) over a small world: verdicts change for more than one reason, each
+// change is logged before → after with the mark that made it scan, /v1/changes serves them newest first, the
+// proposal leaves a draft an operator can activate, and once the churn stops and the dirty set drains the
+// incremental state equals the reference (gcos verify --strict).
+func TestDemoChurnMovesVerdicts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	w := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 9, Config: func(cfg *gcos.Config) {
+		cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.StormFraction = 1
+		cfg.HTTP.InsecureNoAuth = true
+	}})
+	store := w.Store
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proposals := make(chan string, 100)
+	churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: 5, ChangesPerSecond: 1, GovernancePerSecond: 20, Seed: 3,
+		ProposeEvery: 500 * time.Millisecond, Propose: func(ctx context.Context) (string, error) {
+			rs, _, err := store.ComputeRuleset(ctx, "demo-proposer")
+			if err == nil {
+				proposals <- rs.Version
+			}
+			return rs.Version, err
+		}}
+	d, err := daemon.New(daemon.Config{Store: store, Listener: ln, Version: "test", Churn: churn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+
+	whys := map[string]int{}
+	waitFor(t, done, "verdicts change for several reasons", func() bool {
+		changes, err := store.VerdictChanges(ctx, postgres.VerdictChangeFilter{Limit: 500})
+		if err != nil {
+			return false
+		}
+		clear(whys)
+		for _, c := range changes {
+			whys[c.Why]++
+		}
+		return len(whys) >= 3 && churn.Governance() >= 20 && len(proposals) > 0
+	})
+	t.Logf("verdict changes by reason: %v; governance edits %d", whys, churn.Governance())
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/v1/changes?limit=20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var view struct {
+		AsOf    time.Time                `json:"as_of"`
+		Changes []postgres.VerdictChange `json:"changes"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&view)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || len(view.Changes) == 0 || len(view.Changes) > 20 {
+		t.Fatalf("GET /v1/changes: %d, %v, %d changes", resp.StatusCode, err, len(view.Changes))
+	}
+	for i, c := range view.Changes {
+		if c.VerdictBefore == c.VerdictAfter && ptr(c.CoverageBefore) == ptr(c.CoverageAfter) {
+			t.Errorf("change %d changes nothing: %+v", c.ID, c)
+		}
+		if i > 0 && c.ChangedAt.After(view.Changes[i-1].ChangedAt) {
+			t.Errorf("changes not newest first at %d", i)
+		}
+		if c.DirtiedAt != nil && (c.LatencySeconds == nil || *c.LatencySeconds < 0) {
+			t.Errorf("change %d: latency %v from its mark %v", c.ID, c.LatencySeconds, c.DirtiedAt)
+		}
+	}
+	since := view.Changes[len(view.Changes)-1].ChangedAt
+	newer, err := store.VerdictChanges(ctx, postgres.VerdictChangeFilter{Since: since, Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range newer {
+		if !c.ChangedAt.After(since) {
+			t.Errorf("since %s answered a change at %s", since, c.ChangedAt)
+		}
+	}
+
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// The proposal is a draft an operator activates (not its proposer).
+	version := <-proposals
+	rs, err := store.GetRuleset(ctx, version)
+	if err != nil || rs.ProposedBy != "demo-proposer" {
+		t.Fatalf("proposed ruleset %s: %+v, %v", version, rs, err)
+	}
+
+	// Quiet now: drain what the churn left, then the incremental state must equal the reference exactly.
+	quiet, err := daemon.New(daemon.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := quiet.Intake.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := quiet.Scan.Once(ctx, postgres.ModeIncremental); err != nil {
+			t.Fatal(err)
+		}
+		n, err := store.DirtySetSize(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lag, err := intake.New(store).CheckTailLag(ctx, postgres.DefaultTailSources(store.Config())[0], store.Config().Intake)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 && lag.OldestUnreadAt == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dirty set did not drain: %d dirty", n)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 300, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("after the demo churn, %d mismatches: %v", len(rep.Mismatches), rep.Mismatches[:min(20, len(rep.Mismatches))])
+	}
+}
+
+func ptr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -176,6 +176,7 @@ func TestAPI(t *testing.T) {
 			"GET /v1/snapshots":                    {"/v1/snapshots", "", []int{200}},
 			"GET /v1/findings":                     {"/v1/findings?open=true", "", []int{200}},
 			"GET /v1/workers":                      {"/v1/workers", "", []int{200}},
+			"GET /v1/changes":                      {"/v1/changes?limit=5", "", []int{200}},
 			"POST /v1/rulesets/{version}/activate": {"/v1/rulesets/" + e.ruleset + "/activate", `{"approval_ref":"APR-2","actor":"someone"}`, []int{409}},
 			"POST /v1/cursors/{source}/reset":      {"/v1/cursors/birth_registry/reset", `{"to":"start"}`, []int{200}},
 			"GET /metrics":                         {"/metrics", "", []int{200}},

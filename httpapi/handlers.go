@@ -396,6 +396,49 @@ func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 	return writeJSON(w, http.StatusOK, map[string]any{"findings": list})
 }
 
+// ChangesMax is the most verdict changes GET /v1/changes answers at once.
+const ChangesMax = 500
+
+// ChangesView is GET /v1/changes: the verdict change log, newest first, as of an instant.
+type ChangesView struct {
+	AsOf    time.Time                `json:"as_of"`
+	Changes []postgres.VerdictChange `json:"changes"`
+}
+
+// changes answers GET /v1/changes?since=RFC3339&limit=N: the verdict changes after since, newest first.
+func (s *server) changes(w http.ResponseWriter, r *http.Request) int {
+	q := r.URL.Query()
+	f := postgres.VerdictChangeFilter{Limit: 50}
+	if v := q.Get("since"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "since %q: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", v))
+		}
+		f.Since = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > ChangesMax {
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "limit %q: want 1..%d", v, ChangesMax))
+		}
+		f.Limit = n
+	}
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	var asOf time.Time
+	if err := s.store.Pool().QueryRow(ctx, `SELECT now()`).Scan(&asOf); err != nil {
+		return s.fail(w, r, err)
+	}
+	list, err := s.store.VerdictChanges(ctx, f)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	if list == nil {
+		list = []postgres.VerdictChange{}
+	}
+	return writeJSON(w, http.StatusOK, ChangesView{AsOf: asOf, Changes: list})
+}
+
 // workers answers GET /v1/workers.
 func (s *server) workers(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)

@@ -89,6 +89,7 @@ var routeTable = []route{
 	{Route{http.MethodGet, "/v1/snapshots", AccessReader, []string{"limit"}}, (*server).snapshots},
 	{Route{http.MethodGet, "/v1/findings", AccessReader, []string{"open", "type", "limit"}}, (*server).findings},
 	{Route{http.MethodGet, "/v1/workers", AccessReader, nil}, (*server).workers},
+	{Route{http.MethodGet, "/v1/changes", AccessReader, []string{"since", "limit"}}, (*server).changes},
 	{Route{http.MethodPost, "/v1/rulesets/{version}/activate", AccessOperator, nil}, (*server).activate},
 	{Route{http.MethodPost, "/v1/cursors/{source}/reset", AccessOperator, nil}, (*server).resetCursor},
 	{Route{http.MethodGet, "/metrics", AccessReader, nil}, (*server).metrics},

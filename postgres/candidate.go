@@ -274,6 +274,15 @@ type candidateArrays struct {
 	lifecycles                                 []string
 }
 
+// groupKeys are the group keys of vs, in vs's order.
+func groupKeys(vs []CandidateValues) []string {
+	keys := make([]string, len(vs))
+	for i, v := range vs {
+		keys[i] = v.GroupKey
+	}
+	return keys
+}
+
 func toArrays(vs []CandidateValues) candidateArrays {
 	var a candidateArrays
 	// Rows are written in group-key order, the order every marking transaction locks them in (markDirtySQL).
@@ -548,6 +557,9 @@ func WriteVerdicts(ctx context.Context, tx pgx.Tx, ruleset string, snapshotID in
 		return nil
 	}
 	a := toArrays(vs)
+	if err := recordVerdictChanges(ctx, tx, ruleset, runID, false, groupKeys(vs), vs); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, scanWriteSQL, ruleset, snapshotID, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
 		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles); err != nil {
 		return fmt.Errorf("write verdicts: %w", err)

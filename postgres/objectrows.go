@@ -136,6 +136,9 @@ func UpsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset,
 		ttls[i], gevid[i] = v.TTL, o.GroupEvidence
 		cov = append(cov, v) // a relevant row's outcome is recorded, any other's cleared
 	}
+	if err := recordVerdictChanges(ctx, tx, ruleset, runID, true, keys, cov); err != nil {
+		return 0, err
+	}
 	tag, err := tx.Exec(ctx, upsertObjectsSQL, snapshotID, ruleset, runID, keys, otypes, orefs, reasons, gkeys, verdicts, quals, deps, ttls, risks, required, evid, owners, gevid)
 	if err != nil {
 		return 0, fmt.Errorf("materialize objects: %w", err)

@@ -221,6 +221,9 @@ func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 			if p.Scanned > 0 || p.Storm {
 				s.logger().Info("incremental scan", "run_id", p.RunID, "scanned", p.Scanned, "verdict_changes", p.VerdictChanges, "storm", p.Storm, "remaining", p.Remaining)
 			}
+			if _, err := s.Stage.core.PruneVerdictChanges(ctx, s.Config.VerdictChangesKeep.Duration()); err != nil && ctx.Err() == nil {
+				s.logger().Warn("prune the verdict change log", "err", err)
+			}
 		}
 		sleep(ctx, wait)
 	}

@@ -34,9 +34,19 @@ type Churn struct {
 	Logger *slog.Logger
 	// Outage sets the back-off and the logging of failed writes (zero: the defaults).
 	Outage gcos.OutageConfig
+	// GovernancePerSecond is the rate of governance edits (GovernanceKinds: lifecycle, coverage, ownership,
+	// exceptions, an untrusted row); 0 for none.
+	GovernancePerSecond float64
+	// ProposeEvery, with Propose set, edits the rule registries that often and calls Propose, which computes the
+	// draft ruleset an operator may then activate; 0 for never.
+	ProposeEvery time.Duration
+	Propose      func(ctx context.Context) (version string, err error)
 
-	births, changes atomic.Int64
+	births, changes, governance atomic.Int64
 }
+
+// Governance returns the number of governance edits Run has made so far.
+func (c *Churn) Governance() int64 { return c.governance.Load() }
 
 // Births returns the number of births Run has inserted so far.
 func (c *Churn) Births() int64 { return c.births.Load() }
@@ -45,11 +55,12 @@ func (c *Churn) Births() int64 { return c.births.Load() }
 func (c *Churn) Changes() int64 { return c.changes.Load() }
 
 const (
-	churnTick         = 100 * time.Millisecond
-	churnMaxPerTick   = 10_000 // rows per kind and transaction; a slow database falls behind rather than piling up
-	churnRecent       = 4096   // codes remembered for object changes
-	churnReport       = time.Minute
-	churnWriteTimeout = 30 * time.Second // one tick's transaction, even after Run's context ended
+	churnTick          = 100 * time.Millisecond
+	churnMaxPerTick    = 10_000 // rows per kind and transaction; a slow database falls behind rather than piling up
+	churnRecent        = 4096   // codes remembered for object changes
+	churnReport        = time.Minute
+	churnWriteTimeout  = 30 * time.Second // one tick's transaction, even after Run's context ended
+	churnMaxGovernance = 50               // governance edits due at most (each is its own transaction)
 )
 
 // churnClass is an entity type churn can bear, with its collection and its weight (current births + 1).
@@ -66,9 +77,9 @@ func (c *Churn) Run(ctx context.Context) error {
 	if c.Pool == nil {
 		return errors.New("world: churn needs a pool")
 	}
-	if c.BirthsPerSecond < 0 || c.ChangesPerSecond < 0 {
-		return fmt.Errorf("world: churn rates must not be negative (births %v/s, changes %v/s)",
-			c.BirthsPerSecond, c.ChangesPerSecond)
+	if c.BirthsPerSecond < 0 || c.ChangesPerSecond < 0 || c.GovernancePerSecond < 0 {
+		return fmt.Errorf("world: churn rates must not be negative (births %v/s, changes %v/s, governance %v/s)",
+			c.BirthsPerSecond, c.ChangesPerSecond, c.GovernancePerSecond)
 	}
 	log := c.Logger
 	if log == nil {
@@ -89,7 +100,8 @@ func (c *Churn) Run(ctx context.Context) error {
 
 	start := time.Now()
 	lastReport := start
-	var dueBirths, dueChanges float64
+	var dueBirths, dueChanges, dueGovernance float64
+	lastProposal := start
 	tick := time.NewTicker(churnTick)
 	defer tick.Stop()
 	last := start
@@ -108,6 +120,7 @@ func (c *Churn) Run(ctx context.Context) error {
 			last = now
 			dueBirths = min(dueBirths+c.BirthsPerSecond*dt, churnMaxPerTick)
 			dueChanges = min(dueChanges+c.ChangesPerSecond*dt, churnMaxPerTick)
+			dueGovernance = min(dueGovernance+c.GovernancePerSecond*dt, churnMaxGovernance)
 			if now.Before(retryAt) {
 				continue
 			}
@@ -140,10 +153,45 @@ func (c *Churn) Run(ctx context.Context) error {
 					c.changes.Add(int64(n))
 				}
 			}
+			for ; dueGovernance >= 1 && !now.Before(retryAt); dueGovernance-- {
+				kind, what, err := st.governanceEdit(wctx)
+				switch {
+				case errors.Is(err, errNothingToEdit):
+				case err != nil:
+					if ctx.Err() != nil {
+						cancel()
+						return nil
+					}
+					retryAt = now.Add(outage.Failed(fmt.Errorf("governance edit %s: %w", kind, err)))
+				default:
+					outage.Succeeded()
+					c.governance.Add(1)
+					log.Debug("governance edit", "kind", kind, "what", what)
+				}
+			}
+			if c.Propose != nil && c.ProposeEvery > 0 && now.Sub(lastProposal) >= c.ProposeEvery && !now.Before(retryAt) {
+				lastProposal = now
+				var what string
+				err := pgx.BeginFunc(wctx, st.pool, func(tx pgx.Tx) error {
+					var err error
+					what, err = rulesEdit(wctx, st, tx)
+					return err
+				})
+				var version string
+				if err == nil {
+					version, err = c.Propose(wctx)
+				}
+				if err != nil && ctx.Err() == nil && !errors.Is(err, errNothingToEdit) {
+					log.Warn("demo ruleset proposal", "err", err)
+				} else if err == nil {
+					log.Info("demo: rule registries edited; a draft ruleset awaits approval", "edit", what, "ruleset", version,
+						"activate_with", "gcos ruleset activate "+version+" --approval APR-… --by <you>")
+				}
+			}
 			cancel()
 			if now.Sub(lastReport) >= churnReport {
 				lastReport = now
-				log.Info("churn", "births", c.births.Load(), "changes", c.changes.Load(),
+				log.Info("churn", "births", c.births.Load(), "changes", c.changes.Load(), "governance_edits", c.governance.Load(),
 					"elapsed", now.Sub(start).Round(time.Second))
 			}
 		}

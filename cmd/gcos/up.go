@@ -24,7 +24,7 @@ var version = "dev"
 func (a *app) upCommand() *cobra.Command {
 	var demo, insecure bool
 	var listen string
-	var birthsPerSecond, changesPerSecond float64
+	var churn demoChurn
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "run the daemon: intake, scans, gate API and dashboard (--demo: embedded world, live churn)",
@@ -49,6 +49,10 @@ func (a *app) upCommand() *cobra.Command {
 			}
 			a.cfg.HTTP.OperatorTokens = append(a.cfg.HTTP.OperatorTokens, runToken)
 			a.secrets = append(a.secrets, runToken)
+			if demo && a.cfg.Scan.FullAuditInterval == gcos.DefaultConfig().Scan.FullAuditInterval {
+				// The demo proves its state within minutes, not once a day (a configured interval wins).
+				a.cfg.Scan.FullAuditInterval = gcos.Duration(churn.auditEvery)
+			}
 			if demo && noTokens {
 				// The demo runs on loopback (CheckListen refused anything else without tokens) so an evaluator can
 				// open the dashboard at once.
@@ -63,16 +67,22 @@ func (a *app) upCommand() *cobra.Command {
 					return err
 				}
 			}
-			return a.serve(ctx, store, demo, runToken, birthsPerSecond, changesPerSecond)
+			return a.serve(ctx, store, demo, runToken, churn)
 		},
 	}
 	cmd.Flags().BoolVar(&demo, "demo", false, "embedded demo: greenfield substrate, synthetic world, backfill, live churn")
 	cmd.Flags().StringVar(&listen, "listen", "", "listen address (default from config, 127.0.0.1:8080)")
 	cmd.Flags().BoolVar(&insecure, "insecure-no-auth", false, "serve without tokens (loopback only)")
-	cmd.Flags().Float64Var(&birthsPerSecond, "demo-births-per-second", 50, "demo churn: new births per second")
-	cmd.Flags().Float64Var(&changesPerSecond, "demo-changes-per-second", 5, "demo churn: registry changes per second")
+	cmd.Flags().Float64Var(&churn.births, "demo-births-per-second", 50, "demo churn: new births per second")
+	cmd.Flags().Float64Var(&churn.changes, "demo-changes-per-second", 5, "demo churn: registry changes per second")
+	cmd.Flags().Float64Var(&churn.governance, "demo-governance-per-second", 0.5, "demo churn: governance edits per second (lifecycle, coverage, ownership, exceptions, untrusted rows)")
+	cmd.Flags().DurationVar(&churn.proposeEvery, "demo-propose-every", 3*time.Minute, "demo churn: edit the rule registries and propose a draft ruleset this often (0: never)")
+	cmd.Flags().DurationVar(&churn.auditEvery, "demo-audit-every", 2*time.Minute, "demo: the full audit's interval unless the configuration sets scan.full_audit_interval")
 	flagRange(cmd.Flags(), "demo-births-per-second", 0, 100_000)
 	flagRange(cmd.Flags(), "demo-changes-per-second", 0, 100_000)
+	flagRange(cmd.Flags(), "demo-governance-per-second", 0, 1000)
+	flagRange(cmd.Flags(), "demo-propose-every", 0, 86400)
+	flagRange(cmd.Flags(), "demo-audit-every", 1, 86400)
 	return cmd
 }
 
@@ -104,7 +114,13 @@ func (a *app) openWhenReachable(ctx context.Context, demo bool) (*postgres.Store
 }
 
 // serve runs the daemon (and, demo, its churn) until ctx ends.
-func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, runToken string, birthsPerSecond, changesPerSecond float64) error {
+// demoChurn is what the demo's churn writes (the --demo-* flags).
+type demoChurn struct {
+	births, changes, governance float64
+	proposeEvery, auditEvery    time.Duration
+}
+
+func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, runToken string, churn demoChurn) error {
 	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", a.cfg.HTTP.Listen, err)
@@ -123,7 +139,12 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, runTo
 	defer unpublish()
 	cfg := daemon.Config{Store: store, Logger: a.logger, Version: version, Listener: ln}
 	if demo {
-		cfg.Churn = &world.Churn{Pool: store.Pool(), BirthsPerSecond: birthsPerSecond, ChangesPerSecond: changesPerSecond,
+		cfg.Churn = &world.Churn{Pool: store.Pool(), BirthsPerSecond: churn.births, ChangesPerSecond: churn.changes,
+			GovernancePerSecond: churn.governance, ProposeEvery: churn.proposeEvery,
+			Propose: func(ctx context.Context) (string, error) {
+				rs, _, err := store.ComputeRuleset(ctx, "demo-proposer")
+				return rs.Version, err
+			},
 			Seed: uint64(time.Now().UnixNano()), Logger: a.logger, Outage: a.cfg.Outage}
 	}
 	d, err := daemon.New(cfg)

@@ -1,0 +1,2 @@
+-- Back to step 014.
+DROP TABLE gcos_verdict_change;
