@@ -83,6 +83,10 @@ type Ledger struct {
 	Stale              int64  `json:"stale"`
 	DeferredBirth      int64  `json:"deferred_birth"`
 	Class0             int64  `json:"class_0"`
+	// Uncounted is the part of Stale no group has counted yet: objects born, or moved, since their group's last
+	// scan. The rest of Stale is the members of groups whose verdict is stale (dirty, expired, failed, or read under
+	// a ruleset that is not active). Informational: it is not a bucket of its own.
+	Uncounted int64 `json:"uncounted"`
 }
 
 // Add counts n objects into bucket b (Total is counted separately, from the source, so the check means something).

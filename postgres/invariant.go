@@ -24,7 +24,8 @@ type LedgerReport struct {
 func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, error) {
 	rep := LedgerReport{Closes: true, Ledgers: []gcos.Ledger{}}
 	rows, err := s.pool.Query(ctx, `
-		SELECT scope, snapshot_id, coalesce(total, 0), covered, orphans, approved_exceptions, retired_or_ignored, stale, deferred_birth, class_0
+		SELECT scope, snapshot_id, coalesce(total, 0), covered, orphans, approved_exceptions, retired_or_ignored, stale, deferred_birth, class_0,
+		       coalesce(unplaced, 0)
 		FROM v_invariant_ledger WHERE ($1 = '' OR scope = $1) ORDER BY scope`, scope)
 	if err != nil {
 		return rep, fmt.Errorf("read invariant ledger: %w", err)
@@ -32,7 +33,7 @@ func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, erro
 	for rows.Next() {
 		var l gcos.Ledger
 		if err := rows.Scan(&l.Scope, &rep.SnapshotID, &l.Total, &l.Covered, &l.Orphans, &l.ApprovedExceptions,
-			&l.RetiredOrIgnored, &l.Stale, &l.DeferredBirth, &l.Class0); err != nil {
+			&l.RetiredOrIgnored, &l.Stale, &l.DeferredBirth, &l.Class0, &l.Uncounted); err != nil {
 			rows.Close()
 			return rep, fmt.Errorf("read invariant ledger: %w", err)
 		}

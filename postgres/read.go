@@ -432,7 +432,21 @@ type WorkersReport struct {
 	At                     time.Time    `json:"at"`
 	SilentThresholdSeconds float64      `json:"silent_threshold_seconds"`
 	Workers                []WorkerView `json:"workers"`
-	Cursors                []CursorView `json:"cursors"`
+	// Leases are the singleton roles (full audit, backfill, event promotion, the silent-gap monitor): who holds
+	// each and until when. A lease is not a worker: it is renewed, not ticked, so it has no silence.
+	Leases  []LeaseView  `json:"leases"`
+	Cursors []CursorView `json:"cursors"`
+}
+
+// LeaseView is one role lease (governance_role_lease) by the database clock.
+type LeaseView struct {
+	Role      string     `json:"role"`
+	Holder    *string    `json:"holder"` // nil: free (released, or never taken)
+	Held      bool       `json:"held"`   // a holder whose lease has not expired
+	Epoch     int64      `json:"epoch"`  // how many times the role was taken
+	TakenAt   *time.Time `json:"taken_at"`
+	RenewedAt *time.Time `json:"renewed_at"`
+	ExpiresAt *time.Time `json:"expires_at"`
 }
 
 // Workers reads queue_heartbeat rows of GCOS executors (names starting "gcos.") with their age by the database
@@ -452,7 +466,8 @@ func (s *Store) Workers(ctx context.Context) (WorkersReport, error) {
 			SELECT executor_name, executor_kind, last_tick_at, extract(epoch FROM now() - last_tick_at)::float8,
 			       last_tick_status, lease_owner, lease_expires_at,
 			       coalesce(lease_owner IS NOT NULL AND lease_expires_at > now(), false)
-			FROM queue_heartbeat WHERE executor_name LIKE 'gcos.%' ORDER BY executor_name`)
+			FROM queue_heartbeat WHERE executor_name LIKE 'gcos.%' AND coalesce(executor_kind, '') <> 'lease'
+			ORDER BY executor_name`)
 		if err != nil {
 			return err
 		}
@@ -477,6 +492,19 @@ func (s *Store) Workers(ctx context.Context) (WorkersReport, error) {
 		if !hasCursors {
 			return nil
 		}
+		rows, err = tx.Query(ctx, `SELECT role, owner, coalesce(owner IS NOT NULL AND expires_at > now(), false), epoch,
+			taken_at, renewed_at, expires_at FROM governance_role_lease ORDER BY role`)
+		if err != nil {
+			return err
+		}
+		rep.Leases, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseView, error) {
+			var l LeaseView
+			err := r.Scan(&l.Role, &l.Holder, &l.Held, &l.Epoch, &l.TakenAt, &l.RenewedAt, &l.ExpiresAt)
+			return l, err
+		})
+		if err != nil {
+			return err
+		}
 		rows, err = tx.Query(ctx, `
 			SELECT worker_name, source, last_created_at, last_event_id, extract(epoch FROM now() - last_created_at)::float8,
 			       last_horizon, events_seen, attempts_written, dead_lettered, last_run_at,
@@ -495,6 +523,9 @@ func (s *Store) Workers(ctx context.Context) (WorkersReport, error) {
 	})
 	if err != nil {
 		return rep, fmt.Errorf("workers: %w", err)
+	}
+	if rep.Leases == nil {
+		rep.Leases = []LeaseView{}
 	}
 	if rep.Workers == nil {
 		rep.Workers = []WorkerView{}

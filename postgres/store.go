@@ -223,3 +223,13 @@ func Unreachable(err error) bool {
 	return gcos.ErrorCode(err) == gcos.EUNAVAILABLE || errors.As(err, &connErr) || errors.As(err, &netErr) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, io.ErrUnexpectedEOF)
 }
+
+// DatabaseIdentity names the database a DSN (URL or keywords) points at without its password:
+// user@host:port/dbname, or "unparsable".
+func DatabaseIdentity(dsn string) string {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "unparsable"
+	}
+	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}

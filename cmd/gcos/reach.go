@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"gcos"
@@ -34,17 +33,13 @@ type apiClient struct {
 	http  *http.Client
 }
 
-// databaseIdentity names a database without its password (user@host:port/dbname), as the daemon publishes it;
-// "embedded" is the data dir's own cluster.
+// databaseIdentity names a database without its password, as the daemon publishes it; "embedded" is the data
+// dir's own cluster.
 func databaseIdentity(dsn string) string {
 	if dsn == "" {
 		return "embedded"
 	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return "unparsable"
-	}
-	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	return postgres.DatabaseIdentity(dsn)
 }
 
 // daemonAPI is the API of the daemon that serves this data dir and database, or nil (then the command reads the

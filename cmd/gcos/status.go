@@ -114,6 +114,31 @@ func statusText(rep StatusReport) string {
 		}
 		_ = tw.Flush()
 	}
+	b.WriteString("\nrole leases (renewed while held; not workers, so never silent):\n")
+	if len(w.Leases) == 0 {
+		b.WriteString("  none taken yet\n")
+	} else {
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ROLE\tHOLDER\tEXPIRES\tTAKEN\tEPOCH")
+		for _, l := range w.Leases {
+			holder, expires := "free", "-"
+			if l.Holder != nil {
+				holder = *l.Holder
+				if !l.Held {
+					holder += " (expired)"
+				}
+			}
+			if l.ExpiresAt != nil && l.Held {
+				expires = l.ExpiresAt.UTC().Format(time.RFC3339)
+			}
+			taken := "-"
+			if l.TakenAt != nil {
+				taken = l.TakenAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\n", l.Role, holder, expires, taken, l.Epoch)
+		}
+		_ = tw.Flush()
+	}
 	b.WriteString("\nintake cursors:\n")
 	if len(w.Cursors) == 0 {
 		b.WriteString("  none\n")
