@@ -185,6 +185,8 @@ func TestAPI(t *testing.T) {
 			"GET /openapi.json":                    {"/openapi.json", "", []int{200}},
 			"GET /":                                {"/", "", []int{200}},
 			"GET /static/{file}":                   {"/static/app.js", "", []int{200}},
+			"GET /favicon.ico":                     {"/favicon.ico", "", []int{200}},
+			"GET /v1":                              {"/v1", "", []int{200}},
 		}
 		for _, r := range httpapi.Routes() {
 			name := r.Method + " " + r.Path

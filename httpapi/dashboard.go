@@ -76,6 +76,32 @@ func (s *server) static(w http.ResponseWriter, r *http.Request) int {
 	return http.StatusOK
 }
 
+// favicon answers GET /favicon.ico with the dashboard's icon (SVG, which browsers take under any name).
+func (s *server) favicon(w http.ResponseWriter, r *http.Request) int {
+	b, err := fs.ReadFile(s.ui.static, "favicon.svg")
+	if err != nil {
+		return writeJSON(w, http.StatusNotFound, ErrorBody{Error: ErrorDetail{Code: gcos.ENOTFOUND, Message: "no such file"}})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "image/svg+xml")
+	h.Set("Cache-Control", "max-age=86400")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+	return http.StatusOK
+}
+
+// APIIndex is GET /v1: every route, who may call it, and where the full contract is.
+type APIIndex struct {
+	Version string  `json:"version"`
+	OpenAPI string  `json:"openapi"`
+	Routes  []Route `json:"routes"`
+}
+
+// index answers GET /v1 (public: it lists routes, no data).
+func (s *server) index(w http.ResponseWriter, _ *http.Request) int {
+	return writeJSON(w, http.StatusOK, APIIndex{Version: s.version, OpenAPI: "/openapi.json", Routes: s.routes})
+}
+
 // openapi answers GET /openapi.json with the hand-written OpenAPI 3.1 document.
 func (s *server) openapi(w http.ResponseWriter, _ *http.Request) int {
 	h := w.Header()

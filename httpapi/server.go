@@ -98,6 +98,8 @@ var routeTable = []route{
 	{Route{http.MethodGet, "/openapi.json", AccessPublic, nil}, (*server).openapi},
 	{Route{http.MethodGet, "/", AccessPublic, nil}, (*server).dashboard},
 	{Route{http.MethodGet, "/static/{file}", AccessPublic, nil}, (*server).static},
+	{Route{http.MethodGet, "/favicon.ico", AccessPublic, nil}, (*server).favicon},
+	{Route{http.MethodGet, "/v1", AccessPublic, nil}, (*server).index},
 }
 
 // Routes lists every route New registers.
@@ -111,6 +113,7 @@ func Routes() []Route {
 
 // server is the handler New returns.
 type server struct {
+	routes    []Route         // what GET /v1 lists
 	limits    gcos.HTTPConfig // the configured limits, zero values replaced by the defaults
 	slots     chan struct{}   // one per request being answered, gate and /healthz excluded
 	gateSlots chan struct{}   // the gate's own places
@@ -193,6 +196,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	for _, rt := range routeTable {
 		s.mux.Handle(rt.Pattern(), s.wrap(rt))
+		s.routes = append(s.routes, rt.Route)
 	}
 	return s, nil
 }

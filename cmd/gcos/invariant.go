@@ -60,7 +60,8 @@ func invariantText(v httpapi.InvariantView) string {
 		snap = fmt.Sprint(*v.SnapshotID)
 	}
 	fmt.Fprintf(&b, "invariant per scope, in objects, against snapshot %s:\n", snap)
-	b.WriteString("total = covered + orphans + approved_exceptions + retired_or_ignored + stale + deferred_birth + class_0\n\n")
+	b.WriteString("total = covered + orphans + approved_exceptions + retired_or_ignored + stale + deferred_birth + class_0\n")
+	b.WriteString("(stale: members of groups whose verdict is stale, unknown or needs input, and objects not yet counted)\n\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scope\ttotal\tcovered\torphans\tappr.exc\tretired/ign\tstale\tdeferred\tclass_0\tdifference\tcloses\t")
 	open := 0

@@ -9,11 +9,14 @@
   var RING = 150;       // samples kept for the sparklines (5 minutes at 2 s)
   var SVG_NS = 'http://www.w3.org/2000/svg';
   var VERDICTS = ['relevant', 'not_relevant', 'class_0', 'deferred_birth', 'retired', 'needs_input', 'unknown', 'stale'];
-  var LEDGER_COLS = ['total', 'covered', 'orphans', 'approved_exceptions', 'retired_or_ignored', 'stale', 'deferred_birth', 'class_0', 'difference'];
+  var LEDGER_COLS = ['total', 'covered', 'orphans', 'approved_exceptions', 'retired_or_ignored', 'stale', 'uncounted', 'deferred_birth', 'class_0', 'difference'];
+  var CHANGES_SHOWN = 25;
+  var COUNT_WINDOW_MS = 5 * 60 * 1000;
 
   var authRequired = document.body.getAttribute('data-auth') === 'token';
   var samples = { dirty: [], lag: [] };
   var tick = 0;
+  var lastChangesAsOf = null;
 
   function $(id) { return document.getElementById(id); }
 
@@ -57,10 +60,20 @@
     return String(n);
   }
 
+  // age clamps an age to zero: the database clock and a commit a microsecond later can make it -0.0001.
+  function age(n) { return typeof n === 'number' ? Math.max(0, n) : n; }
+
   function fmtTime(s) {
     if (!s) { return '–'; }
     var d = new Date(s);
     return isNaN(d.getTime()) ? String(s) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  }
+
+  // asOf shows when a panel's numbers were read; data-asof keeps the exact instant the API answered with.
+  function asOf(id, s) {
+    var e = $(id);
+    e.textContent = fmtTime(s);
+    e.setAttribute('data-asof', s || '');
   }
 
   function replaceRows(tbodyId, rows, cols, emptyText) {
@@ -128,6 +141,9 @@
       return row([v, fmt(n.groups), fmt(n.objects), bar(total ? n.groups / total : 0)]);
     }), 4, 'no groups');
 
+    asOf('summary-asof', sum.as_of);
+    asOf('dirty-asof', sum.as_of);
+    asOf('findings-asof', sum.as_of);
     var h = sum.scan_health || {};
     push(samples.dirty, sum.dirty_groups || 0);
     push(samples.lag, h.scan_lag_seconds || 0);
@@ -158,30 +174,63 @@
 
   function renderLedger(rep) {
     $('ledger-snapshot').textContent = rep.snapshot_id === null || rep.snapshot_id === undefined ? '–' : String(rep.snapshot_id);
+    asOf('ledger-asof', rep.as_of);
     replaceRows('ledger-rows', (rep.ledgers || []).map(function (l) {
       var cells = [l.scope];
-      LEDGER_COLS.forEach(function (c) { cells.push(fmt(l[c])); });
+      LEDGER_COLS.forEach(function (c) {
+        var td = el('td', fmt(l[c]));
+        td.setAttribute('data-col', c);
+        cells.push(td);
+      });
       cells.push(el('td', l.closes ? 'yes' : 'NO', l.closes ? 'yes' : 'no'));
-      return row(cells);
-    }), 11, 'no ledger yet (no full snapshot)');
+      var tr = row(cells);
+      tr.setAttribute('data-scope', l.scope);
+      return tr;
+    }), 12, 'no ledger yet (no full snapshot)');
   }
 
   function renderWorkers(rep) {
+    asOf('workers-asof', rep.at);
     replaceRows('worker-rows', (rep.workers || []).map(function (w) {
-      var lease = w.lease_owner ? (w.lease_owner + (w.lease_held ? '' : ' (expired)')) : '–';
-      return row([w.executor_name, el('td', w.state, 'state-' + w.state), fmt(w.age_seconds), w.last_tick_status || '–', lease]);
+      return row([w.executor_name, el('td', w.state, 'state-' + w.state), fmt(age(w.age_seconds)), fmt(w.silent_after_seconds),
+        el('td', w.last_tick_status || '–', 'text')]);
     }), 5, 'no gcos.* heartbeats yet');
+    replaceRows('lease-rows', (rep.leases || []).map(function (l) {
+      var holder = l.holder ? (l.holder + (l.held ? '' : ' (expired)')) : 'free';
+      return row([l.role, el('td', holder, l.held ? 'text state-ok' : 'text muted'), l.held ? fmtTime(l.expires_at) : '–', fmt(l.epoch)]);
+    }), 4, 'no role taken yet');
     replaceRows('cursor-rows', (rep.cursors || []).map(function (c) {
       var pos = c.position_at ? fmtTime(c.position_at) + ' / ' + c.position_id : 'start';
-      return row([c.source, pos, fmt(c.events_seen), fmt(c.dead_lettered), fmt(c.last_run_age_seconds)]);
+      return row([c.source, el('td', pos, 'text'), fmt(age(c.position_age_seconds)), fmt(c.events_seen), fmt(c.dead_lettered)]);
     }), 5, 'no intake cursors yet');
   }
 
   function renderFindings(rep) {
     replaceRows('finding-rows', (rep.findings || []).map(function (f) {
-      return row([fmtTime(f.last_seen_at), f.issue_type, el('td', f.severity, 'sev-' + f.severity),
+      return row([fmtTime(f.last_seen_at), el('td', f.issue_type, 'left'), el('td', f.severity, 'sev-' + f.severity),
         el('td', f.coalesce_key, 'text'), fmt(f.occurrence_count), f.status]);
     }), 6, 'no findings');
+  }
+
+  function change(c) {
+    var subject = c.subject === 'object' ? (c.object_ref || c.key) : ('group ' + c.key.slice(0, 12) + '…');
+    var cov = (c.coverage_before || c.coverage_after) ? ((c.coverage_before || '–') + ' → ' + (c.coverage_after || '–')) : '–';
+    var verdict = c.verdict_before === c.verdict_after ? c.verdict_after : (c.verdict_before + ' → ' + c.verdict_after);
+    var tr = row([fmtTime(c.changed_at), el('td', subject, 'text'), el('td', c.scope || '–', 'left'), verdict, cov, el('td', c.why, 'left'),
+      c.latency_seconds === null || c.latency_seconds === undefined ? '–' : c.latency_seconds.toFixed(2)]);
+    tr.setAttribute('data-change', String(c.id));
+    return tr;
+  }
+
+  function renderChanges(rep) {
+    lastChangesAsOf = rep.as_of;
+    asOf('changes-asof', rep.as_of);
+    replaceRows('change-rows', (rep.changes || []).map(change), 7, 'no verdict change yet');
+  }
+
+  function renderChangeCount(rep) {
+    var n = (rep.changes || []).length;
+    $('changes-count').textContent = n >= 500 ? '500 or more' : String(n);
   }
 
   function poll() {
@@ -192,9 +241,16 @@
     var jobs = [
       get('/v1/summary').then(renderSummary),
       get('/v1/workers').then(renderWorkers),
-      get('/v1/findings?limit=20').then(renderFindings)
+      get('/v1/findings?limit=20').then(renderFindings),
+      get('/v1/changes?limit=' + CHANGES_SHOWN).then(renderChanges)
     ];
-    if (tick % LEDGER_EVERY === 0) { jobs.push(get('/v1/invariant').then(renderLedger)); }
+    if (tick % LEDGER_EVERY === 0) {
+      jobs.push(get('/v1/invariant').then(renderLedger));
+      if (lastChangesAsOf) {
+        var since = new Date(new Date(lastChangesAsOf).getTime() - COUNT_WINDOW_MS).toISOString();
+        jobs.push(get('/v1/changes?limit=500&since=' + encodeURIComponent(since)).then(renderChangeCount));
+      }
+    }
     tick++;
     Promise.all(jobs).then(function () {
       setStatus('live · updated ' + new Date().toLocaleTimeString(), true);

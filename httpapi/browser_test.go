@@ -1,0 +1,260 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"gcos"
+	"gcos/daemon"
+	"gcos/gcostest"
+	"gcos/httpapi"
+	"gcos/postgres"
+)
+
+var updateScreenshot = flag.Bool("update-screenshot", false, "write the dashboard's screenshot to docs/dashboard.png")
+
+// chromium finds a headless-capable Chromium: GCOS_CHROMIUM, else the distribution's. Outside CI a machine without
+// one skips the browser test (saying so); in CI (.ci/run installs Debian's chromium) a missing browser fails it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GCOS_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no Chromium found (chromium, chromium-browser, google-chrome; or set GCOS_CHROMIUM): .ci/run installs Debian's chromium")
+	}
+	t.Skip("the dashboard's browser test needs Chromium: apt-get install chromium (or set GCOS_CHROMIUM)")
+	return ""
+}
+
+// TestDashboardInABrowser loads the dashboard in headless Chromium against a running daemon: the page loads with no
+// console error and no CSP violation, every panel fills, the numbers shown equal the API's answer of the same
+// instant (as_of), a verdict change made through the API (a ruleset activation) appears in the live feed, and the
+// layout fits 1280×800 and 1920×1080 without clipping.
+func TestDashboardInABrowser(t *testing.T) {
+	t.Parallel()
+	exe := chromium(t)
+	w := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 21, Config: func(cfg *gcos.Config) {
+		cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.StormFraction = 1
+		cfg.HTTP.InsecureNoAuth = true
+	}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Config{Store: w.Store, Listener: ln, Version: "browser-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	base := "http://" + ln.Addr().String()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1280, 800))...)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	defer cancelBrowser()
+
+	// Console errors and warnings, uncaught exceptions, and the browser log's entries (a CSP violation, a failed
+	// load such as a missing favicon) all arrive on the console stream, subscribed before the page loads.
+	var mu sync.Mutex
+	var problems []string
+	consoleCtx, stopConsole := context.WithCancel(browser)
+	defer stopConsole()
+	messages := chromedp.Console(consoleCtx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.Source == "security" {
+				mu.Lock()
+				problems = append(problems, m.String())
+				mu.Unlock()
+			}
+		}
+	}()
+	if err := chromedp.Do(browser, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatalf("load the dashboard: %v", err)
+	}
+
+	// Every panel fills: no "no data yet" placeholder is left, and the ledger and the feed of changes have rows.
+	poll(t, browser, "every panel fills", `document.querySelectorAll('td.muted').length === 0 || !Array.from(document.querySelectorAll('td.muted')).some(td => td.textContent === 'no data yet')`)
+	poll(t, browser, "the ledger has a row per scope", `document.querySelectorAll('#ledger-rows tr[data-scope]').length > 0`)
+
+	// The numbers shown equal the API's at the same instant: the summary's verdict table and the ledger.
+	sameInstant(t, browser, base+"/v1/summary", "#summary-asof", func(body []byte) (map[string]string, string) {
+		var sum struct {
+			Verdicts map[string]struct {
+				Groups  int64 `json:"groups"`
+				Objects int64 `json:"objects"`
+			} `json:"verdicts"`
+		}
+		if err := json.Unmarshal(body, &sum); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for v, n := range sum.Verdicts {
+			want[v] = fmt.Sprintf("%d|%d", n.Groups, n.Objects)
+		}
+		return want, `Object.fromEntries(Array.from(document.querySelectorAll('#verdict-rows tr')).map(tr =>
+			[tr.cells[0].textContent, tr.cells[1].textContent.replaceAll(',', '') + '|' + tr.cells[2].textContent.replaceAll(',', '')]))`
+	})
+	sameInstant(t, browser, base+"/v1/invariant", "#ledger-asof", func(body []byte) (map[string]string, string) {
+		var inv httpapi.InvariantView
+		if err := json.Unmarshal(body, &inv); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		for _, l := range inv.Ledgers {
+			want[l.Scope] = fmt.Sprintf("%d|%d|%d|%d", l.Total, l.Covered, l.Stale, l.Uncounted)
+		}
+		return want, `Object.fromEntries(Array.from(document.querySelectorAll('#ledger-rows tr[data-scope]')).map(tr => {
+			const c = n => tr.querySelector('td[data-col="' + n + '"]').textContent.replaceAll(',', '');
+			return [tr.dataset.scope, [c('total'), c('covered'), c('stale'), c('uncounted')].join('|')];
+		}))`
+	})
+
+	// A verdict change made through the API appears in the live feed: a rule edit proposed as one actor, activated
+	// over HTTP by another, re-scanned by the daemon.
+	var before int64
+	if err := w.Pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM gcos_verdict_change`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	w.Exec(t, `UPDATE governance_coverage_profile SET coverage_required = NOT coalesce(coverage_required, true)
+		WHERE entity_type = (SELECT object_class FROM v_candidate_effective WHERE candidate_verdict = 'relevant'
+		                     GROUP BY object_class ORDER BY count(*) DESC, object_class LIMIT 1)`)
+	rs, _, err := w.Store.ComputeRuleset(ctx, "browser-proposer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(httpapi.ActivateRequest{ApprovalRef: "APR-BROWSER", Actor: "browser-approver"})
+	resp, err := http.Post(base+"/v1/rulesets/"+rs.Version+"/activate", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("activate %s over HTTP: %s", rs.Version, resp.Status)
+	}
+	var changes []postgres.VerdictChange
+	pollUntil(t, "the activation changes verdicts", func() bool {
+		changes, err = w.Store.VerdictChanges(ctx, postgres.VerdictChangeFilter{Limit: 1})
+		return err == nil && len(changes) == 1 && changes[0].ID > before
+	})
+	poll(t, browser, "the change appears on the page", fmt.Sprintf(`!!document.querySelector('#change-rows tr[data-change="%d"]')`, changes[0].ID))
+
+	// The layout fits: nothing is clipped or scrolls sideways, at both sizes; the screenshot is of the larger.
+	for _, size := range [][2]int64{{1280, 800}, {1920, 1080}} {
+		if err := chromedp.Do(browser, chromedp.EmulateViewport(size[0], size[1])); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, browser, fmt.Sprintf("nothing clipped at %d×%d", size[0], size[1]), `window.innerWidth === `+fmt.Sprint(size[0])+` &&
+			document.documentElement.scrollWidth <= document.documentElement.clientWidth &&
+			Array.from(document.querySelectorAll('section')).every(s => s.scrollWidth <= s.clientWidth + 1)`)
+	}
+	png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "dashboard.png")
+	if *updateScreenshot {
+		out = filepath.Join("..", "docs", "dashboard.png")
+	}
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", out)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Errorf("the browser reported:\n%s", strings.Join(problems, "\n"))
+	}
+}
+
+// poll evaluates expr in the page until it is true, with a generous deadline (it never measures how long it took).
+func poll(t *testing.T, browser context.Context, what, expr string) {
+	t.Helper()
+	pollUntil(t, what, func() bool {
+		ok, err := chromedp.Run(browser, chromedp.Evaluate[bool](expr))
+		return err == nil && ok
+	})
+}
+
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 90 s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sameInstant waits until the page shows the API's answer from url at the same as_of, then compares the numbers:
+// want is the API's, shown the page's (a JavaScript expression evaluating to an object of the same keys).
+func sameInstant(t *testing.T, browser context.Context, url, asOfSel string, read func(body []byte) (want map[string]string, shown string)) {
+	t.Helper()
+	var want, got map[string]string
+	var apiAsOf, pageAsOf string
+	pollUntil(t, "the page and "+url+" at one instant", func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(resp.Body)
+		resp.Body.Close()
+		var head struct {
+			AsOf string `json:"as_of"`
+		}
+		if json.Unmarshal(buf.Bytes(), &head) != nil {
+			return false
+		}
+		var shown string
+		want, shown = read(buf.Bytes())
+		// One evaluation reads the instant and the numbers together: the page cannot repaint in between.
+		res, err := chromedp.Run(browser, chromedp.Evaluate[struct {
+			AsOf    string            `json:"asOf"`
+			Numbers map[string]string `json:"numbers"`
+		}](`({asOf: document.querySelector('`+asOfSel+`').dataset.asof, numbers: `+shown+`})`))
+		pageAsOf, got, apiAsOf = res.AsOf, res.Numbers, head.AsOf
+		return err == nil && pageAsOf == apiAsOf
+	})
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s at %s: %s shows %q, the API says %q", url, apiAsOf, k, got[k], v)
+		}
+	}
+}
