@@ -256,6 +256,7 @@ func (d *daemons) spawn() string {
 	}
 	cmd := exec.Command(d.bin, "up", "--database-url", d.dsn, "--config", d.config, "--listen", "127.0.0.1:0", "--insecure-no-auth")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = d.dir // its run files (.gcos/api.json) land there, not in the source tree
 	if err := cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}

@@ -56,6 +56,7 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 		}
 		cmd := exec.Command(bin, "up", "--database-url", db.dsn, "--config", confPath, "--listen", "127.0.0.1:0", "--insecure-no-auth")
 		cmd.Stdout, cmd.Stderr = f, f
+		cmd.Dir = dir // its run files (.gcos/api.json) land there, not in the source tree
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -405,7 +405,9 @@ func (c *Cluster) startServer(ctx context.Context) error {
 			_ = c.pgCtlStop(stopCtx, "immediate")
 			cancel()
 		}
-		inUse := strings.Contains(logTail, "Address already in use")
+		// A socket lock file left by a postmaster killed with SIGKILL (its pid a zombie, or reused) blocks the port
+		// of the last run the same way: another port is picked.
+		inUse := strings.Contains(logTail, "Address already in use") || (c.port == previous && strings.Contains(logTail, "lock file"))
 		if inUse && c.cfg.Port == 0 && attempt < maxPortAttempts && ctx.Err() == nil {
 			c.log.Debug("port taken before the server could bind it; trying another", "port", c.port)
 			continue
