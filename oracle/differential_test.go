@@ -345,6 +345,31 @@ var triggers = []trigger{
 		}
 		return fmt.Sprintf("ownership %s → %s", id, owner), e.changelog("ownership", id, "update", "registry-sync")
 	}},
+	{"owner_revoked", func(e *env, r *rand.Rand) (string, error) {
+		// An owner's row revoked (as the demo's churn does): the groups it covered lose their owner or fall back to a
+		// less specific one.
+		ids, err := e.strings(`SELECT id::text FROM governance_object_ownership WHERE status = 'active' ORDER BY id`)
+		if err != nil || len(ids) == 0 {
+			return "", fmt.Errorf("no ownership row (%v)", err)
+		}
+		id := pick(r, ids)
+		if err := e.exec(`UPDATE governance_object_ownership SET status = 'revoked' WHERE id = $1::bigint`, id); err != nil {
+			return "", err
+		}
+		return "ownership " + id + " revoked", e.changelog("ownership", id, "update", "registry-sync")
+	}},
+	{"unsigned_changelog", func(e *env, r *rand.Rand) (string, error) {
+		// A change row with no writer at all (the demo's untrusted row): never trusted, whatever the globs say.
+		class, coll, code, err := e.object(r, "status = 'active'")
+		if err != nil {
+			return "", err
+		}
+		if err := e.exec(`INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by, alert_detail)
+			VALUES ($1, $2, 'update', '', 'differential test')`, class, code); err != nil {
+			return "", err
+		}
+		return "an unsigned update of " + coll + ":" + code, nil
+	}},
 	{"owner_new", func(e *env, r *rand.Rand) (string, error) {
 		// An owner for a class that has none in a scope: a high-risk relevant group there was an orphan.
 		orphans, err := e.strings(`SELECT scope || '|' || object_class || '|' || source_registry || '|' || lifecycle_status

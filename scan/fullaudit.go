@@ -103,129 +103,128 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		return err
 	}
 	res.SnapshotID = snap.ID
-	err = retryOnConflict(ctx, s.logger, "record the snapshot's groups", func() error {
-		return s.core.InTx(ctx, func(tx pgx.Tx) error {
-			// A retried attempt starts from nothing: what an aborted one counted is gone with its transaction.
-			res.ObjectsMaterialized, res.ObjectsRetired, res.CountDrift, res.KeptCountDrift, res.PreviousID = 0, 0, 0, nil, nil
-			res.ChangedGroups, res.Signalled, res.Pending, res.LostSignals, res.RegistryDrift = 0, 0, 0, nil, nil
-			if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
-				return err
-			}
-			// The audit re-reads every birth, silent updates included: the gate's views drop every birth they hold.
-			if err := postgres.NoteBirthsTx(ctx, tx, []string{postgres.AllBirths}); err != nil {
-				return err
-			}
-			held, err := heldCounts(ctx, tx) // before the snapshot's counts are recorded in the group registry
-			if err != nil {
-				return err
-			}
-			if err := postgres.UpsertGroups(ctx, tx, snap.Groups); err != nil {
-				return err
-			}
-			// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never
-			// outlives its TTL in a running daemon, and lapsed reasons become tombstones.
-			ev, err := s.core.NewEvaluator(ctx, tx, rs)
-			if err != nil {
-				return err
-			}
-			if res.ObjectsMaterialized, res.ObjectsRetired, err = s.core.MaterializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
-				return err
-			}
-			if err := postgres.LinkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
-				return err
-			}
-			// The counts are checked against the snapshot itself, not only against the previous one: a change behind the
-			// tail's back can restore the content the previous audit saw while the incremental state counted what came
-			// between (a birth handed off, then retired or deleted with no change row).
-			off, offColls := held.differFrom(snap)
-			res.CountDrift, res.KeptCountDrift = len(off), snap.KeptDrift
-			if err := postgres.RequestRecount(ctx, tx, sortedUnion(offColls, snap.KeptDrift), gcos.DirtySnapshotDrift); err != nil {
-				return err
-			}
-			if prev == nil {
-				_, err := postgres.MarkKeysDirtyTx(ctx, tx, off, gcos.DirtySnapshotDrift)
-				return err
-			}
-			res.PreviousID = &prev.ID
-			cursor, err := birthCursorPosition(ctx, tx)
-			if err != nil {
-				return err
-			}
-			var changed []string
-			for key, g := range snap.Metrics.Groups {
-				if p, ok := prev.Metrics.Groups[key]; !ok || p.ContentHash != g.ContentHash || p.Count != g.Count {
-					changed = append(changed, key)
-				}
-			}
-			for key := range prev.Metrics.Groups {
-				if _, ok := snap.Metrics.Groups[key]; !ok {
-					changed = append(changed, key)
-				}
-			}
-			sort.Strings(changed)
-			res.ChangedGroups = len(changed)
-			// The registries besides births: a group whose inputs from one of them changed is re-scanned too.
-			drifted := map[string][]string{}
-			for key, g := range snap.Metrics.Groups {
-				if p, ok := prev.Metrics.Groups[key]; ok {
-					for _, reg := range gcos.DriftedInputs(p.Inputs, g.Inputs) {
-						drifted[reg] = append(drifted[reg], key)
-					}
-				}
-			}
-			rescan := append(slices.Clone(changed), off...)
-			for _, keys := range drifted {
-				rescan = append(rescan, keys...)
-			}
-			slices.Sort(rescan)
-			rescan = slices.Compact(rescan)
-			signalled, err := dirtiedSince(ctx, tx, rescan, prev.SnapshotAt)
-			if err != nil {
-				return err
-			}
-			for _, key := range changed {
-				switch {
-				case signalled[key]:
-					res.Signalled++
-				case cursor != nil && snap.Metrics.Groups[key].MaxBornAt.After(*cursor):
-					res.Pending++ // the tail will hand these births off; not a lost signal
-				default:
-					res.LostSignals = append(res.LostSignals, key)
-				}
-			}
-			// Every changed group is re-scanned, a signalled one too: its mark may have been scanned before the change
-			// it is credited with (a scan counts members now, so a re-scan that finds nothing new changes nothing).
-			// Births may have moved between base groups behind the tail's back: the changed groups' collections are
-			// recounted from the source.
-			var drift []string
-			for _, key := range changed {
-				g, ok := snap.Metrics.Groups[key]
-				if !ok {
-					g = prev.Metrics.Groups[key]
-				}
-				drift = append(drift, g.SourceRegistry)
-			}
-			slices.Sort(drift)
-			if err := postgres.RequestRecount(ctx, tx, slices.Compact(drift), gcos.DirtySnapshotDrift); err != nil {
-				return err
-			}
-			if _, err := postgres.MarkKeysDirtyTx(ctx, tx, rescan, gcos.DirtySnapshotDrift); err != nil {
-				return err
-			}
-			if err := s.reportRegistryDrift(ctx, tx, res, drifted, signalled, snap.ID, prev.ID, rs.Version); err != nil {
-				return err
-			}
-			if len(res.LostSignals) == 0 {
-				return nil
-			}
-			// A fingerprint moved with no handoff to explain it: a change reached the source without a governance
-			// signal. That is an event gap, not a nondeterministic capture (which would freeze ruleset activation).
-			_, err = postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "snapshot-drift", RunID: res.RunID, RulesetVersion: rs.Version,
-				Evidence: map[string]any{"kind": "lost_signal", "groups": len(res.LostSignals), "sample": res.LostSignals[:min(len(res.LostSignals), 20)],
-					"snapshot_id": snap.ID, "previous_snapshot_id": prev.ID}})
+	record := func(tx pgx.Tx) error {
+		// A retried attempt starts from nothing: what an aborted one counted is gone with its transaction.
+		res.ObjectsMaterialized, res.ObjectsRetired, res.CountDrift, res.KeptCountDrift, res.PreviousID = 0, 0, 0, nil, nil
+		res.ChangedGroups, res.Signalled, res.Pending, res.LostSignals, res.RegistryDrift = 0, 0, 0, nil, nil
+		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
-		})
-	})
+		}
+		// The audit re-reads every birth, silent updates included: the gate's views drop every birth they hold.
+		if err := postgres.NoteBirthsTx(ctx, tx, []string{postgres.AllBirths}); err != nil {
+			return err
+		}
+		held, err := heldCounts(ctx, tx) // before the snapshot's counts are recorded in the group registry
+		if err != nil {
+			return err
+		}
+		if err := postgres.UpsertGroups(ctx, tx, snap.Groups); err != nil {
+			return err
+		}
+		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never
+		// outlives its TTL in a running daemon, and lapsed reasons become tombstones.
+		ev, err := s.core.NewEvaluator(ctx, tx, rs)
+		if err != nil {
+			return err
+		}
+		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.core.MaterializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
+			return err
+		}
+		if err := postgres.LinkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
+			return err
+		}
+		// The counts are checked against the snapshot itself, not only against the previous one: a change behind the
+		// tail's back can restore the content the previous audit saw while the incremental state counted what came
+		// between (a birth handed off, then retired or deleted with no change row).
+		off, offColls := held.differFrom(snap)
+		res.CountDrift, res.KeptCountDrift = len(off), snap.KeptDrift
+		if err := postgres.RequestRecount(ctx, tx, sortedUnion(offColls, snap.KeptDrift), gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
+		if prev == nil {
+			_, err := postgres.MarkKeysDirtyTx(ctx, tx, off, gcos.DirtySnapshotDrift)
+			return err
+		}
+		res.PreviousID = &prev.ID
+		cursor, err := birthCursorPosition(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var changed []string
+		for key, g := range snap.Metrics.Groups {
+			if p, ok := prev.Metrics.Groups[key]; !ok || p.ContentHash != g.ContentHash || p.Count != g.Count {
+				changed = append(changed, key)
+			}
+		}
+		for key := range prev.Metrics.Groups {
+			if _, ok := snap.Metrics.Groups[key]; !ok {
+				changed = append(changed, key)
+			}
+		}
+		sort.Strings(changed)
+		res.ChangedGroups = len(changed)
+		// The registries besides births: a group whose inputs from one of them changed is re-scanned too.
+		drifted := map[string][]string{}
+		for key, g := range snap.Metrics.Groups {
+			if p, ok := prev.Metrics.Groups[key]; ok {
+				for _, reg := range gcos.DriftedInputs(p.Inputs, g.Inputs) {
+					drifted[reg] = append(drifted[reg], key)
+				}
+			}
+		}
+		rescan := append(slices.Clone(changed), off...)
+		for _, keys := range drifted {
+			rescan = append(rescan, keys...)
+		}
+		slices.Sort(rescan)
+		rescan = slices.Compact(rescan)
+		signalled, err := dirtiedSince(ctx, tx, rescan, prev.SnapshotAt)
+		if err != nil {
+			return err
+		}
+		for _, key := range changed {
+			switch {
+			case signalled[key]:
+				res.Signalled++
+			case cursor != nil && snap.Metrics.Groups[key].MaxBornAt.After(*cursor):
+				res.Pending++ // the tail will hand these births off; not a lost signal
+			default:
+				res.LostSignals = append(res.LostSignals, key)
+			}
+		}
+		// Every changed group is re-scanned, a signalled one too: its mark may have been scanned before the change
+		// it is credited with (a scan counts members now, so a re-scan that finds nothing new changes nothing).
+		// Births may have moved between base groups behind the tail's back: the changed groups' collections are
+		// recounted from the source.
+		var drift []string
+		for _, key := range changed {
+			g, ok := snap.Metrics.Groups[key]
+			if !ok {
+				g = prev.Metrics.Groups[key]
+			}
+			drift = append(drift, g.SourceRegistry)
+		}
+		slices.Sort(drift)
+		if err := postgres.RequestRecount(ctx, tx, slices.Compact(drift), gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
+		if _, err := postgres.MarkKeysDirtyTx(ctx, tx, rescan, gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
+		if err := s.reportRegistryDrift(ctx, tx, res, drifted, signalled, snap.ID, prev.ID, rs.Version); err != nil {
+			return err
+		}
+		if len(res.LostSignals) == 0 {
+			return nil
+		}
+		// A fingerprint moved with no handoff to explain it: a change reached the source without a governance
+		// signal. That is an event gap, not a nondeterministic capture (which would freeze ruleset activation).
+		_, err = postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueIssueEventGap, Subject: "snapshot-drift", RunID: res.RunID, RulesetVersion: rs.Version,
+			Evidence: map[string]any{"kind": "lost_signal", "groups": len(res.LostSignals), "sample": res.LostSignals[:min(len(res.LostSignals), 20)],
+				"snapshot_id": snap.ID, "previous_snapshot_id": prev.ID}})
+		return err
+	}
+	err = retryOnConflict(ctx, s.logger, "record the snapshot's groups", func() error { return s.core.InTx(ctx, record) })
 	if err != nil {
 		return err
 	}
