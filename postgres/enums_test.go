@@ -44,6 +44,7 @@ func TestCheckListsMatchTheGoEnums(t *testing.T) {
 		"candidate_scan_run.status":                          postgres.RunStatuses,
 		"gov_worker_cursor.ts_type":                          intake.TSTypes,
 		"gcos_change_feed.kind":                              postgres.FeedKinds,
+		"gcos_verdict_change.subject":                        postgres.VerdictChangeSubjects,
 		"governance_candidate_coverage.outcome":              outcomes,
 	}
 	pool := pgtest.NewEmptyDB(t)

@@ -61,6 +61,9 @@ func recordVerdictChanges(ctx context.Context, tx pgx.Tx, ruleset, runID string,
 	return nil
 }
 
+// VerdictChangeSubjects are what a verdict change is of (gcos_verdict_change.subject).
+var VerdictChangeSubjects = []string{"group", "object"}
+
 // VerdictChange is one row of the verdict change log.
 type VerdictChange struct {
 	ID             int64      `json:"id"`
