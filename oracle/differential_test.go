@@ -345,6 +345,29 @@ var triggers = []trigger{
 		}
 		return fmt.Sprintf("ownership %s → %s", id, owner), e.changelog("ownership", id, "update", "registry-sync")
 	}},
+	{"retire_before_handoff", func(e *env, r *rand.Rand) (string, error) {
+		// A birth retired (or superseded, or merged) before the intake handed it off, as the demo's churn does to
+		// recent births: the tail reads the row as it is now, and the change row after it.
+		classes, err := e.strings(`SELECT entity_type || '|' || registry_collection FROM meta_catalog
+			WHERE registry_collection IS NOT NULL ORDER BY entity_type`)
+		if err != nil {
+			return "", err
+		}
+		p := strings.SplitN(pick(r, classes), "|", 2)
+		e.seq++
+		code := fmt.Sprintf("%s-h%d-%d", p[0], e.seq, r.Uint32())
+		if err := e.exec(`INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+			VALUES ($1, $2, $3, 'active', 'birth-api', 'differential')`, code, p[1], p[0]); err != nil {
+			return "", err
+		}
+		action := pick(r, []string{"retire", "supersede", "merge"})
+		status := map[string]string{"retire": "retired", "supersede": "superseded", "merge": "merged"}[action]
+		if err := e.exec(`UPDATE birth_registry SET status = $3 WHERE collection_name = $1 AND entity_code = $2`, p[1], code, status); err != nil {
+			return "", err
+		}
+		e.touched = append(e.touched, p[1]+":"+code)
+		return fmt.Sprintf("%s of %s:%s before its handoff", action, p[1], code), e.changelog(p[0], code, action, "registry-sync")
+	}},
 	{"owner_revoked", func(e *env, r *rand.Rand) (string, error) {
 		// An owner's row revoked (as the demo's churn does): the groups it covered lose their owner or fall back to a
 		// less specific one.
