@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"time"
@@ -454,10 +455,10 @@ func sortedUnion(lists ...[]string) []string {
 	return slices.Compact(out)
 }
 
-// conflictAttempts bounds how often the audit retries a transaction PostgreSQL aborted on a deadlock or a
-// serialization failure, at once rather than after its loop's back-off: the audit's long transactions meet the
-// scans' short ones (each conflict is still counted in gcos_tx_retries_total and logged).
-const conflictAttempts = 5
+// conflictAttempts bounds how often the audit retries a step PostgreSQL aborted on a deadlock or a serialization
+// failure, after a short random pause rather than its loop's back-off: the audit's long transactions meet the scans'
+// short ones (each conflict is still counted in gcos_tx_retries_total and logged).
+const conflictAttempts = 10
 
 func retryOnConflict(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
 	for attempt := 1; ; attempt++ {
@@ -466,5 +467,12 @@ func retryOnConflict(ctx context.Context, log *slog.Logger, what string, fn func
 			return err
 		}
 		log.Warn("full audit: transaction conflict; retrying the step", "step", what, "attempt", attempt, "err", err)
+		t := time.NewTimer(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 	}
 }

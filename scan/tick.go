@@ -324,6 +324,9 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		return nil
 	})
 	if err != nil {
+		if opts.Mode == postgres.ModeFullAudit && postgres.IsPgCode(err, "40P01", "40001") {
+			return res, err // the audit retries the tick; if it gives up, its run ends failed (runFullAudit)
+		}
 		// The tick's writes are gone with its transaction; the failure is recorded on the run, never hidden.
 		if ferr := s.recordRunFailure(context.WithoutCancel(ctx), res.RunID, opts.Mode, rs.Version, err); ferr != nil {
 			err = errors.Join(err, ferr)
