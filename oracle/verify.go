@@ -667,6 +667,7 @@ func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan 
 		rep.Elapsed += r.Elapsed
 		rep.Batches++
 		rep.Mismatches = append(rep.Mismatches, r.Mismatches...)
+		rep.InFlight = append(rep.InFlight, r.InFlight...)
 	}
 	where := map[string][]Mismatch{}
 	for _, m := range rep.Mismatches {
