@@ -198,6 +198,9 @@ type ActivationResult struct {
 	Token string `json:"token"`
 }
 
+// activateAttempts bounds how often ActivateRuleset retries a transaction PostgreSQL aborted on a conflict.
+const activateAttempts = 5
+
 // ActivateRuleset makes a draft ruleset the active one. It is refused without an approval reference, when actor
 // proposed it (no self-approval), and while snapshot_nondeterministic is open. The previous active ruleset becomes
 // superseded and is chained in supersedes; the groups in the changed rules' scope are dirtied (ruleset_bump) and
@@ -218,7 +221,8 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 	if frozen {
 		return res, gcos.Errorf(gcos.ECONFLICT, "activate %s: ruleset activation is frozen while a snapshot_nondeterministic finding is open", version)
 	}
-	err = s.InTx(ctx, func(tx pgx.Tx) error {
+	activate := func(tx pgx.Tx) error {
+		res = ActivationResult{Version: version} // an aborted attempt's results are gone with its transaction
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.ruleset.activate', 0))`); err != nil {
 			return err
 		}
@@ -281,7 +285,14 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 			}
 		}
 		return nil
-	})
+	}
+	// An activation rewrites every candidate row of the estate beside the scans and the intake: a deadlock or a
+	// serialization failure aborts it whole, and it is tried again (at most activateAttempts times).
+	for attempt := 1; ; attempt++ {
+		if err = s.InTx(ctx, activate); err == nil || attempt == activateAttempts || ctx.Err() != nil || !IsPgCode(err, "40P01", "40001") {
+			break
+		}
+	}
 	if err != nil {
 		return ActivationResult{Version: version}, err
 	}
