@@ -145,6 +145,19 @@ type Ruleset struct {
 // RulesetVersionPrefix starts every ruleset version.
 const RulesetVersionPrefix = "gov-rs-"
 
+// rulesetVersionLen is the length of a ruleset version: the prefix and 12 hex digits of the content hash.
+const rulesetVersionLen = len(RulesetVersionPrefix) + 12
+
+// CheckRulesetVersion refuses, with EINVALID, what cannot be a ruleset version (gov-rs- and 12 lowercase hex
+// digits): a typo is a usage error, not a version that happens not to exist.
+func CheckRulesetVersion(v string) error {
+	hexPart, ok := strings.CutPrefix(v, RulesetVersionPrefix)
+	if !ok || len(v) != rulesetVersionLen || strings.ContainsFunc(hexPart, func(r rune) bool { return !strings.ContainsRune("0123456789abcdef", r) }) {
+		return Errorf(EINVALID, "ruleset version %q: want gov-rs- and 12 hex digits", strings.ToValidUTF8(v, "\ufffd"))
+	}
+	return nil
+}
+
 // ComputeRuleset hashes the components into a ruleset version. The canonical JSON is an array of the five
 // components in the order of Components; a present component is {"component":X,"state":"present",...rows},
 // an absent one exactly {"component":X,"state":"absent"} (rows of a component marked absent are ignored; call

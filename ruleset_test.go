@@ -371,3 +371,22 @@ func TestRulesetComponentsScopeCodes(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckRulesetVersion(t *testing.T) {
+	for v, ok := range map[string]bool{
+		"gov-rs-0123456789ab":    true,
+		"gov-rs-abcdefabcdef":    true,
+		"gov-rs-0123456789AB":    false, // uppercase
+		"gov-rs-0123456789a":     false, // short
+		"gov-rs-0123456789abc":   false,
+		"gov-rs-zz":              false,
+		"latest":                 false,
+		"":                       false,
+		"gov-rs-0123456789a\x00": false,
+	} {
+		err := gcos.CheckRulesetVersion(v)
+		if (err == nil) != ok || (err != nil && gcos.ErrorCode(err) != gcos.EINVALID) {
+			t.Errorf("CheckRulesetVersion(%q) = %v, want ok=%v", v, err, ok)
+		}
+	}
+}

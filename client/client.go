@@ -46,6 +46,10 @@ type Option func(*Client)
 // WithToken sends token as the bearer token (a reader or operator token of the server).
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
+// WithUserAgent names the caller in the User-Agent header (default gcos-client/1); the server counts gate
+// decisions by caller channel from it (gcos-cli/… is the CLI).
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
 // WithHTTPClient asks through hc (its transport, proxies, TLS) instead of a client of the package's own.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 

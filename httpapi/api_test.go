@@ -460,8 +460,8 @@ func TestAPI(t *testing.T) {
 		if a := e.get(t, "/v1/invariant?scope="+inv.Ledgers[0].Scope); a.status != 200 {
 			t.Errorf("one scope: %d", a.status)
 		}
-		if a := e.get(t, "/v1/invariant?scope=no-such-scope"); a.status != 404 {
-			t.Errorf("unknown scope: %d %s", a.status, a.body)
+		if a := e.get(t, "/v1/invariant?scope=no-such-scope"); a.status != 400 || !strings.Contains(string(a.body), "not a responsibility scope") {
+			t.Errorf("unknown scope: %d %s; want 400 naming the known scopes", a.status, a.body)
 		}
 		var sum postgres.Summary
 		e.get(t, "/v1/summary").json(t, &sum)
@@ -555,13 +555,13 @@ func TestAPI(t *testing.T) {
 		}
 		text := string(a.body)
 		for _, want := range []string{
-			`gcos_gate_decisions_total{decision="block"}`,
+			`gcos_gate_decisions_total{channel="http",decision="block",source="database"}`,
 			`gcos_gate_duration_seconds_bucket`,
 			`gcos_http_requests_total{code="200",route="GET /v1/gate"}`,
-			`gcos_summary_up 1`,
+			`gcos_state_up 1`,
 			`gcos_dirty_groups `,
-			`gcos_groups{verdict="relevant"}`,
-			`gcos_group_objects{verdict="stale"}`,
+			`gcos_groups{scope="policy",verdict="relevant"}`,
+			`gcos_group_objects{scope="policy",verdict="stale"}`,
 			`gcos_scan_lag_seconds `,
 			`gcos_build_info{version="test"} 1`,
 			`gcos_route_fallbacks_total 0`,

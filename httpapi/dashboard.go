@@ -111,3 +111,9 @@ func (s *server) openapi(w http.ResponseWriter, _ *http.Request) int {
 	_, _ = w.Write(s.ui.openapi)
 	return http.StatusOK
 }
+
+// OpenAPIDocument is the OpenAPI 3.1 document GET /openapi.json serves.
+func OpenAPIDocument() []byte {
+	doc, _ := assets.ReadFile("openapi.json") // embedded: cannot fail
+	return doc
+}

@@ -88,7 +88,7 @@ func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
 		return s.gateRefused(w, r, err)
 	}
 	res := s.store.GateWith(r.Context(), object, action, gq.opt)
-	s.m.observeGate(res.Decision, time.Since(start))
+	s.m.observeGate(r, res.Decision, res.Source, time.Since(start))
 	w.Header()["X-Gcos-Decision"] = hdrDecision[res.Decision]
 	if gq.explain {
 		return writeJSON(w, http.StatusOK, explained(res))
@@ -130,7 +130,7 @@ func (s *server) gateBatch(w http.ResponseWriter, r *http.Request) int {
 	answers := res.Answers()
 	out := gcos.NewGateBatchAnswer(answers)
 	out.AsOf, out.Source, out.Token, out.Rescanned = res.AsOf, res.Source, res.Token, res.Rescanned
-	s.m.observeGateBatch(out.Allowed, out.Blocked, took)
+	s.m.observeGateBatch(r, out.Allowed, out.Blocked, out.Source, took)
 	w.Header()["X-Gcos-Decision"] = hdrDecision[out.Decision]
 	if gq.explain {
 		full := GateBatchExplained{GateBatchAnswer: out, Decisions: make([]ExplainedGateResult, len(res.Results))}
@@ -153,7 +153,7 @@ func (s *server) gateBatchRefused(w http.ResponseWriter, r *http.Request, checks
 		checks[i].Object, checks[i].Action = strings.ToValidUTF8(checks[i].Object, "\ufffd"), strings.ToValidUTF8(checks[i].Action, "\ufffd")
 	}
 	out := gcos.NewGateBatchAnswer(gcos.BlockAll(checks, detail.Message+"; the gate fails closed"))
-	s.m.observeGateBatch(0, len(checks), 0)
+	s.m.observeGateBatch(r, 0, len(checks), "", 0)
 	w.Header()["X-Gcos-Decision"] = hdrDecision[gcos.GateBlock]
 	return writeJSON(w, status, GateBatchRefusal{GateBatchAnswer: out, Error: detail})
 }
@@ -178,7 +178,7 @@ func (s *server) token(w http.ResponseWriter, r *http.Request) int {
 // gateRefused answers a gate request whose input is bad: 400, a block, and the error.
 func (s *server) gateRefused(w http.ResponseWriter, r *http.Request, err error) int {
 	msg := gcos.ErrorMessage(err)
-	s.m.observeGate(gcos.GateBlock, 0)
+	s.m.observeGate(r, gcos.GateBlock, "", 0)
 	w.Header()["X-Gcos-Decision"] = hdrDecision[gcos.GateBlock]
 	q := r.URL.Query()
 	return writeJSON(w, http.StatusBadRequest, GateRefusal{
@@ -223,7 +223,7 @@ func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
 		f.Dirty = &d
 	}
 	var err error
-	if f.Limit, err = intParam(q, "limit", 0, postgres.MaxGroupLimit); err != nil {
+	if f.Limit, err = intParam(q, "limit", postgres.DefaultGroupLimit, postgres.MaxGroupLimit); err != nil {
 		return s.fail(w, r, err)
 	}
 	ctx, cancel := s.requestContext(r)
@@ -278,7 +278,16 @@ func (s *server) invariant(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	scope := q.Get("scope")
-	body, _, err := s.invariants.get(ctx, scope, func(ctx context.Context, asOf time.Time) ([]byte, error) {
+	body, _, err := s.invariants.get(ctx, scope, s.computeInvariant(scope))
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeEncoded(w, http.StatusOK, body)
+}
+
+// computeInvariant reads one scope's ledger (every scope's for "") and encodes it, for the read cache.
+func (s *server) computeInvariant(scope string) func(context.Context, time.Time) ([]byte, error) {
+	return func(ctx context.Context, asOf time.Time) ([]byte, error) {
 		rep, err := s.store.Invariant(ctx, scope)
 		if err != nil {
 			return nil, err
@@ -286,11 +295,7 @@ func (s *server) invariant(w http.ResponseWriter, r *http.Request) int {
 		v := NewInvariantView(rep)
 		v.AsOf = &asOf
 		return encodeJSON(v)
-	})
-	if err != nil {
-		return s.fail(w, r, err)
 	}
-	return writeEncoded(w, http.StatusOK, body)
 }
 
 // encodeJSON encodes v as writeJSON would.
@@ -348,7 +353,7 @@ func (s *server) rulesets(w http.ResponseWriter, r *http.Request) int {
 // snapshots answers GET /v1/snapshots[?limit=N] (newest first).
 func (s *server) snapshots(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
-	limit, err := intParam(q, "limit", 50, 1000)
+	limit, err := intParam(q, "limit", postgres.DefaultSnapshotLimit, postgres.MaxSnapshotLimit)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -364,8 +369,6 @@ func (s *server) snapshots(w http.ResponseWriter, r *http.Request) int {
 	return writeJSON(w, http.StatusOK, map[string]any{"snapshots": list})
 }
 
-var issueTypePattern = regexp.MustCompile(`^[a-z][a-z0-9_.]{0,99}$`)
-
 // findings answers GET /v1/findings[?open=true&type=T&limit=N] (newest first).
 func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
@@ -377,11 +380,13 @@ func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 		}
 		f.OpenOnly = open
 	}
-	if f.IssueType != "" && !issueTypePattern.MatchString(f.IssueType) {
-		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "type %q: not a finding type (e.g. handoff_lag, input.invalid_schema)", f.IssueType))
+	if f.IssueType != "" {
+		if _, err := gcos.ParseIssueType(f.IssueType); err != nil {
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "type %q: not a finding type (e.g. handoff_lag, input.invalid_schema)", f.IssueType))
+		}
 	}
 	var err error
-	if f.Limit, err = intParam(q, "limit", 100, 1000); err != nil {
+	if f.Limit, err = intParam(q, "limit", postgres.DefaultFindingLimit, postgres.MaxFindingLimit); err != nil {
 		return s.fail(w, r, err)
 	}
 	ctx, cancel := s.requestContext(r)
@@ -396,9 +401,6 @@ func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 	return writeJSON(w, http.StatusOK, map[string]any{"findings": list})
 }
 
-// ChangesMax is the most verdict changes GET /v1/changes answers at once.
-const ChangesMax = 500
-
 // ChangesView is GET /v1/changes: the verdict change log, newest first, as of an instant.
 type ChangesView struct {
 	AsOf    time.Time                `json:"as_of"`
@@ -408,7 +410,7 @@ type ChangesView struct {
 // changes answers GET /v1/changes?since=RFC3339&limit=N: the verdict changes after since, newest first.
 func (s *server) changes(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
-	f := postgres.VerdictChangeFilter{Limit: 50}
+	var f postgres.VerdictChangeFilter
 	if v := q.Get("since"); v != "" {
 		t, err := time.Parse(time.RFC3339Nano, v)
 		if err != nil {
@@ -416,12 +418,9 @@ func (s *server) changes(w http.ResponseWriter, r *http.Request) int {
 		}
 		f.Since = t
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > ChangesMax {
-			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "limit %q: want 1..%d", v, ChangesMax))
-		}
-		f.Limit = n
+	var err error
+	if f.Limit, err = intParam(q, "limit", postgres.DefaultChangeLimit, postgres.MaxChangeLimit); err != nil {
+		return s.fail(w, r, err)
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
@@ -456,13 +455,11 @@ type ActivateRequest struct {
 	Actor       string `json:"actor"`
 }
 
-var rulesetVersionPattern = regexp.MustCompile(`^gov-rs-[0-9a-f]{12}$`)
-
 // activate answers POST /v1/rulesets/{version}/activate (operator). Self-approval is 409.
 func (s *server) activate(w http.ResponseWriter, r *http.Request) int {
 	version := r.PathValue("version")
-	if !rulesetVersionPattern.MatchString(version) {
-		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "ruleset version %q: want gov-rs- and 12 hex digits", version))
+	if err := gcos.CheckRulesetVersion(version); err != nil {
+		return s.fail(w, r, err)
 	}
 	var req ActivateRequest
 	if err := s.decodeBody(r, &req); err != nil {
@@ -552,17 +549,17 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) int {
 	return writeJSON(w, http.StatusOK, res)
 }
 
-// intParam reads an optional non-negative integer parameter; values above max are capped.
+// intParam reads an optional integer parameter in 1..max (absent: def); anything else is refused, never capped.
 func intParam(q url.Values, name string, def, max int) (int, error) {
 	v := q.Get(name)
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, gcos.Errorf(gcos.EINVALID, "%s %q: want a non-negative integer", name, v)
+	if err != nil || n < 1 || n > max {
+		return 0, gcos.Errorf(gcos.EINVALID, "%s %q: want an integer in 1..%d", name, v, max)
 	}
-	return min(n, max), nil
+	return n, nil
 }
 
 // textField requires a short, printable, non-empty value.

@@ -2,7 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,32 +14,42 @@ import (
 	"gcos"
 )
 
-// summaryTimeout bounds the Summary read behind a scrape.
-const summaryTimeout = 3 * time.Second
+// stateTimeout bounds the reads of GCOS's state behind a scrape.
+const stateTimeout = 3 * time.Second
 
-// metrics are the API's own instruments plus the gauges read from Summary at scrape time.
+// Gate channels: who asked. The CLI names itself in its User-Agent when it asks a running daemon.
+const (
+	channelHTTP = "http"
+	channelCLI  = "cli"
+)
+
+// metrics are the API's own instruments plus the gauges read from GCOS's state at scrape time.
 type metrics struct {
-	gateAllow, gateBlock prometheus.Counter
-	gateLatency          prometheus.Histogram
-	requests             *prometheus.CounterVec
-	handler              http.Handler
+	gateDecisions *prometheus.CounterVec   // decision, source, channel
+	gateLatency   *prometheus.HistogramVec // kind (single, batch), decision
+	requests      *prometheus.CounterVec
+	handler       http.Handler
 }
 
 func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, error) {
-	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gcos_gate_decisions_total", Help: "Gate decisions answered over HTTP, by decision.",
-	}, []string{"decision"})
 	m := &metrics{
-		gateAllow: decisions.WithLabelValues(gcos.GateAllow),
-		gateBlock: decisions.WithLabelValues(gcos.GateBlock),
-		gateLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		gateDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gcos_gate_decisions_total",
+			Help: "Gate decisions answered, by decision (allow, block), source of the state read (view, database; none when nothing could be read) and channel (http; cli: the gcos CLI asking this daemon).",
+		}, []string{"decision", "source", "channel"}),
+		gateLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gcos_gate_duration_seconds",
-			Help:    "Time to answer a gate request, from routing to the decision.",
+			Help:    "Time to answer a gate request, from routing to the decision, by kind (single, batch) and decision (a batch's: block if any check blocks).",
 			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}),
+		}, []string{"kind", "decision"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gcos_http_requests_total", Help: "HTTP requests answered, by route pattern and status code.",
+			Name: "gcos_http_requests_total", Help: "HTTP requests answered, by route pattern (unmatched: no route) and status code.",
 		}, []string{"route", "code"}),
+	}
+	for _, d := range []string{gcos.GateAllow, gcos.GateBlock} {
+		for _, kind := range []string{"single", "batch"} {
+			m.gateLatency.WithLabelValues(kind, d)
+		}
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "gcos_build_info", Help: "Always 1; the version label names the running build.",
@@ -60,98 +73,210 @@ func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, 
 			ConstLabels: prometheus.Labels{"class": class},
 		}, func() float64 { return float64(len(slots)) })
 	}
-	for _, c := range []prometheus.Collector{decisions, m.gateLatency, m.requests, build, fallbacks, retries,
-		inProgress("read", s.slots), inProgress("gate", s.gateSlots), &summaryCollector{s: s}} {
+	collectors := []prometheus.Collector{m.gateDecisions, m.gateLatency, m.requests, build, fallbacks, retries,
+		inProgress("read", s.slots), inProgress("gate", s.gateSlots), &stateCollector{s: s}}
+	for _, c := range append(collectors, s.store.RunCollectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorHandling:  promhttp.ContinueOnError,
-		CoalesceGather: true, // one Summary read however many scrapers arrive at once
+		CoalesceGather: true, // one state read however many scrapers arrive at once
 	})
 	return m, nil
 }
 
-// observeGateBatch counts a batch's decisions and its latency.
-func (m *metrics) observeGateBatch(allowed, blocked int, d time.Duration) {
-	m.gateAllow.Add(float64(allowed))
-	m.gateBlock.Add(float64(blocked))
-	m.gateLatency.Observe(d.Seconds())
+// channelOf says who asked: the gcos CLI (its User-Agent) or any other HTTP client.
+func channelOf(r *http.Request) string {
+	if strings.HasPrefix(r.UserAgent(), "gcos-cli/") {
+		return channelCLI
+	}
+	return channelHTTP
 }
 
-// observeGate counts one decision and its latency.
-func (m *metrics) observeGate(decision string, d time.Duration) {
-	if decision == gcos.GateAllow {
-		m.gateAllow.Inc()
-	} else {
-		m.gateBlock.Inc()
+// sourceLabel is the gate answer's source as a label: none when nothing could be read.
+func sourceLabel(source string) string {
+	if source == "" {
+		return "none"
 	}
-	m.gateLatency.Observe(d.Seconds())
+	return source
+}
+
+// observeGateBatch counts a batch's decisions and its latency (none for a refused batch: d = 0).
+func (m *metrics) observeGateBatch(r *http.Request, allowed, blocked int, source string, d time.Duration) {
+	ch, src := channelOf(r), sourceLabel(source)
+	m.gateDecisions.WithLabelValues(gcos.GateAllow, src, ch).Add(float64(allowed))
+	m.gateDecisions.WithLabelValues(gcos.GateBlock, src, ch).Add(float64(blocked))
+	decision := gcos.GateAllow
+	if blocked > 0 || allowed == 0 {
+		decision = gcos.GateBlock
+	}
+	if d > 0 {
+		m.gateLatency.WithLabelValues("batch", decision).Observe(d.Seconds())
+	}
+}
+
+// observeGate counts one decision and its latency (none for a refused request: d = 0).
+func (m *metrics) observeGate(r *http.Request, decision, source string, d time.Duration) {
+	m.gateDecisions.WithLabelValues(decision, sourceLabel(source), channelOf(r)).Inc()
+	if d > 0 {
+		m.gateLatency.WithLabelValues("single", decision).Observe(d.Seconds())
+	}
 }
 
 var (
-	descSummaryUp   = prometheus.NewDesc("gcos_summary_up", "1 when the summary behind the gcos_* gauges was read at this scrape, else 0.", nil, nil)
-	descGroups      = prometheus.NewDesc("gcos_groups", "Groups by effective verdict (as of the scrape).", []string{"verdict"}, nil)
-	descObjects     = prometheus.NewDesc("gcos_group_objects", "Objects by effective verdict of their group, counted once per scope.", []string{"verdict"}, nil)
+	descStateUp     = prometheus.NewDesc("gcos_state_up", "1 when GCOS's state behind the gcos_* gauges (summary, ledger, cursors, dead letters) was read at this scrape, else 0.", nil, nil)
+	descGroups      = prometheus.NewDesc("gcos_groups", "Groups by scope and effective verdict (as of the scrape).", []string{"scope", "verdict"}, nil)
+	descObjects     = prometheus.NewDesc("gcos_group_objects", "Objects by scope and effective verdict of their group (each object counted once per scope).", []string{"scope", "verdict"}, nil)
 	descDirty       = prometheus.NewDesc("gcos_dirty_groups", "Groups with a pending dirty mark (the dirty set).", nil, nil)
 	descScanLag     = prometheus.NewDesc("gcos_scan_lag_seconds", "Age of the oldest pending dirty mark; 0 with an empty dirty set.", nil, nil)
 	descFailed      = prometheus.NewDesc("gcos_failed_groups", "Groups whose last recompute failed.", nil, nil)
 	descOpenFinding = prometheus.NewDesc("gcos_open_findings", "Open findings by issue type.", []string{"type"}, nil)
-	descIntakeRows  = prometheus.NewDesc("gcos_intake_rows_total",
+	descLastRun     = prometheus.NewDesc("gcos_scan_last_finished_timestamp_seconds",
+		"When the last scan run of each mode finished (Unix time), with that run's status.", []string{"mode", "status"}, nil)
+	descSnapshotAge = prometheus.NewDesc("gcos_snapshot_age_seconds", "Age of the newest source snapshot verdicts are qualified by.", nil, nil)
+	descProofAt     = prometheus.NewDesc("gcos_audit_last_proof_timestamp_seconds",
+		"When the full audit last proved a slice of its rotating cover against a from-scratch evaluation (Unix time).", nil, nil)
+	descProofMiss = prometheus.NewDesc("gcos_audit_last_proof_mismatches",
+		"Settled differences the full audit's last proof found between the incremental state and a from-scratch evaluation.", nil, nil)
+	descLedger = prometheus.NewDesc("gcos_ledger_objects",
+		"The coverage invariant's ledger per scope, in objects, by bucket (covered, orphans, approved_exceptions, retired_or_ignored, stale, deferred_birth, class_0).",
+		[]string{"scope", "bucket"}, nil)
+	descLedgerTotal  = prometheus.NewDesc("gcos_ledger_total_objects", "Objects the ledger of each scope must account for (its total).", []string{"scope"}, nil)
+	descLedgerCloses = prometheus.NewDesc("gcos_ledger_closes", "1 when the scope's ledger closes (total = the sum of its buckets), else 0.", []string{"scope"}, nil)
+	descIntakeRows   = prometheus.NewDesc("gcos_intake_rows_total",
 		"Rows the intake tail met, by source and outcome: handed_off (in cursor order), behind (found behind the committed cursor, "+
 			"handed off late), future (beyond the future tolerance, handed off early), unmapped (no mapping rule; reported), "+
 			"untrusted (quarantined), dead_lettered.", []string{"source", "outcome"}, nil)
+	descCursorAge = prometheus.NewDesc("gcos_intake_cursor_age_seconds",
+		"Time since each source's intake tail last ran (its cursor's last run); a tail that stopped grows it.", []string{"source"}, nil)
+	descIntakeLag = prometheus.NewDesc("gcos_intake_lag_seconds",
+		"How long the oldest source row not yet handed off has waited, as the intake last measured it (0 when caught up).", []string{"source"}, nil)
+	descDeadLetters = prometheus.NewDesc("gcos_dead_letters",
+		"Dead-lettered entries waiting for an operator (event_pending), by lane (domain) and source table.", []string{"domain", "table"}, nil)
+	stateDescs = []*prometheus.Desc{descStateUp, descGroups, descObjects, descDirty, descScanLag, descFailed, descOpenFinding,
+		descLastRun, descSnapshotAge, descProofAt, descProofMiss, descLedger, descLedgerTotal, descLedgerCloses, descIntakeRows,
+		descCursorAge, descIntakeLag, descDeadLetters}
 )
 
-// summaryCollector reads Store.Summary at scrape time and reports it as gauges.
-type summaryCollector struct{ s *server }
+// stateCollector reads GCOS's state at scrape time (the summary, the invariant ledger through the API's read
+// cache, the intake cursors and lags, the dead letters) and reports it as gauges.
+type stateCollector struct{ s *server }
 
-func (c *summaryCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSummaryUp, descGroups, descObjects, descDirty, descScanLag, descFailed, descOpenFinding, descIntakeRows} {
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range stateDescs {
 		ch <- d
 	}
 }
 
-func (c *summaryCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), summaryTimeout)
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), stateTimeout)
 	defer cancel()
+	up := 1.0
+	defer func() { ch <- prometheus.MustNewConstMetric(descStateUp, prometheus.GaugeValue, up) }()
+	fail := func(what string, err error) {
+		c.s.logger.Warn("metrics: read "+what, "err", err)
+		up = 0
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
 	sum, err := c.s.store.Summary(ctx)
 	if err != nil {
-		c.s.logger.Warn("metrics: read summary", "err", err)
-		ch <- prometheus.MustNewConstMetric(descSummaryUp, prometheus.GaugeValue, 0)
+		fail("summary", err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(descSummaryUp, prometheus.GaugeValue, 1)
-	// Every verdict is reported, zero included, so a series does not vanish when its last group leaves it.
-	verdicts := map[string]bool{string(gcos.VerdictStale): true}
+	// Every verdict is reported in every scope, zero included, so a series does not vanish when its last group
+	// leaves it.
+	verdicts := []string{string(gcos.VerdictStale)}
 	for _, v := range gcos.StoredVerdicts {
-		verdicts[string(v)] = true
+		verdicts = append(verdicts, string(v))
 	}
-	for v := range sum.Verdicts {
-		verdicts[v] = true
+	for _, sc := range sum.Scopes {
+		scope := "none"
+		if sc.Scope != nil {
+			scope = *sc.Scope
+		}
+		for _, v := range verdicts {
+			n := sc.Verdicts[v]
+			gauge(descGroups, float64(n.Groups), scope, v)
+			gauge(descObjects, float64(n.Objects), scope, v)
+		}
 	}
-	for v := range verdicts {
-		n := sum.Verdicts[v]
-		ch <- prometheus.MustNewConstMetric(descGroups, prometheus.GaugeValue, float64(n.Groups), v)
-		ch <- prometheus.MustNewConstMetric(descObjects, prometheus.GaugeValue, float64(n.Objects), v)
+	gauge(descDirty, float64(sum.DirtyGroups))
+	gauge(descScanLag, sum.ScanHealth.ScanLagSeconds)
+	gauge(descFailed, float64(sum.ScanHealth.FailedGroups))
+	// Every finding type of the vocabulary, zero included (an alert on one must not see it absent), and any
+	// other type that is open.
+	for _, spec := range gcos.IssueSpecs {
+		gauge(descOpenFinding, float64(sum.OpenFindings[string(spec.Type)]), string(spec.Type))
 	}
-	ch <- prometheus.MustNewConstMetric(descDirty, prometheus.GaugeValue, float64(sum.DirtyGroups))
-	ch <- prometheus.MustNewConstMetric(descScanLag, prometheus.GaugeValue, sum.ScanHealth.ScanLagSeconds)
-	ch <- prometheus.MustNewConstMetric(descFailed, prometheus.GaugeValue, float64(sum.ScanHealth.FailedGroups))
 	for typ, n := range sum.OpenFindings {
-		ch <- prometheus.MustNewConstMetric(descOpenFinding, prometheus.GaugeValue, float64(n), typ)
+		if !slices.ContainsFunc(gcos.IssueSpecs, func(spec gcos.IssueSpec) bool { return string(spec.Type) == typ }) {
+			gauge(descOpenFinding, float64(n), typ)
+		}
 	}
+	for mode, run := range sum.ScanHealth.LastRuns {
+		if run.FinishedAt != nil {
+			gauge(descLastRun, float64(run.FinishedAt.UnixMicro())/1e6, mode, run.Status)
+		}
+	}
+	if sum.LastSnapshot != nil {
+		gauge(descSnapshotAge, max(0, sum.At.Sub(sum.LastSnapshot.SnapshotAt).Seconds()))
+	}
+	if sum.Cover != nil {
+		gauge(descProofAt, float64(sum.Cover.VerifiedAt.UnixMicro())/1e6)
+		gauge(descProofMiss, float64(sum.Cover.Mismatches))
+	}
+
+	// The ledger through the API's read cache: a scrape costs what a dashboard poll costs.
+	body, _, err := c.s.invariants.get(ctx, "", c.s.computeInvariant(""))
+	var inv InvariantView
+	if err == nil {
+		err = json.Unmarshal(body, &inv)
+	}
+	if err != nil {
+		fail("invariant", err)
+	} else {
+		for _, l := range inv.Ledgers {
+			for bucket, n := range map[string]int64{"covered": l.Covered, "orphans": l.Orphans, "approved_exceptions": l.ApprovedExceptions,
+				"retired_or_ignored": l.RetiredOrIgnored, "stale": l.Stale, "deferred_birth": l.DeferredBirth, "class_0": l.Class0} {
+				gauge(descLedger, float64(n), l.Scope, bucket)
+			}
+			gauge(descLedgerTotal, float64(l.Total), l.Scope)
+			closes := 0.0
+			if l.Closes {
+				closes = 1
+			}
+			gauge(descLedgerCloses, closes, l.Scope)
+		}
+	}
+
 	// The intake's counters live on its cursors (written in the transactions that handled the rows).
 	cursors, err := c.s.intake.ListCursors(ctx)
 	if err != nil {
-		c.s.logger.Warn("metrics: read intake cursors", "err", err)
+		fail("intake cursors", err)
+	} else {
+		for _, cur := range cursors {
+			for outcome, n := range map[string]int64{"handed_off": cur.EventsSeen, "behind": cur.LateRows, "future": cur.FutureRows,
+				"unmapped": cur.UnmappedRows, "untrusted": cur.UntrustedRows, "dead_lettered": cur.DeadLettered} {
+				ch <- prometheus.MustNewConstMetric(descIntakeRows, prometheus.CounterValue, float64(n), cur.Source, outcome)
+			}
+			if cur.LastRunAt != nil {
+				gauge(descCursorAge, max(0, sum.At.Sub(*cur.LastRunAt).Seconds()), cur.Source)
+			}
+		}
+	}
+	for _, lag := range c.s.intake.Lags() {
+		gauge(descIntakeLag, lag.OldestUnreadAgeSeconds, lag.Source)
+	}
+	dead, err := c.s.store.DeadLetters(ctx)
+	if err != nil {
+		fail("dead letters", err)
 		return
 	}
-	for _, cur := range cursors {
-		for outcome, n := range map[string]int64{"handed_off": cur.EventsSeen, "behind": cur.LateRows, "future": cur.FutureRows,
-			"unmapped": cur.UnmappedRows, "untrusted": cur.UntrustedRows, "dead_lettered": cur.DeadLettered} {
-			ch <- prometheus.MustNewConstMetric(descIntakeRows, prometheus.CounterValue, float64(n), cur.Source, outcome)
-		}
+	for _, d := range dead {
+		gauge(descDeadLetters, float64(d.Count), d.Domain, d.Table)
 	}
 }

@@ -130,6 +130,7 @@ type server struct {
 	m          *metrics
 	ui         *dashboardAssets
 	ready      []ReadyCheck
+	unrouted   *codeCounter // requests no route takes
 }
 
 // New builds the API handler. It refuses InsecureNoAuth unless cfg.HTTP.Listen is loopback (the caller must also
@@ -194,6 +195,7 @@ func New(cfg Config) (http.Handler, error) {
 	if !cfg.HTTP.InsecureNoAuth && len(auth.readers)+len(auth.operators) == 0 {
 		s.logger.Warn("no API tokens configured: every endpoint but the health probes and the dashboard shell answers 401; set GCOS_READER_TOKEN / GCOS_OPERATOR_TOKEN")
 	}
+	s.unrouted = &codeCounter{vec: s.m.requests, route: "unmatched"}
 	for _, rt := range routeTable {
 		s.mux.Handle(rt.Pattern(), s.wrap(rt))
 		s.routes = append(s.routes, rt.Route)
@@ -265,7 +267,31 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h["X-Content-Type-Options"] = hdrNoSniff
 	h["X-Frame-Options"] = hdrDeny
 	h["Referrer-Policy"] = hdrNoReferrer
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.unrouted.inc(s.noRoute(w, r))
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// noRoute answers a request no route takes with the API's JSON error: 405 naming the allowed methods when the
+// path exists under another method, else 404.
+func (s *server) noRoute(w http.ResponseWriter, r *http.Request) int {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		return writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: ErrorDetail{Code: gcos.EINVALID,
+			Message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", "))}})
+	}
+	return writeJSON(w, http.StatusNotFound, ErrorBody{Error: ErrorDetail{Code: gcos.ENOTFOUND,
+		Message: fmt.Sprintf("no such endpoint: %s (GET /v1 lists them)", strings.ToValidUTF8(r.URL.Path, "\ufffd"))}})
 }
 
 // wrap applies the cross-origin check and the route's access, then counts the answer.

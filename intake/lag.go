@@ -151,5 +151,19 @@ func (s *Stage) CheckTailLag(ctx context.Context, src postgres.TailSource, cfg g
 		_, err = postgres.RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.IssueHandoffLag, src.Name, "", "", evidence))
 		return err
 	})
+	if err == nil {
+		s.lags.Store(src.Name, rep)
+	}
 	return rep, err
+}
+
+// Lags are the last lag this stage measured of each source (CheckTailLag), for /metrics: a tail measures its lag
+// on its own cadence, and a scrape must not raise or resolve findings.
+func (s *Stage) Lags() []LagReport {
+	var out []LagReport
+	s.lags.Range(func(_, v any) bool {
+		out = append(out, v.(LagReport))
+		return true
+	})
+	return out
 }

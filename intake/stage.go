@@ -29,6 +29,7 @@ type Stage struct {
 	routeFallbackLogged atomic.Bool
 	totalsMu            sync.Mutex
 	totals              HandoffStats // what every applied page did (HandoffTotals)
+	lags                sync.Map     // source → its last LagReport (Lags)
 }
 
 // New returns the intake stage over store.

@@ -192,8 +192,14 @@ type FindingFilter struct {
 
 // ListFindings returns GCOS's findings (coalesce keys starting with "gov:"), newest first.
 func (s *Store) ListFindings(ctx context.Context, f FindingFilter) ([]FindingRow, error) {
-	if f.Limit <= 0 || f.Limit > 1000 {
-		f.Limit = 100
+	var err error
+	if f.Limit, err = CheckLimit("limit", f.Limit, DefaultFindingLimit, MaxFindingLimit); err != nil {
+		return nil, err
+	}
+	if f.IssueType != "" {
+		if _, err := gcos.ParseIssueType(f.IssueType); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, issue_type, severity, coalesce_key, occurrence_count, reopen_count, business_logic_hash, run_id,

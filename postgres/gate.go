@@ -43,10 +43,10 @@ type GateResult struct {
 	RescanScheduled  bool           `json:"rescan_scheduled"`
 	Statement        string         `json:"statement"`
 	Consulted        []ConsultedRow `json:"consulted"`
-	DecidedAt        time.Time      `json:"decided_at"`
+	DecidedAt        time.Time      `json:"decided_at,omitzero"` // zero (omitted) when nothing was decided
 	// AsOf is the instant of the database state the decision was read from (the view's last catch-up, or the
 	// read-through's own read); Source says which: view or database (empty when nothing could be read).
-	AsOf   time.Time `json:"as_of"`
+	AsOf   time.Time `json:"as_of,omitzero"`
 	Source string    `json:"source"`
 	// Token is the consistency token of the state the decision was read from: pass it as at_least to a later
 	// question that must see at least that state.

@@ -23,6 +23,9 @@ type LedgerReport struct {
 // difference in its evidence, and a scope that closes again resolves it.
 func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, error) {
 	rep := LedgerReport{Closes: true, Ledgers: []gcos.Ledger{}}
+	if err := s.CheckScope(ctx, scope); err != nil {
+		return rep, err
+	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT scope, snapshot_id, coalesce(total, 0), covered, orphans, approved_exceptions, retired_or_ignored, stale, deferred_birth, class_0,
 		       coalesce(unplaced, 0)
@@ -43,7 +46,7 @@ func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, erro
 		return rep, fmt.Errorf("read invariant ledger: %w", err)
 	}
 	if scope != "" && len(rep.Ledgers) == 0 {
-		return rep, gcos.Errorf(gcos.ENOTFOUND, "scope %q has no ledger (unknown scope, or no full snapshot yet)", scope)
+		return rep, gcos.Errorf(gcos.ENOTFOUND, "scope %q has no ledger yet (no full snapshot)", scope)
 	}
 	ruleset := ""
 	if cur, err := s.currentRulesetVersion(ctx); err == nil {

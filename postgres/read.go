@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,11 +18,29 @@ import (
 // the summary views (v_candidate_effective, v_scan_health, v_current_ruleset) or small bookkeeping tables
 // (queue_heartbeat, gov_worker_cursor, system_issues); none walks the raw candidate store row by row.
 
-// Group listing limits.
+// Page limits: how many rows one read answers when asked for none, and the most it answers. The API and the CLI
+// state the same bounds and refuse a request beyond them (EINVALID) rather than cap it in silence.
 const (
-	DefaultGroupLimit = 100 // groups per page when the filter asks for none
-	MaxGroupLimit     = 500 // larger requests are capped to this
+	DefaultGroupLimit    = 100
+	MaxGroupLimit        = 500
+	DefaultSnapshotLimit = 50
+	MaxSnapshotLimit     = 1000
+	DefaultFindingLimit  = 100
+	MaxFindingLimit      = 1000
+	DefaultChangeLimit   = 50
+	MaxChangeLimit       = 500
 )
+
+// CheckLimit applies a page limit: 0 is def, 1..max is taken, anything else is EINVALID naming the bounds.
+func CheckLimit(name string, n, def, max int) (int, error) {
+	switch {
+	case n == 0:
+		return def, nil
+	case n < 0 || n > max:
+		return 0, gcos.Errorf(gcos.EINVALID, "%s %d: want 1..%d", name, n, max)
+	}
+	return n, nil
+}
 
 // maxFilterValue bounds a filter value; dimension values are registry names, far shorter.
 const maxFilterValue = 256
@@ -35,7 +54,7 @@ type GroupFilter struct {
 	Verdict        string `json:"verdict,omitempty"` // the effective verdict (a stored verdict, or stale)
 	Dirty          *bool  `json:"dirty,omitempty"`
 	After          string `json:"after,omitempty"` // keyset cursor: the last group_key of the previous page
-	Limit          int    `json:"limit,omitempty"` // 0 means DefaultGroupLimit; capped at MaxGroupLimit
+	Limit          int    `json:"limit,omitempty"` // 0 means DefaultGroupLimit; 1..MaxGroupLimit
 }
 
 // Validate checks the filter values and normalises the limit; bad values are EINVALID.
@@ -56,13 +75,47 @@ func (f *GroupFilter) Validate() error {
 	if f.After != "" && !groupKeyPattern.MatchString(f.After) {
 		return gcos.Errorf(gcos.EINVALID, "after %q: want a group key (32 lowercase hex digits)", f.After)
 	}
-	switch {
-	case f.Limit < 0:
-		return gcos.Errorf(gcos.EINVALID, "limit %d: must not be negative", f.Limit)
-	case f.Limit == 0:
-		f.Limit = DefaultGroupLimit
-	case f.Limit > MaxGroupLimit:
-		f.Limit = MaxGroupLimit
+	var err error
+	f.Limit, err = CheckLimit("limit", f.Limit, DefaultGroupLimit, MaxGroupLimit)
+	return err
+}
+
+// checkFilterValues refuses a filter value that names nothing: a scope that is not a responsibility scope, or an
+// object class or source registry no group has. An empty answer would read as "none of those", which is not true.
+func (s *Store) checkFilterValues(ctx context.Context, f GroupFilter) error {
+	if err := s.CheckScope(ctx, f.Scope); err != nil {
+		return err
+	}
+	for _, d := range []struct{ name, column, value string }{
+		{"object_class", "object_class", f.ObjectClass}, {"source_registry", "source_registry", f.SourceRegistry},
+	} {
+		if d.value == "" {
+			continue
+		}
+		var known bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM governance_group WHERE `+d.column+` = $1)`, d.value).Scan(&known); err != nil {
+			return fmt.Errorf("check %s filter: %w", d.name, err)
+		}
+		if !known {
+			return gcos.Errorf(gcos.EINVALID, "%s %q: no group has it", d.name, d.value)
+		}
+	}
+	return nil
+}
+
+// CheckScope refuses a scope that is not a responsibility scope (governance_responsibility_scope) with EINVALID
+// naming the known ones; "" (every scope) passes.
+func (s *Store) CheckScope(ctx context.Context, scope string) error {
+	if scope == "" {
+		return nil
+	}
+	var known []string
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(array_agg(scope_code ORDER BY scope_code), '{}') FROM governance_responsibility_scope`).
+		Scan(&known); err != nil {
+		return fmt.Errorf("read responsibility scopes: %w", err)
+	}
+	if !slices.Contains(known, scope) {
+		return gcos.Errorf(gcos.EINVALID, "scope %q: not a responsibility scope (known: %s)", scope, strings.Join(known, ", "))
 	}
 	return nil
 }
@@ -128,6 +181,9 @@ func scanGroupView(row pgx.Row) (GroupView, error) {
 func (s *Store) ListGroups(ctx context.Context, f GroupFilter) (GroupPage, error) {
 	page := GroupPage{Groups: []GroupView{}}
 	if err := f.Validate(); err != nil {
+		return page, err
+	}
+	if err := s.checkFilterValues(ctx, f); err != nil {
 		return page, err
 	}
 	rows, err := s.pool.Query(ctx, `

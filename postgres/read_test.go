@@ -70,12 +70,16 @@ func TestReadListGroupsPagination(t *testing.T) {
 	if exp := min(want, postgres.DefaultGroupLimit); int64(len(page.Groups)) != exp {
 		t.Errorf("default limit: %d groups, want %d", len(page.Groups), exp)
 	}
-	page, err = b.store.ListGroups(b.ctx, postgres.GroupFilter{Limit: 100000})
+	page, err = b.store.ListGroups(b.ctx, postgres.GroupFilter{Limit: postgres.MaxGroupLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if exp := min(want, postgres.MaxGroupLimit); int64(len(page.Groups)) != exp {
-		t.Errorf("capped limit: %d groups, want %d", len(page.Groups), exp)
+		t.Errorf("largest page: %d groups, want %d", len(page.Groups), exp)
+	}
+	// Beyond the largest page is refused, never capped in silence.
+	if _, err := b.store.ListGroups(b.ctx, postgres.GroupFilter{Limit: 100000}); gcos.ErrorCode(err) != gcos.EINVALID {
+		t.Errorf("limit 100000: err = %v, want EINVALID", err)
 	}
 }
 
@@ -122,8 +126,11 @@ func TestReadListGroupsFilters(t *testing.T) {
 		if !slices.ContainsFunc(got, func(x postgres.GroupView) bool { return x.GroupKey == g.GroupKey }) {
 			t.Errorf("combined filter lost group %s", g.GroupKey)
 		}
-		if got := listAll(t, b, postgres.GroupFilter{ObjectClass: "no-such-class"}); len(got) != 0 {
-			t.Errorf("unknown class matched %d groups", len(got))
+		// A value that names nothing is refused, not answered with an empty page that reads as "none of those".
+		for _, f := range []postgres.GroupFilter{{ObjectClass: "no-such-class"}, {SourceRegistry: "no_such_registry"}, {Scope: "no-such-scope"}} {
+			if _, err := b.store.ListGroups(b.ctx, f); gcos.ErrorCode(err) != gcos.EINVALID {
+				t.Errorf("filter %+v: err = %v, want EINVALID", f, err)
+			}
 		}
 	})
 
@@ -160,6 +167,7 @@ func TestReadListGroupsFilters(t *testing.T) {
 			"verdict":   {Verdict: "great"},
 			"after":     {After: "not-a-key"},
 			"limit":     {Limit: -1},
+			"too many":  {Limit: postgres.MaxGroupLimit + 1},
 			"control":   {Scope: "a\x00b"},
 			"long":      {ObjectClass: string(make([]byte, 300))},
 			"uppercase": {After: "ABCDEF0123456789ABCDEF0123456789"},

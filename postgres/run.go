@@ -6,11 +6,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"gcos"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"gcos"
 )
 
 // NewRunID returns a fresh run identifier.
@@ -88,15 +90,21 @@ func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr
 	if c.Snapshot != 0 {
 		snap = &c.Snapshot
 	}
+	var mode string
+	var took float64
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-		UPDATE candidate_scan_run SET finished_at = now(), status = $2, error = $3, source_snapshot_ref = $4,
+		// clock_timestamp(): the run ends now, not when this transaction began.
+		err := tx.QueryRow(ctx, `
+		UPDATE candidate_scan_run SET finished_at = clock_timestamp(), status = $2, error = $3, source_snapshot_ref = $4,
 		    ruleset_version = nullif($5, ''), groups_scanned = $6, groups_dirtied = $7, verdict_changes = $8,
 		    objects_materialized = $9, objects_retired = $10
-		WHERE run_id = $1 AND status = 'running'`, runID, status, msg, snap, c.Ruleset, c.Scanned, c.Dirtied, c.Changed, c.Materialized, c.Retired)
-		if err != nil || tag.RowsAffected() > 0 {
+		WHERE run_id = $1 AND status = 'running'
+		RETURNING mode, extract(epoch FROM finished_at - started_at)::float8`, runID, status, msg, snap, c.Ruleset, c.Scanned, c.Dirtied,
+			c.Changed, c.Materialized, c.Retired).Scan(&mode, &took)
+		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
+		mode = ""
 		var was string
 		if err := tx.QueryRow(ctx, `SELECT status FROM candidate_scan_run WHERE run_id = $1`, runID).Scan(&was); err != nil {
 			return err
@@ -111,6 +119,9 @@ func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr
 	})
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", runID, err)
+	}
+	if mode != "" {
+		s.ObserveRun(mode, status, time.Duration(took*float64(time.Second)))
 	}
 	return nil
 }

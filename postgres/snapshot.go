@@ -721,8 +721,9 @@ type SnapshotInfo struct {
 
 // ListSnapshots lists GCOS's snapshots, newest first.
 func (s *Store) ListSnapshots(ctx context.Context, limit int) ([]SnapshotInfo, error) {
-	if limit <= 0 || limit > 1000 {
-		limit = 50
+	limit, err := CheckLimit("limit", limit, DefaultSnapshotLimit, MaxSnapshotLimit)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, snapshot_at, scope, coalesce(metrics->>'run_id', ''), coalesce(metrics->>'ruleset_version', ''),

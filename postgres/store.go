@@ -40,6 +40,8 @@ type Store struct {
 	gateSQLText, birthRawSQLText string
 	// txRetries counts transactions that failed on a deadlock or a serialization conflict; their loop retries them.
 	txRetries atomic.Int64
+	// runMetrics count the scan runs this process finished (ObserveRun).
+	runMetrics runMetrics
 	// owner names this store's process in role leases: unique per process start, so a restarted process (even
 	// with the same pid) takes its roles over with a new epoch instead of renewing a dead holder's lease.
 	owner string
@@ -86,7 +88,8 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	host, _ := os.Hostname()
-	s := &Store{pool: pool, gatePool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8])}
+	s := &Store{pool: pool, gatePool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8]),
+		runMetrics: newRunMetrics()}
 	s.gateSQLText, s.birthRawSQLText = s.BirthBinding().gateSQL(), s.BirthBinding().birthRawSQL()
 	s.gateOutage.log = gcos.NewOutageLog("gate: read candidate state (such answers block)", time.Second, cfg.Outage, logger)
 	return s

@@ -93,6 +93,10 @@ type VerdictChangeFilter struct {
 
 // VerdictChanges lists the verdict change log, newest first.
 func (s *Store) VerdictChanges(ctx context.Context, f VerdictChangeFilter) ([]VerdictChange, error) {
+	var err error
+	if f.Limit, err = CheckLimit("limit", f.Limit, DefaultChangeLimit, MaxChangeLimit); err != nil {
+		return nil, err
+	}
 	var since any
 	if !f.Since.IsZero() {
 		since = f.Since

@@ -70,6 +70,16 @@ func TestOnceModes(t *testing.T) {
 	if _, err := s.Once(ctx, "sideways"); gcos.ErrorCode(err) != gcos.EINVALID {
 		t.Fatalf("unknown mode: %v", err)
 	}
+	// The run ledger records how long each run took: a tick's run opens and closes in one transaction, so its end
+	// is the clock's, not the transaction's start.
+	var runs, timeless int
+	if err := store.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE finished_at <= started_at)
+		FROM candidate_scan_run WHERE status = 'succeeded'`).Scan(&runs, &timeless); err != nil {
+		t.Fatal(err)
+	}
+	if runs < 4 || timeless != 0 {
+		t.Errorf("%d succeeded runs, %d of them with no duration; want every one timed", runs, timeless)
+	}
 }
 
 // TestRunWakesOnDirtyMarks: the running scheduler re-evaluates a freshly dirtied group without being asked,

@@ -106,6 +106,7 @@ FOR UPDATE OF c`
 // scan is committed once (nothing duplicated). A group whose evaluation fails is marked failed, keeps its dirty
 // mark and is retried with exponential backoff.
 func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, error) {
+	start := time.Now()
 	res := ScanResult{Mode: opts.Mode, RunID: opts.RunID}
 	switch opts.Mode {
 	case postgres.ModeEvent, postgres.ModeIncremental, postgres.ModeFullAudit:
@@ -316,7 +317,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if _, err := tx.Exec(ctx, `UPDATE candidate_scan_run SET groups_scanned = groups_scanned + $2,
 			verdict_changes = verdict_changes + $3, groups_unchanged = groups_unchanged + $5,
 			status = CASE WHEN mode = 'full_audit' THEN status ELSE 'succeeded' END,
-			finished_at = CASE WHEN mode = 'full_audit' THEN finished_at ELSE now() END,
+			finished_at = CASE WHEN mode = 'full_audit' THEN finished_at ELSE clock_timestamp() END,
 			source_snapshot_ref = CASE WHEN mode = 'full_audit' THEN source_snapshot_ref ELSE $4 END
 			WHERE run_id = $1`, res.RunID, res.Scanned+res.Seeded, res.VerdictChanges, snapshotID, res.Unchanged); err != nil {
 			return fmt.Errorf("account run %s: %w", res.RunID, err)
@@ -328,13 +329,16 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			return res, err // the audit retries the tick; if it gives up, its run ends failed (runFullAudit)
 		}
 		// The tick's writes are gone with its transaction; the failure is recorded on the run, never hidden.
-		if ferr := s.recordRunFailure(context.WithoutCancel(ctx), res.RunID, opts.Mode, rs.Version, err); ferr != nil {
+		if ferr := s.recordRunFailure(context.WithoutCancel(ctx), res.RunID, opts.Mode, rs.Version, start, err); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
 		return res, err
 	}
 	if newRun && res.Claimed == 0 {
 		res.RunID = ""
+	}
+	if res.Claimed > 0 && opts.Mode != postgres.ModeFullAudit {
+		s.core.ObserveRun(opts.Mode, postgres.RunSucceeded, time.Since(start))
 	}
 	if targeted {
 		return res, nil // the gate waits for it: the dirty set's size is the loops' business
@@ -496,15 +500,18 @@ const (
 const dirtyCountSQL = `SELECT count(*) FROM governance_candidate_state WHERE dirty AND ruleset_version = $1`
 
 // recordRunFailure marks a run failed with its error, creating the row when the failed tick was the run's first.
-func (s *Stage) recordRunFailure(ctx context.Context, runID, mode, ruleset string, runErr error) error {
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO candidate_scan_run (run_id, mode, phase, ruleset_version, status, finished_at, error)
-		VALUES ($1, $2, CASE WHEN $2 = 'full_audit' THEN 'auditing' ELSE 'scanning' END, $3, 'failed', now(), $4)
-		ON CONFLICT (run_id) DO UPDATE SET status = 'failed', finished_at = now(), error = excluded.error`,
-		runID, mode, ruleset, runErr.Error())
+func (s *Stage) recordRunFailure(ctx context.Context, runID, mode, ruleset string, started time.Time, runErr error) error {
+	var took float64
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO candidate_scan_run (run_id, mode, phase, ruleset_version, status, started_at, finished_at, error)
+		VALUES ($1, $2, CASE WHEN $2 = 'full_audit' THEN 'auditing' ELSE 'scanning' END, $3, 'failed', $5, clock_timestamp(), $4)
+		ON CONFLICT (run_id) DO UPDATE SET status = 'failed', finished_at = clock_timestamp(), error = excluded.error
+		RETURNING extract(epoch FROM finished_at - started_at)::float8`,
+		runID, mode, ruleset, runErr.Error(), started).Scan(&took)
 	if err != nil {
 		return fmt.Errorf("record failed run %s: %w", runID, err)
 	}
+	s.core.ObserveRun(mode, postgres.RunFailed, time.Duration(took*float64(time.Second)))
 	return nil
 }
 

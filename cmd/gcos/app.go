@@ -96,7 +96,41 @@ func (a *app) rootCommand() *cobra.Command {
 		// the operator's reads and the event domain
 		a.findingsCommand(), a.statusCommand(), a.eventsCommand(),
 	)
+	argsAreInput(root)
 	return root
+}
+
+// argsAreInput makes every command's argument check a usage error (exit 2), as a flag error is: cobra's own
+// checks return plain errors, and a parent given an unknown subcommand would otherwise exit 1.
+func argsAreInput(cmd *cobra.Command) {
+	check := cmd.Args
+	switch {
+	case check == nil && cmd.HasSubCommands():
+		check = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], c.CommandPath(), c.CommandPath())
+			}
+			return nil
+		}
+	case check == nil:
+		check = cobra.NoArgs
+	}
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if err := check(c, args); err != nil {
+			if gcos.ErrorCode(err) == gcos.EINVALID {
+				return err
+			}
+			return gcos.Errorf(gcos.EINVALID, "%v", err)
+		}
+		return nil
+	}
+	if !cmd.Runnable() && cmd.HasSubCommands() {
+		// cobra answers a parent with no Run by printing its help before checking its arguments: run the check.
+		cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	}
+	for _, sub := range cmd.Commands() {
+		argsAreInput(sub)
+	}
 }
 
 func (a *app) execute(ctx context.Context, args []string) (code int) {

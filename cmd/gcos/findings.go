@@ -40,8 +40,8 @@ func (a *app) findingsCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&f.OpenOnly, "open", false, "only open findings")
 	cmd.Flags().StringVar(&f.IssueType, "type", "", "only this issue type (e.g. handoff_lag)")
-	cmd.Flags().IntVar(&f.Limit, "limit", 100, "at most this many (1..1000)")
-	flagRange(cmd.Flags(), "limit", 1, 1000)
+	cmd.Flags().IntVar(&f.Limit, "limit", postgres.DefaultFindingLimit, fmt.Sprintf("at most this many (1..%d)", postgres.MaxFindingLimit))
+	flagRange(cmd.Flags(), "limit", 1, postgres.MaxFindingLimit)
 	return cmd
 }
 

@@ -36,9 +36,9 @@ type gateFlags struct {
 }
 
 // gateCommand is `gcos gate --object C:E [--action write|read]` or `gcos gate --objects-from FILE|-`: exit 0 only
-// when every question is allowed, 3 otherwise. Anything else is a block too (the gate fails closed): a malformed
-// object, action or file, a usage or configuration error, an unreachable database or server, a timeout
-// (gateFailed prints those as a block decision whose reason is the error). With --server it asks a running GCOS
+// when every question is allowed, 3 when the gate blocks. Anything else is a block too (the gate fails closed): an
+// unreachable database or server or a timeout exits 3, and invalid input (a malformed object, action or file, a
+// usage or configuration error) exits 2 (gateFailed prints both as a block decision whose reason is the error). With --server it asks a running GCOS
 // over HTTP through the fail-closed client; otherwise it reads the database.
 func (a *app) gateCommand() *cobra.Command {
 	var f gateFlags
@@ -49,6 +49,15 @@ func (a *app) gateCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (f.object == "") == (f.objectsFrom == "") {
 				return gcos.Errorf(gcos.EINVALID, "give --object COLLECTION:CODE or --objects-from FILE (- for stdin), not both")
+			}
+			if f.object != "" {
+				// The same check as the API's 400, before anything is asked: invalid input exits 2.
+				if err := gcos.CheckObjectRef(f.object); err != nil {
+					return err
+				}
+				if f.action != gcos.ActionWrite && f.action != gcos.ActionRead {
+					return gcos.Errorf(gcos.EINVALID, "--action %q: want write or read", f.action)
+				}
 			}
 			if f.explain && (f.server != "" || f.objectsFrom != "") {
 				return gcos.Errorf(gcos.EINVALID, "--explain answers one object from the database: drop --server and --objects-from (or ask gcos explain)")
@@ -96,7 +105,7 @@ func (a *app) gateClient(f gateFlags) (*client.Client, []client.Ask, error) {
 	if token != "" {
 		a.secrets = append(a.secrets, token)
 	}
-	c, err := client.New(f.server, client.WithToken(token))
+	c, err := client.New(f.server, client.WithToken(token), client.WithUserAgent(cliUserAgent))
 	if err != nil {
 		return nil, nil, gcos.Errorf(gcos.EINVALID, "--server: %v", err)
 	}
@@ -266,7 +275,7 @@ func (a *app) stdinOrDefault() io.Reader {
 	return os.Stdin
 }
 
-// gateFailed answers a gate command that could not decide: a block, exit 3, printed as a decision whose reason is
+// gateFailed answers a gate command that could not decide: a block, exit 3 (exit 2 for invalid input), printed as a decision whose reason is
 // the error (JSON with --json, even when the flags could not be parsed); a batch prints every check it read
 // blocked.
 func (a *app) gateFailed(cmd *cobra.Command, args []string, err error) int {
@@ -293,6 +302,10 @@ func (a *app) gateFailed(cmd *cobra.Command, args []string, err error) int {
 	}
 	if perr := a.print(v, text); perr != nil {
 		fmt.Fprintln(a.stderr, "gcos:", perr)
+	}
+	var refused *client.ServerError
+	if gcos.ErrorCode(err) == gcos.EINVALID || errors.As(err, &refused) && refused.Code == gcos.EINVALID {
+		return exitUsage // still a block on stdout; the status says the question itself was wrong
 	}
 	return exitBlock
 }

@@ -113,7 +113,7 @@ func TestGateObjectsFrom(t *testing.T) {
 			if code, stdout, _ := gate(allowed[0]+"\n", "--objects-from", "-", "--json"); code != 0 || batchOut(t, stdout).Allowed != 1 {
 				t.Fatalf("stdin: exit %d:\n%s", code, stdout)
 			}
-			// A line that is not OBJECT [ACTION]: nothing is asked, exit 3.
+			// A line that is not OBJECT [ACTION]: nothing is asked, every check blocks, exit 2 (invalid input).
 			for _, bad := range []struct{ text, want string }{
 				{allowed[0] + "\nnocolon\n", "line 2"},
 				{allowed[0] + " delete\n", "line 1: action"},
@@ -121,17 +121,17 @@ func TestGateObjectsFrom(t *testing.T) {
 				{"# nothing\n\n", "no objects"},
 			} {
 				code, stdout, _ := gate(bad.text, "--objects-from", "-", "--json")
-				if code != exitBlock || !strings.Contains(stdout, bad.want) || batchOut(t, stdout).Decision != gcos.GateBlock {
-					t.Errorf("%q: exit %d, want %d naming %q:\n%s", bad.text, code, exitBlock, bad.want, stdout)
+				if code != exitUsage || !strings.Contains(stdout, bad.want) || batchOut(t, stdout).Decision != gcos.GateBlock {
+					t.Errorf("%q: exit %d, want %d naming %q:\n%s", bad.text, code, exitUsage, bad.want, stdout)
 				}
 			}
-			// Over the limit: every object blocked, the limit named.
+			// Over the limit: every object blocked, the limit named, exit 2 (invalid input).
 			var many strings.Builder
 			for i := 0; i <= w.Store.Config().Gate.BatchMax; i++ {
 				fmt.Fprintln(&many, allowed[i%len(allowed)])
 			}
 			code, stdout, _ = gate(many.String(), "--objects-from", "-", "--json")
-			if out := batchOut(t, stdout); code != exitBlock || out.Allowed != 0 || out.Blocked != w.Store.Config().Gate.BatchMax+1 ||
+			if out := batchOut(t, stdout); code != exitUsage || out.Allowed != 0 || out.Blocked != w.Store.Config().Gate.BatchMax+1 ||
 				!strings.Contains(stdout, "more than the limit") {
 				t.Errorf("over the limit: exit %d, %d allowed, %d blocked:\n%.300s", code, out.Allowed, out.Blocked, stdout)
 			}
@@ -170,7 +170,7 @@ func TestGateObjectsFrom(t *testing.T) {
 	})
 	t.Run("both --object and --objects-from", func(t *testing.T) {
 		code, stdout, _ := runGateIn(t, "", "--database-url", dsn, "gate", "--object", allowed[0], "--objects-from", allowedFile, "--json")
-		if code != exitBlock || !strings.Contains(stdout, "not both") {
+		if code != exitUsage || !strings.Contains(stdout, "not both") {
 			t.Fatalf("exit %d:\n%s", code, stdout)
 		}
 	})

@@ -37,8 +37,8 @@ func decodeBlock(t *testing.T, stdout, want string) {
 	}
 }
 
-// TestGateCommandExitsThreeUnlessAllowed: `gcos gate` exits 0 only for allow; a block, a usage error, an unreachable
-// database or any other error exits 3, and --json prints a block decision whose reason is the error.
+// TestGateCommandExitsThreeUnlessAllowed: `gcos gate` exits 0 only for allow; a block, an unreachable database or any
+// other runtime error exits 3, a usage error exits 2, and --json prints a block decision whose reason is the error.
 func TestGateCommandExitsThreeUnlessAllowed(t *testing.T) {
 	t.Parallel()
 	unreachable := "postgres://gcos@127.0.0.1:1/none?connect_timeout=5"
@@ -61,24 +61,24 @@ func TestGateCommandExitsThreeUnlessAllowed(t *testing.T) {
 	t.Run("missing --object", func(t *testing.T) {
 		t.Parallel()
 		code, stdout, _ := runGate(t, "--database-url", unreachable, "gate", "--json")
-		if code != exitBlock {
-			t.Fatalf("exit %d, want %d", code, exitBlock)
+		if code != exitUsage {
+			t.Fatalf("exit %d, want %d", code, exitUsage)
 		}
 		decodeBlock(t, stdout, "--object")
 	})
 	t.Run("unknown flag", func(t *testing.T) {
 		t.Parallel()
 		code, stdout, _ := runGate(t, "--database-url", unreachable, "gate", "--json", "--object", "a:b", "--scope", "x")
-		if code != exitBlock {
-			t.Fatalf("exit %d, want %d", code, exitBlock)
+		if code != exitUsage {
+			t.Fatalf("exit %d, want %d", code, exitUsage)
 		}
 		decodeBlock(t, stdout, "--scope")
 	})
 	t.Run("bad configuration", func(t *testing.T) {
 		t.Parallel()
 		code, stdout, _ := runGate(t, "--database-url", unreachable, "--config", t.TempDir()+"/missing.json", "gate", "--json", "--object", "a:b")
-		if code != exitBlock {
-			t.Fatalf("exit %d, want %d", code, exitBlock)
+		if code != exitUsage {
+			t.Fatalf("exit %d, want %d", code, exitUsage)
 		}
 		decodeBlock(t, stdout, "missing.json")
 	})

@@ -28,7 +28,8 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{[]string{"explain", "--object", "x:\xff"}, `parameter "object": not valid UTF-8`},
 		{[]string{"explain", "--group", "a\x00b"}, `parameter "group": contains a NUL byte`},
 		{[]string{"invariant", "--scope", strings.Repeat("s", 513)}, `parameter "scope": 513 bytes, longer than 512`},
-		{[]string{"ruleset", "show", "gov-rs-\x01"}, `parameter "argument 1": contains control characters`},
+		{[]string{"ruleset", "show", "gov-rs-\x01"}, `ruleset version "gov-rs-\x01": want gov-rs- and 12 hex digits`},
+		{[]string{"cursor", "reset", "a\x01b", "--to", "start"}, `parameter "argument 1": contains control characters`},
 		{[]string{"findings", "--scpoe", "x"}, "unknown flag: --scpoe"},
 		{[]string{"--log-level", "loud", "status"}, "--log-level"},
 	} {

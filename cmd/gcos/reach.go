@@ -25,6 +25,9 @@ import (
 // would open), else the database itself. A daemon's embedded cluster is held by it, so a command that needs the
 // database (verify, backfill, …) attaches to that cluster instead of starting it (see open).
 
+// cliUserAgent names the CLI to the daemon, which counts the gate decisions it asks for as channel "cli".
+const cliUserAgent = "gcos-cli/1"
+
 // apiClient is a running daemon's API as the CLI reads it: the same JSON the HTTP API documents, decoded into the
 // types the database path returns, so the two paths print alike.
 type apiClient struct {
@@ -107,6 +110,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("User-Agent", cliUserAgent)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return gcos.Errorf(gcos.EUNAVAILABLE, "daemon API %s %s: %v", method, path, err)

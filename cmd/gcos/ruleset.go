@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gcos"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -56,7 +57,7 @@ func (a *app) rulesetCommand() *cobra.Command {
 		}),
 	}
 	show := &cobra.Command{
-		Use: "show VERSION", Short: "show one ruleset version", Args: cobra.ExactArgs(1),
+		Use: "show VERSION", Short: "show one ruleset version", Args: argsAnd(cobra.ExactArgs(1), rulesetVersions),
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (postgres.RulesetRow, error) {
 			return store.GetRuleset(ctx, args[0])
 		}, func(r postgres.RulesetRow) string {
@@ -65,7 +66,7 @@ func (a *app) rulesetCommand() *cobra.Command {
 		}),
 	}
 	diff := &cobra.Command{
-		Use: "diff FROM TO", Short: "changed components, rule rows and the groups the change would dirty", Args: cobra.ExactArgs(2),
+		Use: "diff FROM TO", Short: "changed components, rule rows and the groups the change would dirty", Args: argsAnd(cobra.ExactArgs(2), rulesetVersions),
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (postgres.RulesetDiffReport, error) {
 			return store.DiffRulesets(ctx, args[0], args[1])
 		}, func(d postgres.RulesetDiffReport) string {
@@ -80,7 +81,7 @@ func (a *app) rulesetCommand() *cobra.Command {
 	}
 	var approval, actor string
 	activate := &cobra.Command{
-		Use: "activate VERSION", Short: "activate a draft (needs --approval and an actor other than the proposer)", Args: cobra.ExactArgs(1),
+		Use: "activate VERSION", Short: "activate a draft (needs --approval and an actor other than the proposer)", Args: argsAnd(cobra.ExactArgs(1), rulesetVersions),
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (res postgres.ActivationResult, err error) {
 			// The daemon's view and caches learn of the activation at once; the audit row names the actor.
 			return res, api.post(ctx, "/v1/rulesets/"+url.PathEscape(args[0])+"/activate", httpapi.ActivateRequest{ApprovalRef: approval, Actor: actor}, &res)
@@ -95,4 +96,14 @@ func (a *app) rulesetCommand() *cobra.Command {
 	activate.Flags().StringVar(&actor, "by", "", "approving actor (required; not the proposer)")
 	cmd.AddCommand(compute, list, show, diff, activate)
 	return cmd
+}
+
+// rulesetVersions refuses an argument that cannot be a ruleset version (exit 2).
+func rulesetVersions(args []string) error {
+	for _, v := range args {
+		if err := gcos.CheckRulesetVersion(v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
