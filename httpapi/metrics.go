@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"gcos"
+	"gcos/intake"
 )
 
 // stateTimeout bounds the reads of GCOS's state behind a scrape.
@@ -276,7 +277,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		fail("dead letters", err)
 		return
 	}
+	// Each tailed source's retry lane is reported at 0 too, so the first dead letter is a change an alert sees.
+	lanes := map[[2]string]int64{}
+	for _, cur := range cursors {
+		lanes[[2]string{intake.RetryDomain, cur.Source}] = 0
+	}
 	for _, d := range dead {
-		gauge(descDeadLetters, float64(d.Count), d.Domain, d.Table)
+		lanes[[2]string{d.Domain, d.Table}] = d.Count
+	}
+	for lane, n := range lanes {
+		gauge(descDeadLetters, float64(n), lane[0], lane[1])
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"gcos"
 	"gcos/daemon"
 	"gcos/gcostest"
+	"gcos/intake"
 )
 
 // scrape reads /metrics from srv and returns the text and its families.
@@ -106,7 +108,7 @@ func TestMetricsForOperators(t *testing.T) {
 	}
 	// A poison entry an operator must look at.
 	w.Exec(t, `INSERT INTO event_pending (event_domain, event_type_hint, entity_table, entity_ref, canonical_address, actor_ref,
-		error_count, last_error, dead_lettered_at) VALUES ('gcos.handoff.retry', 'tail_retry', 'birth_registry', '42', 'x:y', 'w', 5, 'bad', now())`)
+		error_count, last_error, dead_lettered_at) VALUES ($1, 'tail_retry', 'birth_registry', '42', 'x:y', 'w', 5, 'bad', now())`, intake.RetryDomain)
 	h := d.API.Handler
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -164,7 +166,8 @@ func TestMetricsForOperators(t *testing.T) {
 		{"gcos_audit_last_proof_mismatches", nil, zero, "0"},
 		{"gcos_scan_run_duration_seconds", map[string]string{"mode": "backfill"}, positive, "observed"},
 		{"gcos_snapshot_age_seconds", nil, func(v float64) bool { return v >= 0 }, ">= 0"},
-		{"gcos_dead_letters", map[string]string{"domain": "gcos.handoff.retry", "table": "birth_registry"}, one, "1"},
+		{"gcos_dead_letters", map[string]string{"domain": intake.RetryDomain, "table": "birth_registry"}, one, "1"},
+		{"gcos_dead_letters", map[string]string{"domain": intake.RetryDomain, "table": "registry_changelog"}, zero, "0 (present while empty)"},
 		{"gcos_gate_decisions_total", map[string]string{"channel": "cli", "source": "database"}, one, "1"},
 		{"gcos_gate_decisions_total", map[string]string{"channel": "http", "source": "database"}, one, "1"},
 		{"gcos_gate_duration_seconds", map[string]string{"kind": "single"}, positive, "observed"},
@@ -206,6 +209,17 @@ func TestMetricsForOperators(t *testing.T) {
 		}
 		if total := sample(families, "gcos_ledger_total_objects", map[string]string{"scope": scope}); total == nil || *total != sum {
 			t.Errorf("scope %s: buckets sum to %v, total %v", scope, sum, total)
+		}
+	}
+	// Where Prometheus's own tool is installed, it agrees (it lints with its own, older rules).
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		check := exec.Command(promtool, "check", "metrics")
+		check.Stdin = bytes.NewReader(text)
+		if out, err := check.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+		if out, err := exec.Command(promtool, "check", "rules", "../deploy/alerts.yml").CombinedOutput(); err != nil {
+			t.Errorf("promtool check rules: %v\n%s", err, out)
 		}
 	}
 	if strings.Contains(string(text), "gcos_summary_up") {

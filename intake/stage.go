@@ -32,6 +32,10 @@ type Stage struct {
 	lags                sync.Map     // source → its last LagReport (Lags)
 }
 
+// RetryDomain is the event_pending.event_domain of the intake's retry lane: its entries name their source in
+// entity_table, and a dead-lettered one waits there for an operator.
+const RetryDomain = "governance"
+
 // New returns the intake stage over store.
 func New(store *postgres.Store) *Stage {
 	return &Stage{core: store, pool: store.Pool(), cfg: store.Config(), logger: store.Logger()}

@@ -48,7 +48,7 @@ import (
 )
 
 const (
-	tailDomain       = "governance"               // event_pending.event_domain of retry entries
+	tailDomain       = RetryDomain                // event_pending.event_domain of retry entries
 	tailRetryHint    = "governance.handoff.retry" // event_pending.event_type_hint of retry entries
 	tailWorkerPrefix = "gcos.intake."             // worker_name and queue_heartbeat executor_name prefix
 	tailErrorMax     = 500                        // characters of an error kept in event_pending.last_error
