@@ -23,6 +23,7 @@ import (
 	"gcos"
 	"gcos/daemon"
 	"gcos/gcostest"
+	"gcos/httpapi"
 	"gcos/intake"
 )
 
@@ -220,6 +221,21 @@ func TestMetricsForOperators(t *testing.T) {
 		}
 		if out, err := exec.Command(promtool, "check", "rules", "../deploy/alerts.yml").CombinedOutput(); err != nil {
 			t.Errorf("promtool check rules: %v\n%s", err, out)
+		}
+	}
+	// docs/REFERENCE.md lists every family and every route.
+	reference, err := os.ReadFile("../docs/REFERENCE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range families {
+		if strings.HasPrefix(name, "gcos_") && !strings.Contains(string(reference), "| `"+name+"` |") {
+			t.Errorf("docs/REFERENCE.md does not list the metric %s", name)
+		}
+	}
+	for _, rt := range httpapi.Routes() {
+		if !strings.Contains(string(reference), "| `"+rt.Method+" "+rt.Path+"` |") {
+			t.Errorf("docs/REFERENCE.md does not list the route %s %s", rt.Method, rt.Path)
 		}
 	}
 	if strings.Contains(string(text), "gcos_summary_up") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,10 @@ import (
 func TestExitCodes(t *testing.T) {
 	t.Parallel()
 	commands := 0
+	reference, err := os.ReadFile("../../docs/REFERENCE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var walk func(cmd *cobra.Command)
 	walk = func(cmd *cobra.Command) {
 		path := strings.Fields(cmd.CommandPath())[1:]
@@ -30,6 +35,9 @@ func TestExitCodes(t *testing.T) {
 			}
 		}
 		commands++
+		if !cmd.HasSubCommands() && !strings.Contains(string(reference), "| `"+cmd.CommandPath()) {
+			t.Errorf("docs/REFERENCE.md does not list %s", cmd.CommandPath())
+		}
 		run(0, "--help")
 		run(exitUsage, "--no-such-flag")
 		for n := 0; n <= 3; n++ {

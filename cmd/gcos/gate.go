@@ -44,7 +44,7 @@ func (a *app) gateCommand() *cobra.Command {
 	var f gateFlags
 	cmd := &cobra.Command{
 		Use:   gateCommandName + " --object COLLECTION:CODE [--action write|read] | --objects-from FILE|-",
-		Short: "may this action proceed on these objects? exit 0 allow, 3 block or any error (fails closed)",
+		Short: "may this action proceed on these objects? exit 0 allow; 3 block, or no answer (fails closed); 2 invalid input",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (f.object == "") == (f.objectsFrom == "") {
