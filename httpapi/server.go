@@ -130,7 +130,6 @@ type server struct {
 	m          *metrics
 	ui         *dashboardAssets
 	ready      []ReadyCheck
-	unrouted   *codeCounter // requests no route takes
 }
 
 // New builds the API handler. It refuses InsecureNoAuth unless cfg.HTTP.Listen is loopback (the caller must also
@@ -195,7 +194,8 @@ func New(cfg Config) (http.Handler, error) {
 	if !cfg.HTTP.InsecureNoAuth && len(auth.readers)+len(auth.operators) == 0 {
 		s.logger.Warn("no API tokens configured: every endpoint but the health probes and the dashboard shell answers 401; set GCOS_READER_TOKEN / GCOS_OPERATOR_TOKEN")
 	}
-	s.unrouted = &codeCounter{vec: s.m.requests, route: "unmatched"}
+	unrouted := &codeCounter{vec: s.m.requests, route: "unmatched"}
+	s.mux.Handle(noRoutePattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { unrouted.inc(s.noRoute(w, r)) }))
 	for _, rt := range routeTable {
 		s.mux.Handle(rt.Pattern(), s.wrap(rt))
 		s.routes = append(s.routes, rt.Route)
@@ -267,12 +267,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h["X-Content-Type-Options"] = hdrNoSniff
 	h["X-Frame-Options"] = hdrDeny
 	h["Referrer-Policy"] = hdrNoReferrer
-	if _, pattern := s.mux.Handler(r); pattern == "" {
-		s.unrouted.inc(s.noRoute(w, r))
-		return
-	}
 	s.mux.ServeHTTP(w, r)
 }
+
+// noRoutePattern catches every request no route takes (the most general pattern: any route is more specific).
+const noRoutePattern = "/"
+
 
 // noRoute answers a request no route takes with the API's JSON error: 405 naming the allowed methods when the
 // path exists under another method, else 404.
@@ -281,7 +281,7 @@ func (s *server) noRoute(w http.ResponseWriter, r *http.Request) int {
 	for _, m := range []string{http.MethodGet, http.MethodPost} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
-		if _, pattern := s.mux.Handler(probe); pattern != "" {
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != noRoutePattern {
 			allowed = append(allowed, m)
 		}
 	}
