@@ -273,7 +273,6 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // noRoutePattern catches every request no route takes (the most general pattern: any route is more specific).
 const noRoutePattern = "/"
 
-
 // noRoute answers a request no route takes with the API's JSON error: 405 naming the allowed methods when the
 // path exists under another method, else 404.
 func (s *server) noRoute(w http.ResponseWriter, r *http.Request) int {
