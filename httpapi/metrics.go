@@ -15,8 +15,13 @@ import (
 	"gcos/intake"
 )
 
-// stateTimeout bounds the reads of GCOS's state behind a scrape.
-const stateTimeout = 3 * time.Second
+// Bounds on the reads behind a scrape, both below Prometheus's default scrape timeout (10 s): the small reads
+// (summary, cursors, dead letters) share stateTimeout; the ledger, which counts the whole estate (2–3 s at 1M
+// births under churn), has its own ledgerTimeout, and a slow ledger costs only the ledger's series.
+const (
+	stateTimeout  = 3 * time.Second
+	ledgerTimeout = 8 * time.Second
+)
 
 // Gate channels: who asked. The CLI names itself in its User-Agent when it asks a running daemon.
 const (
@@ -231,8 +236,44 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descProofMiss, float64(sum.Cover.Mismatches))
 	}
 
+	// The intake's counters live on its cursors (written in the transactions that handled the rows).
+	cursors, err := c.s.intake.ListCursors(ctx)
+	if err != nil {
+		fail("intake cursors", err)
+	} else {
+		for _, cur := range cursors {
+			for outcome, n := range map[string]int64{"handed_off": cur.EventsSeen, "behind": cur.LateRows, "future": cur.FutureRows,
+				"unmapped": cur.UnmappedRows, "untrusted": cur.UntrustedRows, "dead_lettered": cur.DeadLettered} {
+				ch <- prometheus.MustNewConstMetric(descIntakeRows, prometheus.CounterValue, float64(n), cur.Source, outcome)
+			}
+			if cur.LastRunAt != nil {
+				gauge(descCursorAge, max(0, sum.At.Sub(*cur.LastRunAt).Seconds()), cur.Source)
+			}
+		}
+	}
+	for _, lag := range c.s.intake.Lags() {
+		gauge(descIntakeLag, lag.OldestUnreadAgeSeconds, lag.Source)
+	}
+	// Each tailed source's retry lane is reported at 0 too, so the first dead letter is a change an alert sees;
+	// an unread count is no series at all, never a 0.
+	if dead, err := c.s.store.DeadLetters(ctx); err != nil {
+		fail("dead letters", err)
+	} else {
+		lanes := map[[2]string]int64{}
+		for _, cur := range cursors {
+			lanes[[2]string{intake.RetryDomain, cur.Source}] = 0
+		}
+		for _, d := range dead {
+			lanes[[2]string{d.Domain, d.Table}] = d.Count
+		}
+		for lane, n := range lanes {
+			gauge(descDeadLetters, float64(n), lane[0], lane[1])
+		}
+	}
 	// The ledger through the API's read cache: a scrape costs what a dashboard poll costs.
-	body, _, err := c.s.invariants.get(ctx, "", c.s.computeInvariant(""))
+	lctx, lcancel := context.WithTimeout(context.Background(), ledgerTimeout)
+	defer lcancel()
+	body, _, err := c.s.invariants.get(lctx, "", c.s.computeInvariant(""))
 	var inv InvariantView
 	if err == nil {
 		err = json.Unmarshal(body, &inv)
@@ -252,40 +293,5 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descLedgerCloses, closes, l.Scope)
 		}
-	}
-
-	// The intake's counters live on its cursors (written in the transactions that handled the rows).
-	cursors, err := c.s.intake.ListCursors(ctx)
-	if err != nil {
-		fail("intake cursors", err)
-	} else {
-		for _, cur := range cursors {
-			for outcome, n := range map[string]int64{"handed_off": cur.EventsSeen, "behind": cur.LateRows, "future": cur.FutureRows,
-				"unmapped": cur.UnmappedRows, "untrusted": cur.UntrustedRows, "dead_lettered": cur.DeadLettered} {
-				ch <- prometheus.MustNewConstMetric(descIntakeRows, prometheus.CounterValue, float64(n), cur.Source, outcome)
-			}
-			if cur.LastRunAt != nil {
-				gauge(descCursorAge, max(0, sum.At.Sub(*cur.LastRunAt).Seconds()), cur.Source)
-			}
-		}
-	}
-	for _, lag := range c.s.intake.Lags() {
-		gauge(descIntakeLag, lag.OldestUnreadAgeSeconds, lag.Source)
-	}
-	dead, err := c.s.store.DeadLetters(ctx)
-	if err != nil {
-		fail("dead letters", err)
-		return
-	}
-	// Each tailed source's retry lane is reported at 0 too, so the first dead letter is a change an alert sees.
-	lanes := map[[2]string]int64{}
-	for _, cur := range cursors {
-		lanes[[2]string{intake.RetryDomain, cur.Source}] = 0
-	}
-	for _, d := range dead {
-		lanes[[2]string{d.Domain, d.Table}] = d.Count
-	}
-	for lane, n := range lanes {
-		gauge(descDeadLetters, float64(n), lane[0], lane[1])
 	}
 }
