@@ -38,8 +38,8 @@ type gateFlags struct {
 // gateCommand is `gcos gate --object C:E [--action write|read]` or `gcos gate --objects-from FILE|-`: exit 0 only
 // when every question is allowed, 3 when the gate blocks. Anything else is a block too (the gate fails closed): an
 // unreachable database or server or a timeout exits 3, and invalid input (a malformed object, action or file, a
-// usage or configuration error) exits 2 (gateFailed prints both as a block decision whose reason is the error). With --server it asks a running GCOS
-// over HTTP through the fail-closed client; otherwise it reads the database.
+// usage or configuration error) exits 2; gateFailed prints both as a block decision whose reason is the error.
+// With --server it asks a running GCOS over HTTP through the fail-closed client; otherwise it reads the database.
 func (a *app) gateCommand() *cobra.Command {
 	var f gateFlags
 	cmd := &cobra.Command{
@@ -275,9 +275,9 @@ func (a *app) stdinOrDefault() io.Reader {
 	return os.Stdin
 }
 
-// gateFailed answers a gate command that could not decide: a block, exit 3 (exit 2 for invalid input), printed as a decision whose reason is
-// the error (JSON with --json, even when the flags could not be parsed); a batch prints every check it read
-// blocked.
+// gateFailed answers a gate command that could not decide: a block, exit 3 (exit 2 for invalid input), printed as
+// a decision whose reason is the error (JSON with --json, even when the flags could not be parsed); a batch prints
+// every check it read blocked.
 func (a *app) gateFailed(cmd *cobra.Command, args []string, err error) int {
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", a.cfg.Gate.Timeout.Duration())
