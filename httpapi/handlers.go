@@ -130,7 +130,7 @@ func (s *server) gateBatch(w http.ResponseWriter, r *http.Request) int {
 	answers := res.Answers()
 	out := gcos.NewGateBatchAnswer(answers)
 	out.AsOf, out.Source, out.Token, out.Rescanned = res.AsOf, res.Source, res.Token, res.Rescanned
-	s.m.observeGateBatch(r, out.Allowed, out.Blocked, out.Source, took)
+	s.m.observeGateBatch(r, out, took)
 	w.Header()["X-Gcos-Decision"] = hdrDecision[out.Decision]
 	if gq.explain {
 		full := GateBatchExplained{GateBatchAnswer: out, Decisions: make([]ExplainedGateResult, len(res.Results))}
@@ -153,7 +153,7 @@ func (s *server) gateBatchRefused(w http.ResponseWriter, r *http.Request, checks
 		checks[i].Object, checks[i].Action = strings.ToValidUTF8(checks[i].Object, "\ufffd"), strings.ToValidUTF8(checks[i].Action, "\ufffd")
 	}
 	out := gcos.NewGateBatchAnswer(gcos.BlockAll(checks, detail.Message+"; the gate fails closed"))
-	s.m.observeGateBatch(r, 0, len(checks), "", 0)
+	s.m.observeGateBatch(r, out, 0)
 	w.Header()["X-Gcos-Decision"] = hdrDecision[gcos.GateBlock]
 	return writeJSON(w, status, GateBatchRefusal{GateBatchAnswer: out, Error: detail})
 }

@@ -109,17 +109,14 @@ func sourceLabel(source string) string {
 	return source
 }
 
-// observeGateBatch counts a batch's decisions and its latency (none for a refused batch: d = 0).
-func (m *metrics) observeGateBatch(r *http.Request, allowed, blocked int, source string, d time.Duration) {
-	ch, src := channelOf(r), sourceLabel(source)
-	m.gateDecisions.WithLabelValues(gcos.GateAllow, src, ch).Add(float64(allowed))
-	m.gateDecisions.WithLabelValues(gcos.GateBlock, src, ch).Add(float64(blocked))
-	decision := gcos.GateAllow
-	if blocked > 0 || allowed == 0 {
-		decision = gcos.GateBlock
-	}
+// observeGateBatch counts a batch's decisions and its latency under the batch's decision (none for a refused
+// batch: d = 0).
+func (m *metrics) observeGateBatch(r *http.Request, out gcos.GateBatchAnswer, d time.Duration) {
+	ch, src := channelOf(r), sourceLabel(out.Source)
+	m.gateDecisions.WithLabelValues(gcos.GateAllow, src, ch).Add(float64(out.Allowed))
+	m.gateDecisions.WithLabelValues(gcos.GateBlock, src, ch).Add(float64(out.Blocked))
 	if d > 0 {
-		m.gateLatency.WithLabelValues("batch", decision).Observe(d.Seconds())
+		m.gateLatency.WithLabelValues("batch", out.Decision).Observe(d.Seconds())
 	}
 }
 
