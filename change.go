@@ -98,10 +98,17 @@ func (s Signal) SafePayload() map[string]any {
 	}
 }
 
-// SafePayloadKeys are the only keys a handoff payload may carry ("signal, not data", SPEC §9.3).
+// SafePayloadKeys are the only keys a signal's payload may carry ("signal, not data", SPEC §9.3, doc 41 §41.5):
+// addresses, refs, states and counts. The first row is the handoff's; the rest are what GCOS's own announcements
+// carry (a finding's id, key and transition; a run's mode and counts; the routed owner).
 var SafePayloadKeys = []string{
 	"object_type", "collection_name", "group_key", "change_kind", "occurred_at", "source",
 	"object_ref", "canonical_address", "count",
+	"issue_id", "issue_type", "coalesce_key", "transition", "severity", "occurrence_count", "reopen_count",
+	"scope", "ruleset_version", "source_snapshot_ref", "snapshot_id", "exception_id", "run_id", "mode", "status",
+	"groups", "objects", "mismatches", "seen", "coalesced", "enqueued", "failed", "dlq", "held", "pruned",
+	"owner_ref", "route", "event_type", "event_id", "window_start", "window_end", "audit_id",
+	"coverage_before", "coverage_after",
 }
 
 // ValidateSafePayload rejects a payload with any key outside SafePayloadKeys, or any value that is not a scalar

@@ -29,6 +29,39 @@ type Config struct {
 	Roles         RolesConfig         `json:"roles"`
 	Outage        OutageConfig        `json:"outage"`
 	VerdictPolicy VerdictPolicyConfig `json:"verdict_policy"`
+	Events        EventsConfig        `json:"events"`
+}
+
+// EventsConfig is the emission discipline of what GCOS announces itself (its findings opening, reopening and
+// resolving, its runs, snapshots and rulesets): per-type cooldown and ceiling, escalation of unread announcements,
+// and the authority disputes that always route to the council (doc 41 §41.8–§41.9). The handoff signals of the
+// intake are the tail's transport, not announcements: they are never throttled.
+type EventsConfig struct {
+	// Rules: the first rule whose types pattern matches an announcement's type applies; no match, no throttling.
+	Rules      []EventRule           `json:"rules"`
+	Escalation EventEscalationConfig `json:"escalation"`
+	// CouncilTypes (gcos.Glob patterns) are authority disputes: routed to the council whatever the owner is.
+	CouncilTypes []string `json:"council_types"`
+}
+
+// EventRule throttles the announcements whose type matches Types.
+type EventRule struct {
+	Types string `json:"types"`
+	// Cooldown: a second announcement of a type about the same subject waits until this long after the first;
+	// a newer one supersedes a waiting one, so the latest state is what goes out.
+	Cooldown Duration `json:"cooldown"`
+	// Ceiling: at most this many announcements of a type per Window; the rest are held back and counted into one
+	// digest event (governance.coverage.summary) when the window closes. 0: no ceiling.
+	Ceiling int      `json:"ceiling"`
+	Window  Duration `json:"window"`
+}
+
+// EventEscalationConfig escalates an announcement of one of Severities that its routed owner has not read After
+// its emission: a governance.lifecycle.escalated event routed to To (default GOV-COUNCIL). After 0: off.
+type EventEscalationConfig struct {
+	Severities []string `json:"severities"`
+	After      Duration `json:"after"`
+	To         string   `json:"to"`
 }
 
 // RolesConfig sets the leases of the singleton roles (full audit, backfill, event promotion, silent-gap monitor).
@@ -360,6 +393,17 @@ func DefaultConfig() Config {
 		},
 		Roles:  RolesConfig{LeaseTTL: Duration(30 * time.Second)},
 		Outage: OutageConfig{BackoffMax: Duration(10 * time.Second), LogEvery: Duration(time.Minute)},
+		Events: EventsConfig{
+			Rules: []EventRule{
+				// A run's completion is news once in a while, not on every tick.
+				{Types: "governance.*.scan_completed", Cooldown: Duration(5 * time.Minute)},
+				{Types: "governance.*.heartbeat", Cooldown: Duration(5 * time.Minute)},
+				// Everything else: one announcement per subject per minute, 200 per type per 10 minutes.
+				{Types: "governance.*", Cooldown: Duration(time.Minute), Ceiling: 200, Window: Duration(10 * time.Minute)},
+			},
+			Escalation:   EventEscalationConfig{Severities: []string{"error"}, After: Duration(4 * time.Hour), To: CouncilOwner},
+			CouncilTypes: []string{"governance.coverage.owner_dispute", "governance.exception.unratified"},
+		},
 		Scan: ScanConfig{
 			BatchSize:           500,
 			CoalesceWindow:      Duration(100 * time.Millisecond),
@@ -635,6 +679,30 @@ func (c Config) Validate() error {
 		p.add("gate.view_refresh", "must be under half of gate.max_staleness (%s), or the view could never prove it is fresh", c.Gate.MaxStaleness.Duration())
 	}
 	p.positive("outage.backoff_max", c.Outage.BackoffMax)
+	for i, r := range c.Events.Rules {
+		at := fmt.Sprintf("events.rules[%d]", i)
+		if _, err := ParseGlob(r.Types, false); err != nil || strings.TrimSpace(r.Types) == "" {
+			p.add(at+".types", "must be a non-empty event type pattern (e.g. governance.coverage.*)")
+		}
+		p.nonNegative(at+".cooldown", r.Cooldown)
+		switch {
+		case r.Ceiling < 0:
+			p.add(at+".ceiling", "must not be negative")
+		case r.Ceiling > 0 && r.Window <= 0:
+			p.add(at+".window", "must be positive when a ceiling is set")
+		}
+	}
+	p.nonNegative("events.escalation.after", c.Events.Escalation.After)
+	for i, sev := range c.Events.Escalation.Severities {
+		if !slices.Contains([]string{"info", "warning", "error"}, sev) {
+			p.add(fmt.Sprintf("events.escalation.severities[%d]", i), "%q is not an event severity (info, warning, error)", sev)
+		}
+	}
+	for i, pat := range c.Events.CouncilTypes {
+		if _, err := ParseGlob(pat, false); err != nil || strings.TrimSpace(pat) == "" {
+			p.add(fmt.Sprintf("events.council_types[%d]", i), "must be a non-empty event type pattern")
+		}
+	}
 	p.positive("outage.log_every", c.Outage.LogEvery)
 
 	p.positiveInt("snapshot.batch_size", c.Snapshot.BatchSize)

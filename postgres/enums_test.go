@@ -45,6 +45,7 @@ func TestCheckListsMatchTheGoEnums(t *testing.T) {
 		"gov_worker_cursor.ts_type":                          intake.TSTypes,
 		"gcos_change_feed.kind":                              postgres.FeedKinds,
 		"gcos_verdict_change.subject":                        postgres.VerdictChangeSubjects,
+		"gcos_event_escalation.outcome":                      postgres.EscalationOutcomes,
 		"governance_candidate_coverage.outcome":              outcomes,
 	}
 	pool := pgtest.NewEmptyDB(t)

@@ -65,6 +65,10 @@ type Emit struct {
 	Severity       string         `json:"severity"`       // optional; default: the type's default_severity
 	OccurredAt     time.Time      `json:"occurred_at"`    // zero: the database clock at emit time
 	Payload        map[string]any `json:"payload"`        // safe metadata only (gcos.SafePayloadKeys)
+	// Announce marks one of GCOS's own announcements (a finding's transition, a run, a snapshot, a ruleset): it is
+	// always captured, and the promoter releases it under the emission discipline (cooldown, ceiling, digest,
+	// routing, escalation). A handoff signal is transport, not announcement: it goes straight to the outbox.
+	Announce bool `json:"-"`
 }
 
 // CanonicalAddress is the emit address, collection_name:entity_code, built at emit time (doc 41 §41.5).
@@ -395,34 +399,40 @@ func EmitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error
 				return nil, gcos.Errorf(gcos.EINVALID, "emit %s: stream %q differs from the registered stream %q", typ, s, rt.stream)
 			}
 		}
-		if !rt.active {
-			for _, i := range byType[typ] {
-				if out[i], err = captureSignal(ctx, tx, es[i], payloads[i], rt); err != nil {
-					return nil, err
-				}
+		var direct []int
+		for _, i := range byType[typ] {
+			if rt.active && !es[i].Announce {
+				direct = append(direct, i)
+				continue
 			}
+			if out[i], err = captureSignal(ctx, tx, es[i], payloads[i], rt); err != nil {
+				return nil, err
+			}
+		}
+		if len(direct) == 0 {
 			continue
 		}
 		if err := flushBacklog(ctx, tx, typ); err != nil {
 			return nil, err
 		}
-		batch, pays := make([]Emit, 0, len(byType[typ])), make([][]byte, 0, len(byType[typ]))
-		for _, i := range byType[typ] {
+		batch, pays := make([]Emit, 0, len(direct)), make([][]byte, 0, len(direct))
+		for _, i := range direct {
 			batch, pays = append(batch, es[i]), append(pays, payloads[i])
 		}
 		ids, err := insertOutbox(ctx, tx, rt, batch, pays)
 		if err != nil {
 			return nil, err
 		}
-		for j, i := range byType[typ] {
+		for j, i := range direct {
 			out[i] = EmitResult{Outcome: EmitOutcomeEmitted, EventID: ids[j]}
 		}
 	}
 	return out, nil
 }
 
-// captureSignal holds a signal whose type is not registered and active in event_pending, with the envelope
-// PromotePending needs, and raises the unregistered-type finding (coalesced).
+// captureSignal holds a signal in event_pending, with the envelope PromotePending needs: a signal whose type is not
+// registered and active (and raises the unregistered-type finding, coalesced), or an announcement, which the
+// promoter releases under the emission discipline.
 func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt registryType) (EmitResult, error) {
 	addr, occurred := e.CanonicalAddress(), nullTime(e.OccurredAt)
 	stream := events.NormalizeStream(e.Stream)
@@ -445,6 +455,7 @@ func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt re
 		"source_system":       e.SourceSystem,
 		"correlation_id":      e.CorrelationID,
 		"severity":            e.Severity,
+		"announce":            e.Announce,
 		"safe_payload":        json.RawMessage(payload),
 	})
 	if err != nil {
@@ -455,6 +466,10 @@ func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt re
 		addr, e.ActorRef, string(envelope), occurred).Scan(&pendingID)
 	if err != nil {
 		return EmitResult{}, MapError(err, "capture "+e.EventType)
+	}
+	if rt.active {
+		return EmitResult{Outcome: EmitOutcomeCaptured, PendingID: pendingID,
+			Reason: "announcement of " + e.EventType + ": released by the promoter under the emission discipline"}, nil
 	}
 	state := "not registered"
 	if rt.registered {

@@ -22,17 +22,29 @@ const promoteBatch = 1000
 
 // PromoteResult reports what PromotePending did.
 type PromoteResult struct {
-	Promoted     int            `json:"promoted"`      // outbox rows written
-	Duplicates   int            `json:"duplicates"`    // captures already in the outbox (marked processed only)
-	DeadLettered int            `json:"dead_lettered"` // unreadable or unsafe captures set aside
-	Held         int            `json:"held"`          // captures still waiting for their type to be active
-	ByType       map[string]int `json:"by_type"`
+	Promoted     int `json:"promoted"`      // outbox rows written
+	Duplicates   int `json:"duplicates"`    // captures already in the outbox (marked processed only)
+	DeadLettered int `json:"dead_lettered"` // unreadable or unsafe captures set aside
+	Held         int `json:"held"`          // captures still waiting for their type to be active
+	// The emission discipline's work on announcements: held back by a ceiling (counted into a digest), coalesced
+	// into a later announcement about the same subject, waiting for a cooldown, digests and escalations emitted.
+	HeldBack    int            `json:"held_back"`
+	Coalesced   int            `json:"coalesced"`
+	Waiting     int            `json:"waiting"`
+	Digests     int            `json:"digests"`
+	Escalations int            `json:"escalations"`
+	ByType      map[string]int `json:"by_type"`
 }
 
 func (r *PromoteResult) add(o PromoteResult) {
 	r.Promoted += o.Promoted
 	r.Duplicates += o.Duplicates
 	r.DeadLettered += o.DeadLettered
+	r.HeldBack += o.HeldBack
+	r.Coalesced += o.Coalesced
+	r.Waiting += o.Waiting
+	r.Digests += o.Digests
+	r.Escalations += o.Escalations
 	for k, n := range o.ByType {
 		r.ByType[k] += n
 	}
@@ -40,7 +52,7 @@ func (r *PromoteResult) add(o PromoteResult) {
 
 const promoteSelectSQL = `
 SELECT p.id, p.event_type_hint, p.entity_table, coalesce(p.entity_ref, ''), p.canonical_address, p.actor_ref,
-       p.capture_payload, r.stream, r.lane, r.severity
+       p.capture_payload, r.stream, r.lane, r.severity, coalesce((p.capture_payload ->> 'announce')::boolean, false)
 FROM event_pending p
 JOIN LATERAL (
     SELECT min(event_stream) AS stream, min(delivery_lane) AS lane, min(default_severity) AS severity,
@@ -50,6 +62,10 @@ JOIN LATERAL (
 WHERE p.event_domain = $1 AND p.processed_at IS NULL AND p.dead_lettered_at IS NULL
   AND p.event_type_hint <> $2 AND p.capture_payload ? 'gcos_envelope'
   AND ($3::text IS NULL OR p.event_type_hint = $3)
+  AND (NOT coalesce((p.capture_payload ->> 'announce')::boolean, false) OR (
+       $5::timestamptz IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM gcos_event_cooldown c
+           WHERE c.event_type = p.event_type_hint AND c.subject_ref = coalesce(p.entity_ref, '') AND c.quiet_until > $5)))
 ORDER BY p.id
 LIMIT $4
 FOR UPDATE OF p`
@@ -80,7 +96,7 @@ func (s *Store) promotePending(ctx context.Context) (PromoteResult, error) {
 		var n int
 		err := s.InTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			step, n, err = promoteStep(ctx, tx, nil, promoteBatch)
+			step, n, err = promoteStep(ctx, tx, nil, promoteBatch, s.newDiscipline())
 			return err
 		})
 		if err != nil {
@@ -90,6 +106,28 @@ func (s *Store) promotePending(ctx context.Context) (PromoteResult, error) {
 		if n < promoteBatch {
 			break
 		}
+	}
+	// Windows that closed with nothing new to announce still owe their digest; due escalations go out.
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
+		var step PromoteResult
+		dis := s.newDiscipline()
+		if _, err := tx.Exec(ctx, promoteLockSQL); err != nil {
+			return fmt.Errorf("promote: lock: %w", err)
+		}
+		if err := dis.begin(ctx, tx); err != nil {
+			return err
+		}
+		if err := dis.closeWindows(ctx, tx, &step); err != nil {
+			return err
+		}
+		if err := dis.escalate(ctx, tx, &step); err != nil {
+			return err
+		}
+		total.add(step)
+		return nil
+	})
+	if err != nil {
+		return total, err
 	}
 	if err := s.pool.QueryRow(ctx, promoteHeldSQL, events.Domain, emitRetryHint).Scan(&total.Held); err != nil {
 		return total, fmt.Errorf("promote: held: %w", err)
@@ -101,7 +139,7 @@ func (s *Store) promotePending(ctx context.Context) (PromoteResult, error) {
 func promoteTx(ctx context.Context, tx pgx.Tx, eventType string) (PromoteResult, error) {
 	total := PromoteResult{ByType: map[string]int{}}
 	for {
-		step, n, err := promoteStep(ctx, tx, &eventType, promoteBatch)
+		step, n, err := promoteStep(ctx, tx, &eventType, promoteBatch, nil)
 		if err != nil {
 			return total, err
 		}
@@ -122,6 +160,7 @@ type captureEnvelope struct {
 	SourceSystem  string          `json:"source_system"`
 	CorrelationID string          `json:"correlation_id"`
 	Severity      string          `json:"severity"`
+	Announce      bool            `json:"announce"`
 	OccurredAt    *time.Time      `json:"occurred_at"`
 	SafePayload   json.RawMessage `json:"safe_payload"`
 }
@@ -132,29 +171,52 @@ type pendingRow struct {
 	capture                               []byte
 	stream, lane                          string
 	severity                              *string
+	announce                              bool
 }
 
 // promoteStep promotes up to limit captures (of one type when eventType is set) and reports how many rows it
-// looked at.
-func promoteStep(ctx context.Context, tx pgx.Tx, eventType *string, limit int) (PromoteResult, int, error) {
+// looked at. Announcements are promoted only under a discipline (dis); without one they wait for the promoter.
+func promoteStep(ctx context.Context, tx pgx.Tx, eventType *string, limit int, dis *discipline) (PromoteResult, int, error) {
 	res := PromoteResult{ByType: map[string]int{}}
 	if _, err := tx.Exec(ctx, promoteLockSQL); err != nil {
 		return res, 0, fmt.Errorf("promote: lock: %w", err)
 	}
-	rows, err := tx.Query(ctx, promoteSelectSQL, events.Domain, emitRetryHint, eventType, limit)
+	var now *time.Time
+	if dis != nil {
+		if err := dis.begin(ctx, tx); err != nil {
+			return res, 0, err
+		}
+		now = &dis.now
+	}
+	rows, err := tx.Query(ctx, promoteSelectSQL, events.Domain, emitRetryHint, eventType, limit, now)
 	if err != nil {
 		return res, 0, fmt.Errorf("promote: %w", err)
 	}
 	batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pendingRow, error) {
 		var p pendingRow
-		err := r.Scan(&p.id, &p.eventType, &p.table, &p.ref, &p.address, &p.actor, &p.capture, &p.stream, &p.lane, &p.severity)
+		err := r.Scan(&p.id, &p.eventType, &p.table, &p.ref, &p.address, &p.actor, &p.capture, &p.stream, &p.lane,
+			&p.severity, &p.announce)
 		return p, err
 	})
 	if err != nil {
 		return res, 0, fmt.Errorf("promote: %w", err)
 	}
+	// Within a batch, an announcement under a cooldown is superseded by a later one about the same subject.
+	latest := map[[2]string]int64{}
 	for _, p := range batch {
-		outcome, err := promoteOne(ctx, tx, p)
+		if p.announce {
+			latest[[2]string{p.eventType, p.ref}] = p.id
+		}
+	}
+	for _, p := range batch {
+		var outcome string
+		var err error
+		if p.announce {
+			superseded := latest[[2]string{p.eventType, p.ref}] != p.id
+			outcome, err = dis.promote(ctx, tx, p, superseded)
+		} else {
+			outcome, err = promoteOne(ctx, tx, p, nil)
+		}
 		if err != nil {
 			return res, 0, err
 		}
@@ -164,8 +226,19 @@ func promoteStep(ctx context.Context, tx pgx.Tx, eventType *string, limit int) (
 			res.ByType[p.eventType]++
 		case EmitOutcomeDuplicate:
 			res.Duplicates++
+		case outcomeHeld:
+			res.HeldBack++
+		case outcomeCoalesced:
+			res.Coalesced++
+		case outcomeWaiting:
+			res.Waiting++
 		default:
 			res.DeadLettered++
+		}
+	}
+	if dis != nil {
+		if err := dis.end(ctx, tx, &res); err != nil {
+			return res, 0, err
 		}
 	}
 	return res, len(batch), nil
@@ -178,36 +251,46 @@ UPDATE event_pending SET dead_lettered_at = now(), error_count = error_count + 1
 
 // promoteOne moves one capture to the outbox: emitted, duplicate (already there: only marked processed), or
 // rejected (unreadable or unsafe capture: dead-lettered with a finding, never promoted).
-func promoteOne(ctx context.Context, tx pgx.Tx, p pendingRow) (string, error) {
+func promoteOne(ctx context.Context, tx pgx.Tx, p pendingRow, route *events.ResolvedOwner) (string, error) {
+	_, outcome, err := promoteCapture(ctx, tx, p, route)
+	return outcome, err
+}
+
+// promoteCapture is promoteOne returning the outbox id; a route, when given, is written into the payload
+// (owner_ref, route).
+func promoteCapture(ctx context.Context, tx pgx.Tx, p pendingRow, route *events.ResolvedOwner) (string, string, error) {
 	var env captureEnvelope
 	payload, reason := decodeCapture(p.capture, &env)
+	if reason == "" && route != nil {
+		payload, reason = withRoute(payload, *route)
+	}
 	if reason == "" && env.EventType != p.eventType {
 		reason = fmt.Sprintf("envelope event type %q differs from event_type_hint %q", env.EventType, p.eventType)
 	}
 	if reason != "" {
 		if _, err := tx.Exec(ctx, pendingDeadLetterSQL, p.id, reason); err != nil {
-			return "", fmt.Errorf("promote %d: %w", p.id, err)
+			return "", "", fmt.Errorf("promote %d: %w", p.id, err)
 		}
 		_, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.InputIssue(gcos.InputInvalidSchema), p.address, "", "", map[string]any{
 			"reason": "captured signal cannot be promoted: " + reason, "pending_id": p.id, "event_type": p.eventType,
 			"canonical_address": p.address,
 		}))
 		if err != nil {
-			return "", fmt.Errorf("promote %d: %w", p.id, err)
+			return "", "", fmt.Errorf("promote %d: %w", p.id, err)
 		}
-		return EmitOutcomeRejected, nil
+		return "", EmitOutcomeRejected, nil
 	}
 	var eventID string
 	err := tx.QueryRow(ctx, emitOutboxDupSQL, env.CorrelationID, env.SourceSystem, p.eventType, events.Domain).Scan(&eventID)
 	switch err {
 	case nil:
 		if _, err := tx.Exec(ctx, pendingProcessedSQL, p.id); err != nil {
-			return "", fmt.Errorf("promote %d: %w", p.id, err)
+			return "", "", fmt.Errorf("promote %d: %w", p.id, err)
 		}
-		return EmitOutcomeDuplicate, nil
+		return eventID, EmitOutcomeDuplicate, nil
 	case pgx.ErrNoRows:
 	default:
-		return "", fmt.Errorf("promote %d: dedup: %w", p.id, err)
+		return "", "", fmt.Errorf("promote %d: dedup: %w", p.id, err)
 	}
 	severity := p.severity
 	if env.Severity != "" {
@@ -228,12 +311,12 @@ func promoteOne(ctx context.Context, tx pgx.Tx, p pendingRow) (string, error) {
 	err = tx.QueryRow(ctx, outboxInsertOneSQL, events.Domain, p.eventType, p.stream, p.lane, severity, subjectTable,
 		nullIfEmpty(subjectRef), p.address, p.actor, env.SourceSystem, env.CorrelationID, string(payload), occurred).Scan(&eventID)
 	if err != nil {
-		return "", MapError(err, fmt.Sprintf("promote %d", p.id))
+		return "", "", MapError(err, fmt.Sprintf("promote %d", p.id))
 	}
 	if _, err := tx.Exec(ctx, pendingProcessedSQL, p.id); err != nil {
-		return "", fmt.Errorf("promote %d: %w", p.id, err)
+		return "", "", fmt.Errorf("promote %d: %w", p.id, err)
 	}
-	return EmitOutcomeEmitted, nil
+	return eventID, EmitOutcomeEmitted, nil
 }
 
 // decodeCapture reads a capture envelope and re-checks its payload; it returns the payload to emit, or why the

@@ -18,7 +18,7 @@ import (
 const findingLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('gcos.finding:' || $1, 0))`
 
 const findingOpenSQL = `
-SELECT id, occurrence_count FROM system_issues
+SELECT id, occurrence_count, reopen_count FROM system_issues
 WHERE coalesce_key = $1 AND status = 'open'
 ORDER BY id LIMIT 1`
 
@@ -29,7 +29,7 @@ SET occurrence_count = occurrence_count + 1, last_seen_at = now(), severity = $2
 WHERE id = $1`
 
 const findingLastClosedSQL = `
-SELECT id, occurrence_count FROM system_issues
+SELECT id, occurrence_count, reopen_count FROM system_issues
 WHERE coalesce_key = $1 AND status = 'resolved'
 ORDER BY id DESC LIMIT 1`
 
@@ -47,7 +47,9 @@ VALUES ($1, $2, $3, 1, 0, $4, $5, $6, 'open', now(), now())
 RETURNING id`
 
 // RaiseFinding records f: a new open row, a repeat of the open row (occurrence_count+1, severity escalated), or
-// the re-opening of a resolved one (reopen_count+1). It returns the system_issues id.
+// the re-opening of a resolved one (reopen_count+1). It returns the system_issues id. Opening and re-opening are
+// announced (governance.<family>.<state>, transition opened / reopened); a repeat is coalesced into the open row
+// and announces nothing.
 func (s *Store) RaiseFinding(ctx context.Context, f gcos.Finding) (int64, error) {
 	var id int64
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
@@ -60,9 +62,18 @@ func (s *Store) RaiseFinding(ctx context.Context, f gcos.Finding) (int64, error)
 
 // RaiseFindingTx is RaiseFinding inside tx.
 func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
-	id, err := raiseFindingRow(ctx, tx, f)
-	if err != nil || (f.Group == "" && f.Object == "") {
-		return id, err
+	ev, err := raiseFindingRow(ctx, tx, f)
+	if err != nil {
+		return 0, err
+	}
+	id := ev.id
+	if ev.transition != "" {
+		if err := announceFinding(ctx, tx, ev); err != nil {
+			return 0, fmt.Errorf("raise %s: %w", f.Type, err)
+		}
+	}
+	if f.Group == "" && f.Object == "" {
+		return id, nil
 	}
 	// Link the candidate row the finding is about (under the finding's ruleset, else the active one).
 	col := "issue_ref"
@@ -82,45 +93,53 @@ func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, erro
 	return id, nil
 }
 
-func raiseFindingRow(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
+// raiseFindingRow writes the row and says what happened to it: transition opened, reopened, or "" for a repeat.
+func raiseFindingRow(ctx context.Context, tx pgx.Tx, f gcos.Finding) (findingEvent, error) {
 	key := gcos.CoalesceKey(f.Type, f.Subject)
+	ev := findingEvent{issueType: f.Type, key: key, ruleset: f.RulesetVersion, group: f.Group}
+	if r, ok := f.Evidence["reason"].(string); ok {
+		ev.reason = r
+	}
 	evidence, err := json.Marshal(f.Evidence)
 	if err != nil {
-		return 0, fmt.Errorf("raise %s: evidence: %w", f.Type, err)
+		return ev, fmt.Errorf("raise %s: evidence: %w", f.Type, err)
 	}
 	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
-		return 0, fmt.Errorf("raise %s: lock: %w", f.Type, err)
+		return ev, fmt.Errorf("raise %s: lock: %w", f.Type, err)
 	}
 	runID, ruleset := nullIfEmpty(f.RunID), nullIfEmpty(f.RulesetVersion)
-	var id int64
-	var occurrences int
-	err = tx.QueryRow(ctx, findingOpenSQL, key).Scan(&id, &occurrences)
+	err = tx.QueryRow(ctx, findingOpenSQL, key).Scan(&ev.id, &ev.occurrences, &ev.reopens)
 	switch {
 	case err == nil:
-		sev := gcos.Escalate(f.Type, occurrences+1)
-		if _, err := tx.Exec(ctx, findingRepeatSQL, id, string(sev), runID, ruleset, evidence); err != nil {
-			return 0, fmt.Errorf("raise %s: repeat: %w", f.Type, err)
+		ev.occurrences++
+		sev := gcos.Escalate(f.Type, ev.occurrences)
+		if _, err := tx.Exec(ctx, findingRepeatSQL, ev.id, string(sev), runID, ruleset, evidence); err != nil {
+			return ev, fmt.Errorf("raise %s: repeat: %w", f.Type, err)
 		}
-		return id, nil
+		return ev, nil
 	case err != pgx.ErrNoRows:
-		return 0, fmt.Errorf("raise %s: %w", f.Type, err)
+		return ev, fmt.Errorf("raise %s: %w", f.Type, err)
 	}
-	err = tx.QueryRow(ctx, findingLastClosedSQL, key).Scan(&id, &occurrences)
+	err = tx.QueryRow(ctx, findingLastClosedSQL, key).Scan(&ev.id, &ev.occurrences, &ev.reopens)
 	switch {
 	case err == nil:
-		sev := gcos.Escalate(f.Type, occurrences+1)
-		if _, err := tx.Exec(ctx, findingReopenSQL, id, string(sev), runID, ruleset, evidence); err != nil {
-			return 0, fmt.Errorf("raise %s: reopen: %w", f.Type, err)
+		ev.occurrences++
+		ev.reopens++
+		sev := gcos.Escalate(f.Type, ev.occurrences)
+		if _, err := tx.Exec(ctx, findingReopenSQL, ev.id, string(sev), runID, ruleset, evidence); err != nil {
+			return ev, fmt.Errorf("raise %s: reopen: %w", f.Type, err)
 		}
-		return id, nil
+		ev.transition, ev.severity = TransitionReopened, string(sev)
+		return ev, nil
 	case err != pgx.ErrNoRows:
-		return 0, fmt.Errorf("raise %s: %w", f.Type, err)
+		return ev, fmt.Errorf("raise %s: %w", f.Type, err)
 	}
 	sev := gcos.Escalate(f.Type, 1)
-	if err := tx.QueryRow(ctx, findingInsertSQL, string(f.Type), string(sev), key, ruleset, runID, evidence).Scan(&id); err != nil {
-		return 0, fmt.Errorf("raise %s: insert: %w", f.Type, err)
+	if err := tx.QueryRow(ctx, findingInsertSQL, string(f.Type), string(sev), key, ruleset, runID, evidence).Scan(&ev.id); err != nil {
+		return ev, fmt.Errorf("raise %s: insert: %w", f.Type, err)
 	}
-	return id, nil
+	ev.occurrences, ev.transition, ev.severity = 1, TransitionOpened, string(sev)
+	return ev, nil
 }
 
 // findingResolveSQL closes a finding and clears the candidate rows' links to it (issue_ref, input_quality_ref).
@@ -128,7 +147,7 @@ const findingResolveSQL = `
 WITH closed AS (
     UPDATE system_issues SET status = 'resolved', resolved_at = now()
     WHERE coalesce_key = $1 AND status = 'open' AND ($2::text IS NULL OR business_logic_hash = $2)
-    RETURNING id
+    RETURNING ` + closedColumns + `
 ), g1 AS (
     UPDATE governance_candidate_state SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed)
 ), g2 AS (
@@ -138,7 +157,30 @@ WITH closed AS (
 ), o2 AS (
     UPDATE governance_candidate_object SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
 )
-SELECT count(*) FROM closed`
+SELECT * FROM closed ORDER BY id`
+
+// closedColumns are what a closed finding's announcement needs.
+const closedColumns = `id, issue_type, coalesce_key, severity, occurrence_count, reopen_count,
+        coalesce(business_logic_hash, '') AS ruleset, coalesce(evidence_snapshot::jsonb ->> 'reason', '') AS reason`
+
+// announceClosed announces every finding a statement closed (rows of closedColumns).
+func announceClosed(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
+	closed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (findingEvent, error) {
+		var f findingEvent
+		err := r.Scan(&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason)
+		f.transition = TransitionResolved
+		return f, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range closed {
+		if err := announceFinding(ctx, tx, f); err != nil {
+			return 0, err
+		}
+	}
+	return len(closed), nil
+}
 
 // ResolveFinding auto-closes the open finding of (issueType, subject) when its condition has cleared. With a
 // non-empty rulesetVersion only a finding last raised under that ruleset closes, so a clean result under an old
@@ -159,11 +201,31 @@ func ResolveFindingTx(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, 
 	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
 		return false, fmt.Errorf("resolve %s: lock: %w", issueType, err)
 	}
-	var closed int64
-	if err := tx.QueryRow(ctx, findingResolveSQL, key, nullIfEmpty(rulesetVersion)).Scan(&closed); err != nil {
+	rows, err := tx.Query(ctx, findingResolveSQL, key, nullIfEmpty(rulesetVersion))
+	if err != nil {
+		return false, fmt.Errorf("resolve %s: %w", issueType, err)
+	}
+	closed, err := announceClosed(ctx, tx, rows)
+	if err != nil {
 		return false, fmt.Errorf("resolve %s: %w", issueType, err)
 	}
 	return closed > 0, nil
+}
+
+// ResolveFindingsExceptTx closes every open GCOS finding of issueType whose key is not in keep (a pass that
+// re-derived the whole set of them), announcing each.
+func ResolveFindingsExceptTx(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, keep []string) (int, error) {
+	rows, err := tx.Query(ctx, `UPDATE system_issues SET status = 'resolved', resolved_at = now()
+		WHERE issue_type = $1 AND status = 'open' AND coalesce_key LIKE 'gov:%' AND coalesce_key <> ALL($2)
+		RETURNING `+closedColumns, string(issueType), keep)
+	if err != nil {
+		return 0, fmt.Errorf("resolve %s: %w", issueType, err)
+	}
+	n, err := announceClosed(ctx, tx, rows)
+	if err != nil {
+		return 0, fmt.Errorf("resolve %s: %w", issueType, err)
+	}
+	return n, nil
 }
 
 // FindingRow is one system_issues row as GCOS reports it.

@@ -249,17 +249,21 @@ func (s *Store) MarkRead(ctx context.Context, eventID, actor string) (bool, erro
 // default_owner_hint → GOV-COUNCIL (the registries as the source binding names them) (events.ResolveOwner). Either registry may be
 // absent (optional SB-2 tables): that step is skipped and the reason says so; nothing is guessed.
 func (s *Store) ResolveOwner(ctx context.Context, q events.OwnerQuery) (events.ResolvedOwner, error) {
+	return resolveOwner(ctx, s.pool, s.cfg.SourceBinding, q)
+}
+
+// resolveOwner is ResolveOwner over db (the pool, or the promoter's transaction).
+func resolveOwner(ctx context.Context, db Querier, sb gcos.SourceBinding, q events.OwnerQuery) (events.ResolvedOwner, error) {
 	var src events.OwnerSources
 	var hasOwnership, hasScopes bool
-	sb := s.cfg.SourceBinding
 	names := RegistryNames(sb)
-	err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
+	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
 		Quote(sb.OwnerScope.Table), Quote(sb.Scope.Table)).Scan(&hasOwnership, &hasScopes)
 	if err != nil {
 		return events.ResolvedOwner{}, fmt.Errorf("resolve owner: %w", err)
 	}
 	if hasOwnership {
-		rows, err := s.pool.Query(ctx, names.SQL(`
+		rows, err := db.Query(ctx, names.SQL(`
 			SELECT id, scope_code, coalesce(entity_type, ''), coalesce(collection_name, ''), {owner_ref}, status
 			FROM {ownership}
 			WHERE ($1 = '' OR scope_code = $1)
@@ -281,7 +285,7 @@ func (s *Store) ResolveOwner(ctx context.Context, q events.OwnerQuery) (events.R
 		}
 	}
 	if hasScopes {
-		rows, err := s.pool.Query(ctx, names.SQL(`
+		rows, err := db.Query(ctx, names.SQL(`
 			SELECT {scope_code}, coalesce(default_owner_hint, '') FROM {scopes}
 			WHERE $1 = '' OR {scope_code} = $1`), q.Scope)
 		if err != nil {

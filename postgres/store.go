@@ -45,7 +45,13 @@ type Store struct {
 	// owner names this store's process in role leases: unique per process start, so a restarted process (even
 	// with the same pid) takes its roles over with a new epoch instead of renewing a dead holder's lease.
 	owner string
+	// clock, when set, is the time the emission discipline decides by (tests move it); nil: the database clock.
+	clock func() time.Time
 }
+
+// SetClock makes the emission discipline (cooldowns, windows, escalation SLAs) read now from clock instead of the
+// database clock. Tests drive time with it; nothing else should.
+func (s *Store) SetClock(clock func() time.Time) { s.clock = clock }
 
 // Open connects to dsn. The caller closes the Store.
 func Open(ctx context.Context, dsn string, cfg gcos.Config, logger *slog.Logger) (*Store, error) {

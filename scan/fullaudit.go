@@ -391,9 +391,7 @@ func (s *Stage) checkDangling(ctx context.Context, runID string) ([]int64, error
 		for i, id := range missing {
 			keys[i] = gcos.CoalesceKey(gcos.IssueSnapshotRefDangling, fmt.Sprint(id))
 		}
-		_, err = tx.Exec(ctx, `UPDATE system_issues SET status = 'resolved', resolved_at = now()
-			WHERE issue_type = $1 AND status = 'open' AND coalesce_key LIKE 'gov:%' AND coalesce_key <> ALL($2)`,
-			string(gcos.IssueSnapshotRefDangling), keys)
+		_, err = postgres.ResolveFindingsExceptTx(ctx, tx, gcos.IssueSnapshotRefDangling, keys)
 		return err
 	})
 	return missing, err
