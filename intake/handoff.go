@@ -128,6 +128,10 @@ type signal struct {
 // is added to the stage's HandoffTotals.
 func (s *Stage) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]RowFailure, HandoffStats, error) {
 	failures, st, err := s.applyHandoff(ctx, tx, rows)
+	if t := tallyOf(ctx); t != nil && err == nil {
+		// A page retried without its failed rows reports again: the tally keeps the last, applied, attempt.
+		*t = batchTally{signals: st.Signals, emitted: st.Emitted, captured: st.Captured, dirtied: st.Dirtied}
+	}
 	if err == nil {
 		s.totalsMu.Lock()
 		s.totals.add(st)

@@ -336,6 +336,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	if apply == nil {
 		return res, gcos.Errorf(gcos.EINVALID, "poll %s: no apply step", src.Name)
 	}
+	ctx, tally := withTally(ctx)
 	page := cfg.PageSize
 	if page <= 0 {
 		page = 10_000
@@ -473,7 +474,55 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 		res.DeadLettered, res.summary(), horizon); err != nil {
 		return res, postgres.MapError(err, "poll "+src.Name+": advance cursor")
 	}
+	if err := auditBatch(ctx, tx, src, cur.pos.watermark(cur.noTZ), res, rows, tally); err != nil {
+		return res, fmt.Errorf("poll %s: %w", src.Name, err)
+	}
 	return res, tailCommit(ctx, tx, src.Name)
+}
+
+// auditBatch writes the audit row of one delivered batch (registry_changelog, entity governance_intake, action
+// batch): the source, the cursor before and after, the rows read and applied, the signals they became, the rows
+// sent to the retry lane and dead-lettered. A batch of nothing but GCOS's own audit rows (the ledger's echo of the
+// previous batch's audit row) is not audited, or each audit row would beget the next.
+func auditBatch(ctx context.Context, tx pgx.Tx, src postgres.TailSource, before string, res PollResult,
+	rows []postgres.TailRow, t *batchTally) error {
+	echo := 0
+	if src.Kind == postgres.TailChangelog {
+		ids := make([]int64, len(rows))
+		for i := range rows {
+			ids[i] = rows[i].ID
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM governance_audit_row WHERE changelog_id = ANY($1)`, ids).Scan(&echo); err != nil {
+			return fmt.Errorf("audit batch: %w", err)
+		}
+	}
+	if echo >= len(rows) && res.Failed == 0 {
+		return nil
+	}
+	_, err := postgres.Audit(ctx, tx, postgres.AuditEntry{EntityType: "governance_intake", EntityCode: src.Name,
+		Action: "batch", Detail: map[string]any{"source": src.Name, "cursor_before": before, "cursor_after": res.Position,
+			"rows": res.Read, "applied": res.Applied, "signals": t.signals, "emitted": t.emitted, "captured": t.captured,
+			"dirtied": t.dirtied, "failed": res.Failed, "dead_lettered": res.DeadLettered, "own_rows": echo}})
+	return err
+}
+
+// batchTally is what the apply step of one poll reports for the poll's audit row (ApplyHandoff adds to the tally
+// its context carries).
+type batchTally struct {
+	signals, emitted, captured int
+	dirtied                    int64
+}
+
+type tallyKey struct{}
+
+func withTally(ctx context.Context) (context.Context, *batchTally) {
+	t := &batchTally{}
+	return context.WithValue(ctx, tallyKey{}, t), t
+}
+
+func tallyOf(ctx context.Context) *batchTally {
+	t, _ := ctx.Value(tallyKey{}).(*batchTally)
+	return t
 }
 
 func tailCommit(ctx context.Context, tx pgx.Tx, source string) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +27,7 @@ type Worker struct {
 	DisableMonitor bool
 
 	lastLag map[string]time.Time
-	counts  map[string]int64 // since the last governance.handoff.heartbeat
+	counts  map[string]int64 // since the worker started, for governance.handoff.heartbeat
 	lastOK  atomic.Int64     // unix nanoseconds at the end of the last pass over every source without an error
 }
 
@@ -142,24 +143,30 @@ func (w *Worker) count(t SourceTick) {
 	w.counts["dlq"] += int64(t.DeadLettered + t.Retry.DeadLettered)
 }
 
-// heartbeat emits governance.handoff.heartbeat (through the one emit path: captured while the type is not active)
-// carrying the number of source rows seen since the last one, and resets the counts. A failure is logged, never
-// fatal: the queue_heartbeat ticks, not this event, are what the silent-gap monitor reads.
+// heartbeat announces governance.handoff.heartbeat (through the one emit path: captured while the type is not
+// active, released under the emission discipline, whose cooldown makes it a periodic summary) carrying what the
+// worker did since it started: source rows seen, rows coalesced into another row's signal, rows enqueued (applied),
+// failed and dead-lettered. The counts are running totals, so a heartbeat the cooldown superseded loses nothing. A
+// failure is logged, never fatal: the queue_heartbeat ticks, not this event, are what the silent-gap monitor reads.
 func (w *Worker) heartbeat(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	c := w.counts
-	res, err := w.Stage.core.EmitHeartbeat(ctx, "handoff", map[string]int64{"seen": c["seen"]})
+	c := maps.Clone(w.counts)
+	if c == nil {
+		c = map[string]int64{}
+	}
+	h := w.Stage.HandoffTotals()
+	c["coalesced"] = max(0, int64(h.Rows-h.Signals-h.Skipped-h.Unmapped-h.Untrusted))
+	res, err := w.Stage.core.EmitHeartbeat(ctx, "handoff", c)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.logger().Warn("heartbeat event", "error", err)
 		}
 		return
 	}
-	w.logger().Debug("heartbeat", "outcome", res.Outcome, "seen", c["seen"], "enqueued", c["enqueued"],
-		"failed", c["failed"], "dlq", c["dlq"])
-	w.counts = nil
+	w.logger().Debug("heartbeat", "outcome", res.Outcome, "seen", c["seen"], "coalesced", c["coalesced"],
+		"enqueued", c["enqueued"], "failed", c["failed"], "dlq", c["dlq"])
 }
 
 func (w *Worker) heartbeatInterval() time.Duration {

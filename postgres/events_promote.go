@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -352,11 +353,12 @@ func decodeCapture(b []byte, env *captureEnvelope) ([]byte, string) {
 // ---------------------------------------------------------------------------------------------------------------
 // Heartbeats.
 
-// EmitHeartbeat announces that a worker of stream ("handoff", "candidate", … or "governance.handoff") completed a
-// run: the stream's heartbeat type from the vocabulary (governance.handoff.heartbeat, governance.candidate.
-// scan_completed, …; governance.<stream>.heartbeat for a stream without one) through the one emit path, so an
-// inactive type is captured like any other signal. The payload carries the run's total count; each call is a new
-// fact with its own correlation id.
+// EmitHeartbeat announces that a worker of stream ("handoff", "candidate", … or "governance.handoff") is alive and
+// what it did: the stream's heartbeat type from the vocabulary (governance.handoff.heartbeat, governance.candidate.
+// scan_completed, …; governance.<stream>.heartbeat for a stream without one), as an announcement whose subject is
+// the stream, so the emission discipline's cooldown makes it a periodic summary. The payload carries each count
+// whose name is a safe payload key (seen, coalesced, enqueued, failed, dlq, …), and as count the rows seen (the
+// total of the counts when there is no seen); each call is a new fact with its own correlation id.
 func (s *Store) EmitHeartbeat(ctx context.Context, stream string, counts map[string]int64) (EmitResult, error) {
 	full := events.NormalizeStream(stream)
 	if !events.ValidStream(full) {
@@ -368,9 +370,17 @@ func (s *Store) EmitHeartbeat(ctx context.Context, stream string, counts map[str
 			eventType = t.EventType
 		}
 	}
+	payload := map[string]any{"source": full}
 	var total int64
-	for _, n := range counts {
+	for k, n := range counts {
+		if k != "count" && slices.Contains(gcos.SafePayloadKeys, k) {
+			payload[k] = n
+		}
 		total += n
+	}
+	payload["count"] = total
+	if seen, ok := counts["seen"]; ok {
+		payload["count"] = seen
 	}
 	nonce := make([]byte, 12)
 	if _, err := rand.Read(nonce); err != nil {
@@ -382,6 +392,6 @@ func (s *Store) EmitHeartbeat(ctx context.Context, stream string, counts map[str
 		CollectionName: "queue_heartbeat", EntityCode: full,
 		ActorRef: "gcos", SourceSystem: "gcos",
 		CorrelationID: "heartbeat:" + full + ":" + hex.EncodeToString(nonce),
-		Payload:       map[string]any{"source": full, "count": total},
+		Payload:       payload, Announce: true,
 	})
 }

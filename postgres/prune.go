@@ -73,10 +73,16 @@ func (s *Store) pruneSnapshots(ctx context.Context, dryRun bool) (PruneResult, e
 		if _, err := tx.Exec(ctx, `DELETE FROM evolution_snapshots WHERE id = ANY($1) AND scope LIKE 'governance.%'`, res.Removed); err != nil {
 			return fmt.Errorf("prune snapshots: %w", err)
 		}
-		_, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_snapshot", EntityCode: "prune", Action: "prune",
+		auditID, err := Audit(ctx, tx, AuditEntry{EntityType: "governance_snapshot", EntityCode: "prune", Action: "prune",
 			Detail: map[string]any{"removed": len(res.Removed), "kept": res.Kept, "retention_cycles": s.cfg.Snapshot.RetentionCycles,
 				"first_removed": res.Removed[0], "last_removed": res.Removed[len(res.Removed)-1]}})
-		return err
+		if err != nil {
+			return err
+		}
+		return AnnounceTx(ctx, tx, Emit{EventType: "governance.snapshot.pruned", SubjectTable: "evolution_snapshots",
+			SubjectRef: "prune", CollectionName: "evolution_snapshots", EntityCode: "prune",
+			CorrelationID: fmt.Sprintf("prune:%d", auditID),
+			Payload:       map[string]any{"pruned": len(res.Removed), "count": res.Kept, "audit_id": auditID}})
 	})
 	if err != nil {
 		return PruneResult{}, err

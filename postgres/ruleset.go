@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -90,6 +91,14 @@ func (s *Store) ComputeRuleset(ctx context.Context, proposer string) (RulesetRow
 			return fmt.Errorf("record ruleset %s: %w", rs.Version, err)
 		}
 		created = tag.RowsAffected() == 1
+		if created {
+			if err := AnnounceTx(ctx, tx, Emit{EventType: "governance.ruleset.proposed", SubjectTable: "governance_ruleset",
+				SubjectRef: rs.Version, CollectionName: "governance_ruleset", EntityCode: rs.Version, ActorRef: proposer,
+				CorrelationID: "ruleset:" + rs.Version + ":proposed",
+				Payload:       map[string]any{"ruleset_version": rs.Version, "status": "draft"}}); err != nil {
+				return err
+			}
+		}
 		row, err = scanRuleset(tx.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, rs.Version))
 		if err != nil {
 			return err
@@ -271,8 +280,18 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 		res.AuditID, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_ruleset", EntityCode: version, Action: "activate", Actor: actor,
 			Detail: map[string]any{"approval_ref": approvalRef, "supersedes": res.Superseded, "dirtied_groups": res.DirtiedGroups,
 				"carried_groups": res.CarriedGroups, "unresolved_law_codes": res.Unresolved}})
-		if err != nil || !hasPrev {
+		if err != nil {
 			return err
+		}
+		if err := AnnounceTx(ctx, tx, Emit{EventType: "governance.ruleset.activated", SubjectTable: "governance_ruleset",
+			SubjectRef: version, CollectionName: "governance_ruleset", EntityCode: version, ActorRef: actor,
+			CorrelationID: "ruleset:" + version + ":activated:" + strconv.FormatInt(res.AuditID, 10),
+			Payload: map[string]any{"ruleset_version": version, "status": "active", "audit_id": res.AuditID,
+				"groups": res.DirtiedGroups}}); err != nil {
+			return err
+		}
+		if !hasPrev {
+			return nil
 		}
 		// The previous version's rows are history now (lifecycle superseded); the carried rows link the activation.
 		for _, table := range []string{"governance_candidate_state", "governance_candidate_object"} {

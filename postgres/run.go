@@ -101,7 +101,11 @@ func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr
 		WHERE run_id = $1 AND status = 'running'
 		RETURNING mode, extract(epoch FROM finished_at - started_at)::float8`, runID, status, msg, snap, c.Ruleset, c.Scanned, c.Dirtied,
 			c.Changed, c.Materialized, c.Retired).Scan(&mode, &took)
-		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		if err == nil {
+			return RecordRunTx(ctx, tx, RunSummary{RunID: runID, Mode: mode, Status: status, Ruleset: c.Ruleset,
+				Snapshot: c.Snapshot, Scanned: c.Scanned, Changed: c.Changed, Objects: c.Materialized, Retired: c.Retired})
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		mode = ""
@@ -124,6 +128,60 @@ func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr
 		s.ObserveRun(mode, status, time.Duration(took*float64(time.Second)))
 	}
 	return nil
+}
+
+// RunSummary is what a finished run leaves in the audit channel and announces.
+type RunSummary struct {
+	RunID, Mode, Status, Ruleset               string
+	Snapshot                                   int64
+	Scanned, Changed, Failed, Objects, Retired int64
+}
+
+// runEventTypes are the announcements of a finished run, by mode: each stream's completion event (doc 41 §41.4).
+var runEventTypes = map[string]string{
+	ModeEvent:       "governance.candidate.scan_completed",
+	ModeIncremental: "governance.candidate.scan_completed",
+	ModeFullAudit:   "governance.coverage.audit_completed",
+	ModeBackfill:    "governance.backfill.sweep_completed",
+}
+
+// RecordRunTx writes a finished run's audit row (registry_changelog, entity governance_scan_run, action the run's
+// status) and announces it, inside the transaction that finishes the run. The announcement's subject is the mode,
+// so the cooldown spaces out the completions of a busy loop; the audit row is one per run.
+func RecordRunTx(ctx context.Context, tx pgx.Tx, r RunSummary) error {
+	detail := map[string]any{"mode": r.Mode, "status": r.Status, "ruleset_version": r.Ruleset, "groups": r.Scanned,
+		"verdict_changes": r.Changed, "failed": r.Failed, "objects": r.Objects, "retired": r.Retired}
+	if r.Snapshot != 0 {
+		detail["source_snapshot_ref"] = r.Snapshot
+	}
+	level := "info"
+	if r.Status != RunSucceeded {
+		level = "warning"
+	}
+	auditID, err := Audit(ctx, tx, AuditEntry{EntityType: "governance_scan_run", EntityCode: r.RunID, Action: r.Status,
+		AlertLevel: level, Detail: detail})
+	if err != nil {
+		return err
+	}
+	eventType, ok := runEventTypes[r.Mode]
+	if !ok {
+		return nil
+	}
+	payload := map[string]any{"run_id": r.RunID, "mode": r.Mode, "status": r.Status, "groups": r.Scanned,
+		"count": r.Changed, "failed": r.Failed, "objects": r.Objects, "audit_id": auditID}
+	if r.Ruleset != "" {
+		payload["ruleset_version"] = r.Ruleset
+	}
+	if r.Snapshot != 0 {
+		payload["source_snapshot_ref"] = r.Snapshot
+	}
+	severity := ""
+	if r.Status != RunSucceeded {
+		severity = "warning"
+	}
+	return AnnounceTx(ctx, tx, Emit{EventType: eventType, SubjectTable: "candidate_scan_run", SubjectRef: r.Mode,
+		CollectionName: "candidate_scan_run", EntityCode: r.RunID, CorrelationID: "run:" + r.RunID,
+		Severity: severity, Payload: payload})
 }
 
 // Scan modes (candidate_scan_run.mode).

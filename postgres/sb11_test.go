@@ -701,11 +701,11 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 		// The scan's own findings announce their transitions (correlation finding:…): not the intake's writes.
 		"governance_signal_key": `SELECT * FROM governance_signal_key WHERE event_type <> 'governance.handoff.heartbeat'
 			AND correlation_id NOT LIKE 'finding:%'`,
-		"event_outbox":  `SELECT * FROM event_outbox WHERE event_type <> 'governance.handoff.heartbeat'`,
-		"event_pending": `SELECT * FROM event_pending WHERE NOT coalesce((capture_payload ->> 'announce')::boolean, false)`,
-		"event_read":                  `SELECT * FROM event_read`,
-		"system_issues":               `SELECT * FROM system_issues`,
-		"handoff findings":            `SELECT * FROM system_issues WHERE issue_type LIKE 'handoff\_%' OR issue_type LIKE 'input.untrusted%'`,
+		"event_outbox":     `SELECT * FROM event_outbox WHERE event_type <> 'governance.handoff.heartbeat'`,
+		"event_pending":    `SELECT * FROM event_pending WHERE NOT coalesce((capture_payload ->> 'announce')::boolean, false)`,
+		"event_read":       `SELECT * FROM event_read`,
+		"system_issues":    `SELECT * FROM system_issues`,
+		"handoff findings": `SELECT * FROM system_issues WHERE issue_type LIKE 'handoff\_%' OR issue_type LIKE 'input.untrusted%'`,
 	}
 	snapshot := func() map[string]string {
 		out := map[string]string{}

@@ -628,7 +628,15 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 		snap.AuditID, err = Audit(ctx, wtx, AuditEntry{EntityType: "governance_snapshot", EntityCode: fmt.Sprint(snap.ID), Action: "capture",
 			Detail: map[string]any{"scope": opts.Scope, "run_id": opts.RunID, "births": snap.Metrics.Totals.Births,
 				"groups": snap.Metrics.Totals.Groups, "groups_changed": changed, "previous_snapshot_id": snap.Delta.PreviousSnapshotID}})
-		return err
+		if err != nil {
+			return err
+		}
+		// The snapshot stream's heartbeat: its subject is the scope, so the cooldown spaces out a busy scope's.
+		return AnnounceTx(ctx, wtx, Emit{EventType: "governance.snapshot.captured", SubjectTable: "evolution_snapshots",
+			SubjectRef: opts.Scope, CollectionName: "evolution_snapshots", EntityCode: fmt.Sprint(snap.ID),
+			CorrelationID: fmt.Sprintf("snapshot:%d:captured", snap.ID),
+			Payload: map[string]any{"snapshot_id": snap.ID, "scope": opts.Scope, "run_id": opts.RunID,
+				"groups": snap.Metrics.Totals.Groups, "count": changed, "audit_id": snap.AuditID}})
 	})
 	if err != nil {
 		return Snapshot{}, err

@@ -322,7 +322,13 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			WHERE run_id = $1`, res.RunID, res.Scanned+res.Seeded, res.VerdictChanges, snapshotID, res.Unchanged); err != nil {
 			return fmt.Errorf("account run %s: %w", res.RunID, err)
 		}
-		return nil
+		if opts.Mode == postgres.ModeFullAudit {
+			return nil // the audit's run is recorded once, when it finishes (FinishRun)
+		}
+		return postgres.RecordRunTx(ctx, tx, postgres.RunSummary{RunID: res.RunID, Mode: opts.Mode,
+			Status: postgres.RunSucceeded, Ruleset: rs.Version, Snapshot: snapshotID,
+			Scanned: int64(res.Scanned + res.Seeded), Changed: int64(res.VerdictChanges), Failed: int64(res.Failed),
+			Retired: int64(res.Retired)})
 	})
 	if err != nil {
 		if opts.Mode == postgres.ModeFullAudit && postgres.IsPgCode(err, "40P01", "40001") {
