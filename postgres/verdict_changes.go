@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/events"
 )
 
 // The verdict change log (gcos_verdict_change): a scan records, just before it writes, every group and object row
@@ -25,7 +26,12 @@ FROM unnest($3::text[], $4::text[], $5::text[]) AS u(key, verdict, coverage)
 JOIN governance_candidate_state c ON c.group_key = u.key AND c.ruleset_version = $1
 JOIN governance_group g ON g.group_key = c.group_key
 LEFT JOIN governance_candidate_coverage cov ON cov.candidate_ref = c.group_key AND cov.ruleset_version = $1
-WHERE (c.candidate_verdict, coalesce(cov.outcome, '')) IS DISTINCT FROM (u.verdict, u.coverage)`
+WHERE (c.candidate_verdict, coalesce(cov.outcome, '')) IS DISTINCT FROM (u.verdict, u.coverage)
+RETURNING ` + changeAnnounceColumns
+
+// changeAnnounceColumns are what a coverage change's announcement needs.
+const changeAnnounceColumns = `id, subject, key, coalesce(object_ref, ''), group_key, coalesce(scope, ''),
+    coalesce(coverage_before, ''), coalesce(coverage_after, '')`
 
 // recordObjectChangesSQL is recordGroupChangesSQL for active object rows ($3 candidate keys).
 const recordObjectChangesSQL = `
@@ -37,7 +43,8 @@ FROM unnest($3::text[], $4::text[], $5::text[]) AS u(key, verdict, coverage)
 JOIN governance_candidate_object o ON o.candidate_key = u.key AND o.ruleset_version = $1 AND o.lifecycle_status = 'active'
 JOIN governance_group g ON g.group_key = o.group_key
 LEFT JOIN governance_candidate_coverage cov ON cov.candidate_ref = 'object:' || o.candidate_key AND cov.ruleset_version = $1
-WHERE (o.candidate_verdict, coalesce(cov.outcome, '')) IS DISTINCT FROM (u.verdict, u.coverage)`
+WHERE (o.candidate_verdict, coalesce(cov.outcome, '')) IS DISTINCT FROM (u.verdict, u.coverage)
+RETURNING ` + changeAnnounceColumns
 
 // recordVerdictChanges records what writing vs will change (keys: group keys, or candidate keys with objects).
 func recordVerdictChanges(ctx context.Context, tx pgx.Tx, ruleset, runID string, objects bool, keys []string, vs []CandidateValues) error {
@@ -55,8 +62,38 @@ func recordVerdictChanges(ctx context.Context, tx pgx.Tx, ruleset, runID string,
 	if objects {
 		sql = recordObjectChangesSQL
 	}
-	if _, err := tx.Exec(ctx, sql, ruleset, runID, keys, verdicts, coverage); err != nil {
+	rows, err := tx.Query(ctx, sql, ruleset, runID, keys, verdicts, coverage)
+	if err != nil {
 		return fmt.Errorf("record verdict changes: %w", err)
+	}
+	type change struct {
+		ID                                                int64
+		Subject, Key, Object, Group, Scope, Before, After string
+	}
+	changes, err := pgx.CollectRows(rows, pgx.RowToStructByPos[change])
+	if err != nil {
+		return fmt.Errorf("record verdict changes: %w", err)
+	}
+	// A change of coverage outcome is a lifecycle fact: an owner assigned or revoked, an exception granted.
+	for _, c := range changes {
+		eventType, ok := events.CoverageEvent(c.Before, c.After)
+		if !ok {
+			continue
+		}
+		payload := map[string]any{"group_key": c.Group, "coverage_before": c.Before, "coverage_after": c.After,
+			"run_id": runID, "ruleset_version": ruleset}
+		if c.Scope != "" {
+			payload["scope"] = c.Scope
+		}
+		table := "governance_candidate_state"
+		if c.Subject == "object" {
+			table, payload["object_ref"] = "governance_candidate_object", c.Object
+		}
+		if err := AnnounceTx(ctx, tx, Emit{EventType: eventType, SubjectTable: table, SubjectRef: c.Key,
+			CollectionName: table, EntityCode: c.Key, CorrelationID: fmt.Sprintf("verdict_change:%d", c.ID),
+			Payload: payload}); err != nil {
+			return err
+		}
 	}
 	return nil
 }
