@@ -74,16 +74,21 @@ func TestWorkerEmitsHeartbeatEvent(t *testing.T) {
 	e := newEnv(t)
 	e.insert(t, 7, 3)
 	time.Sleep(30 * time.Millisecond)
-	if _, err := e.worker().Once(e.ctx); err != nil {
+	ticks, err := e.worker().Once(e.ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	heartbeats := `SELECT count(*) FROM event_pending WHERE event_type_hint = 'governance.handoff.heartbeat'`
 	if n := e.count(t, heartbeats); n != 1 {
 		t.Fatalf("%d heartbeat events after Once, want 1", n)
 	}
+	// Seen: the 10 rows, and the audit row of the birth batch the changelog held by then.
+	seen := ticks[0].Read + ticks[1].Read
 	if n := e.count(t, `SELECT count(*) FROM event_pending WHERE event_type_hint = 'governance.handoff.heartbeat'
-		AND (capture_payload -> 'safe_payload' ->> 'count')::int = 10`); n != 1 {
-		t.Fatal("the heartbeat should count the 10 rows seen")
+		AND (capture_payload -> 'safe_payload' ->> 'count')::int = $1
+		AND (capture_payload -> 'safe_payload' ->> 'seen')::int = $1
+		AND capture_payload -> 'safe_payload' ? 'coalesced' AND capture_payload -> 'safe_payload' ? 'dlq'`, seen); n != 1 || seen != 11 {
+		t.Fatalf("the heartbeat should count the %d rows seen (10 and a batch's audit row), with its counts", seen)
 	}
 	w := e.worker()
 	w.Config.HeartbeatInterval = gcos.Duration(50 * time.Millisecond)

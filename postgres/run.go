@@ -101,6 +101,9 @@ func (s *Store) FinishRun(ctx context.Context, runID string, c RunCounts, runErr
 		WHERE run_id = $1 AND status = 'running'
 		RETURNING mode, extract(epoch FROM finished_at - started_at)::float8`, runID, status, msg, snap, c.Ruleset, c.Scanned, c.Dirtied,
 			c.Changed, c.Materialized, c.Retired).Scan(&mode, &took)
+		if err == nil && mode == ModeBackfill && runErr == nil && c.Changed+c.Materialized+c.Retired == 0 {
+			return nil // a backfill that wrote nothing (a re-run over unchanged sources) leaves no trace but its run row
+		}
 		if err == nil {
 			return RecordRunTx(ctx, tx, RunSummary{RunID: runID, Mode: mode, Status: status, Ruleset: c.Ruleset,
 				Snapshot: c.Snapshot, Scanned: c.Scanned, Changed: c.Changed, Objects: c.Materialized, Retired: c.Retired})

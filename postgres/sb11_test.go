@@ -698,9 +698,9 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 		"governance_candidate_state":  `SELECT * FROM governance_candidate_state`,
 		"governance_candidate_object": `SELECT * FROM governance_candidate_object`,
 		"governance_group":            `SELECT * FROM governance_group`,
-		// The scan's own findings announce their transitions (correlation finding:…): not the intake's writes.
+		// GCOS's own announcements (source gcos: findings, runs, snapshots) are the scan's, not the intake's writes.
 		"governance_signal_key": `SELECT * FROM governance_signal_key WHERE event_type <> 'governance.handoff.heartbeat'
-			AND correlation_id NOT LIKE 'finding:%'`,
+			AND source_system <> 'gcos'`,
 		"event_outbox":     `SELECT * FROM event_outbox WHERE event_type <> 'governance.handoff.heartbeat'`,
 		"event_pending":    `SELECT * FROM event_pending WHERE NOT coalesce((capture_payload ->> 'announce')::boolean, false)`,
 		"event_read":       `SELECT * FROM event_read`,

@@ -1013,10 +1013,14 @@ func TestSB12_FailClosed(t *testing.T) {
 		}
 		for _, q := range []string{`SELECT count(*) FROM evolution_snapshots`, `SELECT count(*) FROM governance_candidate_state`,
 			`SELECT count(*) FROM governance_candidate_object`, `SELECT count(*) FROM governance_group`,
-			`SELECT count(*) FROM registry_changelog WHERE entity_type LIKE 'governance\_%'`} {
+			`SELECT count(*) FROM registry_changelog WHERE entity_type LIKE 'governance\_%' AND entity_type <> 'governance_scan_run'`} {
 			if n := b.count(t, q); n != 0 {
 				t.Fatalf("%s = %d after a failed capture, want 0", q, n)
 			}
+		}
+		// The failed run itself is audited.
+		if n := b.count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_scan_run' AND action = 'failed'`); n != 1 {
+			t.Fatalf("%d audit rows of the failed backfill run, want 1", n)
 		}
 		if n := b.count(t, `SELECT count(*) FROM candidate_scan_run WHERE mode = 'backfill' AND status = 'failed' AND source_snapshot_ref IS NULL`); n != 1 {
 			t.Fatalf("%d failed backfill runs without a snapshot, want 1", n)
@@ -1214,7 +1218,8 @@ func TestSB12_AuditCompleteness(t *testing.T) {
 	res := b.backfill(t)
 	// The first backfill also starts the intake cursors at its horizon (the handshake), once per source.
 	expect("backfill", mark, fmt.Sprintf("governance_snapshot %d capture", res.SnapshotID),
-		"governance_cursor birth_registry seed_horizon", "governance_cursor registry_changelog seed_horizon")
+		"governance_cursor birth_registry seed_horizon", "governance_cursor registry_changelog seed_horizon",
+		"governance_scan_run "+res.RunID+" succeeded")
 
 	mark = b.sb12LastAudit(t)
 	again := b.backfill(t)

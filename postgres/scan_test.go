@@ -135,7 +135,7 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 				t.Fatalf("lost-signal group %s is not one of the changed groups %v", k, affected)
 			}
 		}
-		if got := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open'`); got != 1 {
+		if got := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open' AND `+notHeldAnnouncement); got != 1 {
 			t.Fatalf("issue_event_gap findings = %d, want 1", got)
 		}
 		if after := b.digestExcept(t, affected); after != before {
@@ -646,7 +646,7 @@ func TestFullAuditFindsRegistryDrift(t *testing.T) {
 	if drift := res.RegistryDrift[gcos.InputCollections]; drift.Groups != len(affected) || drift.Unsignalled != 0 {
 		t.Fatalf("signalled drift %+v, want %d groups, none unsignalled", drift, len(affected))
 	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open'`); n != 0 {
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open' AND `+notHeldAnnouncement); n != 0 {
 		t.Fatalf("%d issue_event_gap findings for a signalled change", n)
 	}
 }
@@ -662,7 +662,7 @@ func TestScanEarlyCutoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.scanAll(t, postgres.ModeIncremental)
-	findings := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues`)
+	findings := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE `+notHeldAnnouncement)
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyTTL); err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +691,7 @@ func TestScanEarlyCutoff(t *testing.T) {
 	if !updated2.Equal(updated) {
 		t.Fatalf("an unchanged result rewrote the row: updated_at %v → %v", updated, updated2)
 	}
-	if n := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues`); n != findings {
+	if n := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE `+notHeldAnnouncement); n != findings {
 		t.Fatalf("an unchanged result raised findings: occurrences %d → %d", findings, n)
 	}
 	if n := b.count(t, `SELECT groups_unchanged FROM candidate_scan_run WHERE run_id = $1`, res.RunID); n != 1 {
