@@ -475,6 +475,7 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 		('owner-crm', 'governance', 'governance.handoff.*', NULL, 'birth_registry', '{"collection_name": "crm_accounts"}', false),
 		('owner-muted', 'governance', 'governance.*', NULL, NULL, '{}', false),
 		('owner-muted', 'governance', 'governance.input.*', NULL, NULL, '{}', true),
+		('owner-input', 'governance', 'governance.input.*', NULL, 'system_issues', '{"owner_ref": "GOV-COUNCIL"}', false),
 		('iu-router', 'iu', NULL, NULL, NULL, '{}', false)`)
 
 	fin := e.emit(t, handoffEmit(gcos.ChangeObjectBorn, "fin_invoices", "INV-1", "n-1", evBase))
@@ -486,12 +487,13 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 	if rej.Outcome != postgres.EmitOutcomeRejected {
 		t.Fatalf("bad payload: %+v", rej)
 	}
-	ann := e.emit(t, postgres.Emit{EventType: "governance.input.invalid_schema", SubjectTable: "system_issues",
-		SubjectRef: fmt.Sprint(rej.FindingID), CollectionName: "crm_accounts", EntityCode: "ACC-2", ActorRef: "GOV-SIV",
-		SourceSystem: "gcos", CorrelationID: fmt.Sprintf("finding:%d", rej.FindingID),
-		Payload: map[string]any{"collection_name": "crm_accounts", "source": "birth_registry"}})
-	if ann.Outcome != postgres.EmitOutcomeEmitted {
-		t.Fatalf("announce: %+v", ann)
+	// GCOS announces the finding itself (captured with the finding, released by the promoter): no test emits it.
+	e.promote(t)
+	ann := e.strings(t, `SELECT id::text FROM event_outbox WHERE event_type = 'governance.input.invalid_schema'
+		AND safe_payload->>'issue_id' = $1 AND safe_payload->>'transition' = 'opened' AND source_system = 'gcos'`,
+		fmt.Sprint(rej.FindingID))
+	if len(ann) != 1 {
+		t.Fatalf("the product announced the rejection's finding %d times, want once", len(ann))
 	}
 
 	ids := func(recipient string) []string {
@@ -516,6 +518,7 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 		{"owner-handoff", []string{fin.EventID, crm.EventID}},
 		{"owner-crm", []string{crm.EventID}},
 		{"owner-muted", []string{fin.EventID, crm.EventID}}, // the input announcement is muted
+		{"owner-input", []string{ann[0]}},                   // routed to it by the announcement's owner
 		{"iu-router", []string{}},
 		{"nobody", []string{}},
 	} {
@@ -566,7 +569,8 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 		pairs = append(pairs, n.Recipient+"/"+n.Event.ID)
 	}
 	slices.Sort(pairs)
-	want := []string{"owner-crm/" + crm.EventID, "owner-handoff/" + crm.EventID, "owner-muted/" + crm.EventID, "owner-muted/" + fin.EventID}
+	want := []string{"owner-crm/" + crm.EventID, "owner-handoff/" + crm.EventID, "owner-muted/" + crm.EventID,
+		"owner-muted/" + fin.EventID, "owner-input/" + ann[0]}
 	slices.Sort(want)
 	if !slices.Equal(pairs, want) {
 		t.Fatalf("pending notifications %v, want %v", pairs, want)
