@@ -30,6 +30,26 @@ type Config struct {
 	Outage        OutageConfig        `json:"outage"`
 	VerdictPolicy VerdictPolicyConfig `json:"verdict_policy"`
 	Events        EventsConfig        `json:"events"`
+	// Principals are the people and systems GCOS knows by name. A ruleset whose proposer is not one of them, or
+	// whose approver is not one with the approver role, is unowned (finding ruleset_unowned). None configured: the
+	// check is off, and GCOS says so at start.
+	Principals []Principal `json:"principals"`
+}
+
+// Principal roles.
+const (
+	RoleReader   = "reader"
+	RoleOperator = "operator"
+	RoleApprover = "approver"
+)
+
+// PrincipalRoles lists the roles a principal may hold.
+var PrincipalRoles = []string{RoleReader, RoleOperator, RoleApprover}
+
+// Principal is one named principal and its roles.
+type Principal struct {
+	Name  string   `json:"name"`
+	Roles []string `json:"roles"`
 }
 
 // EventsConfig is the emission discipline of what GCOS announces itself (its findings opening, reopening and
@@ -696,6 +716,22 @@ func (c Config) Validate() error {
 	for i, sev := range c.Events.Escalation.Severities {
 		if !slices.Contains([]string{"info", "warning", "error"}, sev) {
 			p.add(fmt.Sprintf("events.escalation.severities[%d]", i), "%q is not an event severity (info, warning, error)", sev)
+		}
+	}
+	names := map[string]bool{}
+	for i, pr := range c.Principals {
+		at := fmt.Sprintf("principals[%d]", i)
+		switch {
+		case strings.TrimSpace(pr.Name) == "":
+			p.add(at+".name", "must not be empty")
+		case names[pr.Name]:
+			p.add(at+".name", "%q is configured twice", pr.Name)
+		}
+		names[pr.Name] = true
+		for j, r := range pr.Roles {
+			if !slices.Contains(PrincipalRoles, r) {
+				p.add(fmt.Sprintf("%s.roles[%d]", at, j), "%q is not a role (%s)", r, strings.Join(PrincipalRoles, ", "))
+			}
 		}
 	}
 	for i, pat := range c.Events.CouncilTypes {

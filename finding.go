@@ -58,6 +58,7 @@ const (
 	IssueHandoffUnmappedRow       IssueType = "handoff_unmapped_row" // a tailed row no mapping rule matches
 	IssueHandoffOutOfOrder        IssueType = "handoff_out_of_order" // a row behind the committed cursor or in the future
 	IssueOwnerDispute             IssueType = "owner_dispute"        // equally specific ownership rows name different owners
+	IssueAxisUnregistered         IssueType = "axis_unregistered"    // groups carry an axis family the axis registry does not hold
 )
 
 // inputIssuePrefix starts every input-quality finding type ("input.<state>").
@@ -108,6 +109,7 @@ var IssueSpecs = []IssueSpec{
 	{IssueHandoffUnmappedRow, "handoff", "unmapped_row", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 	{IssueHandoffOutOfOrder, "handoff", "out_of_order", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
 	{IssueOwnerDispute, "coverage", "owner_dispute", SeverityHigh, SeverityHigh, DefaultEscalateAfter},
+	{IssueAxisUnregistered, "coverage", "axis_unregistered", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 }
 
 // inputEventState maps an input-quality state to its doc 41 event name where the two differ.

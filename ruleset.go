@@ -336,3 +336,39 @@ func sortedUnique(s []string) []string {
 	}
 	return out
 }
+
+// SystemProposer proposes the drafts GCOS computes itself from the registries (a full audit, a backfill): a
+// known proposer, never an approver.
+const SystemProposer = "gcos"
+
+// RulesetOwnership says whether a ruleset is owned: proposed by a configured principal (or by GCOS itself) and,
+// once active, approved by a configured principal holding the approver role. It returns why not, in words; with no
+// principals configured the check is off (ok, nothing to say).
+func RulesetOwnership(proposer, approver string, active bool, principals []Principal) (ok bool, reasons []string) {
+	if len(principals) == 0 {
+		return true, nil
+	}
+	find := func(name string) (Principal, bool) {
+		i := slices.IndexFunc(principals, func(p Principal) bool { return p.Name == name })
+		if i < 0 {
+			return Principal{}, false
+		}
+		return principals[i], true
+	}
+	if _, known := find(proposer); !known && proposer != SystemProposer {
+		reasons = append(reasons, fmt.Sprintf("proposer %q is not a configured principal", proposer))
+	}
+	if active {
+		switch p, known := find(approver); {
+		case approver == "":
+			reasons = append(reasons, "active without an approver on record")
+		case !known:
+			reasons = append(reasons, fmt.Sprintf("approver %q is not a configured principal", approver))
+		case !slices.Contains(p.Roles, RoleApprover):
+			reasons = append(reasons, fmt.Sprintf("approver %q does not hold the approver role", approver))
+		}
+	} else {
+		reasons = append(reasons, "a draft judges: no approver has ratified the ruleset verdicts are read under")
+	}
+	return len(reasons) == 0, reasons
+}

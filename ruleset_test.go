@@ -390,3 +390,30 @@ func TestCheckRulesetVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestRulesetOwnership(t *testing.T) {
+	principals := []gcos.Principal{{Name: "bob", Roles: []string{gcos.RoleOperator}}, {Name: "alice", Roles: []string{gcos.RoleApprover}}}
+	for _, tc := range []struct {
+		name               string
+		proposer, approver string
+		active             bool
+		principals         []gcos.Principal
+		want               []string
+	}{
+		{"no principals: off", "x", "y", true, nil, nil},
+		{"owned", "bob", "alice", true, principals, nil},
+		{"GCOS's own draft, approved", gcos.SystemProposer, "alice", true, principals, nil},
+		{"unknown proposer", "mallory", "alice", true, principals, []string{`proposer "mallory" is not a configured principal`}},
+		{"approver without the role", "alice", "bob", true, principals, []string{`approver "bob" does not hold the approver role`}},
+		{"unknown approver", "bob", "carol", true, principals, []string{`approver "carol" is not a configured principal`}},
+		{"active, no approver", "bob", "", true, principals, []string{"active without an approver on record"}},
+		{"a judging draft", "bob", "", false, principals, []string{"a draft judges: no approver has ratified the ruleset verdicts are read under"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, reasons := gcos.RulesetOwnership(tc.proposer, tc.approver, tc.active, tc.principals)
+			if ok != (len(tc.want) == 0) || !slices.Equal(reasons, tc.want) {
+				t.Fatalf("RulesetOwnership = %v %q, want %q", ok, reasons, tc.want)
+			}
+		})
+	}
+}

@@ -154,3 +154,49 @@ func loadRegistries(ctx context.Context, q Querier, sb gcos.SourceBinding) (gcos
 	r.Finish()
 	return r, nil
 }
+
+// axesUnregisteredSQL lists the axis families groups with members carry that the axis registry no longer holds.
+const axesUnregisteredSQL = `
+SELECT g.axis_family, count(*), min(g.group_key)
+FROM governance_group g
+WHERE g.member_count > 0 AND g.axis_family IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM {pivots} p WHERE p.{axis_family} = g.axis_family)
+GROUP BY g.axis_family ORDER BY g.axis_family`
+
+// CheckAxesTx raises axis_unregistered for every axis family that groups with members carry and the axis registry
+// (the source binding's axis_family table) no longer holds — a pivot removed behind the groups' backs, until they
+// are placed again — one finding per axis, and resolves it for every other axis. Without the axis registry (an
+// optional table) nothing is checked.
+func CheckAxesTx(ctx context.Context, tx pgx.Tx, sb gcos.SourceBinding, runID, ruleset string) error {
+	var present bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, Quote(sb.AxisFamily.Table)).Scan(&present); err != nil {
+		return fmt.Errorf("check axes: %w", err)
+	}
+	if !present {
+		return nil
+	}
+	rows, err := tx.Query(ctx, RegistryNames(sb).SQL(axesUnregisteredSQL))
+	if err != nil {
+		return fmt.Errorf("check axes: %w", err)
+	}
+	type axis struct {
+		Family string
+		Groups int64
+		Sample string
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[axis])
+	if err != nil {
+		return fmt.Errorf("check axes: %w", err)
+	}
+	keep := []string{}
+	for _, a := range found {
+		keep = append(keep, gcos.CoalesceKey(gcos.IssueAxisUnregistered, a.Family))
+		if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueAxisUnregistered, Subject: a.Family, RunID: runID,
+			RulesetVersion: ruleset, Evidence: map[string]any{"axis_family": a.Family, "groups": a.Groups,
+				"sample_group": a.Sample, "registry": sb.AxisFamily.Table}}); err != nil {
+			return err
+		}
+	}
+	_, err = ResolveFindingsExceptTx(ctx, tx, gcos.IssueAxisUnregistered, keep)
+	return err
+}

@@ -283,6 +283,9 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 		if err != nil {
 			return err
 		}
+		if err := CheckRulesetOwnerTx(ctx, tx, s.cfg.Principals, ""); err != nil {
+			return err
+		}
 		if err := AnnounceTx(ctx, tx, Emit{EventType: "governance.ruleset.activated", SubjectTable: "governance_ruleset",
 			SubjectRef: version, CollectionName: "governance_ruleset", EntityCode: version, ActorRef: actor,
 			CorrelationID: "ruleset:" + version + ":activated:" + strconv.FormatInt(res.AuditID, 10),
@@ -399,4 +402,39 @@ func GroupsByKey(ctx context.Context, q Querier, keys []string) (map[string]gcos
 		out[g.Key] = g
 	}
 	return out, rows.Err()
+}
+
+// CheckRulesetOwnerTx raises ruleset_unowned for the ruleset verdicts are read under when its proposer or approver
+// is not a configured principal (gcos.RulesetOwnership), and resolves it for every other ruleset. Without principals
+// configured it does nothing: the check is off.
+func CheckRulesetOwnerTx(ctx context.Context, tx pgx.Tx, principals []gcos.Principal, runID string) error {
+	if len(principals) == 0 {
+		return nil
+	}
+	var version, status, proposer string
+	var approver *string
+	err := tx.QueryRow(ctx, `SELECT r.ruleset_version, r.status, r.proposed_by, r.activated_by
+		FROM v_current_ruleset c JOIN governance_ruleset r USING (ruleset_version)`).Scan(&version, &status, &proposer, &approver)
+	if err == pgx.ErrNoRows {
+		_, err = ResolveFindingsExceptTx(ctx, tx, gcos.IssueRulesetUnowned, []string{})
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("check ruleset owner: %w", err)
+	}
+	by := ""
+	if approver != nil {
+		by = *approver
+	}
+	keep := []string{}
+	if ok, reasons := gcos.RulesetOwnership(proposer, by, status == "active", principals); !ok {
+		keep = append(keep, gcos.CoalesceKey(gcos.IssueRulesetUnowned, version))
+		if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueRulesetUnowned, Subject: version, RunID: runID,
+			RulesetVersion: version, Evidence: map[string]any{"ruleset_version": version, "status": status,
+				"proposed_by": proposer, "activated_by": by, "reasons": reasons}}); err != nil {
+			return err
+		}
+	}
+	_, err = ResolveFindingsExceptTx(ctx, tx, gcos.IssueRulesetUnowned, keep)
+	return err
 }

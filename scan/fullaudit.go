@@ -122,6 +122,13 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if err := postgres.UpsertGroups(ctx, tx, snap.Groups); err != nil {
 			return err
 		}
+		// Who owns the ruleset verdicts are read under, and whether every group's axis is registered.
+		if err := postgres.CheckRulesetOwnerTx(ctx, tx, s.core.Config().Principals, res.RunID); err != nil {
+			return err
+		}
+		if err := postgres.CheckAxesTx(ctx, tx, s.core.Config().SourceBinding, res.RunID, rs.Version); err != nil {
+			return err
+		}
 		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never
 		// outlives its TTL in a running daemon, and lapsed reasons become tombstones.
 		ev, err := s.core.NewEvaluator(ctx, tx, rs)

@@ -1,0 +1,108 @@
+package postgres_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+	"gcos/postgres"
+	"gcos/postgres/pgtest"
+)
+
+// ruleset_unowned is raised for the ruleset verdicts are read under while its proposer or approver is not a
+// configured principal, announced, and resolved once the configuration knows them.
+func TestRulesetUnowned(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	cfg := gcos.DefaultConfig()
+	cfg.Principals = []gcos.Principal{{Name: "bob", Roles: []string{gcos.RoleOperator}},
+		{Name: "alice", Roles: []string{gcos.RoleApprover}}}
+	store := postgres.New(pool, cfg, nil)
+	e := &evEnv{ctx: ctx, pool: pool, store: store}
+	check := func(principals []gcos.Principal) {
+		t.Helper()
+		if err := store.InTx(ctx, func(tx pgx.Tx) error { return postgres.CheckRulesetOwnerTx(ctx, tx, principals, "run-1") }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func() []string {
+		t.Helper()
+		return e.strings(t, `SELECT coalesce_key || ' ' || (evidence_snapshot::jsonb ->> 'reasons') FROM system_issues
+			WHERE issue_type = 'ruleset_unowned' AND status = 'open' ORDER BY id`)
+	}
+	draft, _, err := store.ComputeRuleset(ctx, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(cfg.Principals)
+	key := gcos.CoalesceKey(gcos.IssueRulesetUnowned, draft.Version)
+	if got := open(); !slices.Equal(got, []string{key + ` ["a draft judges: no approver has ratified the ruleset verdicts are read under"]`}) {
+		t.Fatalf("a judging draft: %v", got)
+	}
+	// Activated by someone the configuration does not know: the activation itself raises it.
+	if _, err := store.ActivateRuleset(ctx, draft.Version, "APR-1", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	if got := open(); !slices.Equal(got, []string{key + ` ["approver \"carol\" is not a configured principal"]`}) {
+		t.Fatalf("an unknown approver: %v", got)
+	}
+	check([]gcos.Principal{{Name: "bob"}, {Name: "carol", Roles: []string{gcos.RoleReader}}})
+	if got := open(); !slices.Equal(got, []string{key + ` ["approver \"carol\" does not hold the approver role"]`}) {
+		t.Fatalf("an approver without the role: %v", got)
+	}
+	check([]gcos.Principal{{Name: "bob"}, {Name: "carol", Roles: []string{gcos.RoleApprover}}})
+	if got := open(); len(got) != 0 {
+		t.Fatalf("owned, still open: %v", got)
+	}
+	// Off without principals: nothing raised, nothing resolved.
+	check(nil)
+	if n := e.n(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'ruleset_unowned' AND status = 'open'`); n != 0 {
+		t.Fatalf("%d open with the check off", n)
+	}
+	// Every transition was announced (captured: the vocabulary is not active here).
+	got := e.strings(t, `SELECT capture_payload->'safe_payload'->>'transition' FROM event_pending
+		WHERE event_type_hint = 'governance.ruleset.unowned' ORDER BY id`)
+	if !slices.Equal(got, []string{"opened", "resolved"}) {
+		t.Fatalf("announced %v, want opened then resolved", got)
+	}
+}
+
+// axis_unregistered names each axis family that groups with members carry and the axis registry no longer holds.
+func TestAxisUnregistered(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewDB(t)
+	ctx := context.Background()
+	store := postgres.New(pool, gcos.DefaultConfig(), nil)
+	e := &evEnv{ctx: ctx, pool: pool, store: store}
+	e.exec(t, `INSERT INTO pivot_definitions (pivot_code, axis_family, entity_type) VALUES ('p1', 'geo', 'invoice')`)
+	e.exec(t, `INSERT INTO governance_group (group_key, object_class, axis_family, member_count) VALUES
+		('00000000000000000000000000000001', 'invoice', 'geo', 3),
+		('00000000000000000000000000000002', 'ticket', 'time', 2),
+		('00000000000000000000000000000003', 'ticket', 'time', 1),
+		('00000000000000000000000000000004', 'memo', 'gone', 0)`)
+	check := func() []string {
+		t.Helper()
+		if err := store.InTx(ctx, func(tx pgx.Tx) error {
+			return postgres.CheckAxesTx(ctx, tx, store.Config().SourceBinding, "run-1", "")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return e.strings(t, `SELECT coalesce_key || ' groups=' || (evidence_snapshot::jsonb ->> 'groups') FROM system_issues
+			WHERE issue_type = 'axis_unregistered' AND status = 'open' ORDER BY coalesce_key`)
+	}
+	// "gone" names an empty group: nothing is governed under it.
+	if got := check(); !slices.Equal(got, []string{"gov:coverage:axis_unregistered:time groups=2"}) {
+		t.Fatalf("open %v", got)
+	}
+	if got := check(); len(got) != 1 || e.n(t, `SELECT occurrence_count FROM system_issues WHERE issue_type = 'axis_unregistered'`) != 2 {
+		t.Fatalf("a second check should repeat the open finding: %v", got)
+	}
+	e.exec(t, `INSERT INTO pivot_definitions (pivot_code, axis_family, entity_type) VALUES ('p2', 'time', 'ticket')`)
+	if got := check(); len(got) != 0 {
+		t.Fatalf("registered, still open: %v", got)
+	}
+}
