@@ -284,3 +284,35 @@ func TestKindFor(t *testing.T) {
 		t.Error("Trusted: a narrowed list must trust only matching source systems")
 	}
 }
+
+func TestValidateEventsAndPrincipals(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		set   func(*gcos.Config)
+		field string
+	}{
+		{"rule without a pattern", func(c *gcos.Config) { c.Events.Rules = []gcos.EventRule{{Cooldown: gcos.Duration(time.Second)}} }, "events.rules[0].types"},
+		{"ceiling without a window", func(c *gcos.Config) { c.Events.Rules = []gcos.EventRule{{Types: "governance.*", Ceiling: 5}} }, "events.rules[0].window"},
+		{"negative ceiling", func(c *gcos.Config) { c.Events.Rules = []gcos.EventRule{{Types: "governance.*", Ceiling: -1}} }, "events.rules[0].ceiling"},
+		{"negative cooldown", func(c *gcos.Config) {
+			c.Events.Rules = []gcos.EventRule{{Types: "governance.*", Cooldown: gcos.Duration(-time.Second)}}
+		}, "events.rules[0].cooldown"},
+		{"unknown severity", func(c *gcos.Config) { c.Events.Escalation.Severities = []string{"fatal"} }, "events.escalation.severities[0]"},
+		{"empty council pattern", func(c *gcos.Config) { c.Events.CouncilTypes = []string{""} }, "events.council_types[0]"},
+		{"principal without a name", func(c *gcos.Config) { c.Principals = []gcos.Principal{{Roles: []string{"reader"}}} }, "principals[0].name"},
+		{"principal twice", func(c *gcos.Config) { c.Principals = []gcos.Principal{{Name: "a"}, {Name: "a"}} }, "principals[1].name"},
+		{"unknown role", func(c *gcos.Config) { c.Principals = []gcos.Principal{{Name: "a", Roles: []string{"root"}}} }, "principals[0].roles[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := gcos.DefaultConfig()
+			tc.set(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("Validate = %v, want a problem with %s", err, tc.field)
+			}
+		})
+	}
+	if err := gcos.DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}

@@ -162,3 +162,12 @@ func CoverageEvent(before, after string) (string, bool) {
 	}
 	return "", false
 }
+
+// CoverageEventTypes lists the event types coverage changes announce.
+func CoverageEventTypes() []string {
+	var out []string
+	for _, c := range coverageEvents {
+		out = append(out, c.eventType)
+	}
+	return out
+}

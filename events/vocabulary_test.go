@@ -50,7 +50,10 @@ func TestVocabularyFamilies(t *testing.T) {
 		"governance.candidate.stale", "governance.candidate.unknown", "governance.candidate.scan_lag",
 		"governance.candidate.group_invalidation_storm", "governance.candidate.scan_completed",
 		"governance.coverage.orphan", "governance.coverage.scan_completed", "governance.owner.assigned",
-		"governance.phantom.gap", "governance.snapshot.captured", "governance.ruleset.activated")
+		"governance.phantom.gap", "governance.snapshot.captured", "governance.ruleset.activated",
+		// What GCOS announces beyond doc 41's list: an unratified exception (routed to the council), an escalation,
+		// an axis the registry no longer holds.
+		"governance.exception.unratified", "governance.lifecycle.escalated", "governance.coverage.axis_unregistered")
 	for _, name := range want {
 		if _, ok := v.Lookup(name); !ok {
 			t.Errorf("vocabulary lacks %s", name)

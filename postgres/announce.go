@@ -3,10 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/events"
 )
 
 // GCOS's own announcements (doc 41 §41.4, SPEC §10): a finding opening, reopening or resolving, a run completing,
@@ -14,6 +16,38 @@ import (
 // exception. Each is a signal of the one emit path, captured in the same transaction as the fact it announces (so
 // a rolled-back fact announces nothing and a committed one is never lost), and released by the promoter under the
 // emission discipline once its type is active.
+
+// The lifecycle announcements of snapshots and rulesets.
+const (
+	EventSnapshotCaptured = "governance.snapshot.captured"
+	EventSnapshotPruned   = "governance.snapshot.pruned"
+	EventRulesetProposed  = "governance.ruleset.proposed"
+	EventRulesetActivated = "governance.ruleset.activated"
+)
+
+// AnnouncedEventTypes lists, sorted, every event type GCOS announces itself: each finding type's (opened, reopened,
+// resolved), the exception variants, the runs', the coverage changes', the snapshots' and rulesets', the handoff
+// heartbeat, the digest and the escalation. docs/REFERENCE.md lists them and every one is in the vocabulary
+// (tested).
+func AnnouncedEventTypes() []string {
+	out := []string{EventSnapshotCaptured, EventSnapshotPruned, EventRulesetProposed, EventRulesetActivated,
+		"governance.handoff.heartbeat", digestEventType, escalationEventType,
+		"governance.exception.expired", "governance.exception.unratified"}
+	for _, s := range gcos.IssueSpecs {
+		out = append(out, s.EventType())
+	}
+	for _, q := range gcos.InputQualities {
+		if t, ok := FindingEventType(gcos.InputIssue(q), ""); ok {
+			out = append(out, t)
+		}
+	}
+	for _, t := range runEventTypes {
+		out = append(out, t)
+	}
+	out = append(out, events.CoverageEventTypes()...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
 
 // Finding transitions, as announced (the payload's transition).
 const (
@@ -52,12 +86,22 @@ type findingEvent struct {
 	reason               string // exception_lifted: why the exception stopped counting
 }
 
+// inputEventTypes are the input-quality findings doc 41 §41.4 announces on the backfill stream instead of the input
+// one: an object missing from birth or its registry is an inventory gap, one awaiting the backfill is incomplete.
+var inputEventTypes = map[gcos.IssueType]string{
+	gcos.InputIssue(gcos.InputBirthOrRegistryMissing): "governance.backfill.inventory_gap",
+	gcos.InputIssue(gcos.InputNeedsBackfill):          "governance.backfill.incomplete",
+}
+
 // FindingEventType is the governance event announcing a finding of type t: its spec's type, except an exception
 // lift, which says whether the exception expired, was never ratified, or lapsed otherwise.
 func FindingEventType(t gcos.IssueType, reason string) (string, bool) {
 	spec, ok := gcos.SpecFor(t)
 	if !ok {
 		return "", false
+	}
+	if e, ok := inputEventTypes[t]; ok {
+		return e, true
 	}
 	if t == gcos.IssueExceptionLifted {
 		switch reason {

@@ -79,7 +79,7 @@ func (s *Store) pruneSnapshots(ctx context.Context, dryRun bool) (PruneResult, e
 		if err != nil {
 			return err
 		}
-		return AnnounceTx(ctx, tx, Emit{EventType: "governance.snapshot.pruned", SubjectTable: "evolution_snapshots",
+		return AnnounceTx(ctx, tx, Emit{EventType: EventSnapshotPruned, SubjectTable: "evolution_snapshots",
 			SubjectRef: "prune", CollectionName: "evolution_snapshots", EntityCode: "prune",
 			CorrelationID: fmt.Sprintf("prune:%d", auditID),
 			Payload:       map[string]any{"pruned": len(res.Removed), "count": res.Kept, "audit_id": auditID}})

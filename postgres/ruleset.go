@@ -92,7 +92,7 @@ func (s *Store) ComputeRuleset(ctx context.Context, proposer string) (RulesetRow
 		}
 		created = tag.RowsAffected() == 1
 		if created {
-			if err := AnnounceTx(ctx, tx, Emit{EventType: "governance.ruleset.proposed", SubjectTable: "governance_ruleset",
+			if err := AnnounceTx(ctx, tx, Emit{EventType: EventRulesetProposed, SubjectTable: "governance_ruleset",
 				SubjectRef: rs.Version, CollectionName: "governance_ruleset", EntityCode: rs.Version, ActorRef: proposer,
 				CorrelationID: "ruleset:" + rs.Version + ":proposed",
 				Payload:       map[string]any{"ruleset_version": rs.Version, "status": "draft"}}); err != nil {
@@ -286,7 +286,7 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 		if err := CheckRulesetOwnerTx(ctx, tx, s.cfg.Principals, ""); err != nil {
 			return err
 		}
-		if err := AnnounceTx(ctx, tx, Emit{EventType: "governance.ruleset.activated", SubjectTable: "governance_ruleset",
+		if err := AnnounceTx(ctx, tx, Emit{EventType: EventRulesetActivated, SubjectTable: "governance_ruleset",
 			SubjectRef: version, CollectionName: "governance_ruleset", EntityCode: version, ActorRef: actor,
 			CorrelationID: "ruleset:" + version + ":activated:" + strconv.FormatInt(res.AuditID, 10),
 			Payload: map[string]any{"ruleset_version": version, "status": "active", "audit_id": res.AuditID,

@@ -632,7 +632,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 			return err
 		}
 		// The snapshot stream's heartbeat: its subject is the scope, so the cooldown spaces out a busy scope's.
-		return AnnounceTx(ctx, wtx, Emit{EventType: "governance.snapshot.captured", SubjectTable: "evolution_snapshots",
+		return AnnounceTx(ctx, wtx, Emit{EventType: EventSnapshotCaptured, SubjectTable: "evolution_snapshots",
 			SubjectRef: opts.Scope, CollectionName: "evolution_snapshots", EntityCode: fmt.Sprint(snap.ID),
 			CorrelationID: fmt.Sprintf("snapshot:%d:captured", snap.ID),
 			Payload: map[string]any{"snapshot_id": snap.ID, "scope": opts.Scope, "run_id": opts.RunID,

@@ -53,6 +53,15 @@ func (a *app) upCommand() *cobra.Command {
 				// The demo proves its state within minutes, not once a day (a configured interval wins).
 				a.cfg.Scan.FullAuditInterval = gcos.Duration(churn.auditEvery)
 			}
+			if demo && len(a.cfg.Principals) == 0 {
+				// The demo's proposer and approver are its principals, so ruleset ownership is checked (a configured
+				// list wins).
+				a.cfg.Principals = []gcos.Principal{{Name: "demo-proposer", Roles: []string{gcos.RoleOperator}},
+					{Name: "demo-approver", Roles: []string{gcos.RoleApprover}}}
+			}
+			if len(a.cfg.Principals) == 0 {
+				a.logger.Warn("no principals configured: ruleset ownership is not checked (ruleset_unowned is never raised)")
+			}
 			if demo && noTokens {
 				// The demo runs on loopback (CheckListen refused anything else without tokens) so an evaluator can
 				// open the dashboard at once.
