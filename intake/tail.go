@@ -506,8 +506,8 @@ func auditBatch(ctx context.Context, tx pgx.Tx, src postgres.TailSource, before 
 	return err
 }
 
-// batchTally is what the apply step of one poll reports for the poll's audit row (ApplyHandoff adds to the tally
-// its context carries).
+// batchTally is what the apply step of one poll reports for the poll's audit row: ApplyHandoff records its last
+// (applied) attempt in the tally its context carries.
 type batchTally struct {
 	signals, emitted, captured int
 	dirtied                    int64
