@@ -41,8 +41,8 @@ func AnnouncedEventTypes() []string {
 			out = append(out, t)
 		}
 	}
-	for _, t := range runEventTypes {
-		out = append(out, t)
+	for _, ts := range runEventTypes {
+		out = append(out, ts...)
 	}
 	out = append(out, events.CoverageEventTypes()...)
 	slices.Sort(out)

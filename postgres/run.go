@@ -140,12 +140,13 @@ type RunSummary struct {
 	Scanned, Changed, Failed, Objects, Retired int64
 }
 
-// runEventTypes are the announcements of a finished run, by mode: each stream's completion event (doc 41 §41.4).
-var runEventTypes = map[string]string{
-	ModeEvent:       "governance.candidate.scan_completed",
-	ModeIncremental: "governance.candidate.scan_completed",
-	ModeFullAudit:   "governance.coverage.audit_completed",
-	ModeBackfill:    "governance.backfill.sweep_completed",
+// runEventTypes are the announcements of a finished run, by mode: the completion events of the streams it served
+// (doc 41 §41.4). A scan judges the groups' candidacy and their coverage, so it completes both streams' scans.
+var runEventTypes = map[string][]string{
+	ModeEvent:       {"governance.candidate.scan_completed", "governance.coverage.scan_completed"},
+	ModeIncremental: {"governance.candidate.scan_completed", "governance.coverage.scan_completed"},
+	ModeFullAudit:   {"governance.coverage.audit_completed"},
+	ModeBackfill:    {"governance.backfill.sweep_completed"},
 }
 
 // RecordRunTx writes a finished run's audit row (registry_changelog, entity governance_scan_run, action the run's
@@ -166,10 +167,6 @@ func RecordRunTx(ctx context.Context, tx pgx.Tx, r RunSummary) error {
 	if err != nil {
 		return err
 	}
-	eventType, ok := runEventTypes[r.Mode]
-	if !ok {
-		return nil
-	}
 	payload := map[string]any{"run_id": r.RunID, "mode": r.Mode, "status": r.Status, "groups": r.Scanned,
 		"count": r.Changed, "failed": r.Failed, "objects": r.Objects, "audit_id": auditID}
 	if r.Ruleset != "" {
@@ -182,9 +179,14 @@ func RecordRunTx(ctx context.Context, tx pgx.Tx, r RunSummary) error {
 	if r.Status != RunSucceeded {
 		severity = "warning"
 	}
-	return AnnounceTx(ctx, tx, Emit{EventType: eventType, SubjectTable: "candidate_scan_run", SubjectRef: r.Mode,
-		CollectionName: "candidate_scan_run", EntityCode: r.RunID, CorrelationID: "run:" + r.RunID,
-		Severity: severity, Payload: payload})
+	for _, eventType := range runEventTypes[r.Mode] {
+		if err := AnnounceTx(ctx, tx, Emit{EventType: eventType, SubjectTable: "candidate_scan_run", SubjectRef: r.Mode,
+			CollectionName: "candidate_scan_run", EntityCode: r.RunID, CorrelationID: "run:" + r.RunID,
+			Severity: severity, Payload: payload}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Scan modes (candidate_scan_run.mode).

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -696,6 +697,16 @@ func TestScanEarlyCutoff(t *testing.T) {
 	}
 	if n := b.count(t, `SELECT groups_unchanged FROM candidate_scan_run WHERE run_id = $1`, res.RunID); n != 1 {
 		t.Fatalf("run %s counts %d unchanged scans, want 1", res.RunID, n)
+	}
+	// The run is audited once and announced on both streams it served.
+	if n := b.count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_scan_run' AND entity_code = $1
+		AND action = 'succeeded' AND alert_detail::jsonb ->> 'mode' = 'incremental'`, res.RunID); n != 1 {
+		t.Fatalf("%d audit rows of run %s, want 1", n, res.RunID)
+	}
+	if got := b.strs(t, `SELECT event_type_hint FROM event_pending WHERE capture_payload ->> 'correlation_id' = 'run:' || $1
+		ORDER BY event_type_hint`, res.RunID); !slices.Equal(got, []string{"governance.candidate.scan_completed",
+		"governance.coverage.scan_completed"}) {
+		t.Fatalf("run %s announced %v", res.RunID, got)
 	}
 }
 
