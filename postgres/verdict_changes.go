@@ -13,15 +13,17 @@ import (
 
 // The verdict change log (gcos_verdict_change): a scan records, just before it writes, every group and object row
 // whose candidate verdict or coverage outcome its write changes, with the dirty mark that made it scan. The row's
-// stored values are read in the writing transaction, which holds the rows' claim, so before → after is exact.
+// stored values are read in the writing transaction, which holds the rows' claim, so before → after is exact. A
+// change is stamped when it is written (clock_timestamp), not when its transaction began: a mark the statement sees
+// committed before it, so change − mark is never negative.
 
 // recordGroupChangesSQL: $1 ruleset, $2 run, $3 group keys, $4 their new verdicts, $5 their new coverage outcomes
 // ("" when not relevant).
 const recordGroupChangesSQL = `
 INSERT INTO gcos_verdict_change (subject, key, group_key, scope, ruleset_version, verdict_before, verdict_after,
-    coverage_before, coverage_after, why, dirtied_at, run_id)
+    coverage_before, coverage_after, why, dirtied_at, run_id, changed_at)
 SELECT 'group', c.group_key, c.group_key, g.scope, $1, c.candidate_verdict, u.verdict, cov.outcome, nullif(u.coverage, ''),
-       CASE WHEN c.dirty THEN c.dirty_reason ELSE 'rescan' END, CASE WHEN c.dirty THEN c.dirtied_at END, $2
+       CASE WHEN c.dirty THEN c.dirty_reason ELSE 'rescan' END, CASE WHEN c.dirty THEN c.dirtied_at END, $2, clock_timestamp()
 FROM unnest($3::text[], $4::text[], $5::text[]) AS u(key, verdict, coverage)
 JOIN governance_candidate_state c ON c.group_key = u.key AND c.ruleset_version = $1
 JOIN governance_group g ON g.group_key = c.group_key
@@ -36,9 +38,10 @@ const changeAnnounceColumns = `id, subject, key, coalesce(object_ref, ''), group
 // recordObjectChangesSQL is recordGroupChangesSQL for active object rows ($3 candidate keys).
 const recordObjectChangesSQL = `
 INSERT INTO gcos_verdict_change (subject, key, object_ref, group_key, scope, ruleset_version, verdict_before,
-    verdict_after, coverage_before, coverage_after, why, dirtied_at, run_id)
+    verdict_after, coverage_before, coverage_after, why, dirtied_at, run_id, changed_at)
 SELECT 'object', o.candidate_key, o.object_ref, o.group_key, g.scope, $1, o.candidate_verdict, u.verdict, cov.outcome,
-       nullif(u.coverage, ''), CASE WHEN o.dirty THEN o.dirty_reason ELSE 'rescan' END, CASE WHEN o.dirty THEN o.dirtied_at END, $2
+       nullif(u.coverage, ''), CASE WHEN o.dirty THEN o.dirty_reason ELSE 'rescan' END, CASE WHEN o.dirty THEN o.dirtied_at END, $2,
+       clock_timestamp()
 FROM unnest($3::text[], $4::text[], $5::text[]) AS u(key, verdict, coverage)
 JOIN governance_candidate_object o ON o.candidate_key = u.key AND o.ruleset_version = $1 AND o.lifecycle_status = 'active'
 JOIN governance_group g ON g.group_key = o.group_key
