@@ -65,13 +65,14 @@ func (a *app) eventsCommand() *cobra.Command {
 
 	promote := &cobra.Command{
 		Use:   "promote",
-		Short: "move captured signals whose type is now active from event_pending to event_outbox, in capture order",
+		Short: "move captured signals whose type is now active from event_pending to event_outbox, in capture order (announcements under the emission discipline)",
 		Args:  cobra.NoArgs,
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.PromoteResult, error) {
 			return store.PromotePending(ctx)
 		}, func(res postgres.PromoteResult) string {
-			return fmt.Sprintf("%d promoted, %d already in the outbox, %d dead-lettered, %d still held (type not active)",
-				res.Promoted, res.Duplicates, res.DeadLettered, res.Held)
+			return fmt.Sprintf("%d promoted, %d already in the outbox, %d dead-lettered, %d still waiting (type not active, or a cooldown)\n"+
+				"announcements: %d held back by a ceiling, %d coalesced into a later one, %d digests, %d escalations",
+				res.Promoted, res.Duplicates, res.DeadLettered, res.Held, res.HeldBack, res.Coalesced, res.Digests, res.Escalations)
 		}),
 	}
 
