@@ -82,13 +82,13 @@ func TestWorkerEmitsHeartbeatEvent(t *testing.T) {
 	if n := e.count(t, heartbeats); n != 1 {
 		t.Fatalf("%d heartbeat events after Once, want 1", n)
 	}
-	// Seen: the 10 rows, and the audit row of the birth batch the changelog held by then.
+	// Seen: the 10 rows, and the audit rows of the batches the changelog tail reached by then.
 	seen := ticks[0].Read + ticks[1].Read
 	if n := e.count(t, `SELECT count(*) FROM event_pending WHERE event_type_hint = 'governance.handoff.heartbeat'
 		AND (capture_payload -> 'safe_payload' ->> 'count')::int = $1
 		AND (capture_payload -> 'safe_payload' ->> 'seen')::int = $1
-		AND capture_payload -> 'safe_payload' ? 'coalesced' AND capture_payload -> 'safe_payload' ? 'dlq'`, seen); n != 1 || seen != 11 {
-		t.Fatalf("the heartbeat should count the %d rows seen (10 and a batch's audit row), with its counts", seen)
+		AND capture_payload -> 'safe_payload' ? 'coalesced' AND capture_payload -> 'safe_payload' ? 'dlq'`, seen); n != 1 || seen < 10 {
+		t.Fatalf("the heartbeat should count the %d rows seen (the 10 and audit rows), with its counts", seen)
 	}
 	w := e.worker()
 	w.Config.HeartbeatInterval = gcos.Duration(50 * time.Millisecond)
