@@ -403,3 +403,19 @@ func jsonFields(typ reflect.Type) map[string]reflect.Type {
 	}
 	return out
 }
+
+// The document lists every event type GCOS announces (x-gcos-event-types), exactly.
+func TestOpenAPIListsTheAnnouncedEventTypes(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		EventTypes struct {
+			Types []string `json:"types"`
+		} `json:"x-gcos-event-types"`
+	}
+	if err := json.Unmarshal(httpapi.OpenAPIDocument(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if want := postgres.AnnouncedEventTypes(); !slices.Equal(doc.EventTypes.Types, want) {
+		t.Fatalf("x-gcos-event-types lists\n%v\nthe product announces\n%v", doc.EventTypes.Types, want)
+	}
+}
