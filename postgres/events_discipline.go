@@ -135,7 +135,11 @@ func (dis *discipline) promote(ctx context.Context, tx pgx.Tx, p pendingRow, sup
 		}
 		return outcomeHeld, nil
 	}
-	route, err := dis.route(ctx, tx, p)
+	var env announcement
+	if json.Unmarshal(p.capture, &env) != nil {
+		return promoteOne(ctx, tx, p, nil) // unreadable: dead-lettered with a finding, never a poison row
+	}
+	route, err := dis.route(ctx, tx, p, env.Payload)
 	if err != nil {
 		return "", err
 	}
@@ -148,7 +152,7 @@ func (dis *discipline) promote(ctx context.Context, tx pgx.Tx, p pendingRow, sup
 			return "", fmt.Errorf("promote %d: cooldown: %w", p.id, err)
 		}
 	}
-	if due, ok := dis.d.Escalation.EscalationDue(effectiveSeverity(p), route.OwnerRef, dis.now); ok {
+	if due, ok := dis.d.Escalation.EscalationDue(env.severity(p), route.OwnerRef, dis.now); ok {
 		if _, err := tx.Exec(ctx, `INSERT INTO gcos_event_escalation (event_id, event_type, owner_ref, due_at)
 			VALUES ($1::uuid, $2, $3, $4) ON CONFLICT DO NOTHING`, eventID, p.eventType, route.OwnerRef, due); err != nil {
 			return "", fmt.Errorf("promote %d: escalation: %w", p.id, err)
@@ -157,13 +161,16 @@ func (dis *discipline) promote(ctx context.Context, tx pgx.Tx, p pendingRow, sup
 	return outcome, nil
 }
 
-// effectiveSeverity is the severity the outbox row gets: the capture's, else the type's default.
-func effectiveSeverity(p pendingRow) string {
-	var env struct {
-		Severity string `json:"severity"`
-	}
-	if json.Unmarshal(p.capture, &env) == nil && env.Severity != "" {
-		return env.Severity
+// announcement is what the discipline reads of a capture's envelope.
+type announcement struct {
+	Severity string         `json:"severity"`
+	Payload  map[string]any `json:"safe_payload"`
+}
+
+// severity is the severity the outbox row gets: the capture's, else the type's default.
+func (a announcement) severity(p pendingRow) string {
+	if a.Severity != "" {
+		return a.Severity
 	}
 	if p.severity != nil {
 		return *p.severity
@@ -174,18 +181,12 @@ func effectiveSeverity(p pendingRow) string {
 // route decides an announcement's owner: the council for an authority dispute or a system-wide announcement (one
 // that names no scope, class, collection or group), else the owner resolver over what the announcement names (a
 // group's scope, class and collection when it names a group).
-func (dis *discipline) route(ctx context.Context, tx pgx.Tx, p pendingRow) (events.ResolvedOwner, error) {
+func (dis *discipline) route(ctx context.Context, tx pgx.Tx, p pendingRow, payload map[string]any) (events.ResolvedOwner, error) {
 	if dis.d.IsDispute(p.eventType) {
 		return events.ResolvedOwner{OwnerRef: events.CouncilOwner, Source: events.OwnerFromCouncil,
 			Reason: "authority dispute: routed to " + events.CouncilOwner}, nil
 	}
-	var env struct {
-		Payload map[string]any `json:"safe_payload"`
-	}
-	if err := json.Unmarshal(p.capture, &env); err != nil {
-		return events.ResolvedOwner{}, fmt.Errorf("promote %d: route: %w", p.id, err)
-	}
-	text := func(k string) string { s, _ := env.Payload[k].(string); return s }
+	text := func(k string) string { s, _ := payload[k].(string); return s }
 	q := events.OwnerQuery{Scope: text("scope"), EntityType: text("object_type"), CollectionName: text("collection_name")}
 	if g := text("group_key"); g != "" {
 		var scope, class, coll *string
