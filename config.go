@@ -46,10 +46,13 @@ const (
 // PrincipalRoles lists the roles a principal may hold.
 var PrincipalRoles = []string{RoleReader, RoleOperator, RoleApprover}
 
-// Principal is one named principal and its roles.
+// Principal is one named principal, its roles and the API tokens that authenticate it. A request made with one of
+// its tokens acts as it, whatever name the request body gives; a principal without tokens can act only from the
+// CLI, which holds the database credential itself.
 type Principal struct {
-	Name  string   `json:"name"`
-	Roles []string `json:"roles"`
+	Name   string   `json:"name"`
+	Roles  []string `json:"roles"`
+	Tokens []string `json:"tokens,omitempty"`
 }
 
 // EventsConfig is the emission discipline of what GCOS announces itself (its findings opening, reopening and
@@ -339,6 +342,9 @@ type HTTPConfig struct {
 	ReaderTokens   []string `json:"reader_tokens"`
 	OperatorTokens []string `json:"operator_tokens"`
 	InsecureNoAuth bool     `json:"insecure_no_auth"` // refused unless Listen is a loopback address
+	// LocalTokens are the daemon's run tokens (never configured): the CLI on this machine presents one and acts
+	// as the principal it names, as it would on the database path.
+	LocalTokens []string `json:"-"`
 
 	ReadHeaderTimeout Duration `json:"read_header_timeout"` // to read a request's headers
 	ReadTimeout       Duration `json:"read_timeout"`        // to read a whole request, body included
@@ -733,6 +739,33 @@ func (c Config) Validate() error {
 				p.add(fmt.Sprintf("%s.roles[%d]", at, j), "%q is not a role (%s)", r, strings.Join(PrincipalRoles, ", "))
 			}
 		}
+		if len(pr.Tokens) > 0 && len(pr.Roles) == 0 {
+			p.add(at+".roles", "a principal with tokens must hold a role")
+		}
+	}
+	// A token names one caller: the same token twice (two principals, or a principal and a plain token) would
+	// make its identity ambiguous.
+	seen := map[string]string{}
+	tokenAt := func(at, t string) {
+		switch {
+		case strings.TrimSpace(t) == "" || t != strings.TrimSpace(t):
+			p.add(at, "must not be empty or have surrounding spaces")
+		case seen[t] != "":
+			p.add(at, "the same token is configured at %s", seen[t])
+		default:
+			seen[t] = at
+		}
+	}
+	for i, pr := range c.Principals {
+		for j, t := range pr.Tokens {
+			tokenAt(fmt.Sprintf("principals[%d].tokens[%d]", i, j), t)
+		}
+	}
+	for i, t := range c.HTTP.ReaderTokens {
+		tokenAt(fmt.Sprintf("http.reader_tokens[%d]", i), t)
+	}
+	for i, t := range c.HTTP.OperatorTokens {
+		tokenAt(fmt.Sprintf("http.operator_tokens[%d]", i), t)
 	}
 	for i, pat := range c.Events.CouncilTypes {
 		if _, err := ParseGlob(pat, false); err != nil || strings.TrimSpace(pat) == "" {
@@ -829,15 +862,6 @@ func (c Config) Validate() error {
 	p.positiveInt("http.max_body_bytes", int(c.HTTP.MaxBodyBytes))
 	p.positiveInt("http.max_concurrent", c.HTTP.MaxConcurrent)
 	p.positiveInt("http.max_concurrent_gate", c.HTTP.MaxConcurrentGate)
-	for name, tokens := range map[string][]string{
-		"http.reader_tokens": c.HTTP.ReaderTokens, "http.operator_tokens": c.HTTP.OperatorTokens,
-	} {
-		for i, t := range tokens {
-			if strings.TrimSpace(t) == "" {
-				p.add(fmt.Sprintf("%s[%d]", name, i), "must not be empty")
-			}
-		}
-	}
 
 	if _, err := c.VerdictPolicy.Load(); err != nil {
 		p.add("verdict_policy", "%s", ErrorMessage(err))

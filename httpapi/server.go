@@ -139,11 +139,11 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, errors.New("httpapi: Config.Store is required")
 	}
 	if cfg.HTTP.InsecureNoAuth {
-		if err := CheckListen(cfg.HTTP); err != nil {
+		if err := CheckListen(cfg.HTTP, cfg.Store.Config().Principals); err != nil {
 			return nil, err
 		}
 	}
-	auth, err := newAuthenticator(cfg.HTTP)
+	auth, err := newAuthenticator(cfg.HTTP, cfg.Store.Config().Principals)
 	if err != nil {
 		return nil, err
 	}
@@ -191,8 +191,8 @@ func New(cfg Config) (http.Handler, error) {
 	if s.m, err = newMetrics(reg, s, cfg.Version); err != nil {
 		return nil, err
 	}
-	if !cfg.HTTP.InsecureNoAuth && len(auth.readers)+len(auth.operators) == 0 {
-		s.logger.Warn("no API tokens configured: every endpoint but the health probes and the dashboard shell answers 401; set GCOS_READER_TOKEN / GCOS_OPERATOR_TOKEN")
+	if !cfg.HTTP.InsecureNoAuth && len(auth.tokens) == 0 {
+		s.logger.Warn("no API tokens configured: every endpoint but the health probes and the dashboard shell answers 401; set GCOS_READER_TOKEN / GCOS_OPERATOR_TOKEN or principals[].tokens")
 	}
 	unrouted := &codeCounter{vec: s.m.requests, route: "unmatched"}
 	s.mux.Handle(noRoutePattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { unrouted.inc(s.noRoute(w, r)) }))
@@ -321,8 +321,9 @@ func (s *server) wrap(rt route) http.Handler {
 		var code int
 		if err := s.csrf.Check(r); err != nil {
 			code = s.fail(w, r, gcos.Errorf(gcos.EFORBIDDEN, "cross-origin request refused"))
-		} else if err := s.auth.check(r, rt.Access); err != nil {
+		} else if c, err := s.auth.check(r, rt.Access); err != nil {
 			code = s.fail(w, r, err)
+		} else if r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c)); false {
 		} else if err := checkInput(r, rt.Params); err != nil {
 			switch {
 			case rt.Path == gatePath && r.Method == http.MethodPost:

@@ -84,6 +84,9 @@ type findingEvent struct {
 	occurrences, reopens int
 	ruleset, group       string
 	reason               string // exception_lifted: why the exception stopped counting
+	// resolvedBy and auditID: a finding a person resolved (findings resolve), and the audit row that says why.
+	resolvedBy string
+	auditID    int64
 }
 
 // inputEventTypes are the input-quality findings doc 41 §41.4 announces on the backfill stream instead of the input
@@ -136,7 +139,10 @@ func announceFinding(ctx context.Context, tx pgx.Tx, f findingEvent) error {
 	if f.transition == TransitionResolved {
 		severity = "info"
 	}
-	return AnnounceTx(ctx, tx, Emit{
+	if f.auditID != 0 {
+		payload["audit_id"] = f.auditID
+	}
+	return AnnounceTx(ctx, tx, Emit{ActorRef: f.resolvedBy,
 		EventType: eventType, SubjectTable: "system_issues", SubjectRef: f.key,
 		CollectionName: "system_issues", EntityCode: f.key,
 		CorrelationID: fmt.Sprintf("finding:%d:%s:%d", f.id, f.transition, f.reopens),

@@ -243,6 +243,8 @@ type FindingRow struct {
 	FirstSeenAt     any             `json:"first_seen_at"`
 	LastSeenAt      any             `json:"last_seen_at"`
 	ResolvedAt      any             `json:"resolved_at"`
+	// Explain is what explains the finding (its group or object) and where to read it; absent when nothing does.
+	Explain *FindingLink `json:"explain,omitempty"`
 }
 
 // FindingFilter narrows ListFindings.
@@ -264,20 +266,14 @@ func (s *Store) ListFindings(ctx context.Context, f FindingFilter) ([]FindingRow
 		}
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, issue_type, severity, coalesce_key, occurrence_count, reopen_count, business_logic_hash, run_id,
-		       status, coalesce(evidence_snapshot::jsonb, '{}'::jsonb), first_seen_at, last_seen_at, resolved_at
+		SELECT `+findingColumns+`
 		FROM system_issues
 		WHERE coalesce_key LIKE 'gov:%' AND (NOT $1 OR status = 'open') AND ($2 = '' OR issue_type = $2)
 		ORDER BY last_seen_at DESC, id DESC LIMIT $3`, f.OpenOnly, f.IssueType, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list findings: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FindingRow, error) {
-		var x FindingRow
-		err := r.Scan(&x.ID, &x.IssueType, &x.Severity, &x.CoalesceKey, &x.OccurrenceCount, &x.ReopenCount,
-			&x.RulesetVersion, &x.RunID, &x.Status, &x.Evidence, &x.FirstSeenAt, &x.LastSeenAt, &x.ResolvedAt)
-		return x, err
-	})
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FindingRow, error) { return scanFinding(r) })
 	if err != nil {
 		return nil, fmt.Errorf("list findings: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -59,11 +60,32 @@ func (s *Store) currentComponents(ctx context.Context, q Querier) (gcos.RulesetC
 }
 
 // ComputeRuleset hashes the current registries and verdict policy into a ruleset version and records it as a
-// draft proposed by proposer. Computing an unchanged ruleset again returns the existing row unchanged.
+// draft proposed by proposer (GCOS's own steps and tests; a person proposes through ComputeRulesetAs). Computing
+// an unchanged ruleset again returns the existing row unchanged.
 func (s *Store) ComputeRuleset(ctx context.Context, proposer string) (RulesetRow, bool, error) {
 	if proposer == "" {
 		return RulesetRow{}, false, gcos.Errorf(gcos.EINVALID, "ruleset compute: --by must name a proposer")
 	}
+	return s.computeRuleset(ctx, gcos.NamedActor(proposer, ""))
+}
+
+// ComputeRulesetAs is ComputeRuleset proposed by a person: with principals configured the proposer must be one
+// holding the operator role. The draft records the principal as its proposer (what no-self-approval compares) and
+// a new draft writes one audit row naming the actor whole (principal, the name given, OS user, channel).
+func (s *Store) ComputeRulesetAs(ctx context.Context, by gcos.Actor) (RulesetRow, bool, error) {
+	if err := by.Check("ruleset compute"); err != nil {
+		return RulesetRow{}, false, err
+	}
+	if by.Principal != gcos.SystemProposer {
+		if err := gcos.MayAct(s.cfg.Principals, by.Principal, gcos.RoleOperator); err != nil {
+			return RulesetRow{}, false, gcos.Errorf(gcos.EFORBIDDEN, "ruleset compute: %s", gcos.ErrorMessage(err))
+		}
+	}
+	return s.computeRuleset(ctx, by)
+}
+
+func (s *Store) computeRuleset(ctx context.Context, by gcos.Actor) (RulesetRow, bool, error) {
+	proposer := by.Principal
 	var row RulesetRow
 	var created bool
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
@@ -91,6 +113,12 @@ func (s *Store) ComputeRuleset(ctx context.Context, proposer string) (RulesetRow
 			return fmt.Errorf("record ruleset %s: %w", rs.Version, err)
 		}
 		created = tag.RowsAffected() == 1
+		if created && by.Via != "" {
+			if _, err := Audit(ctx, tx, AuditEntry{EntityType: "governance_ruleset", EntityCode: rs.Version, Action: "propose",
+				Actor: proposer, Detail: map[string]any{"proposer": by.Audit()}}); err != nil {
+				return err
+			}
+		}
 		if created {
 			if err := AnnounceTx(ctx, tx, Emit{EventType: EventRulesetProposed, SubjectTable: "governance_ruleset",
 				SubjectRef: rs.Version, CollectionName: "governance_ruleset", EntityCode: rs.Version, ActorRef: proposer,
@@ -216,13 +244,25 @@ const activateAttempts = 5
 // every other group's verdict is carried to the new version unchanged, because no changed rule can reach it. A
 // changed rule whose scope cannot be resolved dirties every group and raises ruleset_drift.
 func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor string) (ActivationResult, error) {
+	return s.ActivateRulesetAs(ctx, version, approvalRef, gcos.NamedActor(actor, ""))
+}
+
+// ActivateRulesetAs is ActivateRuleset approved by by. No self-approval is decided on principals: by's principal
+// must differ from the proposer's (and so must the name it gives), so one token cannot propose under one name and
+// approve under another. With principals configured the approver must be one holding the approver role. The
+// audit row names the approver whole and the proposer.
+func (s *Store) ActivateRulesetAs(ctx context.Context, version, approvalRef string, by gcos.Actor) (ActivationResult, error) {
 	res := ActivationResult{Version: version}
 	if approvalRef == "" {
 		return res, gcos.Errorf(gcos.EINVALID, "activate %s: an approval reference is required (--approval)", version)
 	}
-	if actor == "" {
+	if strings.TrimSpace(by.Principal) == "" {
 		return res, gcos.Errorf(gcos.EINVALID, "activate %s: the approving actor is required (--by)", version)
 	}
+	if err := gcos.MayAct(s.cfg.Principals, by.Principal, gcos.RoleApprover); err != nil {
+		return res, gcos.Errorf(gcos.EFORBIDDEN, "activate %s: %s", version, gcos.ErrorMessage(err))
+	}
+	actor := by.Principal
 	frozen, err := s.OpenFindingExists(ctx, gcos.IssueSnapshotNondeterministic)
 	if err != nil {
 		return res, err
@@ -245,8 +285,8 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 		case gcos.RulesetSuperseded:
 			return gcos.Errorf(gcos.ECONFLICT, "activate %s: superseded versions are history; compute the ruleset again to propose it", version)
 		}
-		if target.ProposedBy == actor {
-			return gcos.Errorf(gcos.ECONFLICT, "activate %s: %s proposed this ruleset and cannot approve it (no self-approval)", version, actor)
+		if why := gcos.SelfApproval(gcos.Actor{Principal: target.ProposedBy, Name: target.ProposedBy}, by); why != "" {
+			return gcos.Errorf(gcos.ECONFLICT, "activate %s: %s", version, why)
 		}
 		prev, err := scanRuleset(tx.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE status = 'active' FOR UPDATE`))
 		hasPrev := err == nil
@@ -278,7 +318,8 @@ func (s *Store) ActivateRuleset(ctx context.Context, version, approvalRef, actor
 			}
 		}
 		res.AuditID, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_ruleset", EntityCode: version, Action: "activate", Actor: actor,
-			Detail: map[string]any{"approval_ref": approvalRef, "supersedes": res.Superseded, "dirtied_groups": res.DirtiedGroups,
+			Detail: map[string]any{"approval_ref": approvalRef, "approver": by.Audit(), "proposer": map[string]any{"principal": target.ProposedBy},
+				"supersedes": res.Superseded, "dirtied_groups": res.DirtiedGroups,
 				"carried_groups": res.CarriedGroups, "unresolved_law_codes": res.Unresolved}})
 		if err != nil {
 			return err

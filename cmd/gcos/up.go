@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -37,8 +38,9 @@ func (a *app) upCommand() *cobra.Command {
 			if insecure {
 				a.cfg.HTTP.InsecureNoAuth = true
 			}
-			noTokens := len(a.cfg.HTTP.ReaderTokens)+len(a.cfg.HTTP.OperatorTokens) == 0
-			if err := httpapi.CheckListen(a.cfg.HTTP); err != nil {
+			noTokens := len(a.cfg.HTTP.ReaderTokens)+len(a.cfg.HTTP.OperatorTokens) == 0 &&
+				!slices.ContainsFunc(a.cfg.Principals, func(p gcos.Principal) bool { return len(p.Tokens) > 0 })
+			if err := httpapi.CheckListen(a.cfg.HTTP, a.cfg.Principals); err != nil {
 				return err // before anything starts: a wrong address must not cost a world generation first
 			}
 			// A token made for this run, published in the data dir (api.token, 0600) with the API's URL: commands
@@ -47,17 +49,18 @@ func (a *app) upCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a.cfg.HTTP.OperatorTokens = append(a.cfg.HTTP.OperatorTokens, runToken)
+			a.cfg.HTTP.LocalTokens = append(a.cfg.HTTP.LocalTokens, runToken)
 			a.secrets = append(a.secrets, runToken)
 			if demo && a.cfg.Scan.FullAuditInterval == gcos.DefaultConfig().Scan.FullAuditInterval {
 				// The demo proves its state within minutes, not once a day (a configured interval wins).
 				a.cfg.Scan.FullAuditInterval = gcos.Duration(churn.auditEvery)
 			}
 			if demo && len(a.cfg.Principals) == 0 {
-				// The demo's proposer and approver are its principals, so ruleset ownership is checked (a configured
-				// list wins).
+				// The demo's proposer, approver and operator are its principals, so ruleset ownership and roles are
+				// checked (a configured list wins). demo-operator is subscribed to every governance event.
 				a.cfg.Principals = []gcos.Principal{{Name: "demo-proposer", Roles: []string{gcos.RoleOperator}},
-					{Name: "demo-approver", Roles: []string{gcos.RoleApprover}}}
+					{Name: "demo-approver", Roles: []string{gcos.RoleApprover}},
+					{Name: demoOperator, Roles: []string{gcos.RoleReader, gcos.RoleOperator}}}
 			}
 			if len(a.cfg.Principals) == 0 {
 				a.logger.Warn("no principals configured: ruleset ownership is not checked (ruleset_unowned is never raised)")

@@ -1,0 +1,327 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+	"gcos/events"
+)
+
+// The notifications a principal works: its unread governance events (its subscriptions, less what it muted, less
+// what it read), marking them read, and muting or unmuting a stream, a type or one finding. A mute is an
+// event_subscription row with mute = true (doc 41 §41.7: the recipient suppresses a lane; the finding stays open
+// and keeps counting). Reads and mutes are per principal: event_read.actor_ref and recipient_ref are its name.
+
+// NotificationSelector selects governance events to mute, unmute or subscribe to: a type pattern, a stream
+// pattern (gcos.Glob), one finding (by id: its announcements carry its coalesce key), or several of these at once.
+type NotificationSelector struct {
+	EventType string `json:"event_type,omitempty"`
+	Stream    string `json:"stream,omitempty"`
+	FindingID int64  `json:"finding_id,omitempty"`
+}
+
+// NotificationInbox is what `gcos notifications list` shows a recipient.
+type NotificationInbox struct {
+	Recipient string `json:"recipient"`
+	// Unread counts the recipient's unread notifications, at most UnreadCap (then UnreadMore is true).
+	Unread        int                   `json:"unread"`
+	UnreadMore    bool                  `json:"unread_more"`
+	Notifications []Notification        `json:"notifications"`
+	Subscriptions []events.Subscription `json:"subscriptions"` // the recipient's governance subscriptions and mutes
+}
+
+// UnreadCap bounds an unread count: past it the count says "at least".
+const UnreadCap = 1000
+
+// Inbox returns recipient's unread notifications (oldest first, at most limit), its unread count and its
+// subscriptions and mutes.
+func (s *Store) Inbox(ctx context.Context, recipient string, limit int) (NotificationInbox, error) {
+	in := NotificationInbox{Recipient: strings.TrimSpace(recipient)}
+	if err := checkRecipient(in.Recipient); err != nil {
+		return in, err
+	}
+	subs, err := loadSubscriptions(ctx, s.pool, &in.Recipient)
+	if err != nil {
+		return in, err
+	}
+	all, err := s.notificationsFor(ctx, in.Recipient, subs, UnreadCap+1)
+	if err != nil {
+		return in, err
+	}
+	in.Unread, in.UnreadMore = min(len(all), UnreadCap), len(all) > UnreadCap
+	in.Notifications = all[:min(len(all), clampLimit(limit))]
+	in.Subscriptions = subs
+	if in.Subscriptions == nil {
+		in.Subscriptions = []events.Subscription{}
+	}
+	return in, nil
+}
+
+// UnreadCount is recipient's unread count (at most UnreadCap; more reports whether there are more).
+func (s *Store) UnreadCount(ctx context.Context, recipient string) (n int, more bool, err error) {
+	in, err := s.Inbox(ctx, recipient, 1)
+	return in.Unread, in.UnreadMore, err
+}
+
+func checkRecipient(r string) error {
+	if r == "" {
+		return gcos.Errorf(gcos.EINVALID, "notifications: the recipient must not be empty")
+	}
+	return gcos.CheckParam("recipient", r)
+}
+
+// ReadResult says what marking read did.
+type ReadResult struct {
+	Recipient string `json:"recipient"`
+	Marked    int    `json:"marked"`  // newly recorded as read
+	Already   int    `json:"already"` // read before
+}
+
+// MarkReadAs records that by's principal has read the given events, or with all every notification it has unread
+// (at most UnreadCap at a time). An id that is not a uuid is EINVALID, one not in the outbox ENOTFOUND; either
+// refuses the whole request before anything is written.
+func (s *Store) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.Actor) (ReadResult, error) {
+	res := ReadResult{Recipient: by.Principal}
+	if err := by.Check("mark read"); err != nil {
+		return res, err
+	}
+	switch {
+	case all && len(ids) > 0:
+		return res, gcos.Errorf(gcos.EINVALID, "mark read: give event ids or --all, not both")
+	case !all && len(ids) == 0:
+		return res, gcos.Errorf(gcos.EINVALID, "mark read: give the event ids to mark (gcos notifications list shows them), or --all")
+	case len(ids) > UnreadCap:
+		return res, gcos.Errorf(gcos.EINVALID, "mark read: %d ids, more than %d at once", len(ids), UnreadCap)
+	}
+	for i, id := range ids {
+		ids[i] = strings.TrimSpace(id)
+		if !uuidRE.MatchString(ids[i]) {
+			return res, gcos.Errorf(gcos.EINVALID, "mark read: event id %q is not a uuid", clip(id))
+		}
+	}
+	if all {
+		subs, err := loadSubscriptions(ctx, s.pool, &by.Principal)
+		if err != nil {
+			return res, err
+		}
+		ns, err := s.notificationsFor(ctx, by.Principal, subs, UnreadCap)
+		if err != nil {
+			return res, err
+		}
+		for _, n := range ns {
+			ids = append(ids, n.Event.ID)
+		}
+	}
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
+		var missing []string
+		if err := tx.QueryRow(ctx, `
+			SELECT coalesce(array_agg(x), '{}') FROM unnest($1::uuid[]) x
+			WHERE NOT EXISTS (SELECT 1 FROM event_outbox WHERE id = x)`, ids).Scan(&missing); err != nil {
+			return fmt.Errorf("mark read: %w", err)
+		}
+		if len(missing) > 0 {
+			return gcos.Errorf(gcos.ENOTFOUND, "mark read: no event %s in the outbox; nothing marked", strings.Join(missing, ", "))
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.event_read:' || $1, 0))`, by.Principal); err != nil {
+			return fmt.Errorf("mark read: lock: %w", err)
+		}
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO event_read (event_id, actor_ref, read_at, read_status_source)
+			SELECT DISTINCT x, $2, now(), 'gcos' FROM unnest($1::uuid[]) x
+			WHERE NOT EXISTS (SELECT 1 FROM event_read WHERE event_id = x AND actor_ref = $2)`, ids, by.Principal)
+		if err != nil {
+			return MapError(err, "mark read")
+		}
+		res.Marked = int(tag.RowsAffected())
+		return nil
+	})
+	if err != nil {
+		return ReadResult{Recipient: by.Principal}, err
+	}
+	distinct := slices.Clone(ids)
+	slices.Sort(distinct)
+	res.Already = len(slices.Compact(distinct)) - res.Marked
+	return res, nil
+}
+
+// SubscriptionChange says what a mute, unmute or subscribe did.
+type SubscriptionChange struct {
+	Recipient    string              `json:"recipient"`
+	Action       string              `json:"action"` // mute, unmute, subscribe
+	Changed      bool                `json:"changed"`
+	Subscription events.Subscription `json:"subscription"`
+}
+
+// subscriptionRow is the event_subscription row a selector stands for (recipient and mute aside).
+type subscriptionRow struct {
+	eventType, stream *string
+	filter            map[string]any
+}
+
+// selectorRow checks sel and turns it into its subscription row: a pattern must be a valid gcos.Glob that
+// matches a governance event type (or stream) GCOS knows, and a finding must exist.
+func (s *Store) selectorRow(ctx context.Context, sel NotificationSelector) (subscriptionRow, error) {
+	var row subscriptionRow
+	sel.EventType, sel.Stream = strings.TrimSpace(sel.EventType), strings.TrimSpace(sel.Stream)
+	if sel.EventType == "" && sel.Stream == "" && sel.FindingID == 0 {
+		return row, gcos.Errorf(gcos.EINVALID, "notifications: say what to select: an event type pattern (--type), a stream (--stream) or a finding (--finding)")
+	}
+	types, streams, err := s.governanceTypes(ctx)
+	if err != nil {
+		return row, err
+	}
+	for _, p := range []struct {
+		name, pattern string
+		known         []string
+		into          **string
+	}{{"type", sel.EventType, types, &row.eventType}, {"stream", sel.Stream, streams, &row.stream}} {
+		if p.pattern == "" {
+			continue
+		}
+		if err := gcos.CheckParam(p.name, p.pattern); err != nil {
+			return row, err
+		}
+		if _, err := gcos.ParseGlob(p.pattern, false); err != nil {
+			return row, gcos.Errorf(gcos.EINVALID, "notifications: %s %q: %s", p.name, p.pattern, gcos.ErrorMessage(err))
+		}
+		if !slices.ContainsFunc(p.known, func(k string) bool { return gcos.MatchGlob(p.pattern, k, false) }) {
+			return row, gcos.Errorf(gcos.EINVALID, "notifications: %s %q matches no governance event %s (gcos events list shows them)", p.name, p.pattern, p.name)
+		}
+		*p.into = &p.pattern
+	}
+	if sel.FindingID < 0 {
+		return row, gcos.Errorf(gcos.EINVALID, "notifications: finding id %d: want a positive number", sel.FindingID)
+	}
+	if sel.FindingID > 0 {
+		var key string
+		err := s.pool.QueryRow(ctx, `SELECT coalesce_key FROM system_issues WHERE id = $1 AND coalesce_key LIKE 'gov:%'`, sel.FindingID).Scan(&key)
+		if err == pgx.ErrNoRows {
+			return row, gcos.Errorf(gcos.ENOTFOUND, "notifications: finding %d: no such finding (gcos findings list shows them)", sel.FindingID)
+		}
+		if err != nil {
+			return row, fmt.Errorf("notifications: finding %d: %w", sel.FindingID, err)
+		}
+		row.filter = map[string]any{"coalesce_key": key}
+	}
+	return row, nil
+}
+
+// governanceTypes lists the governance event types and streams GCOS knows: its vocabulary and the registry's rows.
+func (s *Store) governanceTypes(ctx context.Context) (types, streams []string, err error) {
+	v, err := events.Load()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, t := range v.Types {
+		types, streams = append(types, t.EventType), append(streams, t.EventStream)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT event_type, coalesce(event_stream, '') FROM event_type_registry WHERE event_domain = $1`, events.Domain)
+	if err != nil {
+		return nil, nil, fmt.Errorf("governance event types: %w", err)
+	}
+	var t, st string
+	_, err = pgx.ForEachRow(rows, []any{&t, &st}, func() error {
+		types, streams = append(types, t), append(streams, st)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("governance event types: %w", err)
+	}
+	return types, streams, nil
+}
+
+// sameSubscriptionSQL finds a recipient's governance subscription row with exactly these selectors and mute flag.
+const sameSubscriptionSQL = `
+SELECT id::text FROM event_subscription
+WHERE recipient_ref = $1 AND event_domain = $2 AND event_type IS NOT DISTINCT FROM $3
+  AND event_stream IS NOT DISTINCT FROM $4 AND scope_subject_table IS NULL AND scope_filter = $5::jsonb AND mute = $6
+ORDER BY created_at, id`
+
+// MuteAs mutes, for by's principal, the governance events sel selects: they stop notifying it; the findings behind
+// them are untouched and keep counting. Muting what is already muted changes nothing. With principals configured
+// muting needs the operator role.
+func (s *Store) MuteAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
+	return s.changeSubscription(ctx, "mute", sel, by)
+}
+
+// UnmuteAs removes by's mute of exactly sel (the same selectors it was muted with); no such mute is ENOTFOUND.
+func (s *Store) UnmuteAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
+	return s.changeSubscription(ctx, "unmute", sel, by)
+}
+
+// SubscribeAs subscribes by's principal to the governance events sel selects (idempotent).
+func (s *Store) SubscribeAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
+	return s.changeSubscription(ctx, "subscribe", sel, by)
+}
+
+func (s *Store) changeSubscription(ctx context.Context, action string, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
+	ch := SubscriptionChange{Recipient: by.Principal, Action: action}
+	if err := by.Check(action); err != nil {
+		return ch, err
+	}
+	if err := gcos.MayAct(s.cfg.Principals, by.Principal, gcos.RoleOperator); err != nil {
+		return ch, gcos.Errorf(gcos.EFORBIDDEN, "%s: %s", action, gcos.ErrorMessage(err))
+	}
+	row, err := s.selectorRow(ctx, sel)
+	if err != nil {
+		return ch, err
+	}
+	filter := row.filter
+	if filter == nil {
+		filter = map[string]any{}
+	}
+	filterJSON, err := json.Marshal(filter)
+	if err != nil {
+		return ch, err
+	}
+	mute := action != "subscribe"
+	domain := events.Domain
+	ch.Subscription = events.Subscription{RecipientRef: by.Principal, EventDomain: &domain, EventType: row.eventType,
+		EventStream: row.stream, ScopeFilter: filter, Mute: mute}
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.subscription:' || $1, 0))`, by.Principal); err != nil {
+			return fmt.Errorf("%s: lock: %w", action, err)
+		}
+		rows, err := tx.Query(ctx, sameSubscriptionSQL, by.Principal, domain, row.eventType, row.stream, filterJSON, mute)
+		if err != nil {
+			return fmt.Errorf("%s: %w", action, err)
+		}
+		same, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("%s: %w", action, err)
+		}
+		switch {
+		case action == "unmute" && len(same) == 0:
+			return gcos.Errorf(gcos.ENOTFOUND, "unmute: %s has no mute with exactly these selectors (gcos notifications list shows its mutes)", by.Principal)
+		case action == "unmute":
+			if _, err := tx.Exec(ctx, `DELETE FROM event_subscription WHERE id = ANY($1::uuid[])`, same); err != nil {
+				return fmt.Errorf("unmute: %w", err)
+			}
+			ch.Subscription.ID, ch.Changed = same[0], true
+		case len(same) > 0:
+			ch.Subscription.ID = same[0] // already so: nothing changes
+			return nil
+		default:
+			if err := tx.QueryRow(ctx, `
+				INSERT INTO event_subscription (recipient_ref, event_domain, event_type, event_stream, scope_filter, mute)
+				VALUES ($1, $2, $3, $4, $5::jsonb, $6) RETURNING id::text`,
+				by.Principal, domain, row.eventType, row.stream, filterJSON, mute).Scan(&ch.Subscription.ID); err != nil {
+				return MapError(err, action)
+			}
+			ch.Changed = true
+		}
+		_, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_subscription", EntityCode: ch.Subscription.ID, Action: action,
+			Actor: by.Principal, Detail: map[string]any{"recipient": by.Principal, "selector": sel, "actor": by.Audit()}})
+		return err
+	})
+	if err != nil {
+		return SubscriptionChange{Recipient: by.Principal, Action: action}, err
+	}
+	return ch, nil
+}
