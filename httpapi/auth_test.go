@@ -14,7 +14,8 @@ import (
 // whichever matches (no early exit that would time which one did).
 func TestAuthConstantTime(t *testing.T) {
 	t.Parallel()
-	a, err := newAuthenticator(gcos.HTTPConfig{ReaderTokens: []string{"r1", "r2", "r3"}, OperatorTokens: []string{"o1", "o2"}})
+	a, err := newAuthenticator(gcos.HTTPConfig{ReaderTokens: []string{"r1", "r2", "r3"}, OperatorTokens: []string{"o1", "o2"}},
+		[]gcos.Principal{{Name: "alice", Roles: []string{gcos.RoleReader, gcos.RoleApprover}, Tokens: []string{"a1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,20 +31,27 @@ func TestAuthConstantTime(t *testing.T) {
 		return subtle.ConstantTimeCompare(x, y)
 	}
 	for _, tc := range []struct {
-		token            string
-		reader, operator bool
+		token, principal string
+		roles            string
 	}{
-		{"r1", true, false}, {"r3", true, false}, {"o1", true, true}, {"o2", true, true}, {"nope", false, false},
-		{"r", false, false}, {"r1r1", false, false}, {"", false, false},
+		{"r1", "token:", "reader"}, {"r3", "token:", "reader"}, {"o1", "token:", "reader,operator"},
+		{"o2", "token:", "reader,operator"}, {"a1", "alice", "reader,approver"},
+		{"nope", "", ""}, {"r", "", ""}, {"r1r1", "", ""}, {"", "", ""},
 	} {
 		calls = 0
-		reader, operator := a.role(tc.token)
-		if reader != tc.reader || operator != tc.operator {
-			t.Errorf("role(%q) = %v %v, want %v %v", tc.token, reader, operator, tc.reader, tc.operator)
+		c, ok := a.caller(tc.token)
+		if ok != (tc.principal != "") || !strings.HasPrefix(c.Principal, tc.principal) || strings.Join(c.Roles, ",") != tc.roles {
+			t.Errorf("caller(%q) = %+v %v, want principal %q… roles %q", tc.token, c, ok, tc.principal, tc.roles)
 		}
-		if calls != 5 {
-			t.Errorf("role(%q) compared %d tokens, want all 5", tc.token, calls)
+		if calls != 6 {
+			t.Errorf("caller(%q) compared %d tokens, want all 6", tc.token, calls)
 		}
+	}
+	// A plain token is an identity of its own, stable and not its text.
+	c1, _ := a.caller("o1")
+	c2, _ := a.caller("o2")
+	if c1.Principal == c2.Principal || strings.Contains(c1.Principal, "o1") {
+		t.Errorf("plain tokens' principals %q, %q: want distinct names that do not show the token", c1.Principal, c2.Principal)
 	}
 }
 
@@ -53,7 +61,7 @@ func TestAuthBadConfig(t *testing.T) {
 		{ReaderTokens: []string{""}},
 		{OperatorTokens: []string{" padded "}},
 	} {
-		if _, err := newAuthenticator(cfg); gcos.ErrorCode(err) != gcos.EINVALID {
+		if _, err := newAuthenticator(cfg, nil); gcos.ErrorCode(err) != gcos.EINVALID {
 			t.Errorf("%+v: err %v, want EINVALID", cfg, err)
 		}
 	}
@@ -103,7 +111,7 @@ func TestCheckListen(t *testing.T) {
 		{":8080", false, nil, "--listen"},
 		{"no-port", false, tokens, "--listen"},
 	} {
-		err := CheckListen(gcos.HTTPConfig{Listen: tc.addr, InsecureNoAuth: tc.insecure, ReaderTokens: tc.tokens})
+		err := CheckListen(gcos.HTTPConfig{Listen: tc.addr, InsecureNoAuth: tc.insecure, ReaderTokens: tc.tokens}, nil)
 		if (err == nil) != (tc.want == "") {
 			t.Errorf("CheckListen(%q, insecure=%v, tokens=%d) = %v, want ok=%v", tc.addr, tc.insecure, len(tc.tokens), err, tc.want == "")
 			continue

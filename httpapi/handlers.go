@@ -452,10 +452,12 @@ func (s *server) workers(w http.ResponseWriter, r *http.Request) int {
 // ActivateRequest is the body of POST /v1/rulesets/{version}/activate.
 type ActivateRequest struct {
 	ApprovalRef string `json:"approval_ref"`
-	Actor       string `json:"actor"`
+	// Actor is the name the approver gives, recorded as said; who approves is the token's principal.
+	Actor string `json:"actor,omitempty"`
 }
 
-// activate answers POST /v1/rulesets/{version}/activate (operator). Self-approval is 409.
+// activate answers POST /v1/rulesets/{version}/activate (approver). Self-approval, decided on the token's principal
+// (and the name given), is 409.
 func (s *server) activate(w http.ResponseWriter, r *http.Request) int {
 	version := r.PathValue("version")
 	if err := gcos.CheckRulesetVersion(version); err != nil {
@@ -469,17 +471,18 @@ func (s *server) activate(w http.ResponseWriter, r *http.Request) int {
 	if err := textField("approval_ref", req.ApprovalRef); err != nil {
 		return s.fail(w, r, err)
 	}
-	if err := textField("actor", req.Actor); err != nil {
+	if err := optionalText("actor", req.Actor); err != nil {
 		return s.fail(w, r, err)
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	res, err := s.store.ActivateRuleset(ctx, version, req.ApprovalRef, req.Actor)
+	by := actor(r, req.Actor)
+	res, err := s.store.ActivateRulesetAs(ctx, version, req.ApprovalRef, by)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
 	s.invalidateReads()
-	s.logger.Info("ruleset activated over HTTP", "ruleset_version", version, "actor", req.Actor, "approval_ref", req.ApprovalRef)
+	s.logger.Info("ruleset activated over HTTP", "ruleset_version", version, "principal", by.Principal, "name", by.Name, "approval_ref", req.ApprovalRef)
 	return writeJSON(w, http.StatusOK, res)
 }
 
@@ -560,6 +563,14 @@ func intParam(q url.Values, name string, def, max int) (int, error) {
 		return 0, gcos.Errorf(gcos.EINVALID, "%s %q: want an integer in 1..%d", name, v, max)
 	}
 	return n, nil
+}
+
+// optionalText is textField for a value that may be absent.
+func optionalText(name, v string) error {
+	if v == "" {
+		return nil
+	}
+	return textField(name, v)
 }
 
 // textField requires a short, printable, non-empty value.

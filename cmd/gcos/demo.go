@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"gcos"
@@ -9,6 +10,10 @@ import (
 	"gcos/postgres"
 	"gcos/world"
 )
+
+// demoOperator is the demo's operator: subscribed to every governance event, so `gcos notifications list --by
+// demo-operator` has something to work.
+const demoOperator = "demo-operator"
 
 // demoWorld loads the synthetic world into an empty database, seeds it and activates its ruleset as a demo
 // approver (never the proposer), and registers and activates the governance event vocabulary.
@@ -50,6 +55,12 @@ func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 			if _, err := store.ActivateEventType(ctx, t.EventType, "DEMO-APPROVAL", "demo-approver"); err != nil {
 				return err
 			}
+		}
+	}
+	if slices.ContainsFunc(a.cfg.Principals, func(p gcos.Principal) bool { return p.Name == demoOperator }) {
+		if _, err := store.SubscribeAs(ctx, postgres.NotificationSelector{EventType: "governance.*"},
+			gcos.Actor{Principal: demoOperator, Name: demoOperator, Via: gcos.ViaDaemon}); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -11,15 +12,56 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gcos/httpapi"
 	"gcos/postgres"
 )
 
-// findingsCommand is `gcos findings [--open] [--type T] [--limit N]`.
+// findingsCommand is `gcos findings list|show|resolve` (bare `gcos findings` lists, as it always did).
 func (a *app) findingsCommand() *cobra.Command {
+	cmd := a.findingsListCommand("findings [--open] [--type T]", "GCOS findings (system_issues): list, show, resolve")
+	list := a.findingsListCommand("list [--open] [--type T]", "GCOS findings (system_issues), newest first")
+	show := &cobra.Command{
+		Use: "show ID", Short: "one finding whole: counts, evidence, its explanation, its announcements and resolutions",
+		Args: argsAnd(cobra.ExactArgs(1), findingIDArg),
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (d postgres.FindingDetail, err error) {
+			return d, api.get(ctx, "/v1/findings/"+url.PathEscape(args[0]), nil, &d)
+		}, func(ctx context.Context, store *postgres.Store, args []string) (postgres.FindingDetail, error) {
+			id, _ := postgres.CheckFindingID(args[0])
+			return store.GetFinding(ctx, id)
+		}, findingText),
+	}
+	var by, reason string
+	resolve := &cobra.Command{
+		Use: "resolve ID --reason TEXT", Short: "close an open finding with a reason (it reopens, with its counts, if the condition recurs)",
+		Args: argsAnd(cobra.ExactArgs(1), findingIDArg),
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (row postgres.FindingRow, err error) {
+			return row, api.as(by).post(ctx, "/v1/findings/"+url.PathEscape(args[0])+"/resolve", httpapi.ResolveRequest{Reason: reason}, &row)
+		}, func(ctx context.Context, store *postgres.Store, args []string) (postgres.FindingRow, error) {
+			id, _ := postgres.CheckFindingID(args[0])
+			return store.ResolveFindingAs(ctx, id, reason, cliActor(by))
+		}, func(row postgres.FindingRow) string {
+			return fmt.Sprintf("finding %d %s: resolved (seen %d times, reopened %d); it reopens if %s recurs",
+				row.ID, row.CoalesceKey, row.OccurrenceCount, row.ReopenCount, row.IssueType)
+		}),
+	}
+	resolve.Flags().StringVar(&reason, "reason", "", "why it is resolved (required; kept in the audit row)")
+	byFlag(resolve.Flags(), &by, "the resolving principal")
+	cmd.AddCommand(list, show, resolve)
+	return cmd
+}
+
+// findingIDArg refuses an id that is not a positive number before anything runs (exit 2).
+func findingIDArg(args []string) error {
+	_, err := postgres.CheckFindingID(args[0])
+	return err
+}
+
+// findingsListCommand is the listing, under the name use.
+func (a *app) findingsListCommand(use, short string) *cobra.Command {
 	var f postgres.FindingFilter
 	cmd := &cobra.Command{
-		Use:   "findings [--open] [--type T]",
-		Short: "GCOS findings (system_issues), newest first",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (l findingList, err error) {
 			q := url.Values{"limit": {strconv.Itoa(f.Limit)}}
@@ -65,11 +107,44 @@ func findingsText(l findingList) string {
 	return b.String()
 }
 
+func findingText(d postgres.FindingDetail) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "finding %d  %s  %s  %s\n", d.ID, d.IssueType, d.Severity, d.Status)
+	fmt.Fprintf(&b, "key        %s\n", d.CoalesceKey)
+	fmt.Fprintf(&b, "seen       %d times (first %s, last %s), reopened %d times\n", d.OccurrenceCount,
+		anyTime(d.FirstSeenAt), anyTime(d.LastSeenAt), d.ReopenCount)
+	if d.RulesetVersion != nil {
+		fmt.Fprintf(&b, "ruleset    %s\n", *d.RulesetVersion)
+	}
+	if d.Explain != nil {
+		ref := "--group " + d.Explain.Group
+		if d.Explain.Object != "" {
+			ref = "--object " + d.Explain.Object
+		}
+		fmt.Fprintf(&b, "explain    gcos explain %s  (%s)\n", ref, d.Explain.Path)
+	}
+	if len(d.Evidence) > 0 {
+		ev, _ := json.Marshal(d.Evidence)
+		fmt.Fprintf(&b, "evidence   %s\n", ev)
+	}
+	for _, r := range d.Resolutions {
+		fmt.Fprintf(&b, "resolved   %s by %s: %s (audit %d)\n", r.ResolvedAt.UTC().Format(time.RFC3339), r.By, r.Reason, r.AuditID)
+	}
+	for _, e := range d.Events {
+		fmt.Fprintf(&b, "event      %s %v (%s)\n", e.Type, e.Payload["transition"], e.ID)
+	}
+	return b.String()
+}
+
 // anyTime formats a timestamp scanned into an any (FindingRow keeps them untyped).
 func anyTime(v any) string {
 	switch t := v.(type) {
 	case time.Time:
 		return t.UTC().Format(time.RFC3339)
+	case string:
+		if p, err := time.Parse(time.RFC3339Nano, t); err == nil {
+			return p.UTC().Format(time.RFC3339)
+		}
 	case nil:
 		return "-"
 	}

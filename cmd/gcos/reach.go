@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -34,6 +35,16 @@ type apiClient struct {
 	base  string
 	token string
 	http  *http.Client
+	// principal is the --by the CLI acts as: on the daemon's run token the daemon acts as it, on a principal's
+	// token (GCOS_TOKEN) the token's principal acts and this is ignored.
+	principal string
+}
+
+// as is the client acting as the principal by.
+func (c *apiClient) as(by string) *apiClient {
+	cp := *c
+	cp.principal = by
+	return &cp
 }
 
 // databaseIdentity names a database without its password, as the daemon publishes it; "embedded" is the data
@@ -56,6 +67,11 @@ func (a *app) daemonAPI(ctx context.Context) *apiClient {
 		return nil
 	}
 	run, token, err := daemon.Discover(ctx, dir)
+	if t := strings.TrimSpace(os.Getenv(tokenEnv)); t != "" && err == nil {
+		token = t // a principal's own token: the daemon acts as its principal
+		a.secrets = append(a.secrets, t)
+		a.verbosef("acting with the token in %s", tokenEnv)
+	}
 	switch {
 	case errors.Is(err, daemon.ErrNotRunning):
 		a.verbosef("no daemon serves %s: reading the database", dir)
@@ -111,6 +127,12 @@ func (c *apiClient) do(ctx context.Context, method, path string, query url.Value
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("User-Agent", cliUserAgent)
+	if c.principal != "" {
+		req.Header.Set(httpapi.PrincipalHeader, c.principal)
+	}
+	if u := osUser(); u != "" {
+		req.Header.Set(httpapi.OSUserHeader, u)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return gcos.Errorf(gcos.EUNAVAILABLE, "daemon API %s %s: %v", method, path, err)

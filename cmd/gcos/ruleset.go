@@ -16,15 +16,14 @@ import (
 func (a *app) rulesetCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "ruleset", Short: "content-addressed ruleset versions"}
 	var by string
-	type computed struct {
-		Ruleset postgres.RulesetRow `json:"ruleset"`
-		Created bool                `json:"created"`
-	}
+	type computed = httpapi.ProposeResult
 	compute := &cobra.Command{
 		Use: "compute", Short: "hash the current rule registries and verdict policy into a draft version", Args: cobra.NoArgs,
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (computed, error) {
-			row, created, err := store.ComputeRuleset(ctx, by)
-			return computed{row, created}, err
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (c computed, err error) {
+			return c, api.as(by).post(ctx, "/v1/rulesets", httpapi.ProposeRequest{Proposer: by}, &c)
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (computed, error) {
+			row, created, err := store.ComputeRulesetAs(ctx, cliActor(by))
+			return computed{Ruleset: row, Created: created}, err
 		}, func(c computed) string {
 			row, state := c.Ruleset, "unchanged"
 			if c.Created {
@@ -34,7 +33,7 @@ func (a *app) rulesetCommand() *cobra.Command {
 				row.Version, state, row.Status, row.ProposedBy, len(row.Summary.MeasurementIDs), len(row.Summary.LawCodes), row.Summary.Absent)
 		}),
 	}
-	compute.Flags().StringVar(&by, "by", "gcos", "proposer")
+	compute.Flags().StringVar(&by, "by", gcos.SystemProposer, "the proposing principal")
 	list := &cobra.Command{
 		Use: "list", Short: "list ruleset versions", Args: cobra.NoArgs,
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) ([]postgres.RulesetRow, error) {
@@ -84,16 +83,19 @@ func (a *app) rulesetCommand() *cobra.Command {
 		Use: "activate VERSION", Short: "activate a draft (needs --approval and an actor other than the proposer)", Args: argsAnd(cobra.ExactArgs(1), rulesetVersions),
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (res postgres.ActivationResult, err error) {
 			// The daemon's view and caches learn of the activation at once; the audit row names the actor.
-			return res, api.post(ctx, "/v1/rulesets/"+url.PathEscape(args[0])+"/activate", httpapi.ActivateRequest{ApprovalRef: approval, Actor: actor}, &res)
+			if strings.TrimSpace(actor) == "" {
+				return res, gcos.Errorf(gcos.EINVALID, "activate %s: the approving actor is required (--by)", args[0])
+			}
+			return res, api.as(actor).post(ctx, "/v1/rulesets/"+url.PathEscape(args[0])+"/activate", httpapi.ActivateRequest{ApprovalRef: approval, Actor: actor}, &res)
 		}, func(ctx context.Context, store *postgres.Store, args []string) (postgres.ActivationResult, error) {
-			return store.ActivateRuleset(ctx, args[0], approval, actor)
+			return store.ActivateRulesetAs(ctx, args[0], approval, cliActor(actor))
 		}, func(res postgres.ActivationResult) string {
 			return fmt.Sprintf("%s active (supersedes %s); %d groups dirtied, %d carried unchanged",
 				res.Version, deref(res.Superseded), res.DirtiedGroups, res.CarriedGroups) + tokenText(res.Token)
 		}),
 	}
 	activate.Flags().StringVar(&approval, "approval", "", "approval reference (required)")
-	activate.Flags().StringVar(&actor, "by", "", "approving actor (required; not the proposer)")
+	activate.Flags().StringVar(&actor, "by", "", "the approving principal (required; not the proposer)")
 	cmd.AddCommand(compute, list, show, diff, activate)
 	return cmd
 }

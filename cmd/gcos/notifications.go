@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"gcos"
+	"gcos/httpapi"
+	"gcos/postgres"
+)
+
+// notificationsCommand is `gcos notifications list|read|mute|unmute|subscribe`: the governance events a principal
+// is notified of, worked by that principal (--by, or the token's principal through the daemon).
+func (a *app) notificationsCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "notifications", Short: "your governance notifications: list, read, mute, unmute, subscribe"}
+	var by string
+	var limit int
+	list := &cobra.Command{
+		Use: "list", Short: "your unread notifications (subscribed, not muted, not read), the unread count and your mutes", Args: cobra.NoArgs,
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (in postgres.NotificationInbox, err error) {
+			return in, api.as(by).get(ctx, "/v1/notifications", url.Values{"limit": {strconv.Itoa(limit)}}, &in)
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.NotificationInbox, error) {
+			return store.Inbox(ctx, cliActor(by).Principal, limit)
+		}, inboxText),
+	}
+	byFlag(list.Flags(), &by, "whose notifications")
+	list.Flags().IntVar(&limit, "limit", 100, "at most this many (1..1000)")
+	flagRange(list.Flags(), "limit", 1, 1000)
+
+	var all bool
+	read := &cobra.Command{
+		Use: "read EVENT_ID... | --all", Short: "mark notifications read (seen by you; others still see them unread)", Args: cobra.ArbitraryArgs,
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (res postgres.ReadResult, err error) {
+			return res, api.as(by).post(ctx, "/v1/notifications/read", httpapi.ReadRequest{EventIDs: args, All: all}, &res)
+		}, func(ctx context.Context, store *postgres.Store, args []string) (postgres.ReadResult, error) {
+			return store.MarkReadAs(ctx, args, all, cliActor(by))
+		}, func(res postgres.ReadResult) string {
+			return fmt.Sprintf("%s: %d marked read, %d already read", res.Recipient, res.Marked, res.Already)
+		}),
+	}
+	byFlag(read.Flags(), &by, "who read them")
+	read.Flags().BoolVar(&all, "all", false, "every notification you have unread")
+
+	cmd.AddCommand(list, read,
+		a.selectorCommand(&by, "mute", "stop notifying you of a stream, a type or one finding (the finding stays open and keeps counting)", (*postgres.Store).MuteAs),
+		a.selectorCommand(&by, "unmute", "undo a mute (the same selectors it was muted with)", (*postgres.Store).UnmuteAs),
+		a.selectorCommand(&by, "subscribe", "notify you of a stream, a type or one finding", (*postgres.Store).SubscribeAs))
+	return cmd
+}
+
+// selectorCommand is mute, unmute or subscribe.
+func (a *app) selectorCommand(by *string, action, short string,
+	change func(*postgres.Store, context.Context, postgres.NotificationSelector, gcos.Actor) (postgres.SubscriptionChange, error)) *cobra.Command {
+	var sel postgres.NotificationSelector
+	cmd := &cobra.Command{
+		Use: action + " --type PATTERN | --stream PATTERN | --finding ID", Short: short, Args: cobra.NoArgs,
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (ch postgres.SubscriptionChange, err error) {
+			return ch, api.as(*by).post(ctx, "/v1/notifications/"+action, sel, &ch)
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.SubscriptionChange, error) {
+			return change(store, ctx, sel, cliActor(*by))
+		}, func(ch postgres.SubscriptionChange) string {
+			state := "done"
+			if !ch.Changed {
+				state = "already so, nothing changed"
+			}
+			return fmt.Sprintf("%s %s: %s (%s)", ch.Action, selectorText(ch.Subscription.EventType, ch.Subscription.EventStream, ch.Subscription.ScopeFilter), state, ch.Subscription.ID)
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&sel.EventType, "type", "", "event type pattern (e.g. governance.candidate.*)")
+	f.StringVar(&sel.Stream, "stream", "", "event stream pattern (e.g. handoff)")
+	f.Int64Var(&sel.FindingID, "finding", 0, "one finding's announcements (its id)")
+	byFlag(f, by, "whose notifications")
+	return cmd
+}
+
+func selectorText(eventType, stream *string, filter map[string]any) string {
+	var parts []string
+	if eventType != nil {
+		parts = append(parts, "type "+*eventType)
+	}
+	if stream != nil {
+		parts = append(parts, "stream "+*stream)
+	}
+	if k, ok := filter["coalesce_key"]; ok {
+		parts = append(parts, fmt.Sprintf("finding %v", k))
+	} else if len(filter) > 0 {
+		parts = append(parts, fmt.Sprintf("filter %v", filter))
+	}
+	if len(parts) == 0 {
+		return "every governance event"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func inboxText(in postgres.NotificationInbox) string {
+	var b strings.Builder
+	more := ""
+	if in.UnreadMore {
+		more = "+"
+	}
+	fmt.Fprintf(&b, "%s: %d%s unread\n", in.Recipient, in.Unread, more)
+	if len(in.Notifications) > 0 {
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "EVENT\tCREATED\tTYPE\tSEVERITY\tSUBJECT")
+		for _, n := range in.Notifications {
+			created := "-"
+			if n.CreatedAt != nil {
+				created = anyTime(*n.CreatedAt)
+			}
+			subject := n.Event.SubjectRef
+			if id, ok := n.Event.Payload["issue_id"]; ok {
+				subject = fmt.Sprintf("finding %v %s", id, subject)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Event.ID, created, n.Event.Type, n.Event.Severity, subject)
+		}
+		_ = tw.Flush()
+	}
+	if len(in.Subscriptions) == 0 {
+		fmt.Fprintf(&b, "no subscriptions: %s is notified of nothing (gcos notifications subscribe)\n", in.Recipient)
+	}
+	for _, s := range in.Subscriptions {
+		kind := "subscribed"
+		if s.Mute {
+			kind = "muted"
+		}
+		fmt.Fprintf(&b, "%-10s %s\n", kind, selectorText(s.EventType, s.EventStream, s.ScopeFilter))
+	}
+	return b.String()
+}
