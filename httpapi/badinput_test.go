@@ -19,9 +19,9 @@ func TestAPIBadInput(t *testing.T) {
 	fmt.Fprintf(&table, "\n| route | input | status | error |\n|---|---|---|---|\n")
 	for _, rt := range httpapi.Routes() {
 		fill := func(v string) string {
-			return strings.NewReplacer("{key}", v, "{version}", v, "{source}", v, "{file}", v).Replace(rt.Path)
+			return strings.NewReplacer("{key}", v, "{version}", v, "{source}", v, "{file}", v, "{id}", v).Replace(rt.Path)
 		}
-		path := strings.NewReplacer("{key}", "k", "{version}", "gov-rs-000000000000", "{source}", "src", "{file}", "app.css").Replace(rt.Path)
+		path := strings.NewReplacer("{key}", "k", "{version}", "gov-rs-000000000000", "{source}", "src", "{file}", "app.css", "{id}", "1").Replace(rt.Path)
 		type probe struct{ what, target, names string }
 		probes := []probe{
 			{"unknown parameter", path + "?scpoe=x", "scpoe"},

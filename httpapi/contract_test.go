@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,7 @@ func TestOpenAPIContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	activate := "/v1/rulesets/" + e.ruleset + "/activate"
+	finding := strconv.FormatInt(openFinding(t, e), 10)
 	q := url.QueryEscape
 	checks := `{"checks":[{"object":"` + object + `","action":"write"},{"object":"` + object + `","action":"read"}]}`
 	r, o := readerToken, operatorToken
@@ -135,10 +137,39 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "POST", path: activate, token: o, body: `{"approval_ref":"APR-1","actor":"gcos"}`, status: 409},
 		{method: "POST", path: "/v1/rulesets/latest/activate", token: o, body: `{"approval_ref":"APR-1","actor":"approver"}`, status: 400, docRefuses: true},
 		{method: "POST", path: "/v1/rulesets/gov-rs-000000000000/activate", token: o, body: `{"approval_ref":"APR-1","actor":"approver"}`, status: 404},
-		{method: "POST", path: activate, token: o, body: `{"approval_ref":"APR-1"}`, status: 400, docRefuses: true},
+		{method: "POST", path: activate, token: o, body: `{"actor":"approver"}`, status: 400, docRefuses: true},
 		{method: "POST", path: activate, token: o, body: `{"approval_ref":"APR-1","actor":"approver"}`, contentType: "text/plain", status: 415, docRefuses: true},
 		{method: "POST", path: activate, token: o, body: `{"approval_ref":"APR-1","actor":"approver"}`, status: 200},
 		{method: "POST", path: "/v1/cursors/birth_registry/reset", token: o, body: `{"to":"start"}`, status: 200},
+		// the loop a person works
+		{method: "GET", path: "/v1/me", token: r, status: 200},
+		{method: "GET", path: "/v1/me", status: 401, docRefuses: true},
+		{method: "POST", path: "/v1/rulesets", token: o, body: `{"proposer":"someone"}`, status: 200},
+		{method: "POST", path: "/v1/rulesets", token: r, body: `{}`, status: 403},
+		{method: "POST", path: "/v1/rulesets", token: o, body: `{"proposer":"` + strings.Repeat("x", 300) + `"}`, status: 400, docRefuses: true},
+		{method: "GET", path: "/v1/findings/" + finding, token: r, status: 200},
+		{method: "GET", path: "/v1/findings/999999999", token: r, status: 404},
+		{method: "GET", path: "/v1/findings/zero", token: r, status: 400, docRefuses: true},
+		{method: "POST", path: "/v1/findings/" + finding + "/resolve", token: o, body: `{"reason":""}`, status: 400, docRefuses: true},
+		{method: "POST", path: "/v1/findings/" + finding + "/resolve", token: r, body: `{"reason":"fixed"}`, status: 403},
+		{method: "POST", path: "/v1/findings/999999999/resolve", token: o, body: `{"reason":"fixed"}`, status: 404},
+		{method: "POST", path: "/v1/findings/" + finding + "/resolve", token: o, body: `{"reason":"fixed upstream"}`, status: 200},
+		{method: "POST", path: "/v1/findings/" + finding + "/resolve", token: o, body: `{"reason":"again"}`, status: 409},
+		{method: "POST", path: "/v1/notifications/subscribe", token: o, body: `{"event_type":"governance.*"}`, status: 200},
+		{method: "POST", path: "/v1/notifications/subscribe", token: o, body: `{"event_type":"nothing.*"}`, status: 400},
+		{method: "GET", path: "/v1/notifications?limit=10", token: o, status: 200},
+		{method: "GET", path: "/v1/notifications?limit=0", token: o, status: 400, docRefuses: true},
+		{method: "GET", path: "/v1/notifications?recipient=GOV-COUNCIL", token: r, status: 403},
+		{method: "POST", path: "/v1/notifications/read", token: o, body: `{"all":true}`, status: 200},
+		{method: "POST", path: "/v1/notifications/read", token: o, body: `{"event_ids":["00000000-0000-0000-0000-000000000001"]}`, status: 404},
+		{method: "POST", path: "/v1/notifications/read", token: o, body: `{"event_ids":["not-a-uuid"]}`, status: 400},
+		{method: "POST", path: "/v1/notifications/mute", token: o, body: `{"finding_id":` + finding + `}`, status: 200},
+		{method: "POST", path: "/v1/notifications/mute", token: r, body: `{"finding_id":` + finding + `}`, status: 403},
+		{method: "POST", path: "/v1/notifications/mute", token: o, body: `{"finding_id":999999999}`, status: 404},
+		{method: "POST", path: "/v1/notifications/mute", token: o, body: `{}`, status: 400},
+		{method: "POST", path: "/v1/notifications/unmute", token: o, body: `{"finding_id":` + finding + `}`, status: 200},
+		{method: "POST", path: "/v1/notifications/unmute", token: o, body: `{"finding_id":` + finding + `}`, status: 404},
+		{method: "POST", path: "/v1/notifications/unmute", token: o, body: `{"finding_id":0}`, status: 400, docRefuses: true},
 		{method: "POST", path: "/v1/cursors/no_such_source/reset", token: o, body: `{"to":"start"}`, status: 404},
 		{method: "POST", path: "/v1/cursors/birth_registry/reset", token: o, body: `{}`, status: 400, docRefuses: true},
 		{method: "POST", path: "/v1/cursors/birth_registry/reset", token: o, body: `{"to":"start"}`, contentType: "text/plain", status: 415, docRefuses: true},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -238,7 +239,7 @@ func (s *Store) governanceTypes(ctx context.Context) (types, streams []string, e
 
 // sameSubscriptionSQL finds a recipient's governance subscription row with exactly these selectors and mute flag.
 const sameSubscriptionSQL = `
-SELECT id::text FROM event_subscription
+SELECT id::text, coalesce(created_at, '-infinity'::timestamptz) FROM event_subscription
 WHERE recipient_ref = $1 AND event_domain = $2 AND event_type IS NOT DISTINCT FROM $3
   AND event_stream IS NOT DISTINCT FROM $4 AND scope_subject_table IS NULL AND scope_filter = $5::jsonb AND mute = $6
 ORDER BY created_at, id`
@@ -251,6 +252,8 @@ func (s *Store) MuteAs(ctx context.Context, sel NotificationSelector, by gcos.Ac
 }
 
 // UnmuteAs removes by's mute of exactly sel (the same selectors it was muted with); no such mute is ENOTFOUND.
+// What happened while it was muted stays unnotified: the events the mute held back are recorded as read
+// (read_status_source gcos:muted), so unmuting does not bring back the backlog it was meant to silence.
 func (s *Store) UnmuteAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
 	return s.changeSubscription(ctx, "unmute", sel, by)
 }
@@ -292,14 +295,25 @@ func (s *Store) changeSubscription(ctx context.Context, action string, sel Notif
 		if err != nil {
 			return fmt.Errorf("%s: %w", action, err)
 		}
-		same, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		type found struct {
+			ID    string
+			Since time.Time
+		}
+		rowsSame, err := pgx.CollectRows(rows, pgx.RowToStructByPos[found])
 		if err != nil {
 			return fmt.Errorf("%s: %w", action, err)
+		}
+		var same []string
+		for _, r := range rowsSame {
+			same = append(same, r.ID)
 		}
 		switch {
 		case action == "unmute" && len(same) == 0:
 			return gcos.Errorf(gcos.ENOTFOUND, "unmute: %s has no mute with exactly these selectors (gcos notifications list shows its mutes)", by.Principal)
 		case action == "unmute":
+			if err := s.readWhileMuted(ctx, tx, by.Principal, ch.Subscription, rowsSame[0].Since); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, `DELETE FROM event_subscription WHERE id = ANY($1::uuid[])`, same); err != nil {
 				return fmt.Errorf("unmute: %w", err)
 			}
@@ -324,4 +338,48 @@ func (s *Store) changeSubscription(ctx context.Context, action string, sel Notif
 		return SubscriptionChange{Recipient: by.Principal, Action: action}, err
 	}
 	return ch, nil
+}
+
+// readWhileMuted records as read (gcos:muted) the recipient's notifications that mute held back: those it would
+// be notified of without the mute, that the mute matches, created since the mute was. At most UnreadCap.
+func (s *Store) readWhileMuted(ctx context.Context, tx pgx.Tx, recipient string, mute events.Subscription, since time.Time) error {
+	subs, err := loadSubscriptions(ctx, tx, &recipient)
+	if err != nil {
+		return err
+	}
+	var others []events.Subscription
+	for _, sub := range subs {
+		if !sameSelectors(sub, mute) {
+			others = append(others, sub)
+		}
+	}
+	ns, err := s.notificationsFor(ctx, recipient, others, UnreadCap)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, n := range ns {
+		if n.CreatedAt != nil && !n.CreatedAt.Before(since) && mute.Matches(n.Event) {
+			ids = append(ids, n.Event.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO event_read (event_id, actor_ref, read_at, read_status_source)
+		SELECT x, $2, now(), 'gcos:muted' FROM unnest($1::uuid[]) x
+		WHERE NOT EXISTS (SELECT 1 FROM event_read WHERE event_id = x AND actor_ref = $2)`, ids, recipient); err != nil {
+		return fmt.Errorf("unmute: record what was muted as read: %w", err)
+	}
+	return nil
+}
+
+// sameSelectors reports whether two subscription rows select alike and are both mutes (or both not).
+func sameSelectors(a, b events.Subscription) bool {
+	eq := func(x, y *string) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
+	fa, _ := json.Marshal(a.ScopeFilter)
+	fb, _ := json.Marshal(b.ScopeFilter)
+	return a.Mute == b.Mute && eq(a.EventDomain, b.EventDomain) && eq(a.EventType, b.EventType) &&
+		eq(a.EventStream, b.EventStream) && a.ScopeSubjectTable == nil && string(fa) == string(fb)
 }

@@ -43,18 +43,32 @@ func TestRulesetUnowned(t *testing.T) {
 	if got := open(); !slices.Equal(got, []string{key + ` ["a draft judges: no approver has ratified the ruleset verdicts are read under"]`}) {
 		t.Fatalf("a judging draft: %v", got)
 	}
-	// Activated by someone the configuration does not know: the activation itself raises it.
-	if _, err := store.ActivateRuleset(ctx, draft.Version, "APR-1", "carol"); err != nil {
+	// An approver the configuration does not know, or one without the approver role, is refused: nothing changes.
+	for _, who := range []string{"carol", "bob"} {
+		if _, err := store.ActivateRuleset(ctx, draft.Version, "APR-1", who); gcos.ErrorCode(err) != gcos.EFORBIDDEN {
+			t.Fatalf("activation by %s: %v, want forbidden", who, err)
+		}
+	}
+	if got := open(); len(got) != 1 || e.n(t, `SELECT count(*) FROM governance_ruleset WHERE status = 'active'`) != 0 {
+		t.Fatalf("a refused activation changed something: %v", got)
+	}
+	// Activated by the configured approver: the activation itself re-checks, and the draft's finding resolves.
+	if _, err := store.ActivateRuleset(ctx, draft.Version, "APR-1", "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if got := open(); !slices.Equal(got, []string{key + ` ["approver \"carol\" is not a configured principal"]`}) {
-		t.Fatalf("an unknown approver: %v", got)
+	if got := open(); len(got) != 0 {
+		t.Fatalf("owned, still open: %v", got)
 	}
-	check([]gcos.Principal{{Name: "bob"}, {Name: "carol", Roles: []string{gcos.RoleReader}}})
-	if got := open(); !slices.Equal(got, []string{key + ` ["approver \"carol\" does not hold the approver role"]`}) {
+	// The configuration moves under an active ruleset: the check names what no longer holds.
+	check([]gcos.Principal{{Name: "bob"}, {Name: "alice", Roles: []string{gcos.RoleReader}}})
+	if got := open(); !slices.Equal(got, []string{key + ` ["approver \"alice\" does not hold the approver role"]`}) {
 		t.Fatalf("an approver without the role: %v", got)
 	}
-	check([]gcos.Principal{{Name: "bob"}, {Name: "carol", Roles: []string{gcos.RoleApprover}}})
+	check([]gcos.Principal{{Name: "bob"}})
+	if got := open(); !slices.Equal(got, []string{key + ` ["approver \"alice\" is not a configured principal"]`}) {
+		t.Fatalf("an unknown approver: %v", got)
+	}
+	check(cfg.Principals)
 	if got := open(); len(got) != 0 {
 		t.Fatalf("owned, still open: %v", got)
 	}
@@ -66,8 +80,8 @@ func TestRulesetUnowned(t *testing.T) {
 	// Every transition was announced (captured: the vocabulary is not active here).
 	got := e.strings(t, `SELECT capture_payload->'safe_payload'->>'transition' FROM event_pending
 		WHERE event_type_hint = 'governance.ruleset.unowned' ORDER BY id`)
-	if !slices.Equal(got, []string{"opened", "resolved"}) {
-		t.Fatalf("announced %v, want opened then resolved", got)
+	if !slices.Equal(got, []string{"opened", "resolved", "reopened", "resolved"}) {
+		t.Fatalf("announced %v, want opened, resolved, reopened, resolved", got)
 	}
 }
 
