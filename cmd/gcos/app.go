@@ -162,13 +162,15 @@ func (a *app) execute(ctx context.Context, args []string) (code int) {
 		return ee.code
 	}
 	a.reportError(err)
-	if gcos.ErrorCode(err) == gcos.EINVALID {
+	switch gcos.ErrorCode(err) {
+	case gcos.EINVALID, gcos.ENOTFOUND, gcos.EFORBIDDEN, gcos.EUNAUTHORIZED:
 		return exitUsage
 	}
 	return 1
 }
 
-// exitUsage is the exit status of bad input: a refused flag, argument or configuration value.
+// exitUsage is the exit status of bad input: a refused flag, argument or configuration value, a thing named that
+// does not exist, or acting without the role it needs. Nothing was changed.
 const exitUsage = 2
 
 // checkInput refuses, before anything runs, a flag value or argument that gcos.CheckParam refuses: the same
