@@ -111,6 +111,30 @@ func TestDashboardInABrowser(t *testing.T) {
 	poll(t, browser, "every panel fills", `document.querySelectorAll('td.muted').length === 0 || !Array.from(document.querySelectorAll('td.muted')).some(td => td.textContent === 'no data yet')`)
 	poll(t, browser, "the ledger has a row per scope", `document.querySelectorAll('#ledger-rows tr[data-scope]').length > 0`)
 
+	// The caller's unread count and a finding linked to its explanation: the dashboard reads as "local" (no auth
+	// on loopback), subscribed here to the candidate findings; a finding about a group opens.
+	if _, err := w.Store.SubscribeAs(ctx, postgres.NotificationSelector{EventType: "governance.candidate.*"},
+		gcos.Actor{Principal: "local", Via: gcos.ViaCLI}); err != nil {
+		t.Fatal(err)
+	}
+	var groupKey string
+	if err := w.Pool.QueryRow(ctx, `SELECT min(group_key) FROM governance_group`).Scan(&groupKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Store.RaiseFinding(ctx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: groupKey, Group: groupKey,
+		Evidence: map[string]any{"group_key": groupKey}}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, browser, "the caller and its unread count show", `document.querySelector('#me-principal').textContent === 'local' &&
+		Number(document.querySelector('#me-unread').dataset.unread) >= 1`)
+	link := fmt.Sprintf(`a[data-explain="/v1/explain?group=%s"]`, groupKey)
+	poll(t, browser, "the finding links to its explanation", `!!document.querySelector('`+link+`')`)
+	if err := chromedp.Do(browser, chromedp.Click(link, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, browser, "the explanation shows", `document.querySelector('#explain-view').textContent.includes('`+groupKey+`') &&
+		!document.querySelector('#explain-view').textContent.includes('loading')`)
+
 	// The numbers shown equal the API's at the same instant: the summary's verdict table and the ledger.
 	sameInstant(t, browser, base+"/v1/summary", "#summary-asof", func(body []byte) (map[string]string, string) {
 		var sum struct {

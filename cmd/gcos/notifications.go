@@ -76,6 +76,7 @@ func (a *app) selectorCommand(by *string, action, short string,
 	f.StringVar(&sel.EventType, "type", "", "event type pattern (e.g. governance.candidate.*)")
 	f.StringVar(&sel.Stream, "stream", "", "event stream pattern (e.g. handoff)")
 	f.Int64Var(&sel.FindingID, "finding", 0, "one finding's announcements (its id)")
+	flagRange(f, "finding", 0, 1<<62)
 	byFlag(f, by, "whose notifications")
 	return cmd
 }

@@ -205,11 +205,37 @@
     }), 5, 'no intake cursors yet');
   }
 
+  // explainCell links a finding to its explanation; the link is fetched with the token and shown below the table.
+  function explainCell(f) {
+    var td = el('td');
+    if (!f.explain || !f.explain.path) { td.textContent = '–'; return td; }
+    var a = el('a', f.explain.group ? 'group' : 'object');
+    a.href = f.explain.path;
+    a.setAttribute('data-explain', f.explain.path);
+    a.addEventListener('click', function (ev) {
+      ev.preventDefault();
+      var view = $('explain-view');
+      view.hidden = false;
+      view.textContent = 'loading ' + f.explain.path + '…';
+      get(f.explain.path).then(function (body) {
+        view.textContent = 'finding ' + f.id + ' (' + f.coalesce_key + ')\n' + JSON.stringify(body, null, 2);
+      }).catch(function (err) { view.textContent = f.explain.path + ': ' + err.message; });
+    });
+    td.appendChild(a);
+    return td;
+  }
+
   function renderFindings(rep) {
     replaceRows('finding-rows', (rep.findings || []).map(function (f) {
       return row([fmtTime(f.last_seen_at), el('td', f.issue_type, 'left'), el('td', f.severity, 'sev-' + f.severity),
-        el('td', f.coalesce_key, 'text'), fmt(f.occurrence_count), f.status]);
-    }), 6, 'no findings');
+        el('td', f.coalesce_key, 'text'), fmt(f.occurrence_count), f.status, explainCell(f)]);
+    }), 7, 'no findings');
+  }
+
+  function renderMe(me) {
+    $('me-principal').textContent = me.principal;
+    $('me-unread').textContent = fmt(me.unread) + (me.unread_more ? '+' : '');
+    $('me-unread').setAttribute('data-unread', String(me.unread));
   }
 
   function change(c) {
@@ -242,6 +268,7 @@
       get('/v1/summary').then(renderSummary),
       get('/v1/workers').then(renderWorkers),
       get('/v1/findings?limit=20').then(renderFindings),
+      get('/v1/me').then(renderMe),
       get('/v1/changes?limit=' + CHANGES_SHOWN).then(renderChanges)
     ];
     if (tick % LEDGER_EVERY === 0) {
