@@ -113,6 +113,12 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	// The caller's unread count and a finding linked to its explanation: the dashboard reads as "local" (no auth
 	// on loopback), subscribed here to the candidate findings; a finding about a group opens.
+	if _, err := w.Store.RegisterVocabulary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Store.ActivateEventType(ctx, "governance.candidate.unknown", "APR-BROWSER", "browser-approver"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := w.Store.SubscribeAs(ctx, postgres.NotificationSelector{EventType: "governance.candidate.*"},
 		gcos.Actor{Principal: "local", Via: gcos.ViaCLI}); err != nil {
 		t.Fatal(err)
@@ -129,7 +135,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		Number(document.querySelector('#me-unread').dataset.unread) >= 1`)
 	link := fmt.Sprintf(`a[data-explain="/v1/explain?group=%s"]`, groupKey)
 	poll(t, browser, "the finding links to its explanation", `!!document.querySelector('`+link+`')`)
-	if err := chromedp.Do(browser, chromedp.Click(link, chromedp.ByQuery)); err != nil {
+	if _, err := chromedp.Run(browser, chromedp.Evaluate[bool](`(document.querySelector('`+link+`').click(), true)`)); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, browser, "the explanation shows", `document.querySelector('#explain-view').textContent.includes('`+groupKey+`') &&
