@@ -303,6 +303,18 @@ func TestValidateEventsAndPrincipals(t *testing.T) {
 		{"principal without a name", func(c *gcos.Config) { c.Principals = []gcos.Principal{{Roles: []string{"reader"}}} }, "principals[0].name"},
 		{"principal twice", func(c *gcos.Config) { c.Principals = []gcos.Principal{{Name: "a"}, {Name: "a"}} }, "principals[1].name"},
 		{"unknown role", func(c *gcos.Config) { c.Principals = []gcos.Principal{{Name: "a", Roles: []string{"root"}}} }, "principals[0].roles[0]"},
+		{"token without a role", func(c *gcos.Config) { c.Principals = []gcos.Principal{{Name: "a", Tokens: []string{"t-1"}}} }, "principals[0].roles"},
+		{"empty principal token", func(c *gcos.Config) {
+			c.Principals = []gcos.Principal{{Name: "a", Roles: []string{"reader"}, Tokens: []string{" t "}}}
+		}, "principals[0].tokens[0]"},
+		{"one token, two principals", func(c *gcos.Config) {
+			c.Principals = []gcos.Principal{{Name: "a", Roles: []string{"reader"}, Tokens: []string{"t-1"}},
+				{Name: "b", Roles: []string{"operator"}, Tokens: []string{"t-1"}}}
+		}, "principals[1].tokens[0]: the same token is configured at principals[0].tokens[0]"},
+		{"a principal's token also plain", func(c *gcos.Config) {
+			c.Principals = []gcos.Principal{{Name: "a", Roles: []string{"reader"}, Tokens: []string{"t-1"}}}
+			c.HTTP.OperatorTokens = []string{"t-1"}
+		}, "http.operator_tokens[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := gcos.DefaultConfig()

@@ -508,12 +508,13 @@ func (s *server) resetCursor(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	cur, err := s.intake.ResetCursor(ctx, source, req.To)
+	by := actor(r, "")
+	cur, err := s.intake.ResetCursorAs(ctx, source, req.To, by)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
 	s.invalidateReads()
-	s.logger.Info("cursor reset over HTTP", "source", source, "to", req.To)
+	s.logger.Info("cursor reset over HTTP", "source", source, "to", req.To, "principal", by.Principal)
 	return writeJSON(w, http.StatusOK, cur)
 }
 

@@ -147,6 +147,15 @@ func TestPrincipalsSelfApproval(t *testing.T) {
 	if a := e.call(t, "POST", activate, local, `{"approval_ref":"APR-2"}`, httpapi.PrincipalHeader, "erin", httpapi.OSUserHeader, "ops"); a.status != 200 {
 		t.Fatalf("run token as erin: %d %s", a.status, a.body)
 	}
+	// Every mutation names the token's principal: a cursor reset too.
+	e.addCursor(t, "birth_registry")
+	if a := e.call(t, "POST", "/v1/cursors/birth_registry/reset", dana, `{"to":"start"}`); a.status != 200 {
+		t.Fatalf("reset as dana: %d %s", a.status, a.body)
+	}
+	if n := w.Count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_cursor' AND action = 'reset'
+		AND changed_by = 'gcos:dana' AND alert_detail::jsonb -> 'actor' ->> 'via' = 'http'`); n != 1 {
+		t.Fatalf("%d cursor reset audit rows naming dana", n)
+	}
 	// A principal's token ignores the header: rita stays rita.
 	var me httpapi.Me
 	e.call(t, "GET", "/v1/me", rita, "", httpapi.PrincipalHeader, "dana").json(t, &me)

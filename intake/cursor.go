@@ -168,8 +168,16 @@ func tailParseWatermark(s string, noTZ bool) (tailWatermark, error) {
 // ResetCursor moves the cursor of source back to watermark so that every row after it is handed off again
 // (replay; making that harmless is the apply step's job: dirty marks are idempotent). A watermark that does not
 // parse, or that lies after the current position (that would skip rows), is refused with EINVALID and nothing
-// changes. The reset is audited.
+// changes. The reset is audited (as "operator"; ResetCursorAs names who).
 func (s *Stage) ResetCursor(ctx context.Context, source, watermark string) (Cursor, error) {
+	return s.ResetCursorAs(ctx, source, watermark, gcos.NamedActor("operator", ""))
+}
+
+// ResetCursorAs is ResetCursor by by: the audit row names its principal and the rest of the actor.
+func (s *Stage) ResetCursorAs(ctx context.Context, source, watermark string, by gcos.Actor) (Cursor, error) {
+	if strings.TrimSpace(by.Principal) == "" {
+		by.Principal = "operator"
+	}
 	var out Cursor
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, err := tailScanCursor(tx.QueryRow(ctx, `SELECT `+tailCursorCols+` FROM gov_worker_cursor c
@@ -227,7 +235,7 @@ func (s *Stage) ResetCursor(ctx context.Context, source, watermark string) (Curs
 			}
 		}
 		if _, err := postgres.Audit(ctx, tx, postgres.AuditEntry{EntityType: "governance_cursor", EntityCode: source, Action: "reset",
-			Actor: "operator", Detail: map[string]any{"source": source, "from": from, "to": to}}); err != nil {
+			Actor: by.Principal, Detail: map[string]any{"source": source, "from": from, "to": to, "actor": by.Audit()}}); err != nil {
 			return err
 		}
 		out, err = tailScanCursorRow(tx.QueryRow(ctx, tailCursorSelectSQL+` WHERE c.source = $1`, source))

@@ -292,6 +292,9 @@ func (a *app) setup() error {
 	}
 	cfg.ApplyEnv(os.Getenv)
 	a.secrets = append(append(a.secrets, cfg.HTTP.ReaderTokens...), cfg.HTTP.OperatorTokens...)
+	for _, p := range cfg.Principals {
+		a.secrets = append(a.secrets, p.Tokens...)
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

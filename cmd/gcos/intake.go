@@ -65,17 +65,18 @@ func (a *app) cursorCommand() *cobra.Command {
 			return b.String()
 		}),
 	}
-	var to string
+	var to, by string
 	reset := &cobra.Command{
 		Use: "reset SOURCE", Short: "move a cursor back to a watermark (start | RFC3339 | RFC3339/id) to replay", Args: cobra.ExactArgs(1),
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (intake.Cursor, error) {
-			return intake.New(store).ResetCursor(ctx, args[0], to)
+			return intake.New(store).ResetCursorAs(ctx, args[0], to, cliActor(by))
 		}, func(c intake.Cursor) string {
 			return fmt.Sprintf("%s reset to %s", c.Source, c.Position)
 		}),
 	}
 	reset.Flags().StringVar(&to, "to", "", "watermark: start, an RFC3339 instant, or instant/id")
 	_ = reset.MarkFlagRequired("to")
+	byFlag(reset.Flags(), &by, "who resets it (recorded in the audit row)")
 	cmd.AddCommand(list, reset)
 	return cmd
 }

@@ -118,10 +118,11 @@ func TestTheLoopFromTheCLI(t *testing.T) {
 		if d.Status != "open" || d.ReopenCount < 1 {
 			t.Fatalf("recurring finding: %+v", d.FindingRow)
 		}
-		if err := json.Unmarshal([]byte(run(0, "notifications", "list", "--by", "ops", "--json")), &in); err != nil {
+		var after postgres.NotificationInbox // fresh: decoding into a used one would merge the payload maps
+		if err := json.Unmarshal([]byte(run(0, "notifications", "list", "--by", "ops", "--json")), &after); err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range in.Notifications {
+		for _, n := range after.Notifications {
 			if n.Event.Payload["coalesce_key"] == d.CoalesceKey {
 				t.Fatalf("a muted finding notified ops: %+v", n)
 			}
