@@ -156,6 +156,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "POST", path: "/v1/findings/" + finding + "/resolve", token: o, body: `{"reason":"fixed upstream"}`, status: 200},
 		{method: "POST", path: "/v1/findings/" + finding + "/resolve", token: o, body: `{"reason":"again"}`, status: 409},
 		{method: "POST", path: "/v1/notifications/subscribe", token: o, body: `{"event_type":"governance.*"}`, status: 200},
+		{method: "POST", path: "/v1/notifications/subscribe", token: o, body: `{"findings":true}`, status: 200},
 		{method: "POST", path: "/v1/notifications/subscribe", token: o, body: `{"event_type":"nothing.*"}`, status: 400},
 		{method: "GET", path: "/v1/notifications?limit=10", token: o, status: 200},
 		{method: "GET", path: "/v1/notifications?limit=0", token: o, status: 400, docRefuses: true},

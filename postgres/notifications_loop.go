@@ -20,12 +20,17 @@ import (
 // and keeps counting). Reads and mutes are per principal: event_read.actor_ref and recipient_ref are its name.
 
 // NotificationSelector selects governance events to mute, unmute or subscribe to: a type pattern, a stream
-// pattern (gcos.Glob), one finding (by id: its announcements carry its coalesce key), or several of these at once.
+// pattern (gcos.Glob), one finding (by id: its announcements carry its coalesce key), only findings'
+// announcements (their subject table is system_issues), or several of these at once.
 type NotificationSelector struct {
 	EventType string `json:"event_type,omitempty"`
 	Stream    string `json:"stream,omitempty"`
 	FindingID int64  `json:"finding_id,omitempty"`
+	Findings  bool   `json:"findings,omitempty"`
 }
+
+// findingsSubjectTable is the subject table of every finding's announcement.
+const findingsSubjectTable = "system_issues"
 
 // NotificationInbox is what `gcos notifications list` shows a recipient.
 type NotificationInbox struct {
@@ -161,8 +166,8 @@ type SubscriptionChange struct {
 
 // subscriptionRow is the event_subscription row a selector stands for (recipient and mute aside).
 type subscriptionRow struct {
-	eventType, stream *string
-	filter            map[string]any
+	eventType, stream, subjectTable *string
+	filter                          map[string]any
 }
 
 // selectorRow checks sel and turns it into its subscription row: a pattern must be a valid gcos.Glob that
@@ -170,8 +175,12 @@ type subscriptionRow struct {
 func (s *Store) selectorRow(ctx context.Context, sel NotificationSelector) (subscriptionRow, error) {
 	var row subscriptionRow
 	sel.EventType, sel.Stream = strings.TrimSpace(sel.EventType), strings.TrimSpace(sel.Stream)
-	if sel.EventType == "" && sel.Stream == "" && sel.FindingID == 0 {
-		return row, gcos.Errorf(gcos.EINVALID, "notifications: say what to select: an event type pattern (--type), a stream (--stream) or a finding (--finding)")
+	if sel.EventType == "" && sel.Stream == "" && sel.FindingID == 0 && !sel.Findings {
+		return row, gcos.Errorf(gcos.EINVALID, "notifications: say what to select: an event type pattern (--type), a stream (--stream), a finding (--finding) or every finding (--findings)")
+	}
+	if sel.Findings {
+		t := findingsSubjectTable
+		row.subjectTable = &t
 	}
 	types, streams, err := s.governanceTypes(ctx)
 	if err != nil {
@@ -241,7 +250,8 @@ func (s *Store) governanceTypes(ctx context.Context) (types, streams []string, e
 const sameSubscriptionSQL = `
 SELECT id::text, coalesce(created_at, '-infinity'::timestamptz) FROM event_subscription
 WHERE recipient_ref = $1 AND event_domain = $2 AND event_type IS NOT DISTINCT FROM $3
-  AND event_stream IS NOT DISTINCT FROM $4 AND scope_subject_table IS NULL AND scope_filter = $5::jsonb AND mute = $6
+  AND event_stream IS NOT DISTINCT FROM $4 AND scope_subject_table IS NOT DISTINCT FROM $7 AND scope_filter = $5::jsonb
+  AND mute = $6
 ORDER BY created_at, id`
 
 // MuteAs mutes, for by's principal, the governance events sel selects: they stop notifying it; the findings behind
@@ -286,12 +296,12 @@ func (s *Store) changeSubscription(ctx context.Context, action string, sel Notif
 	mute := action != "subscribe"
 	domain := events.Domain
 	ch.Subscription = events.Subscription{RecipientRef: by.Principal, EventDomain: &domain, EventType: row.eventType,
-		EventStream: row.stream, ScopeFilter: filter, Mute: mute}
+		EventStream: row.stream, ScopeSubjectTable: row.subjectTable, ScopeFilter: filter, Mute: mute}
 	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.subscription:' || $1, 0))`, by.Principal); err != nil {
 			return fmt.Errorf("%s: lock: %w", action, err)
 		}
-		rows, err := tx.Query(ctx, sameSubscriptionSQL, by.Principal, domain, row.eventType, row.stream, filterJSON, mute)
+		rows, err := tx.Query(ctx, sameSubscriptionSQL, by.Principal, domain, row.eventType, row.stream, filterJSON, mute, row.subjectTable)
 		if err != nil {
 			return fmt.Errorf("%s: %w", action, err)
 		}
@@ -323,9 +333,9 @@ func (s *Store) changeSubscription(ctx context.Context, action string, sel Notif
 			return nil
 		default:
 			if err := tx.QueryRow(ctx, `
-				INSERT INTO event_subscription (recipient_ref, event_domain, event_type, event_stream, scope_filter, mute)
-				VALUES ($1, $2, $3, $4, $5::jsonb, $6) RETURNING id::text`,
-				by.Principal, domain, row.eventType, row.stream, filterJSON, mute).Scan(&ch.Subscription.ID); err != nil {
+				INSERT INTO event_subscription (recipient_ref, event_domain, event_type, event_stream, scope_subject_table, scope_filter, mute)
+				VALUES ($1, $2, $3, $4, $7, $5::jsonb, $6) RETURNING id::text`,
+				by.Principal, domain, row.eventType, row.stream, filterJSON, mute, row.subjectTable).Scan(&ch.Subscription.ID); err != nil {
 				return MapError(err, action)
 			}
 			ch.Changed = true
@@ -381,5 +391,5 @@ func sameSelectors(a, b events.Subscription) bool {
 	fa, _ := json.Marshal(a.ScopeFilter)
 	fb, _ := json.Marshal(b.ScopeFilter)
 	return a.Mute == b.Mute && eq(a.EventDomain, b.EventDomain) && eq(a.EventType, b.EventType) &&
-		eq(a.EventStream, b.EventStream) && a.ScopeSubjectTable == nil && string(fa) == string(fb)
+		eq(a.EventStream, b.EventStream) && eq(a.ScopeSubjectTable, b.ScopeSubjectTable) && string(fa) == string(fb)
 }

@@ -11,8 +11,8 @@ import (
 	"gcos/world"
 )
 
-// demoOperator is the demo's operator: subscribed to every governance event, so `gcos notifications list --by
-// demo-operator` has something to work.
+// demoOperator is the demo's operator: subscribed to every finding's announcements, so `gcos notifications list
+// --by demo-operator` has something to work.
 const demoOperator = "demo-operator"
 
 // demoWorld loads the synthetic world into an empty database, seeds it and activates its ruleset as a demo
@@ -58,7 +58,7 @@ func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 		}
 	}
 	if slices.ContainsFunc(a.cfg.Principals, func(p gcos.Principal) bool { return p.Name == demoOperator }) {
-		if _, err := store.SubscribeAs(ctx, postgres.NotificationSelector{EventType: "governance.*"},
+		if _, err := store.SubscribeAs(ctx, postgres.NotificationSelector{Findings: true},
 			gcos.Actor{Principal: demoOperator, Name: demoOperator, Via: gcos.ViaDaemon}); err != nil {
 			return err
 		}

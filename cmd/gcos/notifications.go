@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/events"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -59,7 +60,7 @@ func (a *app) selectorCommand(by *string, action, short string,
 	change func(*postgres.Store, context.Context, postgres.NotificationSelector, gcos.Actor) (postgres.SubscriptionChange, error)) *cobra.Command {
 	var sel postgres.NotificationSelector
 	cmd := &cobra.Command{
-		Use: action + " --type PATTERN | --stream PATTERN | --finding ID", Short: short, Args: cobra.NoArgs,
+		Use: action + " --type PATTERN | --stream PATTERN | --finding ID | --findings", Short: short, Args: cobra.NoArgs,
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (ch postgres.SubscriptionChange, err error) {
 			return ch, api.as(*by).post(ctx, "/v1/notifications/"+action, sel, &ch)
 		}, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.SubscriptionChange, error) {
@@ -69,26 +70,31 @@ func (a *app) selectorCommand(by *string, action, short string,
 			if !ch.Changed {
 				state = "already so, nothing changed"
 			}
-			return fmt.Sprintf("%s %s: %s (%s)", ch.Action, selectorText(ch.Subscription.EventType, ch.Subscription.EventStream, ch.Subscription.ScopeFilter), state, ch.Subscription.ID)
+			return fmt.Sprintf("%s %s: %s (%s)", ch.Action, selectorText(ch.Subscription), state, ch.Subscription.ID)
 		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&sel.EventType, "type", "", "event type pattern (e.g. governance.candidate.*)")
 	f.StringVar(&sel.Stream, "stream", "", "event stream pattern (e.g. handoff)")
 	f.Int64Var(&sel.FindingID, "finding", 0, "one finding's announcements (its id)")
+	f.BoolVar(&sel.Findings, "findings", false, "only findings' announcements (opened, reopened, resolved)")
 	flagRange(f, "finding", 0, 1<<62)
 	byFlag(f, by, "whose notifications")
 	return cmd
 }
 
-func selectorText(eventType, stream *string, filter map[string]any) string {
+func selectorText(s events.Subscription) string {
 	var parts []string
-	if eventType != nil {
-		parts = append(parts, "type "+*eventType)
+	if s.EventType != nil {
+		parts = append(parts, "type "+*s.EventType)
 	}
-	if stream != nil {
-		parts = append(parts, "stream "+*stream)
+	if s.EventStream != nil {
+		parts = append(parts, "stream "+*s.EventStream)
 	}
+	if s.ScopeSubjectTable != nil {
+		parts = append(parts, "subject table "+*s.ScopeSubjectTable)
+	}
+	filter := s.ScopeFilter
 	if k, ok := filter["coalesce_key"]; ok {
 		parts = append(parts, fmt.Sprintf("finding %v", k))
 	} else if len(filter) > 0 {
@@ -131,7 +137,7 @@ func inboxText(in postgres.NotificationInbox) string {
 		if s.Mute {
 			kind = "muted"
 		}
-		fmt.Fprintf(&b, "%-10s %s\n", kind, selectorText(s.EventType, s.EventStream, s.ScopeFilter))
+		fmt.Fprintf(&b, "%-10s %s\n", kind, selectorText(s))
 	}
 	return b.String()
 }

@@ -57,7 +57,7 @@ func (a *app) upCommand() *cobra.Command {
 			}
 			if demo && len(a.cfg.Principals) == 0 {
 				// The demo's proposer, approver and operator are its principals, so ruleset ownership and roles are
-				// checked (a configured list wins). demo-operator is subscribed to every governance event.
+				// checked (a configured list wins). demo-operator is subscribed to the findings' announcements.
 				a.cfg.Principals = []gcos.Principal{{Name: "demo-proposer", Roles: []string{gcos.RoleOperator}},
 					{Name: "demo-approver", Roles: []string{gcos.RoleApprover}},
 					{Name: demoOperator, Roles: []string{gcos.RoleReader, gcos.RoleOperator}}}
