@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -642,6 +643,22 @@ var triggers = []trigger{
 		}
 		return "a forged retire of " + coll + ":" + code + " by an untrusted writer", e.changelog(class, code, "retire", "rogue-writer")
 	}},
+	{"resolve_by_hand", func(e *env, r *rand.Rand) (string, error) {
+		// A person resolves an open finding, preferably one that holds an object row: the row's reason lapses and
+		// its group is re-evaluated. With none open, an untrusted birth opens one for a later step.
+		ids, err := e.strings(`SELECT i.id::text FROM system_issues i WHERE i.status = 'open' AND i.coalesce_key LIKE 'gov:%'
+			ORDER BY EXISTS (SELECT 1 FROM governance_candidate_object o WHERE o.input_quality_ref = i.id OR o.issue_ref = i.id) DESC, i.id
+			LIMIT 3`)
+		if err != nil {
+			return "", err
+		}
+		if len(ids) == 0 {
+			return "a birth from an untrusted source (no finding open to resolve by hand)", e.births(r, 1, "rogue-writer")
+		}
+		id, _ := strconv.ParseInt(ids[0], 10, 64)
+		_, err = e.store.ResolveFindingAs(e.ctx, id, "resolved by hand", gcos.Actor{Principal: "differential", Via: gcos.ViaCLI})
+		return "finding " + ids[0] + " resolved by hand", err
+	}},
 	{"gcos_prefixed", func(e *env, r *rand.Rand) (string, error) {
 		class, coll, code, err := e.object(r, "status = 'active'")
 		if err != nil {
@@ -1020,6 +1037,9 @@ func TestSequencesTheSoakFound(t *testing.T) {
 		// Children born after a birth dated an hour ahead sort ahead of the cursor: a replay starts behind it.
 		{"replay after a birth dated ahead", []step{{"future_birth", 0xae997a64b}, {"children", 0x8},
 			{"replay", 0x2bc22f5ffa79b}}},
+		// A quarantined birth's finding resolved by hand: the object row it held lapses with it.
+		{"a held object row lapses when its finding is resolved by hand", []step{{"untrusted_birth", 0x1e5deb76},
+			{"resolve_by_hand", 0x1}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, built)
@@ -1031,6 +1051,7 @@ func TestSequencesTheSoakFound(t *testing.T) {
 					t.Fatalf("step %d (%s): %v", i, s.trigger, err)
 				}
 				ran = append(ran, s.trigger)
+				t.Logf("step %d: %s", i, what)
 				if err := e.settle(); err != nil {
 					t.Fatalf("step %d (%s): settle: %v", i, s.trigger, err)
 				}

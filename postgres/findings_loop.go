@@ -149,7 +149,8 @@ func (s *Store) GetFinding(ctx context.Context, id int64) (FindingDetail, error)
 	return d, nil
 }
 
-// findingResolveByIDSQL closes one open finding by id and clears the candidate rows' links to it.
+// findingResolveByIDSQL closes one open finding by id, clears the candidate rows' links to it and returns the groups
+// of the object rows it held.
 const findingResolveByIDSQL = `
 WITH closed AS (
     UPDATE system_issues SET status = 'resolved', resolved_at = now()
@@ -160,11 +161,12 @@ WITH closed AS (
 ), g2 AS (
     UPDATE governance_candidate_state SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
 ), o1 AS (
-    UPDATE governance_candidate_object SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed)
+    UPDATE governance_candidate_object SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed) RETURNING group_key
 ), o2 AS (
     UPDATE governance_candidate_object SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
+    RETURNING group_key
 )
-SELECT * FROM closed`
+SELECT closed.*, ARRAY(SELECT group_key FROM o1 UNION SELECT group_key FROM o2 ORDER BY 1) FROM closed`
 
 // MaxReasonBytes bounds a resolution's reason.
 const MaxReasonBytes = 2000
@@ -173,7 +175,8 @@ const MaxReasonBytes = 2000
 // whole and carries the reason, and the resolution is announced like an auto-close (actor_ref the principal).
 // With principals configured the person must hold the operator role. An unknown id is ENOTFOUND, a finding
 // already resolved ECONFLICT, a missing reason EINVALID; each changes nothing. If the condition is still there,
-// the next scan raises the finding again and it reopens with its counts.
+// the next scan raises the finding again and it reopens with its counts. The groups of the object rows it held are
+// marked dirty (input): their rows lost the reason they were materialized for.
 func (s *Store) ResolveFindingAs(ctx context.Context, id int64, reason string, by gcos.Actor) (FindingRow, error) {
 	reason = strings.TrimSpace(reason)
 	switch {
@@ -209,9 +212,10 @@ func (s *Store) ResolveFindingAs(ctx context.Context, id int64, reason string, b
 		if err != nil {
 			return fmt.Errorf("resolve finding %d: %w", id, err)
 		}
+		var held []string // the groups of the object rows the finding held
 		closed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (findingEvent, error) {
 			var f findingEvent
-			err := r.Scan(&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason)
+			err := r.Scan(&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason, &held)
 			return f, err
 		})
 		if err != nil {
@@ -221,6 +225,12 @@ func (s *Store) ResolveFindingAs(ctx context.Context, id int64, reason string, b
 			return gcos.Errorf(gcos.ECONFLICT, "resolve finding %d: it is not open (status %s); nothing changed", id, status)
 		}
 		f := closed[0]
+		// An object row held by the finding lost its reason: its group is re-evaluated (dirty reason input, as for a
+		// corrected input), so the row becomes a tombstone there and the incremental state stays equal to a
+		// from-scratch evaluation.
+		if _, err := MarkKeysDirtyTx(ctx, tx, held, gcos.DirtyInput); err != nil {
+			return fmt.Errorf("resolve finding %d: %w", id, err)
+		}
 		f.auditID, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_finding", EntityCode: strconv.FormatInt(id, 10),
 			Action: "resolve", Actor: by.Principal, Detail: map[string]any{"reason": reason, "issue_type": string(f.issueType),
 				"coalesce_key": f.key, "occurrence_count": f.occurrences, "reopen_count": f.reopens, "actor": by.Audit()}})
