@@ -215,7 +215,7 @@ func (a *authenticator) check(r *http.Request, need Access) (Caller, error) {
 
 // localCaller names a local caller by the principal the CLI sends, else "local".
 func localCaller(r *http.Request, c Caller) Caller {
-	c.Principal = strings.TrimSpace(r.Header.Get(PrincipalHeader))
+	c.Principal = clipHeader(r.Header.Get(PrincipalHeader))
 	if c.Principal == "" {
 		c.Principal = localPrincipal
 	}
@@ -238,17 +238,28 @@ func callerOf(r *http.Request) Caller {
 	return c
 }
 
-// actor is the caller as GCOS records it: the principal, the name the request gave (recorded, never trusted) and,
-// from the CLI, its operating-system user.
+// actor is the caller as GCOS records it: the principal, the name the request gave (a body field, else the CLI's
+// --by; recorded, never trusted) and the operating-system user the CLI says it runs as.
 func actor(r *http.Request, claimed string) gcos.Actor {
 	c := callerOf(r)
-	a := gcos.Actor{Principal: c.Principal, Name: claimed, Via: gcos.ViaHTTP}
+	a := gcos.Actor{Principal: c.Principal, Name: claimed, Via: gcos.ViaHTTP, OSUser: clipHeader(r.Header.Get(OSUserHeader))}
 	if c.Local {
 		a.Via = gcos.ViaCLI
-		a.OSUser = strings.TrimSpace(r.Header.Get(OSUserHeader))
+	}
+	if a.Name == "" {
+		a.Name = clipHeader(r.Header.Get(PrincipalHeader))
 	}
 	if a.Name == "" {
 		a.Name = c.Principal
 	}
 	return a
+}
+
+// clipHeader is a header's value fit to record: trimmed, at most 200 bytes, and nothing that gcos.CheckParam refuses.
+func clipHeader(v string) string {
+	v = strings.TrimSpace(v)
+	if len(v) > 200 || gcos.CheckParam("header", v) != nil {
+		return ""
+	}
+	return v
 }

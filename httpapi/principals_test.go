@@ -156,6 +156,17 @@ func TestPrincipalsSelfApproval(t *testing.T) {
 		AND changed_by = 'gcos:dana' AND alert_detail::jsonb -> 'actor' ->> 'via' = 'http'`); n != 1 {
 		t.Fatalf("%d cursor reset audit rows naming dana", n)
 	}
+	// On a principal's token the CLI's --by is recorded as the name given, the principal stays the token's.
+	newDraft(t, w, 3)
+	a = e.call(t, "POST", "/v1/rulesets", dana, `{}`, httpapi.PrincipalHeader, "alice", httpapi.OSUserHeader, "ops")
+	a.json(t, &prop)
+	if a.status != 200 || prop.Ruleset.ProposedBy != "dana" {
+		t.Fatalf("propose with dana's token naming alice: %d %s", a.status, a.body)
+	}
+	if n := w.Count(t, `SELECT count(*) FROM registry_changelog WHERE action = 'propose' AND entity_code = $1
+		AND alert_detail::jsonb -> 'proposer' @> '{"principal": "dana", "name": "alice", "os_user": "ops", "via": "http"}'`, prop.Ruleset.Version); n != 1 {
+		t.Fatalf("%d propose rows naming dana as alice from ops", n)
+	}
 	// A principal's token ignores the header: rita stays rita.
 	var me httpapi.Me
 	e.call(t, "GET", "/v1/me", rita, "", httpapi.PrincipalHeader, "dana").json(t, &me)
