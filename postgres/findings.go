@@ -148,16 +148,21 @@ WITH closed AS (
     UPDATE system_issues SET status = 'resolved', resolved_at = now()
     WHERE coalesce_key = $1 AND status = 'open' AND ($2::text IS NULL OR business_logic_hash = $2)
     RETURNING ` + closedColumns + `
-), g1 AS (
+` + unlinkClosedSQL + `
+SELECT * FROM closed ORDER BY id`
+
+// unlinkClosedSQL follows a CTE closed of closed findings: it clears the candidate rows' links to them, and o1 and
+// o2 return the groups of the object rows they held.
+const unlinkClosedSQL = `), g1 AS (
     UPDATE governance_candidate_state SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed)
 ), g2 AS (
     UPDATE governance_candidate_state SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
 ), o1 AS (
-    UPDATE governance_candidate_object SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed)
+    UPDATE governance_candidate_object SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed) RETURNING group_key
 ), o2 AS (
     UPDATE governance_candidate_object SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
-)
-SELECT * FROM closed ORDER BY id`
+    RETURNING group_key
+)`
 
 // closedColumns are what a closed finding's announcement needs.
 const closedColumns = `id, issue_type, coalesce_key, severity, occurrence_count, reopen_count,

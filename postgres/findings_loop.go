@@ -156,16 +156,7 @@ WITH closed AS (
     UPDATE system_issues SET status = 'resolved', resolved_at = now()
     WHERE id = $1 AND status = 'open'
     RETURNING ` + closedColumns + `
-), g1 AS (
-    UPDATE governance_candidate_state SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed)
-), g2 AS (
-    UPDATE governance_candidate_state SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
-), o1 AS (
-    UPDATE governance_candidate_object SET issue_ref = NULL WHERE issue_ref IN (SELECT id FROM closed) RETURNING group_key
-), o2 AS (
-    UPDATE governance_candidate_object SET input_quality_ref = NULL WHERE input_quality_ref IN (SELECT id FROM closed)
-    RETURNING group_key
-)
+` + unlinkClosedSQL + `
 SELECT closed.*, ARRAY(SELECT group_key FROM o1 UNION SELECT group_key FROM o2 ORDER BY 1) FROM closed`
 
 // MaxReasonBytes bounds a resolution's reason.

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"gcos"
 	"gcos/gcostest"
@@ -165,28 +162,7 @@ func TestTheLoopFromTheCLI(t *testing.T) {
 
 	t.Run("database", func(t *testing.T) { loop(t, t.TempDir(), false) })
 	t.Run("daemon", func(t *testing.T) {
-		ctx, stop := context.WithCancel(context.Background())
-		var upErr bytes.Buffer
-		done := make(chan int, 1)
-		go func() {
-			done <- newApp(&bytes.Buffer{}, &upErr).execute(ctx, []string{"--database-url", dsn, "--data-dir", dir, "--config", cfgPath, "up", "--listen", "127.0.0.1:0"})
-		}()
-		defer func() { stop(); <-done }()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "api.json")); err == nil {
-				break
-			}
-			select {
-			case code := <-done:
-				t.Fatalf("gcos up exited %d before publishing its API:\n%s", code, upErr.String())
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("gcos up published no api.json:\n%s", upErr.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		startUp(t, "--database-url", dsn, "--data-dir", dir, "--config", cfgPath, "up", "--listen", "127.0.0.1:0")
 		loop(t, dir, true)
 	})
 }

@@ -28,28 +28,7 @@ func TestCommandsReachTheDaemon(t *testing.T) {
 	dsn := pgtest.DSN(w.Pool)
 	dir := t.TempDir()
 
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var upErr bytes.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- newApp(&bytes.Buffer{}, &upErr).execute(ctx, []string{"--database-url", dsn, "--data-dir", dir, "up", "--listen", "127.0.0.1:0"})
-	}()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "api.json")); err == nil {
-			break
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("gcos up exited %d before publishing its API:\n%s", code, upErr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gcos up published no api.json:\n%s", upErr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	stop := startUp(t, "--database-url", dsn, "--data-dir", dir, "up", "--listen", "127.0.0.1:0")
 	if st, err := os.Stat(filepath.Join(dir, "api.token")); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("api.token: %v, mode %v; want 0600", err, st.Mode().Perm())
 	}
@@ -141,9 +120,8 @@ func TestCommandsReachTheDaemon(t *testing.T) {
 		t.Errorf("a command for another database used the daemon:\n%s", stderr)
 	}
 
-	stop()
-	if code := <-done; code != 0 {
-		t.Fatalf("gcos up: exit %d\n%s", code, upErr.String())
+	if code, upErr := stop(); code != 0 {
+		t.Fatalf("gcos up: exit %d\n%s", code, upErr)
 	}
 	for _, f := range []string{"api.json", "api.token"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
@@ -159,5 +137,46 @@ func TestCommandsReachTheDaemon(t *testing.T) {
 	}
 	if _, _, err := daemon.Discover(context.Background(), dir); err != daemon.ErrNotRunning {
 		t.Errorf("a dead daemon's run file: %v, want ErrNotRunning", err)
+	}
+}
+
+// startUp runs `gcos args…` (an up) in the background until it publishes its API in the data dir, and returns what
+// stops it and reports its exit status and stderr; the test's cleanup stops it too.
+func startUp(t *testing.T, args ...string) (stop func() (int, string)) {
+	t.Helper()
+	dir := ""
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--data-dir" {
+			dir = args[i+1]
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var upErr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- newApp(&bytes.Buffer{}, &upErr).execute(ctx, args) }()
+	code, stopped := 0, false
+	stop = func() (int, string) {
+		if !stopped {
+			cancel()
+			code, stopped = <-done, true
+		}
+		return code, upErr.String()
+	}
+	t.Cleanup(func() { stop() })
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "api.json")); err == nil {
+			return stop
+		}
+		select {
+		case c := <-done:
+			code, stopped = c, true
+			t.Fatalf("gcos up exited %d before publishing its API:\n%s", c, upErr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gcos up published no api.json:\n%s", upErr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
