@@ -211,10 +211,10 @@ func (f Finding) CoalesceKey() string { return CoalesceKey(f.Type, f.Subject) }
 // FindingExplain names what explains a finding: the group its coalesce key is about (a group finding's subject is
 // its group key), else the object its evidence names. Both empty when nothing does (a source, a ruleset, …).
 func FindingExplain(coalesceKey string, evidence map[string]any) (group, object string) {
-	if i := strings.LastIndexByte(coalesceKey, ':'); i >= 0 && isGroupKey(coalesceKey[i+1:]) {
+	if i := strings.LastIndexByte(coalesceKey, ':'); i >= 0 && IsGroupKey(coalesceKey[i+1:]) {
 		return coalesceKey[i+1:], ""
 	}
-	if g, ok := evidence["group_key"].(string); ok && isGroupKey(g) {
+	if g, ok := evidence["group_key"].(string); ok && IsGroupKey(g) {
 		return g, ""
 	}
 	if o, ok := evidence["object"].(string); ok {
@@ -225,8 +225,8 @@ func FindingExplain(coalesceKey string, evidence map[string]any) (group, object 
 	return "", ""
 }
 
-// isGroupKey reports whether s has a group key's form (GroupKey: 32 lowercase hex digits).
-func isGroupKey(s string) bool {
+// IsGroupKey reports whether s has a group key's form (GroupKey: 32 lowercase hex digits).
+func IsGroupKey(s string) bool {
 	if len(s) != 32 {
 		return false
 	}

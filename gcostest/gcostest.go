@@ -123,6 +123,24 @@ func (w *World) Activate(t testing.TB, version string) postgres.ActivationResult
 	return res
 }
 
+// ActivateVocabulary registers the governance event vocabulary and activates every type of it, approved by
+// approver, so announcements reach the outbox when promoted.
+func (w *World) ActivateVocabulary(t testing.TB, approver string) {
+	t.Helper()
+	if _, err := w.Store.RegisterVocabulary(w.Ctx); err != nil {
+		t.Fatalf("register the vocabulary: %v", err)
+	}
+	types, err := w.Store.ListEventTypes(w.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ty := range types {
+		if _, err := w.Store.ActivateEventType(w.Ctx, ty.EventType, "APR-EV", approver); err != nil {
+			t.Fatalf("activate %s: %v", ty.EventType, err)
+		}
+	}
+}
+
 // Daemon assembles the daemon over the world's store (cfg.Store is set), not started.
 func (w *World) Daemon(t testing.TB, cfg daemon.Config) *daemon.Daemon {
 	t.Helper()

@@ -50,18 +50,19 @@ func newEnv(t *testing.T, births int, activate bool) *env {
 			w.Activate(t, e.ruleset)
 		}
 	}
-	h, err := httpapi.New(httpapi.Config{
-		Store:    e.store,
-		HTTP:     gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}, OperatorTokens: []string{operatorToken}},
-		Registry: prometheus.NewRegistry(),
-		Version:  "test",
-	})
+	e.serve(t, gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}, OperatorTokens: []string{operatorToken}})
+	return e
+}
+
+// serve starts the API over e's store with these tokens, for the test's lifetime.
+func (e *env) serve(t *testing.T, cfg gcos.HTTPConfig) {
+	t.Helper()
+	h, err := httpapi.New(httpapi.Config{Store: e.store, HTTP: cfg, Registry: prometheus.NewRegistry(), Version: "test"})
 	if err != nil {
 		t.Fatalf("httpapi.New: %v", err)
 	}
 	e.srv = httptest.NewServer(h)
 	t.Cleanup(e.srv.Close)
-	return e
 }
 
 type answer struct {

@@ -3,12 +3,9 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"gcos"
 	"gcos/gcostest"
@@ -42,17 +39,7 @@ func principalsEnv(t *testing.T) (*env, *gcostest.World) {
 	}})
 	e := &env{ctx: w.Ctx, pool: w.Pool, store: w.Store}
 	e.ruleset = w.Backfill(t).RulesetVersion
-	h, err := httpapi.New(httpapi.Config{
-		Store:    e.store,
-		HTTP:     gcos.HTTPConfig{Listen: "127.0.0.1:0", OperatorTokens: []string{operatorToken}, LocalTokens: []string{"tok-local-0123456789"}},
-		Registry: prometheus.NewRegistry(),
-		Version:  "test",
-	})
-	if err != nil {
-		t.Fatalf("httpapi.New: %v", err)
-	}
-	e.srv = httptest.NewServer(h)
-	t.Cleanup(e.srv.Close)
+	e.serve(t, gcos.HTTPConfig{Listen: "127.0.0.1:0", OperatorTokens: []string{operatorToken}, LocalTokens: []string{"tok-local-0123456789"}})
 	return e, w
 }
 
@@ -180,20 +167,9 @@ func TestPrincipalsSelfApproval(t *testing.T) {
 // reason; a resolved finding that recurs reopens with its count. Reads and mutes are per principal.
 func TestPrincipalsNotificationLoop(t *testing.T) {
 	t.Parallel()
-	e, _ := principalsEnv(t)
+	e, w := principalsEnv(t)
 	const dana, rita = "tok-dana-0123456789", "tok-rita-0123456789"
-	if _, err := e.store.RegisterVocabulary(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	types, err := e.store.ListEventTypes(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ty := range types {
-		if _, err := e.store.ActivateEventType(e.ctx, ty.EventType, "APR-EV", "erin"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.ActivateVocabulary(t, "erin")
 	for _, sub := range []string{dana} {
 		if a := e.call(t, "POST", "/v1/notifications/subscribe", sub, `{"event_type":"governance.candidate.*"}`); a.status != 200 {
 			t.Fatalf("subscribe: %d %s", a.status, a.body)

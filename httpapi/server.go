@@ -302,7 +302,7 @@ func (s *server) noRoute(w http.ResponseWriter, r *http.Request) int {
 		Message: fmt.Sprintf("no such endpoint: %s (GET /v1 lists them)", strings.ToValidUTF8(r.URL.Path, "\ufffd"))}})
 }
 
-// wrap applies the cross-origin check and the route's access, then counts the answer.
+// wrap sheds load beyond the route's places, bounds the body, serves the route (serveRoute) and counts the answer.
 func (s *server) wrap(rt route) http.Handler {
 	counts := &codeCounter{vec: s.m.requests, route: rt.Pattern()}
 	slots := s.slots
@@ -327,26 +327,31 @@ func (s *server) wrap(rt route) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = http.MaxBytesReader(w, r.Body, s.limits.MaxBodyBytes)
 		}
-		var code int
-		if err := s.csrf.Check(r); err != nil {
-			code = s.fail(w, r, gcos.Errorf(gcos.EFORBIDDEN, "cross-origin request refused"))
-		} else if c, err := s.auth.check(r, rt.Access); err != nil {
-			code = s.fail(w, r, err)
-		} else if r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c)); false {
-		} else if err := checkInput(r, rt.Params); err != nil {
-			switch {
-			case rt.Path == gatePath && r.Method == http.MethodPost:
-				code = s.gateBatchRefused(w, r, nil, err)
-			case rt.Path == gatePath:
-				code = s.gateRefused(w, r, err)
-			default:
-				code = s.fail(w, r, err)
-			}
-		} else {
-			code = rt.h(s, w, r)
-		}
-		counts.inc(code)
+		counts.inc(s.serveRoute(w, r, rt))
 	})
+}
+
+// serveRoute applies the cross-origin check, the route's access (the caller goes into the request's context) and
+// the input check, then the handler; it returns the status answered.
+func (s *server) serveRoute(w http.ResponseWriter, r *http.Request, rt route) int {
+	if err := s.csrf.Check(r); err != nil {
+		return s.fail(w, r, gcos.Errorf(gcos.EFORBIDDEN, "cross-origin request refused"))
+	}
+	c, err := s.auth.check(r, rt.Access)
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, c))
+	if err := checkInput(r, rt.Params); err != nil {
+		switch {
+		case rt.Path == gatePath && r.Method == http.MethodPost:
+			return s.gateBatchRefused(w, r, nil, err)
+		case rt.Path == gatePath:
+			return s.gateRefused(w, r, err)
+		}
+		return s.fail(w, r, err)
+	}
+	return rt.h(s, w, r)
 }
 
 // checkInput refuses, before any handler runs, what no endpoint takes: a malformed query string, a query parameter

@@ -76,7 +76,7 @@ func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, 
 
 // ExplainGroup explains a group's verdict from stored values only.
 func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, error) {
-	if !groupKeyPattern.MatchString(key) {
+	if !gcos.IsGroupKey(key) {
 		return Explanation{}, gcos.Errorf(gcos.EINVALID, "group key %q: want 32 lowercase hex digits", key)
 	}
 	var reads []candidateRead

@@ -74,16 +74,9 @@ func scanFinding(r pgx.Row) (FindingRow, error) {
 func CheckFindingID(s string) (int64, error) {
 	id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil || id <= 0 {
-		return 0, gcos.Errorf(gcos.EINVALID, "finding id %q: want a positive number (gcos findings list shows them)", clip(s))
+		return 0, gcos.Errorf(gcos.EINVALID, "finding id %q: want a positive number (gcos findings list shows them)", gcos.Clip(s))
 	}
 	return id, nil
-}
-
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }
 
 // GetFinding returns one of GCOS's findings whole; an id GCOS did not raise is ENOTFOUND.

@@ -3,14 +3,11 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"regexp"
 
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
 )
-
-var groupKeyPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // LedgerReport is the invariant ledger of every scope (or one), against one snapshot.
 type LedgerReport struct {

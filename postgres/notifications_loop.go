@@ -108,7 +108,7 @@ func (s *Store) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.
 	for i, id := range ids {
 		ids[i] = strings.TrimSpace(id)
 		if !uuidRE.MatchString(ids[i]) {
-			return res, gcos.Errorf(gcos.EINVALID, "mark read: event id %q is not a uuid", clip(id))
+			return res, gcos.Errorf(gcos.EINVALID, "mark read: event id %q is not a uuid", gcos.Clip(id))
 		}
 	}
 	if all {

@@ -72,7 +72,7 @@ func (f *GroupFilter) Validate() error {
 			return gcos.Errorf(gcos.EINVALID, "verdict %q: want one of %v or %q", f.Verdict, gcos.StoredVerdicts, gcos.VerdictStale)
 		}
 	}
-	if f.After != "" && !groupKeyPattern.MatchString(f.After) {
+	if f.After != "" && !gcos.IsGroupKey(f.After) {
 		return gcos.Errorf(gcos.EINVALID, "after %q: want a group key (32 lowercase hex digits)", f.After)
 	}
 	var err error
@@ -216,7 +216,7 @@ func (s *Store) ListGroups(ctx context.Context, f GroupFilter) (GroupPage, error
 
 // GetGroup returns one group as of now (ENOTFOUND when it is not in the group registry, or no ruleset exists yet).
 func (s *Store) GetGroup(ctx context.Context, key string) (GroupView, error) {
-	if !groupKeyPattern.MatchString(key) {
+	if !gcos.IsGroupKey(key) {
 		return GroupView{}, gcos.Errorf(gcos.EINVALID, "group key %q: want 32 lowercase hex digits", key)
 	}
 	g, err := scanGroupView(s.pool.QueryRow(ctx, `SELECT `+groupViewColumns+` FROM v_candidate_effective WHERE group_key = $1`, key))

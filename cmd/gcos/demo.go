@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"gcos"
@@ -57,7 +56,7 @@ func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 			}
 		}
 	}
-	if slices.ContainsFunc(a.cfg.Principals, func(p gcos.Principal) bool { return p.Name == demoOperator }) {
+	if _, ok := gcos.FindPrincipal(a.cfg.Principals, demoOperator); ok {
 		if _, err := store.SubscribeAs(ctx, postgres.NotificationSelector{Findings: true},
 			gcos.Actor{Principal: demoOperator, Name: demoOperator, Via: gcos.ViaDaemon}); err != nil {
 			return err

@@ -31,20 +31,7 @@ func TestTheLoopFromTheCLI(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"events", "register"}} {
-		if code, out, errOut := runGate(t, append([]string{"--database-url", dsn, "--data-dir", t.TempDir(), "--config", cfgPath}, args...)...); code != 0 {
-			t.Fatalf("gcos %v: exit %d\n%s%s", args, code, out, errOut)
-		}
-	}
-	types, err := w.Store.ListEventTypes(w.Ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ty := range types {
-		if _, err := w.Store.ActivateEventType(w.Ctx, ty.EventType, "APR-EV", "appr"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.ActivateVocabulary(t, "appr")
 	group := w.Strings(t, `SELECT min(group_key) FROM governance_group`)[0]
 	raise := func() int64 {
 		t.Helper()

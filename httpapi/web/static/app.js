@@ -5,7 +5,7 @@
 
   var TOKEN_KEY = 'gcos.readerToken';
   var POLL_MS = 2000;
-  var LEDGER_EVERY = 5; // the ledger is heavier: every 5th poll (10 s)
+  var LEDGER_EVERY = 5; // the ledger and the unread count are heavier: every 5th poll (10 s)
   var RING = 150;       // samples kept for the sparklines (5 minutes at 2 s)
   var SVG_NS = 'http://www.w3.org/2000/svg';
   var VERDICTS = ['relevant', 'not_relevant', 'class_0', 'deferred_birth', 'retired', 'needs_input', 'unknown', 'stale'];
@@ -268,11 +268,11 @@
       get('/v1/summary').then(renderSummary),
       get('/v1/workers').then(renderWorkers),
       get('/v1/findings?limit=20').then(renderFindings),
-      get('/v1/me').then(renderMe),
       get('/v1/changes?limit=' + CHANGES_SHOWN).then(renderChanges)
     ];
     if (tick % LEDGER_EVERY === 0) {
       jobs.push(get('/v1/invariant').then(renderLedger));
+      jobs.push(get('/v1/me').then(renderMe)); // the unread count reads the caller's notifications: not every poll
       if (lastChangesAsOf) {
         var since = new Date(new Date(lastChangesAsOf).getTime() - COUNT_WINDOW_MS).toISOString();
         jobs.push(get('/v1/changes?limit=500&since=' + encodeURIComponent(since)).then(renderChangeCount));
