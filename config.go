@@ -33,7 +33,24 @@ type Config struct {
 	// Principals are the people and systems GCOS knows by name. A ruleset whose proposer is not one of them, or
 	// whose approver is not one with the approver role, is unowned (finding ruleset_unowned). None configured: the
 	// check is off, and GCOS says so at start.
-	Principals []Principal `json:"principals"`
+	Principals []Principal    `json:"principals"`
+	Database   DatabaseConfig `json:"database"`
+}
+
+// Database pooling modes (database.pooling).
+const (
+	PoolingSession     = "session"     // a PostgreSQL server, or a pooler in session mode: one server session per connection
+	PoolingTransaction = "transaction" // a pooler in transaction mode (PgBouncer pool_mode=transaction)
+)
+
+// DatabaseConfig says what GCOS's database URL leads to. The URLs themselves are secrets and come from the flags
+// or the environment (--database-url, --session-database-url), never from this file.
+type DatabaseConfig struct {
+	// Pooling is "session" (a server, or a session-mode pooler) or "transaction" (a transaction-mode pooler). Under
+	// transaction pooling every statement runs in pgx's exec mode, which keeps no prepared statement on a server
+	// connection that the pooler may hand to someone else, and what needs a session of its own (the LISTEN that
+	// wakes event scans) uses the session URL, or is given up for polling when there is none.
+	Pooling string `json:"pooling"`
 }
 
 // Principal roles.
@@ -417,8 +434,9 @@ func DefaultConfig() Config {
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
-		Roles:  RolesConfig{LeaseTTL: Duration(30 * time.Second)},
-		Outage: OutageConfig{BackoffMax: Duration(10 * time.Second), LogEvery: Duration(time.Minute)},
+		Roles:    RolesConfig{LeaseTTL: Duration(30 * time.Second)},
+		Database: DatabaseConfig{Pooling: PoolingSession},
+		Outage:   OutageConfig{BackoffMax: Duration(10 * time.Second), LogEvery: Duration(time.Minute)},
 		Events: EventsConfig{
 			Rules: []EventRule{
 				// A run's completion is news once in a while, not on every tick.
@@ -693,6 +711,9 @@ func (c Config) Validate() error {
 	}
 	p.positive("gate.timeout", c.Gate.Timeout)
 	p.positiveInt("gate.pool_conns", c.Gate.PoolConns)
+	if c.Database.Pooling != PoolingSession && c.Database.Pooling != PoolingTransaction {
+		p.add("database.pooling", "%q is not %q or %q", c.Database.Pooling, PoolingSession, PoolingTransaction)
+	}
 	p.positive("gate.max_staleness", c.Gate.MaxStaleness)
 	p.positive("gate.view_refresh", c.Gate.ViewRefresh)
 	p.positive("gate.view_birth_max_age", c.Gate.ViewBirthMaxAge)

@@ -123,6 +123,7 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 			"http.insecure_no_auth: only allowed on a loopback listen address"},
 		{"insecure on all interfaces", `{"http":{"listen":":8080","insecure_no_auth":true}}`, "http.insecure_no_auth"},
 		{"bad listen", `{"http":{"listen":"localhost"}}`, `http.listen: want host:port`},
+		{"unknown pooling", `{"database":{"pooling":"statement"}}`, `database.pooling: "statement" is not "session" or "transaction"`},
 		{"empty token", `{"http":{"reader_tokens":["ok",""]}}`, "http.reader_tokens[1]: must not be empty"},
 		{"event domain", `{"events":{"domain":"other"}}`, "events"},
 		{"bad inline policy", `{"verdict_policy":{"document":{"version":1,"rules":[{"name":"x","verdict":"relevant"}]}}}`,

@@ -87,7 +87,7 @@ func memoryChild(ctx context.Context, o *options, stdout io.Writer) error {
 // and a full audit, and answer gate calls over HTTP.
 func memoryOurs(ctx context.Context, o *options) (string, error) {
 	cfg := benchConfig(o)
-	store, err := postgres.Open(ctx, o.databaseURL, cfg, nil)
+	store, err := postgres.Open(ctx, postgres.Databases{URL: o.databaseURL}, cfg, nil)
 	if err != nil {
 		return "", err
 	}

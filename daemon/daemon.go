@@ -106,6 +106,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	if where, listening := d.Store.Sessions(); listening {
+		d.logger.Info("database", "pooling", d.Store.Config().Database.Pooling, "session_work", where)
+	} else {
+		d.logger.Warn("database", "pooling", d.Store.Config().Database.Pooling, "session_work", where)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	run := func(name string, fn func(context.Context) error) {

@@ -233,6 +233,7 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 type daemons struct {
 	t                     *testing.T
 	bin, dsn, config, dir string
+	args                  []string // extra flags for every `gcos up`
 	mu                    sync.Mutex
 	procs                 map[int]*exec.Cmd // by pid
 	started, kills        int
@@ -254,7 +255,7 @@ func (d *daemons) spawn() string {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	cmd := exec.Command(d.bin, "up", "--database-url", d.dsn, "--config", d.config, "--listen", "127.0.0.1:0", "--insecure-no-auth")
+	cmd := exec.Command(d.bin, append([]string{"up", "--database-url", d.dsn, "--config", d.config, "--listen", "127.0.0.1:0", "--insecure-no-auth"}, d.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = d.dir // its run files (.gcos/api.json) land there, not in the source tree
 	if err := cmd.Start(); err != nil {

@@ -271,13 +271,25 @@ type DirtyListener struct {
 // ListenDirty returns a listener; it connects on the first Wait.
 func (s *Store) ListenDirty() *DirtyListener { return &DirtyListener{store: s} }
 
+// Listening reports whether Wait can be woken by a dirty mark: false when the store has no session to LISTEN on
+// (a transaction pooler without a session URL), and Wait only waits out its timeout.
+func (l *DirtyListener) Listening() bool { return l.store.session != nil }
+
 // Wait blocks until a dirty mark is committed (true) or timeout passes (false). A notification that arrived since
 // the previous Wait returns at once. After (re)connecting it returns true without waiting: marks committed while
 // nobody listened are only found by scanning. Polling stays the source of truth either way.
 func (l *DirtyListener) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
+	if !l.Listening() {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(timeout):
+			return false, nil
+		}
+	}
 	if l.conn == nil || l.conn.IsClosed() {
 		l.Close()
-		conn, err := pgx.ConnectConfig(ctx, l.store.pool.Config().ConnConfig.Copy())
+		conn, err := pgx.ConnectConfig(ctx, l.store.session.Copy())
 		if err != nil {
 			return false, fmt.Errorf("listen for dirty marks: connect: %w", err)
 		}

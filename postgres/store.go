@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
@@ -47,19 +48,52 @@ type Store struct {
 	owner string
 	// clock, when set, is the time the emission discipline decides by (tests move it); nil: the database clock.
 	clock func() time.Time
+	// session connects what needs a session of its own (LISTEN); nil: nothing may (a transaction pooler without a
+	// session URL), and event scans poll.
+	session *pgx.ConnConfig
 }
 
 // SetClock makes the emission discipline (cooldowns, windows, escalation SLAs) read now from clock instead of the
 // database clock. Tests drive time with it; nothing else should.
 func (s *Store) SetClock(clock func() time.Time) { s.clock = clock }
 
-// Open connects to dsn. The caller closes the Store.
-func Open(ctx context.Context, dsn string, cfg gcos.Config, logger *slog.Logger) (*Store, error) {
-	pcfg, err := pgxpool.ParseConfig(dsn)
+// Databases are the URLs GCOS connects to (secrets: they come from flags or the environment, never the config file).
+type Databases struct {
+	// URL is the primary, directly or through a pooler (database.pooling says which). A multi-host URL with
+	// target_session_attrs=read-write follows a failover to whichever host is the primary now.
+	URL string
+	// SessionURL reaches the same database without a transaction pooler, for what needs a session of its own (the
+	// LISTEN that wakes event scans). Empty: URL itself under session pooling; nothing under transaction pooling,
+	// where event scans then poll.
+	SessionURL string
+}
+
+// Open connects to db.URL (and db.SessionURL for session work). The caller closes the Store.
+func Open(ctx context.Context, db Databases, cfg gcos.Config, logger *slog.Logger) (*Store, error) {
+	pcfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		return nil, gcos.Errorf(gcos.EINVALID, "database url: %v", err)
 	}
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "gcos"
+	var session *pgx.ConnConfig
+	switch {
+	case db.SessionURL != "":
+		if session, err = pgx.ParseConfig(db.SessionURL); err != nil {
+			return nil, gcos.Errorf(gcos.EINVALID, "session database url: %v", err)
+		}
+		session.RuntimeParams["application_name"] = "gcos-session"
+	case cfg.Database.Pooling == gcos.PoolingSession:
+		session = pcfg.ConnConfig.Copy()
+	}
+	if cfg.Database.Pooling == gcos.PoolingTransaction {
+		// No named prepared statement may outlive a statement: the pooler hands the server connection on.
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		pcfg.ConnConfig.StatementCacheCapacity, pcfg.ConnConfig.DescriptionCacheCapacity = 0, 0
+	}
+	pcfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		JSONBytes(conn.TypeMap())
+		return nil
+	}
 	gcfg := pcfg.Copy()
 	gcfg.MaxConns = int32(cfg.Gate.PoolConns)
 	gcfg.ConnConfig.RuntimeParams["application_name"] = "gcos-gate"
@@ -76,7 +110,30 @@ func Open(ctx context.Context, dsn string, cfg gcos.Config, logger *slog.Logger)
 		pool.Close()
 		return nil, fmt.Errorf("connect the gate's pool: %w", err)
 	}
-	return New(pool, cfg, logger).WithGatePool(gatePool), nil
+	s := New(pool, cfg, logger).WithGatePool(gatePool)
+	s.session = session
+	return s, nil
+}
+
+// JSONBytes makes a []byte or a map argument a JSON document (a []byte would be bytea, a map cannot be encoded). It
+// matters only where pgx does not ask the server for the parameter types (exec mode, used under transaction
+// pooling): GCOS's schema has no bytea column, and every []byte or map it binds is a document.
+func JSONBytes(m *pgtype.Map) {
+	m.RegisterDefaultPgType([]byte(nil), "jsonb")
+	m.RegisterDefaultPgType(map[string]any(nil), "jsonb")
+	m.RegisterDefaultPgType(map[string]string(nil), "jsonb")
+}
+
+// Sessions says where GCOS's session work goes and what it gave up, for the daemon's start line.
+func (s *Store) Sessions() (where string, listening bool) {
+	switch {
+	case s.session == nil:
+		return "none: database.pooling is transaction and no session URL is set; event scans poll instead of listening for dirty marks", false
+	case s.cfg.Database.Pooling == gcos.PoolingTransaction:
+		return "the session URL " + identity(s.session) + " (LISTEN for dirty marks); statements through the pooler run in exec mode", true
+	default:
+		return "the database URL (LISTEN for dirty marks)", true
+	}
 }
 
 // WithGatePool gives the gate its own pool (call before the store is used; Close closes it too).
@@ -95,7 +152,7 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 	}
 	host, _ := os.Hostname()
 	s := &Store{pool: pool, gatePool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8]),
-		runMetrics: newRunMetrics()}
+		runMetrics: newRunMetrics(), session: pool.Config().ConnConfig.Copy()}
 	s.gateSQLText, s.birthRawSQLText = s.BirthBinding().gateSQL(), s.BirthBinding().birthRawSQL()
 	s.gateOutage.log = gcos.NewOutageLog("gate: read candidate state (such answers block)", time.Second, cfg.Outage, logger)
 	return s
@@ -240,5 +297,9 @@ func DatabaseIdentity(dsn string) string {
 	if err != nil {
 		return "unparsable"
 	}
+	return identity(cfg)
+}
+
+func identity(cfg *pgx.ConnConfig) string {
 	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 }

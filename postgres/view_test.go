@@ -266,7 +266,7 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 	b, _ := viewWorld(t, 20000, maxStale)
 	// The gate runs on a store opened as gcos up opens one (its own gate pool): the test kills those connections,
 	// never its own.
-	gate, err := postgres.Open(b.ctx, pgtest.DSN(b.pool), b.cfg, nil)
+	gate, err := postgres.Open(b.ctx, postgres.Databases{URL: pgtest.DSN(b.pool)}, b.cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,6 +197,9 @@ func (s *Scheduler) eventLoop(ctx context.Context) error {
 		if p.Remaining > 0 {
 			wait = window
 		}
+		if !listener.Listening() {
+			wait = min(wait, poll) // nothing wakes it: polling alone finds the marks
+		}
 		if _, err := listener.Wait(ctx, wait); err != nil && ctx.Err() == nil {
 			sleep(ctx, outage.Failed(fmt.Errorf("wait for dirty marks: %w", err)))
 		} else {

@@ -29,6 +29,7 @@ type app struct {
 	stdin          io.Reader // nil: the process's
 
 	databaseURL string
+	sessionURL  string // a direct URL for session work when databaseURL is a transaction pooler
 	dataDir     string
 	configPath  string
 	jsonOut     bool
@@ -74,6 +75,7 @@ func (a *app) rootCommand() *cobra.Command {
 	// The URL's default is read from the environment in setup, not here: a flag's default is printed by --help,
 	// and this one carries a password.
 	f.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (env GCOS_DATABASE_URL); empty starts the embedded cluster in --data-dir")
+	f.StringVar(&a.sessionURL, "session-database-url", "", "direct PostgreSQL URL for session work (LISTEN) when --database-url is a transaction pooler (env GCOS_SESSION_DATABASE_URL)")
 	f.StringVar(&a.dataDir, "data-dir", envOr("GCOS_DATA_DIR", "./.gcos"), "data directory of the embedded PostgreSQL (env GCOS_DATA_DIR)")
 	f.StringVar(&a.configPath, "config", os.Getenv("GCOS_CONFIG"), "configuration file, JSON (env GCOS_CONFIG)")
 	f.BoolVar(&a.jsonOut, "json", false, "machine-readable JSON output")
@@ -284,7 +286,10 @@ func (a *app) setup() error {
 	if a.databaseURL == "" {
 		a.databaseURL = os.Getenv("GCOS_DATABASE_URL")
 	}
-	a.secrets = gcos.URLSecrets(a.databaseURL)
+	if a.sessionURL == "" {
+		a.sessionURL = os.Getenv("GCOS_SESSION_DATABASE_URL")
+	}
+	a.secrets = append(gcos.URLSecrets(a.databaseURL), gcos.URLSecrets(a.sessionURL)...)
 	a.logger = slog.New(redactingHandler{slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl, ReplaceAttr: a.redactAttr}), a.redact})
 	cfg, err := gcos.LoadConfig(a.configPath)
 	if err != nil {
@@ -333,7 +338,7 @@ func (a *app) open(ctx context.Context) (*postgres.Store, error) {
 	} else {
 		a.verbosef("through the database at %s", databaseIdentity(dsn))
 	}
-	store, err := postgres.Open(ctx, dsn, a.cfg, a.logger)
+	store, err := postgres.Open(ctx, postgres.Databases{URL: dsn, SessionURL: a.sessionURL}, a.cfg, a.logger)
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,10 @@
 // Package migration owns GCOS's versioned schema: embedded NNN_name.up.sql / NNN_name.down.sql steps, applied one
-// transaction per step under a session advisory lock so two processes can never migrate at once.
+// transaction per step, each under a transaction-scoped advisory lock so two processes can never apply the same step.
 package migration
 
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -114,44 +113,58 @@ func (m *Migrator) Latest() int { return len(m.migrations) }
 // Up applies every pending step; it returns the versions it applied.
 func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 	var applied []int
-	err := m.locked(ctx, func(conn *pgxpool.Conn, current int) error {
-		if current > len(m.migrations) {
-			return fmt.Errorf("database is at migration %d but this gcos knows only %d: upgrade gcos", current, len(m.migrations))
-		}
-		for _, mig := range m.migrations[current:] {
-			if err := step(ctx, conn, mig.Up, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `INSERT INTO `+versionTable+` (version, name) VALUES ($1, $2)`, mig.Version, mig.Name)
-				return err
-			}); err != nil {
-				return fmt.Errorf("migrate up %03d_%s: %w", mig.Version, mig.Name, err)
+	for {
+		var mig Migration
+		done, err := m.step(ctx, func(tx pgx.Tx, current int) (bool, error) {
+			if current > len(m.migrations) {
+				return false, fmt.Errorf("database is at migration %d but this gcos knows only %d: upgrade gcos", current, len(m.migrations))
 			}
-			applied = append(applied, mig.Version)
+			if current == len(m.migrations) {
+				return false, nil
+			}
+			mig = m.migrations[current]
+			if _, err := tx.Exec(ctx, mig.Up); err != nil {
+				return false, fmt.Errorf("migrate up %03d_%s: %w", mig.Version, mig.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+versionTable+` (version, name) VALUES ($1, $2)`, mig.Version, mig.Name); err != nil {
+				return false, fmt.Errorf("migrate up %03d_%s: %w", mig.Version, mig.Name, err)
+			}
+			return true, nil
+		})
+		if err != nil || !done {
+			return applied, err
 		}
-		return nil
-	})
-	return applied, err
+		applied = append(applied, mig.Version)
+	}
 }
 
 // Down reverts the last n applied steps (n <= 0 reverts all); it returns the versions it reverted.
 func (m *Migrator) Down(ctx context.Context, n int) ([]int, error) {
 	var reverted []int
-	err := m.locked(ctx, func(conn *pgxpool.Conn, current int) error {
-		if current > len(m.migrations) {
-			return fmt.Errorf("database is at migration %d but this gcos knows only %d: cannot revert unknown steps", current, len(m.migrations))
-		}
-		for v := current; v >= 1 && (n <= 0 || len(reverted) < n); v-- {
-			mig := m.migrations[v-1]
-			if err := step(ctx, conn, mig.Down, func(tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `DELETE FROM `+versionTable+` WHERE version = $1`, mig.Version)
-				return err
-			}); err != nil {
-				return fmt.Errorf("migrate down %03d_%s: %w", mig.Version, mig.Name, err)
+	for n <= 0 || len(reverted) < n {
+		var mig Migration
+		done, err := m.step(ctx, func(tx pgx.Tx, current int) (bool, error) {
+			if current > len(m.migrations) {
+				return false, fmt.Errorf("database is at migration %d but this gcos knows only %d: cannot revert unknown steps", current, len(m.migrations))
 			}
-			reverted = append(reverted, mig.Version)
+			if current == 0 {
+				return false, nil
+			}
+			mig = m.migrations[current-1]
+			if _, err := tx.Exec(ctx, mig.Down); err != nil {
+				return false, fmt.Errorf("migrate down %03d_%s: %w", mig.Version, mig.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM `+versionTable+` WHERE version = $1`, mig.Version); err != nil {
+				return false, fmt.Errorf("migrate down %03d_%s: %w", mig.Version, mig.Name, err)
+			}
+			return true, nil
+		})
+		if err != nil || !done {
+			return reverted, err
 		}
-		return nil
-	})
-	return reverted, err
+		reverted = append(reverted, mig.Version)
+	}
+	return reverted, nil
 }
 
 // Status lists every known step and whether it is applied.
@@ -185,47 +198,27 @@ func CurrentVersion(ctx context.Context, q interface {
 	return v, nil
 }
 
-// locked runs fn on one connection holding the migration advisory lock.
-func (m *Migrator) locked(ctx context.Context, fn func(conn *pgxpool.Conn, current int) error) (err error) {
-	conn, err := m.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire connection for migration: %w", err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey); err != nil {
-		return fmt.Errorf("take migration lock: %w", err)
-	}
-	defer func() {
-		// Unlock on a fresh context so a cancelled ctx cannot leave the session holding the lock.
-		if _, uerr := conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, lockKey); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("release migration lock: %w", uerr))
+// step runs fn in one transaction that holds the migration lock and has read the applied version: fn applies
+// (or reverts) one step and says whether it did. The lock is transaction-scoped, so it works through a
+// transaction pooler and can never outlive its step, and every step re-reads the version under it.
+func (m *Migrator) step(ctx context.Context, fn func(tx pgx.Tx, current int) (bool, error)) (bool, error) {
+	var did bool
+	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey); err != nil {
+			return fmt.Errorf("take migration lock: %w", err)
 		}
-	}()
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+versionTable+` (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("create migration version table: %w", err)
-	}
-	current, err := CurrentVersion(ctx, conn)
-	if err != nil {
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+versionTable+` (
+			version    integer PRIMARY KEY,
+			name       text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("create migration version table: %w", err)
+		}
+		current, err := CurrentVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		did, err = fn(tx, current)
 		return err
-	}
-	return fn(conn, current)
-}
-
-// step runs one migration body and its bookkeeping in a single transaction.
-func step(ctx context.Context, conn *pgxpool.Conn, body string, record func(pgx.Tx) error) error {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, body); err != nil {
-		return err
-	}
-	if err := record(tx); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
+	})
+	return did, err
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos/embeddedpg"
+	"gcos/postgres"
 	"gcos/postgres/migration"
 	"gcos/postgres/substrate"
 )
@@ -136,7 +137,17 @@ func newDatabase(t testing.TB, template string) *pgxpool.Pool {
 	if err := adminExec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" "+template); err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
-	pool, err := pgxpool.New(ctx, dsnFor(name))
+	cfg, err := pgxpool.ParseConfig(dsnFor(name))
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	// As postgres.Open does: under default_query_exec_mode=exec in GCOS_TEST_DATABASE_URL (how a transaction
+	// pooler is met) a []byte argument is a JSON document.
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		postgres.JSONBytes(conn.TypeMap())
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
 	}
