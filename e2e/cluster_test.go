@@ -30,10 +30,16 @@ type privateDB struct {
 // so callers notice an outage quickly). Both are cleaned up with the test.
 func newPrivateDB(ctx context.Context, t *testing.T, dataDir, name string) *privateDB {
 	t.Helper()
+	return newPrivateDBWith(ctx, t, embeddedpg.Config{DataDir: dataDir, Ephemeral: true}, name)
+}
+
+// newPrivateDBWith is newPrivateDB with the cluster's configuration given.
+func newPrivateDBWith(ctx context.Context, t *testing.T, cfg embeddedpg.Config, name string) *privateDB {
+	t.Helper()
 	if _, err := embeddedpg.FindBinaries(""); err != nil {
 		t.Fatalf("this test needs the local PostgreSQL server binaries: %v", err)
 	}
-	p := &privateDB{cfg: embeddedpg.Config{DataDir: dataDir, Ephemeral: true}}
+	p := &privateDB{cfg: cfg}
 	var err error
 	if p.cluster, err = embeddedpg.Start(ctx, p.cfg); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ package intake
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -217,10 +218,13 @@ func (s *Stage) RetryDue(ctx context.Context, src postgres.TailSource, cfg gcos.
 		}
 		res.Failed++
 	}
-	summary := map[string]any{"retry": res}
+	summary, err := json.Marshal(res)
+	if err != nil {
+		return res, fmt.Errorf("retry %s: %w", src.Name, err)
+	}
 	if _, err := tx.Exec(ctx, `UPDATE gov_worker_cursor SET attempts_written = attempts_written + $2,
 		dead_lettered = dead_lettered + $3, metadata = metadata || jsonb_build_object('last_retry', $4::jsonb, 'last_retry_at', now()),
-		updated_at = now() WHERE source = $1`, src.Name, res.Succeeded, res.DeadLettered, summary["retry"]); err != nil {
+		updated_at = now() WHERE source = $1`, src.Name, res.Succeeded, res.DeadLettered, string(summary)); err != nil {
 		return res, fmt.Errorf("retry %s: count: %w", src.Name, err)
 	}
 	if err := tx.Commit(ctx); err != nil {

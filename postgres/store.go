@@ -48,6 +48,8 @@ type Store struct {
 	owner string
 	// clock, when set, is the time the emission discipline decides by (tests move it); nil: the database clock.
 	clock func() time.Time
+	// demotions counts the times the pools were dropped because the primary turned read-only.
+	demotions atomic.Int64
 	// session connects what needs a session of its own (LISTEN); nil: nothing may (a transaction pooler without a
 	// session URL), and event scans poll.
 	session *pgx.ConnConfig
@@ -94,6 +96,8 @@ func Open(ctx context.Context, db Databases, cfg gcos.Config, logger *slog.Logge
 		JSONBytes(conn.TypeMap())
 		return nil
 	}
+	demoted := &demotionTracer{}
+	pcfg.ConnConfig.Tracer = demoted
 	gcfg := pcfg.Copy()
 	gcfg.MaxConns = int32(cfg.Gate.PoolConns)
 	gcfg.ConnConfig.RuntimeParams["application_name"] = "gcos-gate"
@@ -112,7 +116,35 @@ func Open(ctx context.Context, db Databases, cfg gcos.Config, logger *slog.Logge
 	}
 	s := New(pool, cfg, logger).WithGatePool(gatePool)
 	s.session = session
+	demoted.store.Store(s)
 	return s, nil
+}
+
+// demotionTracer drops every pooled connection once a statement is refused because the server is read-only
+// (SQLSTATE 25006): the primary they lead to was demoted, and a connection opened now (target_session_attrs=
+// read-write in a multi-host URL) reaches the one promoted in its place.
+type demotionTracer struct {
+	store     atomic.Pointer[Store]
+	resetting atomic.Bool
+}
+
+func (d *demotionTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (d *demotionTracer) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	s := d.store.Load()
+	if s == nil || !IsPgCode(data.Err, "25006") || !d.resetting.CompareAndSwap(false, true) {
+		return
+	}
+	// Not on this goroutine: the connection that failed is still acquired by its caller.
+	go func() {
+		defer d.resetting.Store(false)
+		s.logger.Warn("the database refused a write as read-only (a demoted primary): dropping every pooled connection")
+		s.pool.Reset()
+		s.gatePool.Reset()
+		s.demotions.Add(1)
+	}()
 }
 
 // JSONBytes makes a []byte or a map argument a JSON document (a []byte would be bytea, a map cannot be encoded). It
@@ -250,6 +282,9 @@ func (s *Store) NoteConflict(err error) {
 		s.logger.Warn("transaction conflict; its loop retries it", "err", err)
 	}
 }
+
+// Demotions is how many times this store dropped its pooled connections because the primary turned read-only.
+func (s *Store) Demotions() int64 { return s.demotions.Load() }
 
 // TxRetries is how many of this store's transactions failed on a deadlock or a serialization conflict (and were
 // retried by their loop: the intake's next poll, the scan's next tick).

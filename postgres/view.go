@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,7 @@ type VerdictView struct {
 	dbAsOf     time.Time             // the database clock at that read
 	offset     time.Duration         // database clock minus local clock, measured at that read
 	snapshot   string                // pg_current_snapshot() of that read: the next catch-up reads what committed since
+	timeline   string                // the WAL timeline of that read: a failover starts a new one (see CatchUp)
 	token      gcos.ConsistencyToken // the snapshot, parsed: what an at_least question is checked against
 
 	objects     sync.Map // ObjectRef → *objectEntry: what the view remembers of an object asked about
@@ -181,8 +183,10 @@ func (v *VerdictView) closeConn(ctx context.Context) {
 
 // viewHeaderSQL opens a catch-up: its snapshot (what the next one starts from), the clock, and whether the feed
 // was pruned past the previous snapshot (then notes may be gone and everything is reloaded).
+// The timeline is the primary's WAL timeline (NULL on a standby, which the view never reads).
 const viewHeaderSQL = `SELECT pg_current_snapshot()::text, pg_snapshot_xmin(pg_current_snapshot())::text, clock_timestamp(),
-	coalesce($1::pg_snapshot IS NULL OR pg_snapshot_xmin($1::pg_snapshot) < (SELECT pruned_below FROM gcos_change_feed_horizon), true)`
+	coalesce($1::pg_snapshot IS NULL OR pg_snapshot_xmin($1::pg_snapshot) < (SELECT pruned_below FROM gcos_change_feed_horizon), true),
+	CASE WHEN NOT pg_is_in_recovery() THEN substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END`
 
 // viewFeedSQL: the notes of the transactions that committed since the previous snapshot.
 const viewFeedSQL = `SELECT DISTINCT kind, key FROM gcos_change_feed
@@ -197,13 +201,14 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 	defer v.catchingUp.Unlock()
 	began := time.Now()
 	v.mu.RLock()
-	prev, cur := v.snapshot, v.state
+	prev, cur, prevTimeline := v.snapshot, v.state, v.timeline
 	v.mu.RUnlock()
 	var prevArg *string
 	if cur != nil {
 		prevArg = &prev
 	}
 	var snapshot, xmin string
+	var timeline *string
 	var dbNow, read time.Time
 	var reload bool
 	var next *viewState
@@ -216,10 +221,20 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 		db = v.conn
 	}
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, viewHeaderSQL, prevArg).Scan(&snapshot, &xmin, &dbNow, &reload); err != nil {
+		if err := tx.QueryRow(ctx, viewHeaderSQL, prevArg).Scan(&snapshot, &xmin, &dbNow, &reload, &timeline); err != nil {
 			return fmt.Errorf("open: %w", err)
 		}
 		read = time.Now()
+		if timeline == nil {
+			return errors.New("the server is a standby (in recovery): the view reads the primary only")
+		}
+		// A promoted replica starts a new timeline, and an asynchronous one may lack transactions the view already
+		// reflects: its history went back, the feed's snapshots name transactions it never saw, so everything is read
+		// again from it. Never state newer than the database.
+		if prevTimeline != "" && *timeline != prevTimeline {
+			v.s.logger.Warn("gate view: the database's history changed (a new timeline after a failover); reloading", "from", prevTimeline, "to", *timeline)
+			reload = true
+		}
 		if !reload {
 			var err error
 			if changed, err = readFeed(ctx, tx, prev); err != nil {
@@ -280,7 +295,7 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 		v.state.applyRows(d)
 		v.state.applyReferenced(d)
 	}
-	v.snapshot, v.token, v.asOf, v.dbAsOf = snapshot, token, began, dbNow
+	v.snapshot, v.token, v.asOf, v.dbAsOf, v.timeline = snapshot, token, began, dbNow, *timeline
 	v.offset = dbNow.Sub(began.Add(read.Sub(began) / 2))
 	v.mu.Unlock()
 	if reload {
