@@ -132,8 +132,14 @@ func (b BirthBinding) SQL(text string) string { return b.Names().SQL(text) }
 // aggregated with their parent code, so anchors are looked up once per (parent, group), never per row. OFFSET 0
 // keeps the anchor lookup an index probe on the unique (collection, code) index per aggregate row: flattened into a
 // join, the planner hashed the whole inventory for every batch, so a batch cost O(all births) instead of O(batch).
-func (b BirthBinding) baseAggregateSQL() string {
-	return b.SQL(`
+func (b BirthBinding) baseAggregateSQL() string { return b.baseAggregateSQLOf(pgx.Identifier{b.Table}) }
+
+// baseAggregateSQLOf is baseAggregateSQL over the births of one partition (or the whole table): the births are read
+// from part, their anchors from the whole table, since a child's anchor may be born in another partition.
+func (b BirthBinding) baseAggregateSQLOf(part pgx.Identifier) string {
+	n := b.Names()
+	n["part"] = part
+	return n.SQL(`
 SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.coll), coalesce(p.{status}, a.status),
        sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text
 FROM (
@@ -142,7 +148,7 @@ FROM (
     FROM (
         SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, b.{born} AS born, b.{id} AS id,
                ` + rowHashExpr + ` AS h
-        FROM {t} b
+        FROM {part} b
         WHERE b.{id} >= $1 AND b.{id} < $2
         OFFSET 0
     ) b
@@ -257,28 +263,36 @@ type baseKey struct{ Class, registry, lifecycle string }
 
 // captureBatches reads [minID, maxID] in keyset batches across workers sharing one exported snapshot, so the
 // result is one consistent instant whatever the batch size or parallelism.
-func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, minID, maxID int64, opts CaptureOptions) (map[baseKey]*gcos.BaseGroup, int, error) {
+func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, parts []birthPartition, opts CaptureOptions) (map[baseKey]*gcos.BaseGroup, int, error) {
 	var snapshotName string
 	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshotName); err != nil {
 		return nil, 0, fmt.Errorf("export snapshot: %w", err)
 	}
-	type batch struct{ lo, hi int64 }
-	batches := make(chan batch)
-	var nBatches int
-	var ranges []batch
-	for lo := minID; lo <= maxID; lo += opts.BatchSize {
-		ranges = append(ranges, batch{lo, min(lo+opts.BatchSize, maxID+1)})
+	// A batch is an id range of one partition: each reads only its partition's id index, and the fingerprints of
+	// the partitions' groups add up to the table's (they are sums), so the combined capture equals an unpartitioned one.
+	type batch struct {
+		sql    string
+		lo, hi int64
 	}
-	nBatches = len(ranges)
-	sql := s.BirthBinding().baseAggregateSQL()
+	batches := make(chan batch)
+	var ranges []batch
+	var total int64
+	b := s.BirthBinding()
+	for _, p := range parts {
+		sql := b.baseAggregateSQLOf(p.name)
+		for lo := p.minID; lo <= p.maxID; lo += opts.BatchSize {
+			ranges = append(ranges, batch{sql, lo, min(lo+opts.BatchSize, p.maxID+1)})
+		}
+		total += p.maxID - p.minID + 1
+	}
+	nBatches := len(ranges)
 	var mu sync.Mutex
 	merged := map[baseKey]*gcos.BaseGroup{}
 	var done int64
-	total := maxID - minID + 1
 	worker := func(ctx context.Context, q pgx.Tx) error {
 		for b := range batches {
 			bt := time.Now()
-			rows, err := q.Query(ctx, sql, b.lo, b.hi)
+			rows, err := q.Query(ctx, b.sql, b.lo, b.hi)
 			if err != nil {
 				return fmt.Errorf("batch [%d,%d): %w", b.lo, b.hi, err)
 			}
@@ -377,10 +391,54 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, minID, maxID int6
 	if err := errors.Join(collect(errs)...); err != nil {
 		return nil, nBatches, err
 	}
-	if err := s.checkDeterminism(ctx, tx, sql, ranges[0].lo, ranges[0].hi); err != nil {
+	if err := s.checkDeterminism(ctx, tx, ranges[0].sql, ranges[0].lo, ranges[0].hi); err != nil {
 		return nil, nBatches, err
 	}
 	return merged, nBatches, nil
+}
+
+// birthPartition is one leaf of the birth table (the table itself when it is not partitioned) and its id bounds.
+type birthPartition struct {
+	name         pgx.Identifier
+	minID, maxID int64
+}
+
+// birthPartitionsSQL lists the leaves of a partitioned birth table: its partitions at any depth.
+const birthPartitionsSQL = `SELECT n.nspname, c.relname FROM pg_partition_tree($1::regclass) t
+	JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE t.isleaf ORDER BY n.nspname, c.relname`
+
+// birthPartitions returns the leaves of the birth table that hold births, with their id bounds, in tx's snapshot.
+func (s *Store) birthPartitions(ctx context.Context, tx pgx.Tx) ([]birthPartition, error) {
+	b := s.BirthBinding()
+	rows, err := tx.Query(ctx, birthPartitionsSQL, Quote(b.Table))
+	if err != nil {
+		return nil, fmt.Errorf("list the birth table's partitions: %w", err)
+	}
+	leaves, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pgx.Identifier, error) {
+		var schema, name string
+		err := r.Scan(&schema, &name)
+		return pgx.Identifier{schema, name}, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the birth table's partitions: %w", err)
+	}
+	if len(leaves) == 0 { // not partitioned (a plain table is no partition tree), or with no partition yet
+		leaves = []pgx.Identifier{{b.Table}}
+	}
+	var parts []birthPartition
+	for _, leaf := range leaves {
+		n := b.Names()
+		n["part"] = leaf
+		var minID, maxID *int64
+		if err := tx.QueryRow(ctx, n.SQL(`SELECT min({id}), max({id}) FROM {part}`)).Scan(&minID, &maxID); err != nil {
+			return nil, fmt.Errorf("id bounds of %s: %w", quote(leaf), err)
+		}
+		if minID != nil {
+			parts = append(parts, birthPartition{name: leaf, minID: *minID, maxID: *maxID})
+		}
+	}
+	return parts, nil
 }
 
 // determinismSample bounds the ids the self-check recomputes, so it costs a few percent of a capture.
@@ -528,20 +586,19 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	if err != nil {
 		return Snapshot{}, err
 	}
-	b := s.BirthBinding()
-	var minID, maxID *int64
-	if err := tx.QueryRow(ctx, b.SQL(`SELECT min({id}), max({id}) FROM {t}`)).Scan(&minID, &maxID); err != nil {
-		return Snapshot{}, fmt.Errorf("id bounds: %w", err)
+	parts, err := s.birthPartitions(ctx, tx)
+	if err != nil {
+		return Snapshot{}, err
 	}
 	bases := map[baseKey]*gcos.BaseGroup{}
 	var batches int
 	t0 := time.Now()
-	if minID != nil {
-		if bases, batches, err = s.captureBatches(ctx, tx, *minID, *maxID, opts); err != nil {
+	if len(parts) > 0 {
+		if bases, batches, err = s.captureBatches(ctx, tx, parts, opts); err != nil {
 			return Snapshot{}, err
 		}
 	}
-	s.logger.Debug("snapshot: batches read", "scope", opts.Scope, "batches", batches, "elapsed", time.Since(t0))
+	s.logger.Debug("snapshot: batches read", "scope", opts.Scope, "partitions", len(parts), "batches", batches, "elapsed", time.Since(t0))
 	snap := Snapshot{Scope: opts.Scope, Registries: regs, Metrics: SnapshotMetrics{
 		RunID: opts.RunID, RulesetVersion: opts.RulesetVersion, Groups: map[string]SnapshotGroup{},
 	}}
