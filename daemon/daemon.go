@@ -126,6 +126,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.View != nil {
 		run("gate view", d.View.Run)
 	}
+	if d.Store.ReplicaStats().Configured {
+		d.logger.Info("gate: reads through from the replica while it is proven within gate.max_staleness of the primary, else from the primary",
+			"max_staleness", d.Store.Config().Gate.MaxStaleness.Duration())
+		run("replica monitor", d.Store.RunReplicaMonitor)
+	}
 	run("intake", d.Intake.Run)
 	run("scan", d.Scan.Run)
 	if !d.cfg.NoPromotion {

@@ -331,14 +331,20 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	o, err := s.gateInputs(ctx, s.gatePool, ref)
+	pool, source := s.gateReadPool(opt.Consistency == ConsistencyFull)
+	o, err := s.gateInputs(ctx, pool, ref)
+	if err != nil && source == SourceReplica && ctx.Err() == nil {
+		s.replicaFailed(err)
+		source = SourceDatabase
+		o, err = s.gateInputs(ctx, s.gatePool, ref)
+	}
 	if err != nil {
 		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: s.gateReadFailed("object "+object, err)})
 		res.Reasons = d.Reasons
 		return res, fu
 	}
 	s.gateOutage.succeeded()
-	res.AsOf, res.Source, res.Token = o.now, SourceDatabase, o.token
+	res.AsOf, res.Source, res.Token = o.now, source, o.token
 	return s.judge(ref, action, o, res)
 }
 

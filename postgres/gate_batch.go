@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
 )
@@ -164,7 +165,13 @@ func (s *Store) decideBatch(ctx context.Context, refs []ObjectRef, actions []str
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	reads, err := s.gateBatchReads(ctx, refs)
+	pool, source := s.gateReadPool(full)
+	reads, err := s.gateBatchReads(ctx, pool, refs)
+	if err != nil && source == SourceReplica && ctx.Err() == nil {
+		s.replicaFailed(err)
+		source = SourceDatabase
+		reads, err = s.gateBatchReads(ctx, s.gatePool, refs)
+	}
 	out := GateBatchResult{Results: make([]GateResult, len(refs))}
 	fus := make([]gateFollowUps, len(refs))
 	if err != nil {
@@ -176,12 +183,12 @@ func (s *Store) decideBatch(ctx context.Context, refs []ObjectRef, actions []str
 		return out, fus
 	}
 	s.gateOutage.succeeded()
-	out.Source = SourceDatabase
+	out.Source = source
 	for i, ref := range refs {
 		o := reads[i]
 		out.AsOf, out.Token = o.now, o.token
 		res := GateResult{Object: ref.String(), Action: actions[i], Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{},
-			AsOf: o.now, Source: SourceDatabase, Token: o.token}
+			AsOf: o.now, Source: source, Token: o.token}
 		out.Results[i], fus[i] = s.judge(ref, actions[i], o, res)
 	}
 	return out, fus
@@ -189,9 +196,9 @@ func (s *Store) decideBatch(ctx context.Context, refs []ObjectRef, actions []str
 
 // gateBatchReads reads every object's gate inputs in one read-only repeatable-read transaction: one snapshot and
 // one clock (now() is the transaction's) for the whole batch, the statements sent in one round trip.
-func (s *Store) gateBatchReads(ctx context.Context, refs []ObjectRef) ([]objectReads, error) {
+func (s *Store) gateBatchReads(ctx context.Context, pool *pgxpool.Pool, refs []ObjectRef) ([]objectReads, error) {
 	reads := make([]objectReads, len(refs))
-	err := pgx.BeginTxFunc(ctx, s.gatePool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var now time.Time
 		var token string
 		if err := tx.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text`).Scan(&now, &token); err != nil {

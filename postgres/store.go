@@ -48,6 +48,8 @@ type Store struct {
 	owner string
 	// clock, when set, is the time the emission discipline decides by (tests move it); nil: the database clock.
 	clock func() time.Time
+	// replica, when configured, is where the gate reads through while it is proven fresh (replica.go).
+	replica *replicaReads
 	// demotions counts the times the pools were dropped because the primary turned read-only.
 	demotions atomic.Int64
 	// session connects what needs a session of its own (LISTEN); nil: nothing may (a transaction pooler without a
@@ -64,6 +66,9 @@ type Databases struct {
 	// URL is the primary, directly or through a pooler (database.pooling says which). A multi-host URL with
 	// target_session_attrs=read-write follows a failover to whichever host is the primary now.
 	URL string
+	// ReplicaURL is a streaming replica of the primary the gate may read through from while it is proven within
+	// gate.max_staleness of the primary (RunReplicaMonitor); empty: the gate reads the primary.
+	ReplicaURL string
 	// SessionURL reaches the same database without a transaction pooler, for what needs a session of its own (the
 	// LISTEN that wakes event scans). Empty: URL itself under session pooling; nothing under transaction pooling,
 	// where event scans then poll.
@@ -116,6 +121,25 @@ func Open(ctx context.Context, db Databases, cfg gcos.Config, logger *slog.Logge
 	}
 	s := New(pool, cfg, logger).WithGatePool(gatePool)
 	s.session = session
+	if db.ReplicaURL != "" {
+		rcfg, err := pgxpool.ParseConfig(db.ReplicaURL)
+		if err != nil {
+			s.Close()
+			return nil, gcos.Errorf(gcos.EINVALID, "replica database url: %v", err)
+		}
+		rcfg.MaxConns = int32(cfg.Gate.PoolConns)
+		rcfg.ConnConfig.RuntimeParams["application_name"] = "gcos-replica"
+		rcfg.ConnConfig.DefaultQueryExecMode = pcfg.ConnConfig.DefaultQueryExecMode
+		rcfg.ConnConfig.StatementCacheCapacity = pcfg.ConnConfig.StatementCacheCapacity
+		rcfg.ConnConfig.DescriptionCacheCapacity = pcfg.ConnConfig.DescriptionCacheCapacity
+		rcfg.AfterConnect = pcfg.AfterConnect
+		replica, err := pgxpool.NewWithConfig(ctx, rcfg)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("connect the replica's pool: %w", err)
+		}
+		s.replica = newReplicaReads(replica, cfg.Gate)
+	}
 	demoted.store.Store(s)
 	return s, nil
 }
@@ -204,6 +228,9 @@ func (s *Store) Config() gcos.Config { return s.cfg }
 
 // Close releases every connection.
 func (s *Store) Close() {
+	if s.replica != nil {
+		s.replica.pool.Close()
+	}
 	if s.gatePool != s.pool {
 		s.gatePool.Close()
 	}

@@ -30,6 +30,7 @@ type app struct {
 
 	databaseURL string
 	sessionURL  string // a direct URL for session work when databaseURL is a transaction pooler
+	replicaURL  string // a streaming replica the gate may read through from
 	dataDir     string
 	configPath  string
 	jsonOut     bool
@@ -75,6 +76,7 @@ func (a *app) rootCommand() *cobra.Command {
 	// The URL's default is read from the environment in setup, not here: a flag's default is printed by --help,
 	// and this one carries a password.
 	f.StringVar(&a.databaseURL, "database-url", "", "PostgreSQL URL (env GCOS_DATABASE_URL); empty starts the embedded cluster in --data-dir")
+	f.StringVar(&a.replicaURL, "replica-database-url", "", "streaming replica the gate reads through from while it is within gate.max_staleness of the primary (env GCOS_REPLICA_DATABASE_URL)")
 	f.StringVar(&a.sessionURL, "session-database-url", "", "direct PostgreSQL URL for session work (LISTEN) when --database-url is a transaction pooler (env GCOS_SESSION_DATABASE_URL)")
 	f.StringVar(&a.dataDir, "data-dir", envOr("GCOS_DATA_DIR", "./.gcos"), "data directory of the embedded PostgreSQL (env GCOS_DATA_DIR)")
 	f.StringVar(&a.configPath, "config", os.Getenv("GCOS_CONFIG"), "configuration file, JSON (env GCOS_CONFIG)")
@@ -289,7 +291,10 @@ func (a *app) setup() error {
 	if a.sessionURL == "" {
 		a.sessionURL = os.Getenv("GCOS_SESSION_DATABASE_URL")
 	}
-	a.secrets = append(gcos.URLSecrets(a.databaseURL), gcos.URLSecrets(a.sessionURL)...)
+	if a.replicaURL == "" {
+		a.replicaURL = os.Getenv("GCOS_REPLICA_DATABASE_URL")
+	}
+	a.secrets = append(append(gcos.URLSecrets(a.databaseURL), gcos.URLSecrets(a.sessionURL)...), gcos.URLSecrets(a.replicaURL)...)
 	a.logger = slog.New(redactingHandler{slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: lvl, ReplaceAttr: a.redactAttr}), a.redact})
 	cfg, err := gcos.LoadConfig(a.configPath)
 	if err != nil {
@@ -338,7 +343,7 @@ func (a *app) open(ctx context.Context) (*postgres.Store, error) {
 	} else {
 		a.verbosef("through the database at %s", databaseIdentity(dsn))
 	}
-	store, err := postgres.Open(ctx, postgres.Databases{URL: dsn, SessionURL: a.sessionURL}, a.cfg, a.logger)
+	store, err := postgres.Open(ctx, postgres.Databases{URL: dsn, SessionURL: a.sessionURL, ReplicaURL: a.replicaURL}, a.cfg, a.logger)
 	if err != nil {
 		return nil, err
 	}

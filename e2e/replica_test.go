@@ -1,0 +1,122 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/embeddedpg"
+	"gcos/postgres"
+)
+
+// TestReplicaReads_GateReadsReplicaWithinBound gives the store a streaming replica: the gate reads through from it
+// while its measured lag is within gate.max_staleness, with the primary's answers; when the replica stops replaying
+// (pg_wal_replay_pause) and the primary moves on, the gate reads the primary, so a birth the replica has not seen
+// is known; once replay resumes, the gate is back on the replica.
+func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	primary := newPrivateDBWith(ctx, t, embeddedpg.Config{DataDir: filepath.Join(dir, "primary"), Ephemeral: true,
+		Settings: map[string]string{"synchronous_commit": "on"}}, "gcos_replica")
+	replica, err := primary.cluster.StartReplica(ctx, embeddedpg.Config{DataDir: filepath.Join(dir, "replica"), Ephemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = replica.Stop(context.Background()) })
+	conf := gcos.DefaultConfig()
+	conf.Gate.View = false // every question reads through
+	conf.Gate.MaxStaleness = gcos.Duration(time.Second)
+	conf.Gate.ViewRefresh = gcos.Duration(20 * time.Millisecond)
+	primary.seedWorld(ctx, t, conf, 2000, 41)
+	store, err := postgres.Open(ctx, postgres.Databases{URL: primary.dsn, ReplicaURL: replica.DatabaseDSN("gcos_replica")}, conf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	monCtx, stopMonitor := context.WithCancel(ctx)
+	monitorDone := make(chan error, 1)
+	go func() { monitorDone <- store.RunReplicaMonitor(monCtx) }()
+	defer func() { stopMonitor(); <-monitorDone }()
+	replicaPool := connect(ctx, t, replica.DatabaseDSN("gcos_replica"))
+
+	var objects []string
+	rows, err := primary.pool.Query(ctx, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 40`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		objects = append(objects, o)
+	}
+	var collection, entityType string
+	if err := primary.pool.QueryRow(ctx, `SELECT collection_name, entity_type FROM birth_registry WHERE parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&collection, &entityType); err != nil {
+		t.Fatal(err)
+	}
+	waitSource := func(what, object, want string) gcos.GateAnswer {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; {
+			a := store.Gate(ctx, object, gcos.ActionRead).Answer()
+			if a.Source == want {
+				return a
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the gate never read from the %s within 60 s (last %+v, replica %+v)", what, want, a, store.ReplicaStats())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// Caught up: from the replica, answering as the primary does.
+	waitSource("caught up", objects[0], postgres.SourceReplica)
+	full := postgres.GateOptions{Consistency: postgres.ConsistencyFull}
+	for _, o := range objects {
+		fromReplica := store.Gate(ctx, o, gcos.ActionWrite).Answer()
+		fromPrimary := store.GateWith(ctx, o, gcos.ActionWrite, full).Answer()
+		if fromReplica.Source != postgres.SourceReplica || fromReplica.Decision != fromPrimary.Decision || fromReplica.Reason != fromPrimary.Reason {
+			t.Errorf("%s: the replica answers %+v, the primary %+v", o, fromReplica, fromPrimary)
+		}
+	}
+	if st := store.ReplicaStats(); st.LagSeconds < 0 || st.LagSeconds > conf.Gate.MaxStaleness.Duration().Seconds() {
+		t.Errorf("the replica is read from with a measured lag of %v s (bound %s)", st.LagSeconds, conf.Gate.MaxStaleness.Duration())
+	}
+
+	// Replay paused: the primary moves on, the replica's proof ages past the bound, the gate reads the primary.
+	if _, err := replicaPool.Exec(ctx, `SELECT pg_wal_replay_pause()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := primary.pool.Exec(ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status)
+		VALUES ('after-pause', $1, $2, 'active')`, collection, entityType); err != nil {
+		t.Fatal(err)
+	}
+	fresh := collection + ":after-pause"
+	a := waitSource("replay paused", fresh, postgres.SourceDatabase)
+	if a.Decision == gcos.GateBlock && a.Reason == fmt.Sprintf("object %s has no birth in birth_registry: unknown objects are blocked", fresh) {
+		t.Errorf("the gate answered from a state without the new birth: %+v", a)
+	}
+	if n := count(t, ctx, replicaPool, `SELECT count(*) FROM birth_registry WHERE entity_code = 'after-pause'`); n != 0 {
+		t.Fatal("the paused replica has the new birth: the test proves nothing")
+	}
+	for range 20 { // not one answer from the paused replica
+		if a := store.Gate(ctx, fresh, gcos.ActionRead).Answer(); a.Source == postgres.SourceReplica {
+			t.Fatalf("the gate read from a replica %v s behind (bound %s): %+v", store.ReplicaStats().LagSeconds, conf.Gate.MaxStaleness.Duration(), a)
+		}
+	}
+
+	// Replay resumed: back on the replica, which now has the birth.
+	if _, err := replicaPool.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
+		t.Fatal(err)
+	}
+	if a := waitSource("replay resumed", fresh, postgres.SourceReplica); a.Reason == fmt.Sprintf("object %s has no birth in birth_registry: unknown objects are blocked", fresh) {
+		t.Errorf("the resumed replica does not know the birth: %+v", a)
+	}
+	if st := store.ReplicaStats(); st.Reads == 0 || st.Fallbacks == 0 {
+		t.Errorf("replica stats: %+v, want reads and fallbacks both counted", st)
+	}
+}
