@@ -2,20 +2,27 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"gcos"
 	"gcos/embeddedpg"
+	"gcos/httpapi"
 	"gcos/postgres"
 )
 
-// TestReplicaReads_GateReadsReplicaWithinBound gives the store a streaming replica: the gate reads through from it
-// while its measured lag is within gate.max_staleness, with the primary's answers; when the replica stops replaying
-// (pg_wal_replay_pause) and the primary moves on, the gate reads the primary, so a birth the replica has not seen
-// is known; once replay resumes, the gate is back on the replica.
+// TestReplicaReads_GateReadsReplicaWithinBound gives the store a streaming replica: the gate's read-through and the
+// API's read-only routes read from it while its measured lag is within gate.max_staleness, with the primary's
+// answers; when the replica stops replaying (pg_wal_replay_pause) and the primary moves on, they read the primary,
+// so a birth the replica has not seen is known; once replay resumes, the gate is back on the replica.
 func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -73,8 +80,45 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 		}
 	}
 
+	// The read-only routes of the API over the same store.
+	httpCfg := conf.HTTP
+	httpCfg.InsecureNoAuth = true
+	h, err := httpapi.New(httpapi.Config{Store: store, HTTP: httpCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httptest.NewServer(h)
+	defer api.Close()
+	readRoute := func(path string) (string, string) {
+		t.Helper()
+		resp, err := http.Get(api.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v\n%s", path, resp.StatusCode, err, body)
+		}
+		return resp.Header.Get("X-GCOS-Source"), string(body)
+	}
+	routes := []string{"/v1/groups?limit=50", "/v1/explain?object=" + url.QueryEscape(objects[1]), "/v1/rulesets", "/v1/snapshots"}
+
 	// Caught up: from the replica, answering as the primary does.
 	waitSource("caught up", objects[0], postgres.SourceReplica)
+	for _, path := range routes {
+		if src, _ := readRoute(path); src != postgres.SourceReplica {
+			t.Errorf("GET %s read from %q with the replica caught up, want %q", path, src, postgres.SourceReplica)
+		}
+	}
+	_, groupsFromReplica := readRoute("/v1/groups?limit=50")
+	groupsFromPrimary, err := store.ListGroups(ctx, postgres.GroupFilter{Limit: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := json.Marshal(groupsFromPrimary); !jsonEqual(t, groupsFromReplica, string(want)) {
+		t.Errorf("GET /v1/groups from the replica differs from the primary's page:\n%s\n%s", groupsFromReplica, want)
+	}
 	full := postgres.GateOptions{Consistency: postgres.ConsistencyFull}
 	for _, o := range objects {
 		fromReplica := store.Gate(ctx, o, gcos.ActionWrite).Answer()
@@ -107,6 +151,14 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 		if a := store.Gate(ctx, fresh, gcos.ActionRead).Answer(); a.Source == postgres.SourceReplica {
 			t.Fatalf("the gate read from a replica %v s behind (bound %s): %+v", store.ReplicaStats().LagSeconds, conf.Gate.MaxStaleness.Duration(), a)
 		}
+		for _, path := range routes {
+			if src, _ := readRoute(path); src != postgres.SourceDatabase {
+				t.Fatalf("GET %s read from %q with the replica paused behind the bound", path, src)
+			}
+		}
+	}
+	if _, body := readRoute("/v1/explain?object=" + url.QueryEscape(fresh)); !strings.Contains(body, "after-pause") {
+		t.Errorf("explain of the new birth with the replica paused: %s", body)
 	}
 
 	// Replay resumed: back on the replica, which now has the birth.
@@ -119,4 +171,19 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	if st := store.ReplicaStats(); st.Reads == 0 || st.Fallbacks == 0 {
 		t.Errorf("replica stats: %+v, want reads and fallbacks both counted", st)
 	}
+}
+
+// jsonEqual compares two JSON documents by value.
+func jsonEqual(t *testing.T, a, b string) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal([]byte(a), &x); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(b), &y); err != nil {
+		t.Fatal(err)
+	}
+	xs, _ := json.Marshal(x)
+	ys, _ := json.Marshal(y)
+	return string(xs) == string(ys)
 }

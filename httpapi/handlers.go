@@ -188,6 +188,14 @@ func (s *server) gateRefused(w http.ResponseWriter, r *http.Request, err error) 
 	})
 }
 
+// reads is the store a read-only route reads from: the replica while it is proven within gate.max_staleness of
+// the primary, else the primary. The X-GCOS-Source header says which.
+func (s *server) reads(w http.ResponseWriter) *postgres.Store {
+	st, source := s.store.Reads()
+	w.Header().Set("X-GCOS-Source", source)
+	return st
+}
+
 // explain answers GET /v1/explain?object=C:E or ?group=KEY (exactly one).
 func (s *server) explain(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
@@ -200,9 +208,9 @@ func (s *server) explain(w http.ResponseWriter, r *http.Request) int {
 	case (object == "") == (group == ""):
 		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "give exactly one of object=COLLECTION:CODE or group=KEY"))
 	case object != "":
-		ex, err = s.store.ExplainObject(ctx, object)
+		ex, err = s.reads(w).ExplainObject(ctx, object)
 	default:
-		ex, err = s.store.ExplainGroup(ctx, group)
+		ex, err = s.reads(w).ExplainGroup(ctx, group)
 	}
 	if err != nil {
 		return s.fail(w, r, err)
@@ -228,7 +236,7 @@ func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	page, err := s.store.ListGroups(ctx, f)
+	page, err := s.reads(w).ListGroups(ctx, f)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -239,7 +247,7 @@ func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
 func (s *server) group(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	g, err := s.store.GetGroup(ctx, r.PathValue("key"))
+	g, err := s.reads(w).GetGroup(ctx, r.PathValue("key"))
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -324,7 +332,8 @@ func (s *server) summary(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	body, _, err := s.summaries.get(ctx, "", func(ctx context.Context, asOf time.Time) ([]byte, error) {
-		sum, err := s.store.Summary(ctx)
+		st, _ := s.store.Reads() // computed once for every caller of the cache: no one response to mark
+		sum, err := st.Summary(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -340,7 +349,7 @@ func (s *server) summary(w http.ResponseWriter, r *http.Request) int {
 func (s *server) rulesets(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	list, err := s.store.ListRulesets(ctx)
+	list, err := s.reads(w).ListRulesets(ctx)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -359,7 +368,7 @@ func (s *server) snapshots(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	list, err := s.store.ListSnapshots(ctx, limit)
+	list, err := s.reads(w).ListSnapshots(ctx, limit)
 	if err != nil {
 		return s.fail(w, r, err)
 	}

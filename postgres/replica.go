@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ const SourceReplica = "replica"
 // it, and replay only moves forward: a read that starts at t is at most t - (that instant) behind the primary.
 type replicaReads struct {
 	pool     *pgxpool.Pool
+	store    *Store // a store over the replica, for read-only requests (Reads)
 	maxStale time.Duration
 	refresh  time.Duration
 
@@ -48,8 +50,9 @@ type lsnSample struct {
 // the replica is far beyond any sensible staleness bound anyway.
 const replicaSamplesKept = 512
 
-func newReplicaReads(pool *pgxpool.Pool, g gcos.GateConfig) *replicaReads {
-	r := &replicaReads{pool: pool, maxStale: g.MaxStaleness.Duration(), refresh: g.ViewRefresh.Duration()}
+func newReplicaReads(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *replicaReads {
+	g := cfg.Gate
+	r := &replicaReads{pool: pool, store: New(pool, cfg, logger), maxStale: g.MaxStaleness.Duration(), refresh: g.ViewRefresh.Duration()}
 	r.lag.Store(-1)
 	r.lagGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gcos_replica_lag_seconds",
@@ -128,6 +131,16 @@ func (s *Store) gateReadPool(full bool) (*pgxpool.Pool, string) {
 		r.fallbacks.Add(1)
 	}
 	return s.gatePool, SourceDatabase
+}
+
+// Reads is the store a read-only request reads from, and its source: a store over the replica while the replica is
+// proven within gate.max_staleness of the primary (SourceReplica), else s itself (SourceDatabase). Only reads may
+// go through it: the replica refuses writes.
+func (s *Store) Reads() (*Store, string) {
+	if r := s.replica; r != nil && r.fresh() {
+		return r.store, SourceReplica
+	}
+	return s, SourceDatabase
 }
 
 // replicaFailed takes the replica out of the gate's reads until the next measurement proves it again.

@@ -138,7 +138,7 @@ func Open(ctx context.Context, db Databases, cfg gcos.Config, logger *slog.Logge
 			s.Close()
 			return nil, fmt.Errorf("connect the replica's pool: %w", err)
 		}
-		s.replica = newReplicaReads(replica, cfg.Gate)
+		s.replica = newReplicaReads(replica, cfg, s.logger)
 	}
 	demoted.store.Store(s)
 	return s, nil
