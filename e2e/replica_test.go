@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
