@@ -49,34 +49,35 @@ func TestPgBouncer_TransactionPooling(t *testing.T) {
 	conf.Scan.VerifySample = 50
 	confPath := writeConfig(t, dir, conf)
 	store := db.seedWorld(ctx, t, conf, 3000, 29)
-	pooledDSN := startPgBouncer(ctx, t, bouncer, db, "gcos_pooled")
-
-	// The source's writers reach the database through the pooler too (exec mode: no statement cache).
-	pcfg, err := pgxpool.ParseConfig(pooledDSN + "&default_query_exec_mode=exec")
-	if err != nil {
-		t.Fatal(err)
-	}
-	writers, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writers.Close()
 	var collection, entityType, code string
 	if err := db.pool.QueryRow(ctx, `SELECT collection_name, entity_type, entity_code FROM birth_registry
 		WHERE parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&collection, &entityType, &code); err != nil {
 		t.Fatal(err)
 	}
-	born := func(t *testing.T, code string) int64 {
-		t.Helper()
-		var id int64
-		if err := writers.QueryRow(ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
-			VALUES ($1, $2, $3, 'active', 'birth-api', 'pooled') RETURNING id`, code, collection, entityType).Scan(&id); err != nil {
+
+	// Each phase has a PgBouncer of its own: PgBouncer 1.18 may exit when a client's cancel request races its
+	// disconnect (pgbouncer/pgbouncer#801), which a stopping process can cause; the test says so if it happens.
+	phase := func(t *testing.T, name string, args []string, sessionWork string) {
+		pooledDSN, bouncerAlive := startPgBouncer(ctx, t, bouncer, db, "gcos_pooled")
+		// The source's writers reach the database through the pooler too (exec mode: no statement cache).
+		pcfg, err := pgxpool.ParseConfig(pooledDSN + "&default_query_exec_mode=exec")
+		if err != nil {
 			t.Fatal(err)
 		}
-		return id
-	}
-
-	phase := func(t *testing.T, name string, args []string, sessionWork string) {
+		writers, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer writers.Close()
+		born := func(code string) int64 {
+			t.Helper()
+			var id int64
+			if err := writers.QueryRow(ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+				VALUES ($1, $2, $3, 'active', 'birth-api', 'pooled') RETURNING id`, code, collection, entityType).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
 		d := &daemons{t: t, bin: bin, dsn: pooledDSN, config: confPath, dir: dir, args: args}
 		defer d.killAll()
 		started := time.Now()
@@ -90,7 +91,7 @@ func TestPgBouncer_TransactionPooling(t *testing.T) {
 		d.waitUp(log)
 		var last int64
 		for i := range 20 {
-			last = born(t, fmt.Sprintf("%s-%d", name, i))
+			last = born(fmt.Sprintf("%s-%d", name, i))
 			if i%4 == 0 {
 				if _, err := writers.Exec(ctx, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by)
 					VALUES ($1, $2, 'update', 'registry-sync')`, entityType, code); err != nil {
@@ -112,21 +113,24 @@ func TestPgBouncer_TransactionPooling(t *testing.T) {
 			t.Errorf("%s: no event scan scanned a group through the pooler", name)
 		}
 		// The gate through the daemon (the CLI in its directory reaches it: its view, caught up through the pooler),
-		// then, with the daemon stopped, the CLI's own read through the pooler.
-		askGate := func(via string) {
+		// and the CLI's own read through the pooler (from a directory where no daemon runs).
+		askGate := func(via, cwd string) {
 			t.Helper()
 			gate := exec.CommandContext(ctx, bin, "gate", "--database-url", pooledDSN, "--config", confPath,
 				"--object", collection+":"+name+"-0", "--json")
-			gate.Dir = dir
+			gate.Dir = cwd
 			out, err := gate.Output()
 			var answer gcos.GateAnswer
 			if jerr := json.Unmarshal(out, &answer); jerr != nil || answer.Decision == "" || answer.Token == "" {
 				t.Errorf("%s: gate %s through the pooler: %v %v\n%s", name, via, err, jerr, out)
 			}
 		}
-		askGate("by the daemon")
+		askGate("by the daemon", dir)
+		askGate("by the CLI", t.TempDir())
 		d.stopAll()
-		askGate("by the CLI")
+		if !bouncerAlive() {
+			t.Logf("%s: PgBouncer exited as the daemon stopped (its log follows if it named a FATAL: pgbouncer/pgbouncer#801)", name)
+		}
 		b, err := os.ReadFile(log)
 		if err != nil {
 			t.Fatal(err)
@@ -178,7 +182,7 @@ func findPgBouncer(t *testing.T) string {
 
 // startPgBouncer starts PgBouncer in transaction pooling mode in front of database on db's server and returns a
 // URL through it. PgBouncer refuses to run as root, so as root it runs as user postgres (or nobody).
-func startPgBouncer(ctx context.Context, t *testing.T, bin string, db *privateDB, database string) string {
+func startPgBouncer(ctx context.Context, t *testing.T, bin string, db *privateDB, database string) (string, func() bool) {
 	t.Helper()
 	u, err := url.Parse(db.dsn)
 	if err != nil {
@@ -235,12 +239,21 @@ ignore_startup_parameters = extra_float_digits
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	alive := func() bool {
+		select {
+		case <-exited:
+			return false
+		default:
+			return true
+		}
+	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 		_ = logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
+		if b, _ := os.ReadFile(logf.Name()); t.Failed() || strings.Contains(string(b), "FATAL") {
 			t.Logf("pgbouncer log (last lines):\n%s", tailLines(string(b), 20))
 		}
 	})
@@ -250,7 +263,7 @@ ignore_startup_parameters = extra_float_digits
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err == nil {
 			_ = c.Close()
-			return pooled
+			return pooled, alive
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			t.Fatalf("pgbouncer did not listen on %d within 30 s: %v", port, err)

@@ -319,7 +319,9 @@ func (l *DirtyListener) Wait(ctx context.Context, timeout time.Duration) (bool, 
 // Close drops the listening connection.
 func (l *DirtyListener) Close() {
 	if l.conn != nil {
-		_ = l.conn.Close(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		closeConn(ctx, l.conn)
 		l.conn = nil
 	}
 }

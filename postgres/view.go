@@ -177,8 +177,19 @@ func (v *VerdictView) closeConn(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	_ = v.conn.Close(ctx)
+	closeConn(ctx, v.conn)
 	v.conn = nil
+}
+
+// closeConn closes a connection GCOS holds outside its pools and waits, as a pool does, until its cleanup is done or
+// ctx ends: a connection abandoned mid-statement first sends a cancel request, and a process that exits during it
+// leaves a pooler a half-done cancel (PgBouncer 1.18 exits on one: pgbouncer/pgbouncer#801).
+func closeConn(ctx context.Context, conn *pgx.Conn) {
+	_ = conn.Close(ctx)
+	select {
+	case <-conn.PgConn().CleanupDone():
+	case <-ctx.Done():
+	}
 }
 
 // viewHeaderSQL opens a catch-up: its snapshot (what the next one starts from), the clock, and whether the feed
