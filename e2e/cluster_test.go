@@ -105,3 +105,18 @@ func writeConfig(t *testing.T, dir string, conf gcos.Config) string {
 	}
 	return path
 }
+
+// daemonTestConfig is the default configuration with the cadences an end-to-end test waits on shortened: the tail
+// polls every 20 ms, event scans coalesce for 20 ms, incremental scans run every second and full audits every two
+// (each proving a sample of 50), and a storm never defers a scan.
+func daemonTestConfig() gcos.Config {
+	conf := gcos.DefaultConfig()
+	conf.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+	conf.Intake.HorizonGuard = gcos.Duration(10 * time.Millisecond)
+	conf.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+	conf.Scan.IncrementalInterval = gcos.Duration(time.Second)
+	conf.Scan.FullAuditInterval = gcos.Duration(2 * time.Second)
+	conf.Scan.StormFraction = 1
+	conf.Scan.VerifySample = 50
+	return conf
+}

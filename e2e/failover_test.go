@@ -49,14 +49,7 @@ func TestFailover_PromotedReplicaTakesOver(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = replica.Stop(context.Background()) })
 
-	conf := gcos.DefaultConfig()
-	conf.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
-	conf.Intake.HorizonGuard = gcos.Duration(10 * time.Millisecond)
-	conf.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
-	conf.Scan.IncrementalInterval = gcos.Duration(time.Second)
-	conf.Scan.FullAuditInterval = gcos.Duration(2 * time.Second)
-	conf.Scan.StormFraction = 1
-	conf.Scan.VerifySample = 50
+	conf := daemonTestConfig()
 	conf.Roles.LeaseTTL = gcos.Duration(3 * time.Second)
 	conf.Outage.BackoffMax = gcos.Duration(500 * time.Millisecond)
 	confPath := writeConfig(t, dir, conf)

@@ -42,15 +42,8 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 	pool, dsn := db.pool, db.dsn
 
 	ttl := 3 * time.Second
-	conf := gcos.DefaultConfig()
-	conf.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
-	conf.Intake.HorizonGuard = gcos.Duration(10 * time.Millisecond)
+	conf := daemonTestConfig()
 	conf.Intake.HeartbeatInterval = gcos.Duration(500 * time.Millisecond)
-	conf.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
-	conf.Scan.IncrementalInterval = gcos.Duration(time.Second)
-	conf.Scan.FullAuditInterval = gcos.Duration(2 * time.Second)
-	conf.Scan.StormFraction = 1
-	conf.Scan.VerifySample = 50
 	conf.Roles.LeaseTTL = gcos.Duration(ttl)
 	confPath := writeConfig(t, dir, conf)
 	store := db.seedWorld(ctx, t, conf, 3000, 23)

@@ -38,15 +38,8 @@ func TestPgBouncer_TransactionPooling(t *testing.T) {
 	bin := buildGCOS(ctx, t, dir)
 	db := newPrivateDB(ctx, t, filepath.Join(dir, "pg"), "gcos_pooled")
 
-	conf := gcos.DefaultConfig()
+	conf := daemonTestConfig()
 	conf.Database.Pooling = gcos.PoolingTransaction
-	conf.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
-	conf.Intake.HorizonGuard = gcos.Duration(10 * time.Millisecond)
-	conf.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
-	conf.Scan.IncrementalInterval = gcos.Duration(time.Second)
-	conf.Scan.FullAuditInterval = gcos.Duration(2 * time.Second)
-	conf.Scan.StormFraction = 1
-	conf.Scan.VerifySample = 50
 	confPath := writeConfig(t, dir, conf)
 	store := db.seedWorld(ctx, t, conf, 3000, 29)
 	var collection, entityType, code string

@@ -292,6 +292,16 @@ func (s *Store) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // inTxOn is InTx on a given pool (the gate's follow-ups run on the gate's pool).
 func (s *Store) inTxOn(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if l := leaseOf(ctx); l != nil {
+			// A holder frozen inside its transaction (a stopped process, a stalled machine) would keep the lease row
+			// locked from its fence check until it wakes, and no one could take the role over meanwhile: PostgreSQL
+			// ends its session once it has been idle in the transaction for twice the lease's TTL (it has lost the
+			// lease by then, and its commit would be refused anyway).
+			ms := max(1, (2 * l.TTL).Milliseconds())
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL idle_in_transaction_session_timeout = %d`, ms)); err != nil {
+				return fmt.Errorf("bound a fenced transaction's idle time: %w", err)
+			}
+		}
 		if err := fn(tx); err != nil {
 			return err
 		}
