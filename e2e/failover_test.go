@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
@@ -148,7 +149,16 @@ func TestFailover_PromotedReplicaTakesOver(t *testing.T) {
 	if a, b := askGate(ctx, api, lost), askGate(ctx, api, never); strings.ReplaceAll(a.Reason, "lost-0", "never-born") != b.Reason || a.Decision != gcos.GateBlock {
 		t.Errorf("after the failover the gate answers for a birth the new primary never saw\n  %+v\nnot as for an unknown object\n  %+v", a, b)
 	}
-	time.Sleep(2 * time.Second) // the writers go on against the new primary
+	// The writers go on against the new primary: wait for a few dozen of their births there.
+	loadAt := func() int64 {
+		return count(t, ctx, replicaPool, `SELECT count(*) FROM birth_registry WHERE actor_ref = 'failover' AND entity_code LIKE 'load-%'`)
+	}
+	for base, deadline := loadAt(), time.Now().Add(60*time.Second); loadAt() < base+30; {
+		if time.Now().After(deadline) {
+			t.Fatal("the writers committed no births on the new primary within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	stopWriting()
 	writer.Wait()
 	settle(t, ctx, replicaPool, promoted)
@@ -208,17 +218,13 @@ func TestFailover_DemotedPrimaryDropsPooledConnections(t *testing.T) {
 		}
 	}
 	pids := func() []int32 {
-		var out []int32
 		rows, err := db.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name IN ('gcos', 'gcos-gate') ORDER BY pid`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for rows.Next() {
-			var pid int32
-			if err := rows.Scan(&pid); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, pid)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}

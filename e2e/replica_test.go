@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"gcos"
 	"gcos/embeddedpg"
 	"gcos/httpapi"
@@ -50,17 +52,13 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	defer func() { stopMonitor(); <-monitorDone }()
 	replicaPool := connect(ctx, t, replica.DatabaseDSN("gcos_replica"))
 
-	var objects []string
 	rows, err := primary.pool.Query(ctx, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 40`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for rows.Next() {
-		var o string
-		if err := rows.Scan(&o); err != nil {
-			t.Fatal(err)
-		}
-		objects = append(objects, o)
+	objects, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
 	}
 	var collection, entityType string
 	if err := primary.pool.QueryRow(ctx, `SELECT collection_name, entity_type FROM birth_registry WHERE parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&collection, &entityType); err != nil {
