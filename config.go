@@ -262,6 +262,10 @@ type ScanConfig struct {
 	// object rows (gcos.ProofBatches), each read and compared at its own instant, so the daemon holds one batch's
 	// object rows at a time whatever the size of the estate. Each batch reads the births of its collections again.
 	VerifyBatchObjects int `json:"verify_batch_objects"`
+	// SettleTimeout is how long a full audit, and its proof, wait at their instant for the intake to hand off every
+	// source row committed before it (the audit's cut): only then is a change with no dirty mark a lost signal, and
+	// a count or verdict that differs a drift or a mismatch. Past it the audit says so and judges what it saw.
+	SettleTimeout Duration `json:"settle_timeout"`
 	// VerdictChangesKeep is how long the verdict change log (GET /v1/changes) keeps a change.
 	VerdictChangesKeep Duration `json:"verdict_changes_keep"`
 }
@@ -458,6 +462,7 @@ func DefaultConfig() Config {
 			VerifySample:        2000,
 			VerifySlices:        32,
 			VerifyBatchObjects:  20_000,
+			SettleTimeout:       Duration(time.Minute),
 			VerdictChangesKeep:  Duration(24 * time.Hour),
 			RetryBase:           Duration(time.Second),
 			RetryMax:            Duration(5 * time.Minute),
@@ -821,6 +826,7 @@ func (c Config) Validate() error {
 	p.positiveInt("scan.verify_slices", s.VerifySlices)
 	p.positive("scan.verdict_changes_keep", s.VerdictChangesKeep)
 	p.positiveInt("scan.verify_batch_objects", s.VerifyBatchObjects)
+	p.positive("scan.settle_timeout", s.SettleTimeout)
 
 	in := c.Intake
 	p.positiveInt("intake.page_size", in.PageSize)

@@ -39,6 +39,9 @@ type Config struct {
 	Churn *world.Churn
 }
 
+// settleIdle is how long the audit waits for tails that do not move before it concludes the intake does not run.
+const settleIdle = 10 * time.Second
+
 // Daemon is one process's GCOS: each part is exported so that a test or a benchmark can step it (Intake.Once,
 // Scan.Once) instead of running it.
 type Daemon struct {
@@ -65,7 +68,12 @@ func New(cfg Config) (*Daemon, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	conf := cfg.Store.Config()
-	stage, scans := intake.New(cfg.Store), scan.New(cfg.Store)
+	stage := intake.New(cfg.Store)
+	// The full audit and its proof take their cut once the intake has handed off what their instant saw.
+	settle := func(ctx context.Context, at time.Time) error {
+		return stage.HandedOff(ctx, cfg.Sources, at, conf.Scan.SettleTimeout.Duration(), settleIdle)
+	}
+	scans := scan.New(cfg.Store, scan.WithSettle(settle))
 	// The gate re-scans a stale high-risk group synchronously through the scan stage (SPEC §12).
 	cfg.Store.SetRescanner(scans.RescanGroups)
 	d := &Daemon{

@@ -95,10 +95,14 @@ func (s *Stage) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.seed', 0))`); err != nil {
 			return err
 		}
-		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
+		// The whole estate, in postgres.LockOrder: group rows (and new groups), then candidate rows.
+		if err := postgres.LockGroups(ctx, tx); err != nil {
 			return err
 		}
 		if err := postgres.UpsertGroups(ctx, tx, snap.Groups); err != nil {
+			return err
+		}
+		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
 		}
 		ev, err := s.core.NewEvaluator(ctx, tx, rs)

@@ -460,6 +460,8 @@ func (s *Stage) recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Gr
 	if len(groups) == 0 {
 		return nil
 	}
+	// New keys in group-key order, in one statement, before any candidate row is locked (postgres.LockOrder).
+	slices.SortFunc(groups, func(a, b gcos.Group) int { return strings.Compare(a.Key, b.Key) })
 	n := len(groups)
 	keys, classes, regs, axes, scopes, lifecycles, owners := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 	counts := make([]int64, n)
@@ -468,9 +470,10 @@ func (s *Stage) recordNewGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Gr
 		counts[i] = g.MemberCount
 	}
 	rows, err := tx.Query(ctx, `
-		INSERT INTO governance_group (group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count, depends_on)
+		INSERT INTO governance_group (group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count, depends_on, first_seen_at)
 		SELECT u.k, u.c, u.r, u.a, u.s, u.l, u.o, u.n,
-		       jsonb_build_object('collections', jsonb_build_array(u.r), 'rule_scopes', jsonb_build_array(u.s), 'axis_families', CASE WHEN u.a IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(u.a) END)
+		       jsonb_build_object('collections', jsonb_build_array(u.r), 'rule_scopes', jsonb_build_array(u.s), 'axis_families', CASE WHEN u.a IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(u.a) END),
+		       clock_timestamp() -- after the change that names it was read: a full audit credits the change to it
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[]) AS u(k, c, r, a, s, l, o, n)
 		ON CONFLICT (group_key) DO NOTHING
 		RETURNING group_key`, keys, classes, regs, axes, scopes, lifecycles, owners, counts)

@@ -141,9 +141,13 @@ func (s *Stage) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	return nil
 }
 
+// lockGroupsSQL locks group rows ($1) in group-key order, without a key-changing lock (postgres.LockOrder).
+const lockGroupsSQL = `SELECT 1 FROM governance_group WHERE group_key = ANY($1) ORDER BY group_key FOR NO KEY UPDATE`
+
 // countQuarantinedSQL adds quarantined births to the member counts of their groups' rows under the current
 // ruleset ($1), one birth per occurrence of a group key in $2: the kept counts already hold them, so the count a
-// scan writes next is the same. Rows are locked in group-key order, as every marking writer does.
+// scan writes next is the same. The caller has locked the group rows (lockGroupsSQL); the candidate rows are locked
+// next, in group-key order (postgres.LockOrder).
 const countQuarantinedSQL = `
 WITH adds AS (
     SELECT k, count(*) AS n FROM unnest($2::text[]) AS a(k) GROUP BY k
@@ -174,6 +178,9 @@ func countQuarantined(ctx context.Context, tx pgx.Tx, ruleset string, qs []quara
 	}
 	if len(keys) == 0 {
 		return nil
+	}
+	if _, err := tx.Exec(ctx, lockGroupsSQL, keys); err != nil {
+		return fmt.Errorf("count quarantined births in their groups: lock the groups: %w", err)
 	}
 	if _, err := tx.Exec(ctx, countQuarantinedSQL, ruleset, keys); err != nil {
 		return fmt.Errorf("count quarantined births in their groups: %w", err)

@@ -239,6 +239,10 @@ func separateInFlight(ctx context.Context, store *postgres.Store, opts VerifyOpt
 			dirty++
 		}
 	}
+	for _, k := range inc.unseeded {
+		groups[k] = true
+		dirty++
+	}
 	var prunedPast bool
 	err := store.Pool().QueryRow(ctx, `SELECT pruned_below > pg_snapshot_xmin($1::pg_snapshot) FROM gcos_change_feed_horizon`,
 		snapshot).Scan(&prunedPast)
@@ -424,6 +428,7 @@ func readAt(ctx context.Context, store *postgres.Store, opts ReadOptions, also f
 // incremental is GCOS's state as its views present it, read at the reference's instant.
 type incremental struct {
 	groups     map[string]incGroup
+	unseeded   []string // groups with no member and no candidate row: pending their first scan
 	objects    map[string]incObject
 	objectRefs []string
 	ledgers    map[string]gcos.Ledger
@@ -450,18 +455,22 @@ func readIncremental(ctx context.Context, tx pgx.Tx, only []string) (incremental
 	}
 	inc := incremental{groups: map[string]incGroup{}, objects: map[string]incObject{}, ledgers: map[string]gcos.Ledger{}}
 	// A group is live in the incremental state when it counts members: its candidate row's, or (never seeded) its
-	// registry row's.
+	// registry row's. A group with no candidate row is pending its first scan, as a dirty one is.
 	if err := each(ctx, tx, `SELECT group_key, coalesce(source_registry, ''), coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
 			coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required, coalesce(coverage_outcome, ''),
-			coalesce(member_count, group_member_count), coalesce(dirty, false)
-		FROM v_candidate_effective WHERE coalesce(member_count, group_member_count) > 0
+			coalesce(member_count, group_member_count), coalesce(dirty, true)
+		FROM v_candidate_effective WHERE (coalesce(member_count, group_member_count) > 0 OR member_count IS NULL)
 		  AND ($1::text[] IS NULL OR source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
 		var key string
 		var g incGroup
 		if err := r.Scan(&key, &g.registry, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required, &g.coverage, &g.members, &g.dirty); err != nil {
 			return err
 		}
-		inc.groups[key] = g
+		if g.members > 0 {
+			inc.groups[key] = g
+		} else {
+			inc.unseeded = append(inc.unseeded, key)
+		}
 		return nil
 	}, slice); err != nil {
 		return inc, fmt.Errorf("verify: read candidate rows: %w", err)

@@ -232,7 +232,8 @@ func RetireGroups(ctx context.Context, tx pgx.Tx, keys []string) error {
 }
 
 // UpsertGroups records groups in the group registry with their member counts, re-activating retired ones;
-// unchanged groups are not written.
+// unchanged groups are not written. New keys are inserted first, then known rows updated, both in group-key order
+// and never with a key-changing lock (see LockOrder): a candidate row's foreign-key check on its group never waits.
 func UpsertGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
 	if len(groups) == 0 {
 		return nil
@@ -251,14 +252,64 @@ func UpsertGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
 		}
 		deps[i] = string(d)
 	}
-	_, err := tx.Exec(ctx, `
+	if _, err := tx.Exec(ctx, `
 		INSERT INTO governance_group (group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count, depends_on)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::jsonb[])
-		ON CONFLICT (group_key) DO UPDATE SET member_count = EXCLUDED.member_count, last_seen_at = now(), retired_at = NULL
-		WHERE governance_group.member_count IS DISTINCT FROM EXCLUDED.member_count OR governance_group.retired_at IS NOT NULL`,
-		keys, classes, regs, axes, scopes, lifecycles, owners, counts, deps)
-	if err != nil {
+		ON CONFLICT (group_key) DO NOTHING`,
+		keys, classes, regs, axes, scopes, lifecycles, owners, counts, deps); err != nil {
 		return fmt.Errorf("record groups: %w", err)
+	}
+	return UpdateGroupCounts(ctx, tx, groups)
+}
+
+// UpdateGroupCounts writes the member counts of groups the registry holds, re-activating retired ones; unchanged
+// rows are not written. Rows are updated in group-key order with a lock that leaves their key alone (LockOrder).
+func UpdateGroupCounts(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	groups = slices.Clone(groups)
+	slices.SortFunc(groups, func(a, b gcos.Group) int { return strings.Compare(a.Key, b.Key) })
+	keys, counts := make([]string, len(groups)), make([]int64, len(groups))
+	for i, g := range groups {
+		keys[i], counts[i] = g.Key, g.MemberCount
+	}
+	if _, err := tx.Exec(ctx, `
+		WITH u AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(k, n)),
+		locked AS (
+		    SELECT g.group_key, u.n FROM governance_group g JOIN u ON u.k = g.group_key
+		    WHERE g.group_key = ANY($1) AND (g.member_count IS DISTINCT FROM u.n OR g.retired_at IS NOT NULL)
+		    ORDER BY g.group_key FOR NO KEY UPDATE OF g
+		)
+		UPDATE governance_group g SET member_count = l.n, last_seen_at = now(), retired_at = NULL
+		FROM locked l WHERE g.group_key = l.group_key`, keys, counts); err != nil {
+		return fmt.Errorf("record group counts: %w", err)
+	}
+	return nil
+}
+
+// LockOrder is the order every transaction takes the locks of the candidate state in (SPEC §8), so that no two
+// of them ever wait for each other in a cycle:
+//
+//  1. kept member counts (governance_collection_count), in collection order: the births handoff only;
+//  2. group rows (governance_group), in group-key order, FOR NO KEY UPDATE: never a key-changing lock, so the
+//     foreign-key check of a candidate row's insert (KEY SHARE on its group) waits for no one; new group keys
+//     are inserted in key order, in one statement, before any candidate row is locked;
+//  3. candidate rows (governance_candidate_state), in group-key order (markDirtySQL, LockCandidates);
+//  4. object rows: the advisory lock of each birth base in lock-key order (FollowObjects), then the rows;
+//  5. findings: the advisory lock of the coalesce key, last.
+//
+// A scan tick is the exception that proves the rule: its claims come first, but with SKIP LOCKED, and every
+// other group or candidate row it writes (its groups' rows, the groups its members moved to) it takes with SKIP
+// LOCKED too; work whose rows another transaction holds stays dirty for a later tick, and a tick never inserts a
+// group key (a group its members moved to that the registry lacks is recorded after the tick commits). So a tick
+// never waits on level 2 or 3, and a waiter that follows the order can always finish.
+const LockOrder = "kept counts, group rows, candidate rows, object rows, findings"
+
+// LockGroups locks every group row in group-key order (the full audit's reconciliation, level 2 of LockOrder).
+func LockGroups(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM governance_group ORDER BY group_key FOR NO KEY UPDATE`); err != nil {
+		return fmt.Errorf("lock the group rows: %w", err)
 	}
 	return nil
 }
@@ -386,8 +437,8 @@ func RecordCoverage(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []
 
 // MarkDirty is the one dirty-mark API every trigger uses (SPEC §8). It is an idempotent upsert on the group's
 // row under the current ruleset: a group already dirty keeps its first mark (many changes inside the window
-// collapse into one), except while a scan is re-evaluating it, when the mark is refreshed so the scan cannot
-// clear it. It returns how many groups became dirty.
+// collapse into one); a group a scan is re-evaluating is marked once the scan commits (markDirtySQL), so the scan
+// cannot clear it. It returns how many groups became dirty.
 func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string) (int64, error) {
 	var n int64
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
@@ -399,33 +450,38 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 }
 
 // markDirtySQL marks groups ($1) dirty, each with its reason ($2, the same length): an idempotent upsert on the
-// group's row under the current ruleset ($3). A group already dirty keeps its first mark (many changes inside the window
-// collapse into one), except while a scan is re-evaluating it, when the mark is refreshed so the scan cannot clear
-// it, and except when its mark is for membership alone ($4, gcos.MembershipDirtyReasons) and the new one is not:
-// the gate trusts a verdict dirty for membership alone, so such a mark must never hide another. A group named with
-// several reasons takes a reason other than membership first, then the first in sort order. The rows it writes are
-// locked first, in group-key order (the CTE), and written in the same statement: two transactions marking
-// overlapping sets (two daemons' intakes, an audit and an intake) wait for each other in one order and never
-// deadlock, and a row already dirty is neither locked nor written.
+// group's row under the current ruleset ($3). A group already dirty keeps its first mark (many changes inside the
+// window collapse into one), except when its mark is for membership alone ($4, gcos.MembershipDirtyReasons) and the
+// new one is not: the gate trusts a verdict dirty for membership alone, so such a mark must never hide another. A
+// group named with several reasons takes a reason other than membership first, then the first in sort order.
+//
+// Every named row is locked, in group-key order (level 3 of LockOrder), before it is judged: a dirty row a scan has
+// claimed is waited for, so the mark is judged on what the scan committed (clean: marked again). Judging it on the
+// row as it was would drop the mark while the scan clears the dirty flag over a result that predates the change.
+// A scan never waits on a candidate row, so the wait always ends. dirtied_at is the clock at the mark, after the
+// change it signals was read: a full audit credits a change to a mark no older than its cut (scan.FullAudit).
 const markDirtySQL = `
 WITH marks AS (
     SELECT DISTINCT ON (k) k, r FROM unnest($1::text[], $2::text[]) AS m(k, r) ORDER BY k, r = ANY($4), r
 ), locked AS (
-    SELECT c.group_key, c.ruleset_version, m.r, (c.dirty AND c.dirty_reason = ANY($4) AND NOT m.r = ANY($4)) AS upgrade
+    SELECT c.group_key, c.ruleset_version, m.r, c.dirty, c.dirty_reason
     FROM governance_candidate_state c JOIN marks m ON m.k = c.group_key
     WHERE c.group_key = ANY($1) AND c.ruleset_version = $3
-      AND (NOT c.dirty OR c.recompute_status = 'scanning' OR (c.dirty_reason = ANY($4) AND NOT m.r = ANY($4)))
     ORDER BY c.group_key FOR UPDATE OF c
+), due AS (
+    SELECT group_key, ruleset_version, r, (dirty AND dirty_reason = ANY($4) AND NOT r = ANY($4)) AS upgrade
+    FROM locked WHERE NOT dirty OR (dirty_reason = ANY($4) AND NOT r = ANY($4))
 )
 UPDATE governance_candidate_state c
-SET dirty = true, dirty_reason = CASE WHEN c.dirty AND NOT l.upgrade THEN c.dirty_reason ELSE l.r END, dirtied_at = now(),
+SET dirty = true, dirty_reason = CASE WHEN c.dirty AND NOT l.upgrade THEN c.dirty_reason ELSE l.r END,
+    dirtied_at = clock_timestamp(),
     recompute_status = CASE WHEN c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END, updated_at = now()
-FROM locked l
+FROM due l
 WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version`
 
-// LockCandidates locks every candidate row under ruleset in group-key order. A transaction that writes the whole
-// estate (the backfill, the full audit's reconciliation) takes it first: a scan tick holds the candidate rows it
-// claimed and then writes their groups, so candidate rows come before group rows in every transaction's lock order.
+// LockCandidates locks every candidate row under ruleset in group-key order (level 3 of LockOrder). A transaction
+// that writes the whole estate (the backfill, the full audit's reconciliation) takes it after the group rows: no
+// scan runs beside it, so its object rows and counts are derived from candidate rows nobody moves.
 func LockCandidates(ctx context.Context, tx pgx.Tx, ruleset string) error {
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM governance_candidate_state WHERE ruleset_version = $1 ORDER BY group_key FOR UPDATE`, ruleset); err != nil {
 		return fmt.Errorf("lock the candidate rows: %w", err)
@@ -569,6 +625,40 @@ func WriteVerdicts(ctx context.Context, tx pgx.Tx, ruleset string, snapshotID in
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM candidate_scan_attempt WHERE ruleset_version = $1 AND group_key = ANY($2)`, ruleset, a.keys); err != nil {
 		return fmt.Errorf("clear scan attempts: %w", err)
+	}
+	return nil
+}
+
+// RecordPlaceholderGroups records groups the registry does not hold yet as retired with no member, in a
+// transaction of their own (a scan tick never inserts a group key, LockOrder): the tick that next moves members
+// there finds the row, seeds the group and re-activates it with its count, in the transaction that retires the
+// group the members came from, so the ledger never counts them twice.
+func RecordPlaceholderGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	placeholders := make([]gcos.Group, len(groups))
+	for i, g := range groups {
+		g.MemberCount = 0
+		placeholders[i] = g
+	}
+	slices.SortFunc(placeholders, func(a, b gcos.Group) int { return strings.Compare(a.Key, b.Key) })
+	n := len(placeholders)
+	keys, classes, regs, axes, scopes, lifecycles, owners, deps := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]string, n)
+	for i, g := range placeholders {
+		keys[i], classes[i], regs[i], axes[i], scopes[i], lifecycles[i], owners[i] = g.Key, g.ObjectClass, g.SourceRegistry, g.AxisFamily, g.Scope, g.LifecycleStatus, g.OwnerScope
+		d, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
+		if err != nil {
+			return err
+		}
+		deps[i] = string(d)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO governance_group (group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, member_count, depends_on, retired_at, first_seen_at)
+		SELECT u.k, u.c, u.r, u.a, u.s, u.l, u.o, 0, u.d, now(), clock_timestamp()
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::jsonb[]) AS u(k, c, r, a, s, l, o, d)
+		ON CONFLICT (group_key) DO NOTHING`, keys, classes, regs, axes, scopes, lifecycles, owners, deps); err != nil {
+		return fmt.Errorf("record placeholder groups: %w", err)
 	}
 	return nil
 }

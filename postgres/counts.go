@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -246,27 +247,30 @@ func (s *Store) KeepSeedCounts(ctx context.Context, tx pgx.Tx, snap Snapshot) er
 // returns the collections where they differ, sorted (a change behind the tail's back, e.g. a birth deleted after
 // it was handed off; or a birth behind the cursor the id sweep has not handed off yet). Collections with a pending
 // recount request are not compared: they are recounted anyway.
-func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey]*gcos.BaseGroup) ([]string, error) {
+func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey]*gcos.BaseGroup) ([]string, map[string]time.Time, error) {
 	through, err := s.birthsThrough(ctx, tx)
 	if err != nil || through == nil {
-		return nil, err // without a births cursor no scan reads kept counts
+		return nil, nil, err // without a births cursor no scan reads kept counts
 	}
-	rows, err := tx.Query(ctx, `SELECT c.source_registry, b.object_class, b.lifecycle_status, b.members
+	rows, err := tx.Query(ctx, `SELECT c.source_registry, b.object_class, b.lifecycle_status, b.members, c.counted_at
 		FROM governance_collection_count c LEFT JOIN governance_base_count b USING (source_registry)
 		WHERE NOT EXISTS (SELECT 1 FROM governance_recount_request r WHERE r.source_registry = c.source_registry)`)
 	if err != nil {
-		return nil, fmt.Errorf("read kept member counts: %w", err)
+		return nil, nil, fmt.Errorf("read kept member counts: %w", err)
 	}
 	kept := map[BirthBase]int64{}
+	countedAt := map[string]time.Time{}
 	var colls []string
 	for rows.Next() {
 		var coll string
 		var class, status *string
 		var n *int64
-		if err := rows.Scan(&coll, &class, &status, &n); err != nil {
+		var at time.Time
+		if err := rows.Scan(&coll, &class, &status, &n, &at); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read kept member counts: %w", err)
+			return nil, nil, fmt.Errorf("read kept member counts: %w", err)
 		}
+		countedAt[coll] = at
 		if !slices.Contains(colls, coll) {
 			colls = append(colls, coll)
 		}
@@ -275,11 +279,11 @@ func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read kept member counts: %w", err)
+		return nil, nil, fmt.Errorf("read kept member counts: %w", err)
 	}
 	after, err := s.bornAfter(ctx, tx, *through, colls)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for b, n := range after {
 		kept[b] += n
@@ -299,7 +303,39 @@ func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey
 		}
 	}
 	sort.Strings(drift)
-	return drift, nil
+	at := make(map[string]time.Time, len(drift))
+	for _, c := range drift {
+		at[c] = countedAt[c]
+	}
+	return drift, at, nil
+}
+
+// KeptDriftSettled returns, of the collections whose kept counts differed from the snapshot's at its cut
+// (Snapshot.KeptDrift), those that still do once the intake has handed off what the cut saw: a collection a change
+// handed off since has filed a recount request, or has had its counts dropped or counted again, so its difference
+// was in flight at the cut and is being recounted; the rest drifted behind the tail's back.
+func KeptDriftSettled(ctx context.Context, tx pgx.Tx, snap Snapshot) ([]string, error) {
+	if len(snap.KeptDrift) == 0 || snap.keptCountedAt == nil {
+		return snap.KeptDrift, nil
+	}
+	colls := make([]string, 0, len(snap.KeptDrift))
+	at := make([]time.Time, 0, len(snap.KeptDrift))
+	for _, c := range snap.KeptDrift {
+		colls, at = append(colls, c), append(at, snap.keptCountedAt[c])
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT u.coll FROM unnest($1::text[], $2::timestamptz[]) AS u(coll, at)
+		JOIN governance_collection_count c ON c.source_registry = u.coll AND c.counted_at = u.at
+		WHERE NOT EXISTS (SELECT 1 FROM governance_recount_request r WHERE r.source_registry = u.coll)
+		ORDER BY 1`, colls, at)
+	if err != nil {
+		return nil, fmt.Errorf("settle kept count drift: %w", err)
+	}
+	still, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("settle kept count drift: %w", err)
+	}
+	return still, nil
 }
 
 // DirtySetSize is the number of dirty groups under the current ruleset.

@@ -88,14 +88,18 @@ func (s *Store) computeRuleset(ctx context.Context, by gcos.Actor) (RulesetRow, 
 	proposer := by.Principal
 	var row RulesetRow
 	var created bool
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
-			return err
-		}
-		comps, _, err := s.currentComponents(ctx, tx)
-		if err != nil {
-			return err
-		}
+	// The registries are read at one instant (a read-only REPEATABLE READ transaction); the draft is recorded in a
+	// transaction of its own, so two processes computing the same draft at once both find it, neither fails.
+	var comps gcos.RulesetComponents
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		comps, _, err = s.currentComponents(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return row, false, fmt.Errorf("ruleset compute: read the registries: %w", err)
+	}
+	err = s.InTx(ctx, func(tx pgx.Tx) error {
 		rs := gcos.ComputeRuleset(comps)
 		summary, err := json.Marshal(rs.Summary)
 		if err != nil {

@@ -47,6 +47,19 @@ type SnapshotMetrics struct {
 	RulesetVersion string                   `json:"ruleset_version"`
 	Totals         SnapshotTotals           `json:"totals"`
 	Groups         map[string]SnapshotGroup `json:"groups"`
+	// Cut is the capture's instant (absent in snapshots captured before it was recorded).
+	Cut *SnapshotCut `json:"cut,omitempty"`
+}
+
+// SnapshotCut is the instant a capture read the source at: what committed before it is in the snapshot, what
+// committed after it is not. Every proof that compares GCOS's state with a snapshot takes this cut (SPEC §13).
+type SnapshotCut struct {
+	// At is the database clock once the capture's snapshot was taken: a row committed before the cut was stamped
+	// (inside its transaction) before At, so waiting for the intake to hand off every row stamped up to At hands
+	// off everything the capture saw.
+	At time.Time `json:"at"`
+	// Snapshot is the capture's pg_current_snapshot(): a transaction not visible in it committed after the cut.
+	Snapshot string `json:"snapshot"`
 }
 
 // GroupDelta is one group's drift against the previous snapshot of the same scope.
@@ -77,8 +90,10 @@ type Snapshot struct {
 	// AuditID is the registry_changelog row recording the capture (0 when not known, e.g. a snapshot read back).
 	AuditID int64 `json:"audit_id,omitempty"`
 	reused  bool
-	// KeptDrift are the collections whose kept counts differ from the capture's (CaptureOptions.CheckKeptCounts).
-	KeptDrift []string `json:"-"`
+	// KeptDrift are the collections whose kept counts differ from the capture's (CaptureOptions.CheckKeptCounts);
+	// keptCountedAt when each was last counted, as the cut saw it (KeptDriftSettled).
+	KeptDrift     []string `json:"-"`
+	keptCountedAt map[string]time.Time
 }
 
 // CaptureOptions parameterise a capture.
@@ -579,6 +594,11 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 		return Snapshot{}, err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	// The first statement takes the transaction's snapshot; clock_timestamp() is read after it was taken.
+	var cut SnapshotCut
+	if err := tx.QueryRow(ctx, `SELECT clock_timestamp(), pg_current_snapshot()::text`).Scan(&cut.At, &cut.Snapshot); err != nil {
+		return Snapshot{}, fmt.Errorf("capture snapshot: the cut: %w", err)
+	}
 	if err := sessionSettings(ctx, tx, opts.StatementTimeout); err != nil {
 		return Snapshot{}, err
 	}
@@ -600,7 +620,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	}
 	s.logger.Debug("snapshot: batches read", "scope", opts.Scope, "partitions", len(parts), "batches", batches, "elapsed", time.Since(t0))
 	snap := Snapshot{Scope: opts.Scope, Registries: regs, Metrics: SnapshotMetrics{
-		RunID: opts.RunID, RulesetVersion: opts.RulesetVersion, Groups: map[string]SnapshotGroup{},
+		RunID: opts.RunID, RulesetVersion: opts.RulesetVersion, Groups: map[string]SnapshotGroup{}, Cut: &cut,
 	}}
 	keys := make([]baseKey, 0, len(bases))
 	for k := range bases {
@@ -625,7 +645,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	snap.Metrics.Totals.Scopes = len(regs.ScopeCodes())
 	snap.Metrics.Totals.Batches = batches
 	if opts.CheckKeptCounts {
-		if snap.KeptDrift, err = s.keptCountDrift(ctx, tx, bases); err != nil {
+		if snap.KeptDrift, snap.keptCountedAt, err = s.keptCountDrift(ctx, tx, bases); err != nil {
 			return Snapshot{}, err
 		}
 	}
@@ -646,7 +666,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 		}
 		snap.Delta = deltaOf(prev, snap.Metrics)
 		if opts.reuseUnchanged && prev != nil && len(snap.Delta.Groups) == 0 {
-			prev.Groups, prev.Registries, prev.reused, prev.KeptDrift = snap.Groups, snap.Registries, true, snap.KeptDrift
+			prev.Groups, prev.Registries, prev.reused, prev.KeptDrift, prev.keptCountedAt = snap.Groups, snap.Registries, true, snap.KeptDrift, snap.keptCountedAt
 			snap = *prev
 			// The reused capture's own audit row (GCOS's rows only: recorded in governance_audit_row).
 			err := wtx.QueryRow(ctx, `SELECT coalesce(max(r.id), 0) FROM registry_changelog r
@@ -811,4 +831,31 @@ func (s *Store) ListSnapshots(ctx context.Context, limit int) ([]SnapshotInfo, e
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
 	return out, nil
+}
+
+// MovedAfter returns the groups whose rows (group or candidate state) a transaction that committed after the cut
+// wrote, as the change feed records them (gcos_change_feed): what they hold now is newer than the snapshot. Without
+// a cut (a snapshot from before cuts were recorded), or when the feed was pruned past it, nothing is known to have
+// moved and the caller compares everything (it may then report a drift that was only in flight).
+func MovedAfter(ctx context.Context, q Querier, cut *SnapshotCut) (map[string]bool, error) {
+	moved := map[string]bool{}
+	if cut == nil {
+		return moved, nil
+	}
+	rows, err := q.Query(ctx, `
+		SELECT DISTINCT f.key FROM gcos_change_feed f, gcos_change_feed_horizon h
+		WHERE h.pruned_below <= pg_snapshot_xmin($1::pg_snapshot)
+		  AND f.xid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(f.xid, $1::pg_snapshot)
+		  AND f.kind IN ('group', 'state')`, cut.Snapshot)
+	if err != nil {
+		return nil, fmt.Errorf("read what moved after the cut: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read what moved after the cut: %w", err)
+	}
+	for _, k := range keys {
+		moved[k] = true
+	}
+	return moved, nil
 }

@@ -42,6 +42,13 @@ type AuditResult struct {
 	ObjectsRetired      int64                 `json:"objects_retired"`
 	Ledger              postgres.LedgerReport `json:"ledger"`
 	Elapsed             time.Duration         `json:"elapsed_ns"`
+	// CutAt is the audit's instant (the capture's): the source as it was then is compared with GCOS's state once
+	// the intake has handed off every row committed before it. InFlight counts the groups whose state moved after
+	// it (written by a later transaction, or dirty): their counts are not compared. NotHandedOff says why the wait
+	// for the intake ended early; rows it had not handed off then may be reported as lost signals (fail closed).
+	CutAt        *time.Time `json:"cut_at,omitempty"`
+	InFlight     int        `json:"in_flight_groups"`
+	NotHandedOff string     `json:"not_handed_off,omitempty"`
 }
 
 // FullAudit is the periodic safety net (doc 34 §5): a fresh snapshot and ruleset hash, a reconciliation that
@@ -104,10 +111,44 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		return err
 	}
 	res.SnapshotID = snap.ID
+	if cut := snap.Metrics.Cut; cut != nil {
+		res.CutAt = &cut.At
+		// One cut (SPEC §13): the source at the capture's instant against GCOS's state once every row committed
+		// before it has been handed off, so a row in flight is never a lost signal, a drift or a mismatch.
+		if s.settle != nil {
+			if err := s.settle(ctx, cut.At); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				res.NotHandedOff = err.Error()
+				s.logger.Warn("full audit: the intake has not handed off what the audit's instant saw; what it moves may be reported as lost signals",
+					"run_id", res.RunID, "err", err)
+			}
+		}
+	}
 	record := func(tx pgx.Tx) error {
 		// A retried attempt starts from nothing: what an aborted one counted is gone with its transaction.
 		res.ObjectsMaterialized, res.ObjectsRetired, res.CountDrift, res.KeptCountDrift, res.PreviousID = 0, 0, 0, nil, nil
-		res.ChangedGroups, res.Signalled, res.Pending, res.LostSignals, res.RegistryDrift = 0, 0, 0, nil, nil
+		res.ChangedGroups, res.Signalled, res.Pending, res.LostSignals, res.RegistryDrift, res.InFlight = 0, 0, 0, nil, nil, 0
+		// The whole estate, in postgres.LockOrder: no scan writes while the audit records, so the object rows and
+		// counts below are derived from rows nobody moves.
+		if err := postgres.LockGroups(ctx, tx); err != nil {
+			return err
+		}
+		moved, err := postgres.MovedAfter(ctx, tx, snap.Metrics.Cut)
+		if err != nil {
+			return err
+		}
+		// The group registry takes the snapshot's groups and counts, except where a later transaction wrote them.
+		fresh := make([]gcos.Group, 0, len(snap.Groups))
+		for _, g := range snap.Groups {
+			if !moved[g.Key] {
+				fresh = append(fresh, g)
+			}
+		}
+		if err := postgres.UpsertGroups(ctx, tx, fresh); err != nil {
+			return err
+		}
 		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
 		}
@@ -115,11 +156,13 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if err := postgres.NoteBirthsTx(ctx, tx, []string{postgres.AllBirths}); err != nil {
 			return err
 		}
-		held, err := heldCounts(ctx, tx) // before the snapshot's counts are recorded in the group registry
+		held, err := heldCounts(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if err := postgres.UpsertGroups(ctx, tx, snap.Groups); err != nil {
+		// Read again after the counts: a group first recorded (and seeded) by a transaction that committed while
+		// the audit took its locks is not locked, and its count is compared only if no later transaction wrote it.
+		if moved, err = postgres.MovedAfter(ctx, tx, snap.Metrics.Cut); err != nil {
 			return err
 		}
 		// Who owns the ruleset verdicts are read under, and whether every group's axis is registered.
@@ -144,9 +187,13 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		// The counts are checked against the snapshot itself, not only against the previous one: a change behind the
 		// tail's back can restore the content the previous audit saw while the incremental state counted what came
 		// between (a birth handed off, then retired or deleted with no change row).
-		off, offColls := held.differFrom(snap)
-		res.CountDrift, res.KeptCountDrift = len(off), snap.KeptDrift
-		if err := postgres.RequestRecount(ctx, tx, sortedUnion(offColls, snap.KeptDrift), gcos.DirtySnapshotDrift); err != nil {
+		off, offColls, inFlight := held.differFrom(snap, moved)
+		kept, err := postgres.KeptDriftSettled(ctx, tx, snap)
+		if err != nil {
+			return err
+		}
+		res.CountDrift, res.KeptCountDrift, res.InFlight = len(off), kept, inFlight
+		if err := postgres.RequestRecount(ctx, tx, sortedUnion(offColls, kept), gcos.DirtySnapshotDrift); err != nil {
 			return err
 		}
 		if prev == nil {
@@ -186,7 +233,11 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		slices.Sort(rescan)
 		rescan = slices.Compact(rescan)
-		signalled, err := dirtiedSince(ctx, tx, rescan, prev.SnapshotAt)
+		since := prev.SnapshotAt // a snapshot captured before cuts were recorded: its row's time
+		if prev.Metrics.Cut != nil {
+			since = prev.Metrics.Cut.At
+		}
+		signalled, err := dirtiedSince(ctx, tx, rescan, since)
 		if err != nil {
 			return err
 		}
@@ -315,11 +366,20 @@ func latestFullSnapshot(ctx context.Context, q postgres.Querier) (*postgres.Snap
 	return &snap, nil
 }
 
-// dirtiedSince returns the groups (of keys) that received a dirty mark after t under the current ruleset.
+// dirtiedSince returns the groups (of keys) that a change signalled after t: a dirty mark after t under the current
+// ruleset, a group dirty now, or a group the registry recorded after t (a handoff or a scan recorded a group the
+// change created; the audit's own transaction, which records what nothing signalled, does not count). A mark and a
+// recorded group are stamped with the clock when they are written, after the change they signal was read (the
+// intake reads no row younger than its horizon guard), so a change committed after the previous audit's cut is
+// signalled by a stamp after it. A group dirty now was signalled too: a later change found it dirty and left the
+// mark it had (markDirtySQL); its scan will read that change.
 func dirtiedSince(ctx context.Context, tx pgx.Tx, keys []string, t time.Time) (map[string]bool, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT c.group_key FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
-		WHERE c.group_key = ANY($1) AND c.dirtied_at >= $2`, keys, t)
+		WHERE c.group_key = ANY($1) AND (c.dirtied_at >= $2 OR c.dirty)
+		UNION
+		SELECT g.group_key FROM governance_group g
+		WHERE g.group_key = ANY($1) AND g.first_seen_at >= $2 AND g.first_seen_at < now()`, keys, t)
 	if err != nil {
 		return nil, fmt.Errorf("read dirty marks: %w", err)
 	}
@@ -404,10 +464,12 @@ func (s *Stage) checkDangling(ctx context.Context, runID string) ([]int64, error
 	return missing, err
 }
 
-// heldCount is a group's member count as the incremental state holds it, and the group's collection.
+// heldCount is a group's member count as the incremental state holds it, the group's collection, and whether it
+// is dirty (its scan will count it again).
 type heldCount struct {
 	Coll    string
 	members int64
+	dirty   bool
 }
 
 type heldCountMap map[string]heldCount
@@ -416,7 +478,7 @@ type heldCountMap map[string]heldCount
 // ruleset (what the gate and the ledger read).
 func heldCounts(ctx context.Context, tx pgx.Tx) (heldCountMap, error) {
 	rows, err := tx.Query(ctx, `
-		SELECT g.group_key, g.source_registry, coalesce(c.member_count, g.member_count)
+		SELECT g.group_key, g.source_registry, coalesce(c.member_count, g.member_count), c.dirty
 		FROM governance_group g
 		JOIN governance_candidate_state c ON c.group_key = g.group_key
 		JOIN v_current_ruleset cr ON cr.ruleset_version = c.ruleset_version
@@ -429,7 +491,7 @@ func heldCounts(ctx context.Context, tx pgx.Tx) (heldCountMap, error) {
 	for rows.Next() {
 		var key string
 		var h heldCount
-		if err := rows.Scan(&key, &h.Coll, &h.members); err != nil {
+		if err := rows.Scan(&key, &h.Coll, &h.members, &h.dirty); err != nil {
 			return nil, fmt.Errorf("read held member counts: %w", err)
 		}
 		out[key] = h
@@ -438,16 +500,21 @@ func heldCounts(ctx context.Context, tx pgx.Tx) (heldCountMap, error) {
 }
 
 // differFrom returns the groups whose held count differs from the snapshot's (a group the snapshot does not have
-// counts 0), sorted, and their collections. A group scanned after the capture may hold a birth the snapshot does
-// not: it is re-scanned for nothing, which costs a scan and never a wrong count.
-func (h heldCountMap) differFrom(snap postgres.Snapshot) (keys, colls []string) {
+// counts 0), sorted, and their collections; and how many groups were in flight at the snapshot's cut and are not
+// compared: a group written by a transaction that committed after the cut (moved) holds a count the snapshot cannot
+// have, and a dirty group's count is the next scan's to set.
+func (h heldCountMap) differFrom(snap postgres.Snapshot, moved map[string]bool) (keys, colls []string, inFlight int) {
 	for key, held := range h {
+		if held.dirty || moved[key] {
+			inFlight++
+			continue
+		}
 		if g, ok := snap.Metrics.Groups[key]; !ok || g.Count != held.members {
 			keys, colls = append(keys, key), append(colls, held.Coll)
 		}
 	}
 	sort.Strings(keys)
-	return keys, colls
+	return keys, colls, inFlight
 }
 
 // sortedUnion is the sorted, duplicate-free union of string lists.

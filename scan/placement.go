@@ -75,7 +75,8 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 		groups = append(groups, g)
 	}
 	sort.Slice(groups, func(i, j int) bool { return groups[i].Key < groups[j].Key }) // one lock order
-	if err := postgres.UpsertGroups(ctx, tx, groups); err != nil {
+	// Every row was locked by lockWrites: a tick never inserts a group key.
+	if err := postgres.UpdateGroupCounts(ctx, tx, groups); err != nil {
 		return err
 	}
 	retired := make([]string, 0, len(p.retired))
@@ -99,4 +100,121 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 		return fmt.Errorf("move object rows to their groups: %w", err)
 	}
 	return nil
+}
+
+// lockWrites takes, without waiting, the rows the tick writes beyond its claim (postgres.LockOrder): the group rows
+// of the groups it judges and of the groups their members moved to, and the candidate rows of the latter. A group
+// whose rows another transaction holds is deferred: the tick leaves it as it is, dirty (or unseeded), and a later
+// tick takes it. A group whose members moved to a group the registry does not hold yet is deferred too; that group
+// is returned in absent, for the tick to record after it commits (postgres.RecordPlaceholderGroups). The placement
+// is trimmed to what the tick keeps.
+func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group) (deferred map[string]bool, absent []gcos.Group, err error) {
+	want := make([]string, 0, len(groups)+len(p.moved))
+	for k := range groups {
+		want = append(want, k)
+	}
+	for _, g := range p.moved {
+		want = append(want, g.Key)
+	}
+	sort.Strings(want)
+	rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE group_key = ANY($1)
+		ORDER BY group_key FOR NO KEY UPDATE SKIP LOCKED`, want)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock group rows: %w", err)
+	}
+	lockedGroups, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock group rows: %w", err)
+	}
+	haveGroup := map[string]bool{}
+	for _, k := range lockedGroups {
+		haveGroup[k] = true
+	}
+	// The groups moved to: their candidate rows, when they have one, are taken the same way.
+	targets := make([]string, 0, len(p.moved))
+	for _, g := range p.moved {
+		if haveGroup[g.Key] {
+			targets = append(targets, g.Key)
+		}
+	}
+	heldRow := map[string]bool{} // a candidate row exists and another transaction holds it
+	if len(targets) > 0 {
+		rows, err := tx.Query(ctx, `
+			WITH mine AS (
+			    SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1 AND group_key = ANY($2)
+			    ORDER BY group_key FOR UPDATE SKIP LOCKED
+			)
+			SELECT c.group_key FROM governance_candidate_state c
+			WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND c.group_key NOT IN (SELECT group_key FROM mine)`, ruleset, targets)
+		if err != nil {
+			return nil, nil, fmt.Errorf("lock the candidate rows of moved-to groups: %w", err)
+		}
+		held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, nil, fmt.Errorf("lock the candidate rows of moved-to groups: %w", err)
+		}
+		for _, k := range held {
+			heldRow[k] = true
+		}
+	}
+	var missing []string
+	for _, g := range p.moved {
+		if !haveGroup[g.Key] {
+			missing = append(missing, g.Key)
+		}
+	}
+	exists := map[string]bool{} // of the moved-to groups not locked: those the registry holds (another transaction does)
+	if len(missing) > 0 {
+		rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE group_key = ANY($1)`, missing)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read group rows: %w", err)
+		}
+		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, nil, fmt.Errorf("read group rows: %w", err)
+		}
+		for _, k := range found {
+			exists[k] = true
+		}
+	}
+	usable := func(target string) bool { return haveGroup[target] && !heldRow[target] }
+	deferred = map[string]bool{}
+	for k := range groups {
+		if !haveGroup[k] {
+			deferred[k] = true
+		} else if to, moved := p.rekeyed[k]; moved && !usable(to) {
+			if _, claimed := groups[to]; !claimed {
+				deferred[k] = true
+			}
+		}
+	}
+	for k := range groups { // a group whose members moved to a claimed group the tick defers waits with it
+		if to, moved := p.rekeyed[k]; moved && deferred[to] {
+			deferred[k] = true
+		}
+	}
+	// A claimed group is judged in place of its moved-to group only when that one is usable; and a moved-to
+	// group is judged only for a group the tick keeps.
+	kept := p.moved[:0]
+	for _, g := range p.moved {
+		referred := false
+		for from, to := range p.rekeyed {
+			if to == g.Key && !deferred[from] {
+				referred = true
+			}
+		}
+		switch {
+		case referred && usable(g.Key):
+			kept = append(kept, g)
+		case !haveGroup[g.Key] && !exists[g.Key]:
+			absent = append(absent, g)
+		}
+	}
+	p.moved = kept
+	for k := range deferred {
+		delete(p.live, k)
+		delete(p.retired, k)
+		delete(p.rekeyed, k)
+	}
+	return deferred, absent, nil
 }

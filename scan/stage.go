@@ -1,9 +1,11 @@
 package scan
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,6 +22,10 @@ type Stage struct {
 	cfg    gcos.Config
 	logger *slog.Logger
 
+	// settle waits until the intake has handed off every source row committed before an instant (the audit's
+	// cut, WithSettle); nil: the audit and its proof do not wait.
+	settle func(ctx context.Context, at time.Time) error
+
 	// stormOpen is what this stage knows about the group_invalidation_storm finding (stormFinding*).
 	stormOpen atomic.Int32
 	totalMu   sync.Mutex
@@ -27,8 +33,22 @@ type Stage struct {
 }
 
 // New returns the scan stage over store.
-func New(store *postgres.Store) *Stage {
-	return &Stage{core: store, pool: store.Pool(), cfg: store.Config(), logger: store.Logger()}
+func New(store *postgres.Store, opts ...Option) *Stage {
+	s := &Stage{core: store, pool: store.Pool(), cfg: store.Config(), logger: store.Logger()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Option configures a Stage at construction.
+type Option func(*Stage)
+
+// WithSettle gives the stage the intake's wait (intake.Stage.HandedOff): settle returns once every source row
+// committed before at has been handed off, or says why not. The full audit and its proof wait with it at their
+// instant, so what was still in flight is never counted as a lost signal, a drift or a mismatch.
+func WithSettle(settle func(ctx context.Context, at time.Time) error) Option {
+	return func(s *Stage) { s.settle = settle }
 }
 
 // Store is the store core the stage runs on.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,7 @@ type ScanResult struct {
 	Retired        int    `json:"retired"`   // groups retired: no member left, or their members moved to another key
 	VerdictChanges int    `json:"verdict_changes"`
 	Failed         int    `json:"failed"`
+	Deferred       int    `json:"deferred"` // claimed groups left dirty: a row they need was held by another transaction
 	Storm          bool   `json:"storm"`
 	Remaining      int64  `json:"remaining"` // dirty groups left after this tick
 }
@@ -79,13 +81,16 @@ FOR UPDATE OF c SKIP LOCKED`
 // groups first seen at or after $3 are considered: the event mode passes the moment the current ruleset took
 // effect (its activation carried a row for every group seen before, so only later groups can lack one), the
 // incremental and full passes pass -infinity and sweep every group.
+//
+// A retired group with no row is a placeholder a tick recorded for a group its members moved to (recordAbsent):
+// the tick that moves them seeds it, so that the members are never counted in both groups.
 const claimUnseededSQL = `
 SELECT g.group_key FROM governance_group g
-WHERE g.first_seen_at >= $3
+WHERE g.first_seen_at >= $3 AND g.retired_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = g.group_key AND c.ruleset_version = $1)
 ORDER BY g.group_key
 LIMIT $2
-FOR UPDATE OF g SKIP LOCKED`
+FOR NO KEY UPDATE OF g SKIP LOCKED`
 
 // claimGroupsSQL claims the named groups that are dirty or past stale_after under the current ruleset, except rows
 // waiting out a retry backoff (a failing group is not re-scanned at the gate's pace). It waits for a row another
@@ -143,7 +148,9 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	if opts.Debounce {
 		debounce = s.cfg.Scan.CoalesceWindow.Duration()
 	}
+	var recordLater []gcos.Group // groups members moved to that the registry lacks (placement.lockWrites)
 	err = s.core.InTx(ctx, func(tx pgx.Tx) error {
+		recordLater = nil
 		previous := map[string]storedResult{}
 		var keys []string
 		claim := func(what, sql string, args ...any) error {
@@ -207,6 +214,39 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if res.Claimed == 0 {
 			return nil
 		}
+		snapshotID, err := postgres.LatestFullSnapshotID(ctx, tx)
+		if err != nil {
+			return err
+		}
+		ev, err := s.core.NewEvaluator(ctx, tx, rs)
+		if err != nil {
+			return err
+		}
+		groups, err := postgres.GroupsByKey(ctx, tx, append(append([]string{}, keys...), unseeded...))
+		if err != nil {
+			return err
+		}
+		place, err := s.placeGroups(ctx, tx, ev, groups)
+		if err != nil {
+			return err
+		}
+		// The rows the tick writes beyond its claim are taken without waiting (postgres.LockOrder); a group whose
+		// rows another transaction holds is left as it is, dirty, for a later tick.
+		deferred, absent, err := place.lockWrites(ctx, tx, rs.Version, groups)
+		if err != nil {
+			return err
+		}
+		res.Deferred, recordLater = len(deferred), absent
+		if len(deferred) > 0 {
+			keys = slices.DeleteFunc(keys, func(k string) bool { return deferred[k] })
+			unseeded = slices.DeleteFunc(unseeded, func(k string) bool { return deferred[k] })
+			for k := range deferred {
+				delete(groups, k)
+			}
+			if len(keys)+len(unseeded) == 0 {
+				return nil
+			}
+		}
 		if newRun {
 			phase := postgres.PhaseScanning
 			if opts.Mode == postgres.ModeFullAudit {
@@ -217,24 +257,8 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 				return fmt.Errorf("record run %s: %w", res.RunID, err)
 			}
 		}
-		snapshotID, err := postgres.LatestFullSnapshotID(ctx, tx)
-		if err != nil {
-			return err
-		}
-		ev, err := s.core.NewEvaluator(ctx, tx, rs)
-		if err != nil {
-			return err
-		}
 		// Visible to this transaction only, but it documents the state machine ok → scanning → ok | failed.
 		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'scanning' WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, keys); err != nil {
-			return err
-		}
-		groups, err := postgres.GroupsByKey(ctx, tx, append(append([]string{}, keys...), unseeded...))
-		if err != nil {
-			return err
-		}
-		place, err := s.placeGroups(ctx, tx, ev, groups)
-		if err != nil {
 			return err
 		}
 		judge := func(key string) (postgres.CandidateValues, error) {
@@ -340,7 +364,14 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		}
 		return res, err
 	}
-	if newRun && res.Claimed == 0 {
+	if len(recordLater) > 0 {
+		// In a transaction of its own, holding nothing else: the tick that next claims the groups whose members
+		// moved there finds them and moves the members in one transaction.
+		if err := s.core.InTx(ctx, func(tx pgx.Tx) error { return postgres.RecordPlaceholderGroups(ctx, tx, recordLater) }); err != nil {
+			return res, err
+		}
+	}
+	if newRun && (res.Claimed == 0 || res.Scanned+res.Seeded+res.Failed == 0) {
 		res.RunID = ""
 	}
 	if res.Claimed > 0 && opts.Mode != postgres.ModeFullAudit {
@@ -556,11 +587,18 @@ func (s *Stage) ExpireStale(ctx context.Context) (int64, error) {
 		if err := dirtyLapsedExceptions(ctx, tx); err != nil {
 			return err
 		}
+		// Locked in group-key order first (postgres.LockOrder), as every marking writer does.
 		rows, err := tx.Query(ctx, `
-			UPDATE governance_candidate_state c SET dirty = true, dirty_reason = 'ttl', dirtied_at = now(),
+			WITH locked AS (
+			    SELECT c.group_key, c.ruleset_version FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
+			    WHERE c.stale_after <= now() AND (NOT c.dirty OR c.dirty_reason = ANY($1))
+			    ORDER BY c.group_key FOR UPDATE OF c
+			)
+			UPDATE governance_candidate_state c SET dirty = true, dirty_reason = 'ttl', dirtied_at = clock_timestamp(),
 			    recompute_status = CASE WHEN recompute_status = 'ok' THEN 'dirty' ELSE recompute_status END, updated_at = now()
-			FROM v_current_ruleset cr
-			WHERE c.ruleset_version = cr.ruleset_version AND c.stale_after <= now() AND (NOT c.dirty OR c.dirty_reason = ANY($1))
+			FROM locked l
+			WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version
+			  AND c.stale_after <= now() AND (NOT c.dirty OR c.dirty_reason = ANY($1))
 			RETURNING c.group_key, c.risk_class, c.ruleset_version, c.stale_after`, gcos.MembershipDirtyReasons)
 		if err != nil {
 			return fmt.Errorf("expire stale rows: %w", err)

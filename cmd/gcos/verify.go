@@ -12,7 +12,6 @@ import (
 	"gcos"
 	"gcos/intake"
 	"gcos/oracle"
-	"gcos/postgres"
 )
 
 // verifyCommand is `gcos verify`: the incremental state compared with a from-scratch evaluation of the same
@@ -47,7 +46,9 @@ func (a *app) verifyCommand() *cobra.Command {
 				return err
 			}
 			opts.InFlight = !strict
-			opts.Settle = func(ctx context.Context, at time.Time) error { return handedOff(ctx, store, at, settle) }
+			opts.Settle = func(ctx context.Context, at time.Time) error {
+				return intake.New(store).HandedOff(ctx, nil, at, settle, intakeIdle)
+			}
 			rep, err := oracle.Verify(cmd.Context(), store, opts)
 			if err != nil {
 				return err
@@ -76,48 +77,7 @@ func (a *app) verifyCommand() *cobra.Command {
 // maxVerifySample bounds --sample: each sampled object is two gate questions, asked one by one.
 const maxVerifySample = 1_000_000
 
-// handedOff returns once every source row committed before at has been handed off by the intake (each tail's
-// oldest unread row is newer than at), polling within timeout. The daemon's intake does the handing off: when no
-// tail's position moves for intakeIdle, none is running and handedOff gives up at once instead of at the timeout.
-func handedOff(ctx context.Context, store *postgres.Store, at time.Time, timeout time.Duration) error {
-	stage := intake.New(store)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	var positions string
-	moved := time.Now()
-	for {
-		var waiting, now []string
-		for _, src := range postgres.DefaultTailSources(store.Config()) {
-			lag, err := stage.CheckTailLag(ctx, src, store.Config().Intake)
-			if err != nil {
-				return err
-			}
-			now = append(now, lag.Position)
-			if lag.OldestUnreadAt != nil && !lag.OldestUnreadAt.After(at) {
-				waiting = append(waiting, fmt.Sprintf("%s (oldest unread row %s)", src.Name, lag.OldestUnreadAt.UTC().Format(time.RFC3339Nano)))
-			}
-		}
-		if len(waiting) == 0 {
-			return nil
-		}
-		if p := strings.Join(now, ","); p != positions {
-			positions, moved = p, time.Now()
-		}
-		if time.Since(moved) > intakeIdle {
-			return fmt.Errorf("rows committed before the instant are not handed off and no intake moved for %s: %s (is the daemon running?)",
-				intakeIdle, strings.Join(waiting, ", "))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("rows committed before the instant were not handed off within %s: %s", timeout, strings.Join(waiting, ", "))
-		case <-tick.C:
-		}
-	}
-}
-
-// intakeIdle is how long handedOff waits for a tail that does not move before it concludes no intake runs.
+// intakeIdle is how long verify waits for a tail that does not move before it concludes no intake runs.
 const intakeIdle = 3 * time.Second
 
 func verifyText(rep oracle.Report) string {

@@ -1,0 +1,243 @@
+package daemon_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/daemon"
+	"gcos/gcostest"
+	"gcos/intake"
+	"gcos/oracle"
+	"gcos/postgres"
+	"gcos/world"
+)
+
+// soakAudits is how many full audits, each with its proof, the live soak waits for while the churn runs: the
+// default run sees a few; -soak.audits 30 soaks for longer.
+var soakAudits = flag.Int("soak.audits", 3, "full audits (each proved) the live soak test waits for while the demo churn runs")
+
+// TestLiveSoak is the first law on a live system (SPEC §13): the daemon runs with the demo's churn — births,
+// change-ledger rows, every governance kind and ruleset proposals, accelerated — and a full audit every few seconds
+// proving its whole cover, until soak.audits audits have proved. While it churns: every audit reports no lost
+// signal and no count drift, every proof has no settled mismatch, no transaction of the database deadlocks and no
+// scan loop fails, and every invariant sample closes in every scope. Once the churn stops and the intake and the
+// dirty set drain, the state equals a from-scratch evaluation exactly. It counts events; it times nothing.
+func TestLiveSoak(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute+time.Duration(*soakAudits)*time.Minute)
+	defer cancel()
+	w := gcostest.Ready(t, gcostest.Options{Births: 4000, Seed: 11, Config: func(cfg *gcos.Config) {
+		cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.IncrementalInterval = gcos.Duration(500 * time.Millisecond)
+		cfg.Scan.FullAuditInterval = gcos.Duration(2 * time.Second)
+		cfg.Scan.VerifySlices = 1 // every audit proves every collection
+		cfg.Scan.VerifySample = 200
+		cfg.Scan.StormFraction = 1
+		cfg.Roles.LeaseTTL = gcos.Duration(3 * time.Second)
+		cfg.HTTP.InsecureNoAuth = true
+	}})
+	logs := &recordLog{}
+	store := postgres.New(w.Pool, w.Cfg, slog.New(logs)) // every stage logs where the test reads
+	deadlocksBefore := w.Count(t, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)
+
+	churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: 40, ChangesPerSecond: 8, GovernancePerSecond: 15, Seed: 5,
+		Logger: slog.New(logs), ProposeEvery: 3 * time.Second, Propose: func(ctx context.Context) (string, error) {
+			rs, _, err := store.ComputeRuleset(ctx, "demo-proposer")
+			return rs.Version, err
+		}}
+	d, err := daemon.New(daemon.Config{Store: store, Churn: churn, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+
+	// Invariant samples, taken all along (every ledger the API would serve).
+	var samples, open int
+	var firstOpen string
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for runCtx.Err() == nil {
+			rep, err := store.Invariant(runCtx, "")
+			if err == nil {
+				samples++
+				for _, l := range rep.Ledgers {
+					if !l.Closes() {
+						open++
+						if firstOpen == "" {
+							firstOpen = fmt.Sprintf("%s: total %d, buckets %d (difference %d)", l.Scope, l.Total, l.Sum(), l.Difference())
+						}
+						break
+					}
+				}
+			}
+			select {
+			case <-runCtx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+
+	waitUntil(t, done, 4*time.Minute+time.Duration(*soakAudits)*time.Minute, fmt.Sprintf("%d full audits proved while the churn runs", *soakAudits), func() bool {
+		return logs.count("full audit: proved its slice") >= *soakAudits && churn.Governance() >= 20
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	<-sampled
+
+	audits := logs.find(`full audit`)
+	proofs := logs.find(`full audit: proved its slice`)
+	t.Logf("soak: %d births, %d changes, %d governance edits; %d audits, %d proofs, %d invariant samples",
+		churn.Births(), churn.Changes(), churn.Governance(), len(audits), len(proofs), samples)
+	for _, a := range audits {
+		t.Logf("audit: %s", a)
+		for _, field := range []string{"lost_signals=", "count_drift=", "kept_count_drift="} {
+			if !strings.Contains(a, " "+field+"0 ") && !strings.HasSuffix(a, " "+field+"0") {
+				t.Errorf("a full audit on the live system reports %s…: %s", field, a)
+			}
+		}
+		if strings.Contains(a, "invariant_closes=false") {
+			t.Errorf("a full audit's ledger does not close: %s", a)
+		}
+	}
+	for _, p := range proofs {
+		if !strings.Contains(p, " mismatches=0 ") {
+			t.Errorf("a full audit's proof has settled mismatches: %s", p)
+		}
+	}
+	for i, bad := range logs.find("") {
+		if i < 60 {
+			t.Logf("warning: %s", bad)
+		}
+		if bad != "" && (strings.Contains(bad, "40P01") || strings.Contains(bad, "conflict") || strings.Contains(bad, "failed") ||
+			strings.Contains(bad, "differs")) {
+			t.Errorf("logged while churning: %s", bad)
+		}
+	}
+	if open > 0 {
+		t.Errorf("%d of %d invariant samples did not close; the first: %s", open, samples, firstOpen)
+	}
+	if n := w.Count(t, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`) - deadlocksBefore; n != 0 {
+		t.Errorf("%d deadlocks in the database while the daemon churned", n)
+	}
+
+	// Quiet now: the intake hands off the rest, the dirty set drains, and the state equals the reference exactly.
+	quiet, err := daemon.New(daemon.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, nil, 2*time.Minute, "the intake and the dirty set drain", func() bool {
+		if _, err := quiet.Intake.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := quiet.Scan.Once(ctx, postgres.ModeIncremental); err != nil {
+			t.Fatal(err)
+		}
+		n, err := store.DirtySetSize(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range postgres.DefaultTailSources(store.Config()) {
+			lag, err := intake.New(store).CheckTailLag(ctx, src, store.Config().Intake)
+			if err != nil || lag.OldestUnreadAt != nil {
+				return false
+			}
+		}
+		return n == 0
+	})
+	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 500, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("after the churn, %d mismatches: %v", len(rep.Mismatches), rep.Mismatches[:min(20, len(rep.Mismatches))])
+	}
+}
+
+// waitUntil polls cond until it holds, failing the test past within or when the daemon stops (done, if any).
+func waitUntil(t *testing.T, done <-chan error, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		select {
+		case err := <-done:
+			t.Fatalf("%s: the daemon stopped: %v", what, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// recordLog keeps every record at info or above as one logfmt-like line: "message key=value …".
+type recordLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *recordLog) Enabled(_ context.Context, level slog.Level) bool { return level >= slog.LevelInfo }
+
+func (l *recordLog) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Level.String() + " " + r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value.Resolve())
+		return true
+	})
+	l.mu.Lock()
+	l.lines = append(l.lines, b.String())
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *recordLog) WithAttrs(attrs []slog.Attr) slog.Handler { return &recordView{l, attrs} }
+
+func (l *recordLog) WithGroup(string) slog.Handler { return l }
+
+// recordView is the recordLog with attributes of its own, writing to the same lines.
+type recordView struct {
+	*recordLog
+	own []slog.Attr
+}
+
+func (v *recordView) Handle(ctx context.Context, r slog.Record) error {
+	r = r.Clone()
+	r.AddAttrs(v.own...)
+	return v.recordLog.Handle(ctx, r)
+}
+
+func (v *recordView) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &recordView{v.recordLog, append(append([]slog.Attr{}, v.own...), attrs...)}
+}
+
+// find returns the lines whose message is msg (or, for "", every warning and error).
+func (l *recordLog) find(msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		level, rest, _ := strings.Cut(line, " ")
+		switch {
+		case msg == "" && level != "INFO":
+			out = append(out, line)
+		case msg != "" && (rest == msg || strings.HasPrefix(rest, msg+" ")):
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func (l *recordLog) count(msg string) int { return len(l.find(msg)) }
