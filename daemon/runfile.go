@@ -140,3 +140,58 @@ func Discover(ctx context.Context, dir string) (Running, string, error) {
 	}
 	return r, strings.TrimSpace(string(tok)), nil
 }
+
+// claimFileName is the lock `gcos up` holds on its data dir for as long as it runs (Claim).
+const claimFileName = "gcos.up.lock"
+
+// BusyError says a data dir is already claimed by a running `gcos up`: who (pid) and, once it serves, where (URL).
+type BusyError struct {
+	Dir string
+	PID int    // 0 when the holder did not record it
+	URL string // empty while the holder starts (it publishes its URL once it listens)
+}
+
+func (e *BusyError) Error() string {
+	who := "pid unknown"
+	if e.PID > 0 {
+		who = fmt.Sprintf("pid %d", e.PID)
+	}
+	if e.URL != "" {
+		who += ", " + e.URL
+	} else {
+		who += ", still starting"
+	}
+	return fmt.Sprintf("data dir %s is claimed by a running gcos daemon (%s): nothing was started or changed; stop it, or use another --data-dir", e.Dir, who)
+}
+
+// Claim takes the data dir for one `gcos up` before it does anything else (an exclusive, non-blocking flock on
+// dir/gcos.up.lock, released when the process ends, however it ends), so a second one exits at once naming the
+// first (*BusyError) instead of reaching its database. release gives the claim up.
+func Claim(dir string) (release func(), err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("claim the data dir: %w", err)
+	}
+	path := filepath.Join(dir, claimFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("claim the data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("claim the data dir: lock %s: %w", path, err)
+		}
+		busy := &BusyError{Dir: dir}
+		if b, err := os.ReadFile(path); err == nil {
+			fmt.Sscan(strings.TrimSpace(string(b)), &busy.PID)
+		}
+		if r, err := readRunning(dir); err == nil && (busy.PID == 0 || r.PID == busy.PID) {
+			busy.PID, busy.URL = r.PID, r.URL
+		}
+		return nil, busy
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
+	}
+	return func() { _ = f.Close() }, nil
+}

@@ -121,7 +121,7 @@ func TestLiveSoak(t *testing.T) {
 			t.Logf("warning: %s", bad)
 		}
 		if bad != "" && (strings.Contains(bad, "40P01") || strings.Contains(bad, "conflict") || strings.Contains(bad, "failed") ||
-			strings.Contains(bad, "differs")) {
+			strings.Contains(bad, "differs") || strings.Contains(bad, "not handed off")) {
 			t.Errorf("logged while churning: %s", bad)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"gcos/gcostest"
 	"gcos/httpapi"
 	"gcos/postgres"
+	"gcos/world"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write the dashboard's screenshot to docs/dashboard.png")
@@ -63,7 +64,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := daemon.New(daemon.Config{Store: w.Store, Listener: ln, Version: "browser-test"})
+	// The page is read while the demo's churn runs: births, change rows and governance edits, as `up --demo` makes.
+	churn := &world.Churn{Pool: w.Pool, BirthsPerSecond: 5, ChangesPerSecond: 1, GovernancePerSecond: 2, Seed: 21}
+	d, err := daemon.New(daemon.Config{Store: w.Store, Listener: ln, Version: "browser-test", Churn: churn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +113,13 @@ func TestDashboardInABrowser(t *testing.T) {
 	// Every panel fills: no "no data yet" placeholder is left, and the ledger and the feed of changes have rows.
 	poll(t, browser, "every panel fills", `document.querySelectorAll('td.muted').length === 0 || !Array.from(document.querySelectorAll('td.muted')).some(td => td.textContent === 'no data yet')`)
 	poll(t, browser, "the ledger has a row per scope", `document.querySelectorAll('#ledger-rows tr[data-scope]').length > 0`)
+	// The live truth while it churns: every figure filled (the count of recent changes too), the sparklines drawn,
+	// and no worker shown as ok beside a last run that failed.
+	poll(t, browser, "the count of recent changes fills", `/^(\d+|500 or more)$/.test(document.querySelector('#changes-count').textContent)`)
+	poll(t, browser, "the sparklines are drawn", `!!document.querySelector('#dirty-spark polyline') && !!document.querySelector('#lag-spark polyline')`)
+	poll(t, browser, "workers show their state", `document.querySelectorAll('#worker-rows tr').length > 1 &&
+		Array.from(document.querySelectorAll('#worker-rows tr')).every(tr => tr.cells.length < 5 ||
+			!(tr.cells[1].textContent === 'ok' && tr.cells[4].textContent === 'error'))`)
 
 	// The caller's unread count and a finding linked to its explanation: the dashboard reads as "local" (no auth
 	// on loopback), subscribed here to the candidate findings; a finding about a group opens.

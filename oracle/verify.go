@@ -280,6 +280,30 @@ func separateInFlight(ctx context.Context, store *postgres.Store, opts VerifyOpt
 	}
 	rep.Moving = &Moving{DirtyGroups: dirty, WrittenGroups: written, Objects: len(objects)}
 
+	// A group whose members are moving is in flight with every group of its base and scope: the one they left and
+	// the one they join.
+	places := map[groupPlace]bool{}
+	for k := range groups {
+		if g, ok := inc.groups[k]; ok {
+			places[g.place()] = true
+		}
+		if g, ok := ref.Groups[k]; ok {
+			places[g.place()] = true
+		}
+	}
+	for _, p := range inc.unseededAt {
+		places[p] = true
+	}
+	for k, g := range inc.groups {
+		if places[g.place()] {
+			groups[k] = true
+		}
+	}
+	for k, g := range ref.Groups {
+		if places[g.place()] {
+			groups[k] = true
+		}
+	}
 	scopes := map[string]bool{} // a scope's ledger moves with any of its groups
 	for k := range groups {
 		if g, ok := inc.groups[k]; ok {
@@ -428,13 +452,15 @@ func readAt(ctx context.Context, store *postgres.Store, opts ReadOptions, also f
 // incremental is GCOS's state as its views present it, read at the reference's instant.
 type incremental struct {
 	groups     map[string]incGroup
-	unseeded   []string // groups with no member and no candidate row: pending their first scan
+	unseeded   []string    // groups with no member and no candidate row: pending their first scan
+	unseededAt []groupPlace // where each of those is
 	objects    map[string]incObject
 	objectRefs []string
 	ledgers    map[string]gcos.Ledger
 }
 
 type incGroup struct {
+	class, lifecycle                                             string
 	registry, scope, verdict, effective, quality, risk, coverage string
 	required                                                     *bool
 	members                                                      int64
@@ -444,6 +470,17 @@ type incGroup struct {
 type incObject struct {
 	ref, collection, reason, groupKey, scope, effective, quality, risk, coverage string
 	required                                                                     bool
+}
+
+// groupPlace is where a group's members are: its base (class, collection, lifecycle) in one scope. A base's births
+// are in one group per scope; while they move from one group to another (an owner or axis family changed) both
+// groups are in flight.
+type groupPlace struct{ class, registry, lifecycle, scope string }
+
+func (g incGroup) place() groupPlace { return groupPlace{g.class, g.registry, g.lifecycle, g.scope} }
+
+func (g *Group) place() groupPlace {
+	return groupPlace{deref(g.ObjectClass), deref(g.SourceRegistry), deref(g.LifecycleStatus), deref(g.Scope)}
 }
 
 // readIncremental reads the incremental state at the transaction's instant: only the groups (and object rows of
@@ -456,20 +493,23 @@ func readIncremental(ctx context.Context, tx pgx.Tx, only []string) (incremental
 	inc := incremental{groups: map[string]incGroup{}, objects: map[string]incObject{}, ledgers: map[string]gcos.Ledger{}}
 	// A group is live in the incremental state when it counts members: its candidate row's, or (never seeded) its
 	// registry row's. A group with no candidate row is pending its first scan, as a dirty one is.
-	if err := each(ctx, tx, `SELECT group_key, coalesce(source_registry, ''), coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
+	if err := each(ctx, tx, `SELECT group_key, coalesce(object_class, ''), coalesce(lifecycle_status, ''), coalesce(source_registry, ''),
+			coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
 			coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required, coalesce(coverage_outcome, ''),
 			coalesce(member_count, group_member_count), coalesce(dirty, true)
 		FROM v_candidate_effective WHERE (coalesce(member_count, group_member_count) > 0 OR member_count IS NULL)
 		  AND ($1::text[] IS NULL OR source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
 		var key string
 		var g incGroup
-		if err := r.Scan(&key, &g.registry, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required, &g.coverage, &g.members, &g.dirty); err != nil {
+		if err := r.Scan(&key, &g.class, &g.lifecycle, &g.registry, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required,
+			&g.coverage, &g.members, &g.dirty); err != nil {
 			return err
 		}
 		if g.members > 0 {
 			inc.groups[key] = g
 		} else {
 			inc.unseeded = append(inc.unseeded, key)
+			inc.unseededAt = append(inc.unseededAt, g.place())
 		}
 		return nil
 	}, slice); err != nil {

@@ -662,3 +662,56 @@ func RecordPlaceholderGroups(ctx context.Context, tx pgx.Tx, groups []gcos.Group
 	}
 	return nil
 }
+
+// WithoutLiveSiblings drops the groups (of a snapshot) that the registry does not hold live while another group of
+// the same base and scope is live there: their members are counted by that group until a scan moves them (the scan
+// finds the stale group and retires it in the transaction that records the new one), so recording them now would
+// count the members twice.
+func WithoutLiveSiblings(ctx context.Context, tx pgx.Tx, groups []gcos.Group) ([]gcos.Group, error) {
+	if len(groups) == 0 {
+		return groups, nil
+	}
+	keys := make([]string, len(groups))
+	classes, regs, statuses := make([]*string, len(groups)), make([]*string, len(groups)), make([]*string, len(groups))
+	scopes := make([]*string, len(groups))
+	for i, g := range groups {
+		keys[i], classes[i], regs[i], statuses[i], scopes[i] = g.Key, g.ObjectClass, g.SourceRegistry, g.LifecycleStatus, g.Scope
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT u.k FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(k, cls, reg, st, scope)
+		WHERE NOT EXISTS (SELECT 1 FROM governance_group g WHERE g.group_key = u.k AND g.retired_at IS NULL)
+		  AND EXISTS (SELECT 1 FROM governance_group s
+		              WHERE s.object_class = u.cls AND s.source_registry = u.reg AND s.lifecycle_status = u.st
+		                AND s.scope IS NOT DISTINCT FROM u.scope AND s.retired_at IS NULL AND s.group_key <> u.k)`,
+		keys, classes, regs, statuses, scopes)
+	if err != nil {
+		return nil, fmt.Errorf("find groups with a live sibling: %w", err)
+	}
+	drop, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find groups with a live sibling: %w", err)
+	}
+	if len(drop) == 0 {
+		return groups, nil
+	}
+	skip := make(map[string]bool, len(drop))
+	for _, k := range drop {
+		skip[k] = true
+	}
+	return slices.DeleteFunc(slices.Clone(groups), func(g gcos.Group) bool { return skip[g.Key] }), nil
+}
+
+// RegistryRetired says, for each of keys the group registry holds, whether the group is retired.
+func RegistryRetired(ctx context.Context, q Querier, keys []string) (map[string]bool, error) {
+	rows, err := q.Query(ctx, `SELECT group_key, retired_at IS NOT NULL FROM governance_group WHERE group_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read the group registry: %w", err)
+	}
+	out := map[string]bool{}
+	var k string
+	var retired bool
+	if _, err := pgx.ForEachRow(rows, []any{&k, &retired}, func() error { out[k] = retired; return nil }); err != nil {
+		return nil, fmt.Errorf("read the group registry: %w", err)
+	}
+	return out, nil
+}

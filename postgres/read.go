@@ -285,6 +285,12 @@ type SnapshotBrief struct {
 	Scope      string    `json:"scope"`
 }
 
+// GroupsWithMembers is what GCOS counts as a group wherever it counts groups (summary, status, dashboard,
+// metrics), as a condition on v_candidate_effective: a group of the registry with members, as its candidate row
+// under the current ruleset counts them (or, never scanned, the registry's row) — the groups a snapshot and a
+// from-scratch evaluation find. A group retired (no member left, or its members moved) is kept for history only.
+const GroupsWithMembers = `coalesce(member_count, group_member_count) > 0`
+
 // Summary is the one-read picture of GCOS the dashboard, /metrics and `gcos status` show, read in a single
 // repeatable-read transaction so its numbers agree with one another.
 type Summary struct {
@@ -324,9 +330,12 @@ func (s *Store) Summary(ctx context.Context) (Summary, error) {
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&sum.At); err != nil {
 			return err
 		}
+		// A group is one with members under the current ruleset (GroupsWithMembers): what a snapshot, verify and the
+		// ledger count. A retired group, kept for history, is not one.
 		rows, err := tx.Query(ctx, `
-			SELECT scope, effective_verdict, count(*), coalesce(sum(group_member_count), 0)::bigint
-			FROM v_candidate_effective GROUP BY scope, effective_verdict ORDER BY scope NULLS FIRST, effective_verdict`)
+			SELECT scope, effective_verdict, count(*), coalesce(sum(coalesce(member_count, group_member_count)), 0)::bigint
+			FROM v_candidate_effective WHERE `+GroupsWithMembers+`
+			GROUP BY scope, effective_verdict ORDER BY scope NULLS FIRST, effective_verdict`)
 		if err != nil {
 			return err
 		}
@@ -373,6 +382,12 @@ func (s *Store) Summary(ctx context.Context) (Summary, error) {
 		}
 		if h.ScanLagSeconds < 0 {
 			h.ScanLagSeconds = 0
+		}
+		// The same groups as above: the registry's rows include retired groups, kept for history.
+		h.Groups = sum.Groups
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM v_candidate_effective WHERE member_count IS NULL AND `+GroupsWithMembers).
+			Scan(&h.UnseededGroups); err != nil {
+			return err
 		}
 		sum.DirtyGroups = h.DirtyGroups
 
@@ -452,6 +467,8 @@ const (
 	HeartbeatOK     = "ok"     // ticked within intake.silent_gap_threshold
 	HeartbeatSilent = "silent" // last tick older than the threshold: quiet is not dead, this may be dead
 	HeartbeatNever  = "never"  // registered but never ticked
+	// HeartbeatFailing: ticking, but its last run failed (its loop backs off and retries): alive is not healthy.
+	HeartbeatFailing = "failing"
 )
 
 // WorkerView is one GCOS executor's queue_heartbeat row.
@@ -461,7 +478,7 @@ type WorkerView struct {
 	LastTickAt     *time.Time `json:"last_tick_at"`
 	AgeSeconds     *float64   `json:"age_seconds"` // since the last tick, by the database clock
 	TickStatus     *string    `json:"last_tick_status"`
-	State          string     `json:"state"`                // HeartbeatOK, HeartbeatSilent or HeartbeatNever
+	State          string     `json:"state"`                // HeartbeatOK, HeartbeatFailing, HeartbeatSilent or HeartbeatNever
 	SilentAfter    float64    `json:"silent_after_seconds"` // SilenceLimit: the threshold plus this executor's tick cadence
 	LeaseOwner     *string    `json:"lease_owner"`
 	LeaseExpiresAt *time.Time `json:"lease_expires_at"`
@@ -537,6 +554,8 @@ func (s *Store) Workers(ctx context.Context) (WorkersReport, error) {
 				w.State = HeartbeatNever
 			case *w.AgeSeconds > s.SilenceLimit(w.Name).Seconds(): // the same limit the silent-gap monitor uses
 				w.State = HeartbeatSilent
+			case w.TickStatus != nil && *w.TickStatus == "error":
+				w.State = HeartbeatFailing
 			default:
 				w.State = HeartbeatOK
 			}

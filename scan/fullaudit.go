@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -139,11 +140,34 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if err != nil {
 			return err
 		}
-		// The group registry takes the snapshot's groups and counts, except where a later transaction wrote them.
-		fresh := make([]gcos.Group, 0, len(snap.Groups))
+		// The group registry takes the snapshot's groups it does not hold live: new ones (seeded below, so their
+		// members are counted under a verdict at once) and retired ones with members again (marked dirty, so a scan
+		// judges them), except where a later transaction wrote them and where a stale group of the same base and
+		// scope still counts the members (a scan moves them). A live group's count is the scans' to write: the
+		// audit compares it (count drift) and never overwrites it, so the intake's comparison of the registry's
+		// counts with the source (which finds births moved between bases) is never fed the source's own answer.
+		held, err := postgres.RegistryRetired(ctx, tx, slices.Collect(maps.Keys(snap.Metrics.Groups)))
+		if err != nil {
+			return err
+		}
+		var fresh []gcos.Group
+		var reactivated []string
 		for _, g := range snap.Groups {
-			if !moved[g.Key] {
-				fresh = append(fresh, g)
+			retired, known := held[g.Key]
+			if moved[g.Key] || (known && !retired) {
+				continue
+			}
+			fresh = append(fresh, g)
+		}
+		if fresh, err = postgres.WithoutLiveSiblings(ctx, tx, fresh); err != nil {
+			return err
+		}
+		var born []gcos.Group
+		for _, g := range fresh {
+			if _, known := held[g.Key]; known {
+				reactivated = append(reactivated, g.Key)
+			} else {
+				born = append(born, g)
 			}
 		}
 		if err := postgres.UpsertGroups(ctx, tx, fresh); err != nil {
@@ -152,11 +176,21 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
 		}
+		ev, err := s.core.NewEvaluator(ctx, tx, rs)
+		if err != nil {
+			return err
+		}
+		if err := s.seedNew(ctx, tx, ev, snap.ID, rs.Version, res.RunID, born); err != nil {
+			return err
+		}
+		if _, err := postgres.MarkKeysDirtyTx(ctx, tx, reactivated, gcos.DirtySnapshotDrift); err != nil {
+			return err
+		}
 		// The audit re-reads every birth, silent updates included: the gate's views drop every birth they hold.
 		if err := postgres.NoteBirthsTx(ctx, tx, []string{postgres.AllBirths}); err != nil {
 			return err
 		}
-		held, err := heldCounts(ctx, tx)
+		counts, err := heldCounts(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -174,10 +208,6 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never
 		// outlives its TTL in a running daemon, and lapsed reasons become tombstones.
-		ev, err := s.core.NewEvaluator(ctx, tx, rs)
-		if err != nil {
-			return err
-		}
 		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.core.MaterializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
 			return err
 		}
@@ -187,7 +217,7 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		// The counts are checked against the snapshot itself, not only against the previous one: a change behind the
 		// tail's back can restore the content the previous audit saw while the incremental state counted what came
 		// between (a birth handed off, then retired or deleted with no change row).
-		off, offColls, inFlight := held.differFrom(snap, moved)
+		off, offColls, inFlight := counts.differFrom(snap, moved)
 		kept, err := postgres.KeptDriftSettled(ctx, tx, snap)
 		if err != nil {
 			return err
@@ -237,7 +267,7 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if prev.Metrics.Cut != nil {
 			since = prev.Metrics.Cut.At
 		}
-		signalled, err := dirtiedSince(ctx, tx, rescan, since)
+		signalled, err := dirtiedSince(ctx, tx, snap, rescan, since)
 		if err != nil {
 			return err
 		}
@@ -313,6 +343,25 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 	return nil
 }
 
+// seedNew writes a candidate row for each group the audit recorded (new to the registry), judged now: the audit
+// holds every group and candidate row, so the new group is counted under a verdict in the transaction that records
+// it (as the backfill does).
+func (s *Stage) seedNew(ctx context.Context, tx pgx.Tx, ev *postgres.Evaluator, snapshotID int64, ruleset, runID string, groups []gcos.Group) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	values := make([]postgres.CandidateValues, 0, len(groups))
+	for _, g := range groups {
+		v, err := ev.Evaluate(g, "")
+		if err != nil {
+			return fmt.Errorf("judge new group %s: %w", g.Key, err)
+		}
+		values = append(values, v)
+	}
+	_, err := postgres.SeedCandidates(ctx, tx, snapshotID, ruleset, runID, values)
+	return err
+}
+
 // RegistryDrift counts, for one registry, the groups whose inputs from it drifted between two full snapshots.
 type RegistryDrift struct {
 	Groups      int `json:"groups"`
@@ -366,20 +415,55 @@ func latestFullSnapshot(ctx context.Context, q postgres.Querier) (*postgres.Snap
 	return &snap, nil
 }
 
-// dirtiedSince returns the groups (of keys) that a change signalled after t: a dirty mark after t under the current
-// ruleset, a group dirty now, or a group the registry recorded after t (a handoff or a scan recorded a group the
-// change created; the audit's own transaction, which records what nothing signalled, does not count). A mark and a
-// recorded group are stamped with the clock when they are written, after the change they signal was read (the
-// intake reads no row younger than its horizon guard), so a change committed after the previous audit's cut is
-// signalled by a stamp after it. A group dirty now was signalled too: a later change found it dirty and left the
-// mark it had (markDirtySQL); its scan will read that change.
-func dirtiedSince(ctx context.Context, tx pgx.Tx, keys []string, t time.Time) (map[string]bool, error) {
+// dirtiedSince returns the groups (of keys) that a change signalled after t: a group of the same base and scope
+// (the members' place, whatever key the registries give it) that received a dirty mark after t under the current
+// ruleset, is dirty now, or that the registry recorded after t (a handoff or a scan recorded a group the change
+// created; the audit's own transaction, which records what nothing signalled, does not count). A change that moved
+// members from one group to another signals the group they left; the group they join is that change's too.
+// A mark and a recorded group are stamped with the clock when they are written, after the change they signal was
+// read (the intake reads no row younger than its horizon guard), so a change committed after the previous audit's
+// cut is signalled by a stamp after it. A group dirty now was signalled too: a later change found it dirty and left
+// the mark it had (markDirtySQL); its scan will read that change.
+func dirtiedSince(ctx context.Context, tx pgx.Tx, snap postgres.Snapshot, keys []string, t time.Time) (map[string]bool, error) {
+	known := make(map[string]gcos.Group, len(snap.Groups))
+	for _, g := range snap.Groups {
+		known[g.Key] = g
+	}
+	var gone []string // keys the snapshot no longer has: their place is the registry's
+	for _, k := range keys {
+		if _, ok := known[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	if len(gone) > 0 {
+		reg, err := postgres.GroupsByKey(ctx, tx, gone)
+		if err != nil {
+			return nil, err
+		}
+		for k, g := range reg {
+			known[k] = g
+		}
+	}
+	n := len(keys)
+	classes, regs, statuses, scopes := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+	for i, k := range keys {
+		g := known[k]
+		classes[i], regs[i], statuses[i], scopes[i] = g.ObjectClass, g.SourceRegistry, g.LifecycleStatus, g.Scope
+	}
 	rows, err := tx.Query(ctx, `
-		SELECT c.group_key FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
-		WHERE c.group_key = ANY($1) AND (c.dirtied_at >= $2 OR c.dirty)
-		UNION
-		SELECT g.group_key FROM governance_group g
-		WHERE g.group_key = ANY($1) AND g.first_seen_at >= $2 AND g.first_seen_at < now()`, keys, t)
+		WITH ch AS (SELECT * FROM unnest($1::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS u(k, cls, reg, st, scope)),
+		sig AS (
+		    SELECT g.group_key, g.object_class, g.source_registry, g.lifecycle_status, g.scope
+		    FROM governance_group g
+		    LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key
+		         AND c.ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)
+		    WHERE (g.group_key = ANY($1) OR g.source_registry IN (SELECT reg FROM ch))
+		      AND (c.dirtied_at >= $2 OR c.dirty OR (g.first_seen_at >= $2 AND g.first_seen_at < now()))
+		)
+		SELECT ch.k FROM ch WHERE EXISTS (
+		    SELECT 1 FROM sig WHERE sig.group_key = ch.k
+		       OR (sig.object_class = ch.cls AND sig.source_registry = ch.reg AND sig.lifecycle_status = ch.st
+		           AND sig.scope IS NOT DISTINCT FROM ch.scope))`, keys, t, classes, regs, statuses, scopes)
 	if err != nil {
 		return nil, fmt.Errorf("read dirty marks: %w", err)
 	}

@@ -108,7 +108,11 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 // tick takes it. A group whose members moved to a group the registry does not hold yet is deferred too; that group
 // is returned in absent, for the tick to record after it commits (postgres.RecordPlaceholderGroups). The placement
 // is trimmed to what the tick keeps.
-func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group) (deferred map[string]bool, absent []gcos.Group, err error) {
+//
+// held are sibling groups (claimSiblings) another transaction holds: every group of their bases and scopes is
+// deferred, and so is every group sharing a base and scope with a deferred one, so that the members of a base are
+// never counted in two live groups of one scope.
+func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group, held []string) (deferred map[string]bool, absent []gcos.Group, err error) {
 	want := make([]string, 0, len(groups)+len(p.moved))
 	for k := range groups {
 		want = append(want, k)
@@ -193,6 +197,21 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 			deferred[k] = true
 		}
 	}
+	// A deferred group defers every group of its base and scope (held siblings first of all).
+	waiting := map[baseScope]bool{}
+	for _, k := range held {
+		if g, ok := groups[k]; ok {
+			waiting[baseScopeOf(g)] = true
+		}
+	}
+	for k := range deferred {
+		waiting[baseScopeOf(groups[k])] = true
+	}
+	for k, g := range groups {
+		if waiting[baseScopeOf(g)] {
+			deferred[k] = true
+		}
+	}
 	// A claimed group is judged in place of its moved-to group only when that one is usable; and a moved-to
 	// group is judged only for a group the tick keeps.
 	kept := p.moved[:0]
@@ -218,3 +237,119 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 	}
 	return deferred, absent, nil
 }
+
+// siblingsSQL finds, for bases and scopes ($2..$5), the registry's other live groups ($6: the keys the tick holds
+// already): those of the same bases and scopes (siblings), and of the same collections (companions) the dirty or
+// never-seeded ones, or every one when the collection is counted from the source (no kept counts, or a recount
+// pending); and whether each has a candidate row under ruleset $1.
+const siblingsSQL = `
+WITH want AS (SELECT DISTINCT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS w(cls, reg, st, scope))
+SELECT g.group_key, c.group_key IS NOT NULL,
+       EXISTS (SELECT 1 FROM want w WHERE g.object_class = w.cls AND g.source_registry = w.reg AND g.lifecycle_status = w.st
+                                      AND g.scope IS NOT DISTINCT FROM w.scope) AS sibling
+FROM governance_group g
+LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = $1
+WHERE g.retired_at IS NULL AND NOT (g.group_key = ANY($6))
+  AND g.source_registry IN (SELECT reg FROM want)
+  AND (c.group_key IS NULL OR c.dirty
+       OR EXISTS (SELECT 1 FROM want w WHERE g.object_class = w.cls AND g.source_registry = w.reg AND g.lifecycle_status = w.st
+                                          AND g.scope IS NOT DISTINCT FROM w.scope)
+       OR NOT EXISTS (SELECT 1 FROM governance_collection_count k WHERE k.source_registry = g.source_registry
+                      AND NOT EXISTS (SELECT 1 FROM governance_recount_request r WHERE r.source_registry = k.source_registry)))
+ORDER BY g.group_key`
+
+// claimSiblingsSQL claims the candidate rows of sibling groups, skipping rows another transaction holds.
+const claimSiblingsSQL = `
+SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
+FROM governance_candidate_state c
+WHERE c.ruleset_version = $1 AND c.group_key = ANY($2)
+ORDER BY c.group_key
+FOR UPDATE OF c SKIP LOCKED`
+
+// siblings are the other live groups of the bases and scopes a tick judges, and the dirty or never-seeded groups of
+// their collections. A base's births are in exactly one group per scope, the one the registries name now: any
+// other group of the base and scope still live is stale (its key named an owner or axis family that moved) and must
+// be retired in the transaction that counts the members where they are, or the ledger counts them twice. Births
+// also move between the bases of one collection (a lifecycle change): the collection's pending groups are judged
+// together, and all its groups when the tick counts it from the source (which sees a move before its change row is
+// handed off), so the group they left and the group they joined are counted at one instant. claimed are those whose
+// candidate rows the tick took (without waiting), with what they held; unseeded those with no candidate row (their
+// group rows are locked with the rest, lockWrites); held the siblings another transaction holds (the tick defers
+// their base and scope; a held companion is simply left to its holder).
+type siblings struct {
+	claimed  map[string]storedResult
+	unseeded []string
+	held     []string
+}
+
+// claimSiblings finds and claims the siblings of groups (see siblings).
+func claimSiblings(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group) (siblings, error) {
+	sib := siblings{claimed: map[string]storedResult{}}
+	var classes, regs, statuses []string
+	var scopes []*string
+	keys := make([]string, 0, len(groups))
+	for k, g := range groups {
+		keys = append(keys, k)
+		b := postgres.BaseOf(g)
+		classes, regs, statuses, scopes = append(classes, b.Class), append(regs, b.Coll), append(statuses, b.Status), append(scopes, g.Scope)
+	}
+	if len(keys) == 0 {
+		return sib, nil
+	}
+	rows, err := tx.Query(ctx, siblingsSQL, ruleset, classes, regs, statuses, scopes, keys)
+	if err != nil {
+		return sib, fmt.Errorf("find sibling groups: %w", err)
+	}
+	var withRow []string
+	sibling := map[string]bool{}
+	for rows.Next() {
+		var k string
+		var hasRow, isSibling bool
+		if err := rows.Scan(&k, &hasRow, &isSibling); err != nil {
+			rows.Close()
+			return sib, fmt.Errorf("find sibling groups: %w", err)
+		}
+		sibling[k] = isSibling
+		if hasRow {
+			withRow = append(withRow, k)
+		} else {
+			sib.unseeded = append(sib.unseeded, k)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return sib, fmt.Errorf("find sibling groups: %w", err)
+	}
+	if len(withRow) == 0 {
+		return sib, nil
+	}
+	rows, err = tx.Query(ctx, claimSiblingsSQL, ruleset, withRow)
+	if err != nil {
+		return sib, fmt.Errorf("claim sibling groups: %w", err)
+	}
+	for rows.Next() {
+		var k string
+		var was storedResult
+		if err := rows.Scan(&k, &was.verdict, &was.evidence, &was.lifecycle); err != nil {
+			rows.Close()
+			return sib, fmt.Errorf("claim sibling groups: %w", err)
+		}
+		sib.claimed[k] = was
+	}
+	if err := rows.Err(); err != nil {
+		return sib, fmt.Errorf("claim sibling groups: %w", err)
+	}
+	for _, k := range withRow {
+		if _, ok := sib.claimed[k]; !ok && sibling[k] {
+			sib.held = append(sib.held, k)
+		}
+	}
+	return sib, nil
+}
+
+// baseScope identifies a base group in one scope: the place one live group's members are.
+type baseScope struct {
+	base  postgres.BirthBase
+	scope string
+}
+
+func baseScopeOf(g gcos.Group) baseScope { return baseScope{postgres.BaseOf(g), postgres.Deref(g.Scope)} }

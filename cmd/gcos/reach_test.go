@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +119,26 @@ func TestCommandsReachTheDaemon(t *testing.T) {
 	other := strings.Replace(dsn, "/"+w.Strings(t, `SELECT current_database()`)[0], "/postgres", 1)
 	if _, _, stderr := runGate(t, "--database-url", other, "--data-dir", dir, "-v", "findings"); !strings.Contains(stderr, "not this command's database") {
 		t.Errorf("a command for another database used the daemon:\n%s", stderr)
+	}
+
+	// A second `gcos up` on the same data dir, or on the daemon's port, exits 1 naming the running daemon and
+	// changes nothing: no world generated, no snapshot, no ruleset written before it refused.
+	running, _, err := daemon.Discover(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const written = `SELECT (SELECT count(*) FROM evolution_snapshots) + (SELECT count(*) FROM birth_registry) + (SELECT count(*) FROM governance_ruleset)`
+	before := w.Count(t, written)
+	code, _, stderr := runGate(t, "--database-url", dsn, "--data-dir", dir, "up", "--demo", "--listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("pid %d", running.PID)) || !strings.Contains(stderr, running.URL) {
+		t.Errorf("a second gcos up on the data dir: exit %d, want 1 naming pid %d and %s\n%s", code, running.PID, running.URL, stderr)
+	}
+	code, _, stderr = runGate(t, "--database-url", dsn, "--data-dir", t.TempDir(), "up", "--listen", strings.TrimPrefix(running.URL, "http://"))
+	if code != 1 || !strings.Contains(stderr, "listen") {
+		t.Errorf("a second gcos up on the daemon's port: exit %d, want 1\n%s", code, stderr)
+	}
+	if after := w.Count(t, written); after != before {
+		t.Errorf("a refused gcos up wrote: %d births, snapshots and rulesets before, %d after", before, after)
 	}
 
 	if code, upErr := stop(); code != 0 {

@@ -43,6 +43,22 @@ func (a *app) upCommand() *cobra.Command {
 			if err := httpapi.CheckListen(a.cfg.HTTP, a.cfg.Principals); err != nil {
 				return err // before anything starts: a wrong address must not cost a world generation first
 			}
+			// The data dir and the port are claimed before anything is read or written: a second `gcos up` on the
+			// same data dir (or port) exits 1 naming the first, having changed nothing.
+			dir, err := filepath.Abs(a.dataDir)
+			if err != nil {
+				return fmt.Errorf("data dir: %w", err)
+			}
+			release, err := daemon.Claim(dir)
+			if err != nil {
+				return err
+			}
+			defer release()
+			ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
+			if err != nil {
+				return fmt.Errorf("listen %s: %w (is another gcos daemon serving it?)", a.cfg.HTTP.Listen, err)
+			}
+			defer ln.Close()
 			// A token made for this run, published in the data dir (api.token, 0600) with the API's URL: commands
 			// run beside the daemon ask it with this token (reach.go).
 			runToken, err := daemon.NewRunToken()
@@ -79,7 +95,7 @@ func (a *app) upCommand() *cobra.Command {
 					return err
 				}
 			}
-			return a.serve(ctx, store, demo, runToken, churn)
+			return a.serve(ctx, store, ln, dir, demo, runToken, churn)
 		},
 	}
 	cmd.Flags().BoolVar(&demo, "demo", false, "embedded demo: greenfield substrate, synthetic world, backfill, live churn")
@@ -125,23 +141,14 @@ func (a *app) openWhenReachable(ctx context.Context, demo bool) (*postgres.Store
 	}
 }
 
-// serve runs the daemon (and, demo, its churn) until ctx ends.
 // demoChurn is what the demo's churn writes (the --demo-* flags).
 type demoChurn struct {
 	births, changes, governance float64
 	proposeEvery, auditEvery    time.Duration
 }
 
-func (a *app) serve(ctx context.Context, store *postgres.Store, demo bool, runToken string, churn demoChurn) error {
-	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", a.cfg.HTTP.Listen, err)
-	}
-	dir, err := filepath.Abs(a.dataDir)
-	if err != nil {
-		ln.Close()
-		return fmt.Errorf("data dir: %w", err)
-	}
+// serve runs the daemon (and, demo, its churn) on ln until ctx ends, published in dir.
+func (a *app) serve(ctx context.Context, store *postgres.Store, ln net.Listener, dir string, demo bool, runToken string, churn demoChurn) error {
 	unpublish, err := daemon.Publish(dir, daemon.Running{URL: localURL(ln.Addr()), PID: os.Getpid(),
 		Database: databaseIdentity(a.databaseURL), StartedAt: time.Now().UTC(), Version: version}, runToken)
 	if err != nil {

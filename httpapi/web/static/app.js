@@ -16,7 +16,6 @@
   var authRequired = document.body.getAttribute('data-auth') === 'token';
   var samples = { dirty: [], lag: [] };
   var tick = 0;
-  var lastChangesAsOf = null;
 
   function $(id) { return document.getElementById(id); }
 
@@ -101,16 +100,20 @@
     while (arr.length > RING) { arr.shift(); }
   }
 
-  // sparkline draws values as a polyline scaled into the SVG's 300×50 view box.
+  // sparkline draws the samples so far across the SVG's 300×50 view box (a single sample as a flat line), scaled to
+  // their maximum, which its title names; a line of zeros runs along the bottom, inside the box.
   function sparkline(svg, values) {
     while (svg.firstChild) { svg.removeChild(svg.firstChild); }
-    if (values.length < 2) { return; }
-    var max = Math.max.apply(null, values.concat([1]));
-    var step = 300 / (RING - 1);
-    var x0 = 300 - (values.length - 1) * step;
-    var pts = values.map(function (v, i) {
-      return (x0 + i * step).toFixed(1) + ',' + (48 - (v / max) * 46).toFixed(1);
+    if (values.length === 0) { return; }
+    var vs = values.length === 1 ? [values[0], values[0]] : values;
+    var max = Math.max.apply(null, vs.concat([1]));
+    var step = 300 / (vs.length - 1);
+    var pts = vs.map(function (v, i) {
+      return (i * step).toFixed(1) + ',' + (46 - (v / max) * 42).toFixed(1);
     }).join(' ');
+    var title = document.createElementNS(SVG_NS, 'title');
+    title.textContent = values.length + ' samples, max ' + fmt(Math.max.apply(null, values));
+    svg.appendChild(title);
     var line = document.createElementNS(SVG_NS, 'polyline');
     line.setAttribute('points', pts);
     svg.appendChild(line);
@@ -249,7 +252,6 @@
   }
 
   function renderChanges(rep) {
-    lastChangesAsOf = rep.as_of;
     asOf('changes-asof', rep.as_of);
     replaceRows('change-rows', (rep.changes || []).map(change), 7, 'no verdict change yet');
   }
@@ -264,19 +266,22 @@
       setStatus('enter a reader token', false);
       return;
     }
+    var heavy = tick % LEDGER_EVERY === 0; // the first poll too, so no figure waits for the tenth second
     var jobs = [
       get('/v1/summary').then(renderSummary),
       get('/v1/workers').then(renderWorkers),
       get('/v1/findings?limit=20').then(renderFindings),
-      get('/v1/changes?limit=' + CHANGES_SHOWN).then(renderChanges)
+      get('/v1/changes?limit=' + CHANGES_SHOWN).then(function (rep) {
+        renderChanges(rep);
+        if (!heavy) { return null; }
+        // The count of the last 5 minutes, by the server's clock (the as_of of the changes just read).
+        var since = new Date(new Date(rep.as_of).getTime() - COUNT_WINDOW_MS).toISOString();
+        return get('/v1/changes?limit=500&since=' + encodeURIComponent(since)).then(renderChangeCount);
+      })
     ];
-    if (tick % LEDGER_EVERY === 0) {
+    if (heavy) {
       jobs.push(get('/v1/invariant').then(renderLedger));
       jobs.push(get('/v1/me').then(renderMe)); // the unread count reads the caller's notifications: not every poll
-      if (lastChangesAsOf) {
-        var since = new Date(new Date(lastChangesAsOf).getTime() - COUNT_WINDOW_MS).toISOString();
-        jobs.push(get('/v1/changes?limit=500&since=' + encodeURIComponent(since)).then(renderChangeCount));
-      }
     }
     tick++;
     Promise.all(jobs).then(function () {
