@@ -452,7 +452,7 @@ func readAt(ctx context.Context, store *postgres.Store, opts ReadOptions, also f
 // incremental is GCOS's state as its views present it, read at the reference's instant.
 type incremental struct {
 	groups     map[string]incGroup
-	unseeded   []string    // groups with no member and no candidate row: pending their first scan
+	unseeded   []string     // groups with no member and no candidate row: pending their first scan
 	unseededAt []groupPlace // where each of those is
 	objects    map[string]incObject
 	objectRefs []string

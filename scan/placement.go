@@ -352,4 +352,6 @@ type baseScope struct {
 	scope string
 }
 
-func baseScopeOf(g gcos.Group) baseScope { return baseScope{postgres.BaseOf(g), postgres.Deref(g.Scope)} }
+func baseScopeOf(g gcos.Group) baseScope {
+	return baseScope{postgres.BaseOf(g), postgres.Deref(g.Scope)}
+}
