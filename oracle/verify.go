@@ -294,6 +294,25 @@ func separateInFlight(ctx context.Context, store *postgres.Store, opts VerifyOpt
 	for _, p := range inc.unseededAt {
 		places[p] = true
 	}
+	// A group written after the instant that neither side counts members in (one retired, or recorded, then) is
+	// placed through the registry: a group's place never changes.
+	var unplaced []string
+	for k := range groups {
+		_, inInc := inc.groups[k]
+		_, inRef := ref.Groups[k]
+		if !inInc && !inRef {
+			unplaced = append(unplaced, k)
+		}
+	}
+	if len(unplaced) > 0 {
+		reg, err := postgres.GroupsByKey(ctx, store.Pool(), unplaced)
+		if err != nil {
+			return fmt.Errorf("verify: place what moved: %w", err)
+		}
+		for _, g := range reg {
+			places[groupPlace{deref(g.ObjectClass), deref(g.SourceRegistry), deref(g.LifecycleStatus), deref(g.Scope)}] = true
+		}
+	}
 	for k, g := range inc.groups {
 		if places[g.place()] {
 			groups[k] = true
@@ -452,7 +471,7 @@ func readAt(ctx context.Context, store *postgres.Store, opts ReadOptions, also f
 // incremental is GCOS's state as its views present it, read at the reference's instant.
 type incremental struct {
 	groups     map[string]incGroup
-	unseeded   []string     // groups with no member and no candidate row: pending their first scan
+	unseeded   []string     // groups with no member that are pending a scan (no candidate row yet, or dirty)
 	unseededAt []groupPlace // where each of those is
 	objects    map[string]incObject
 	objectRefs []string
@@ -497,7 +516,7 @@ func readIncremental(ctx context.Context, tx pgx.Tx, only []string) (incremental
 			coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
 			coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required, coalesce(coverage_outcome, ''),
 			coalesce(member_count, group_member_count), coalesce(dirty, true)
-		FROM v_candidate_effective WHERE (coalesce(member_count, group_member_count) > 0 OR member_count IS NULL)
+		FROM v_candidate_effective WHERE (coalesce(member_count, group_member_count) > 0 OR member_count IS NULL OR dirty)
 		  AND ($1::text[] IS NULL OR source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
 		var key string
 		var g incGroup

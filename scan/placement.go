@@ -239,9 +239,8 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 }
 
 // siblingsSQL finds, for bases and scopes ($2..$5), the registry's other live groups ($6: the keys the tick holds
-// already): those of the same bases and scopes (siblings), and of the same collections (companions) the dirty or
-// never-seeded ones, or every one when the collection is counted from the source (no kept counts, or a recount
-// pending); and whether each has a candidate row under ruleset $1.
+// already): those of the same bases and scopes (siblings), and the dirty or never-seeded ones of the same
+// collections (companions); and whether each has a candidate row under ruleset $1.
 const siblingsSQL = `
 WITH want AS (SELECT DISTINCT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS w(cls, reg, st, scope))
 SELECT g.group_key, c.group_key IS NOT NULL,
@@ -254,8 +253,7 @@ WHERE g.retired_at IS NULL AND NOT (g.group_key = ANY($6))
   AND (c.group_key IS NULL OR c.dirty
        OR EXISTS (SELECT 1 FROM want w WHERE g.object_class = w.cls AND g.source_registry = w.reg AND g.lifecycle_status = w.st
                                           AND g.scope IS NOT DISTINCT FROM w.scope)
-       OR NOT EXISTS (SELECT 1 FROM governance_collection_count k WHERE k.source_registry = g.source_registry
-                      AND NOT EXISTS (SELECT 1 FROM governance_recount_request r WHERE r.source_registry = k.source_registry)))
+  )
 ORDER BY g.group_key`
 
 // claimSiblingsSQL claims the candidate rows of sibling groups, skipping rows another transaction holds.
@@ -271,8 +269,7 @@ FOR UPDATE OF c SKIP LOCKED`
 // other group of the base and scope still live is stale (its key named an owner or axis family that moved) and must
 // be retired in the transaction that counts the members where they are, or the ledger counts them twice. Births
 // also move between the bases of one collection (a lifecycle change): the collection's pending groups are judged
-// together, and all its groups when the tick counts it from the source (which sees a move before its change row is
-// handed off), so the group they left and the group they joined are counted at one instant. claimed are those whose
+// together, so the group they left and the group they joined are counted at one instant. claimed are those whose
 // candidate rows the tick took (without waiting), with what they held; unseeded those with no candidate row (their
 // group rows are locked with the rest, lockWrites); held the siblings another transaction holds (the tick defers
 // their base and scope; a held companion is simply left to its holder).

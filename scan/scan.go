@@ -131,28 +131,6 @@ func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, er
 		"slice", plan.Slice, "slices", plan.Slices, "collections", len(plan.Collections), "scanned_since", len(plan.Scanned), "batches", rep.Batches,
 		"groups", rep.Groups, "objects", rep.Objects, "gate_checks", rep.GateChecks, "mismatches", len(rep.Mismatches), "in_flight", len(rep.InFlight),
 		"elapsed", time.Duration(rep.Elapsed*float64(time.Second)).Round(time.Millisecond))
-	for i, m := range rep.Mismatches { // DEBUG
-		if i >= 4 || m.Kind != "group" {
-			continue
-		}
-		var info string
-		_ = s.Stage.pool.QueryRow(ctx, `SELECT concat_ws(' | ', 'first_seen='||g.first_seen_at, 'retired='||g.retired_at, 'gcount='||g.member_count, g.object_class, g.source_registry, g.lifecycle_status, g.scope, g.owner_scope,
-			'c.count='||c.member_count, 'verdict='||c.candidate_verdict, 'dirty='||c.dirty, 'dirtied='||c.dirtied_at, c.dirty_reason, 'scan='||c.scan_time, c.last_run_id, c.lifecycle_status,
-			(SELECT string_agg(g2.group_key||':'||coalesce(g2.owner_scope,'-')||':'||g2.member_count||':'||coalesce(c2.member_count::text,'-')||':'||coalesce(g2.retired_at::text,'live')||':'||coalesce(c2.dirty::text,'-'), ' ; ') FROM governance_group g2
-			  LEFT JOIN governance_candidate_state c2 ON c2.group_key = g2.group_key AND c2.ruleset_version = c.ruleset_version
-			  WHERE g2.object_class = g.object_class AND g2.source_registry = g.source_registry AND g2.lifecycle_status = g.lifecycle_status AND g2.scope = g.scope AND g2.group_key <> g.group_key))
-			FROM governance_group g LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM v_current_ruleset) WHERE g.group_key = $1`, m.Key).Scan(&info)
-		var more string
-		_ = s.Stage.pool.QueryRow(ctx, `SELECT concat_ws(' || ',
-			(SELECT string_agg(b.source_registry||'/'||b.object_class||'/'||b.lifecycle_status||'='||b.members||' counted '||c.counted_at, ', ') FROM governance_base_count b JOIN governance_collection_count c USING (source_registry) WHERE b.source_registry = g.source_registry),
-			(SELECT 'requests='||count(*) FROM governance_recount_request r WHERE r.source_registry = g.source_registry),
-			(SELECT 'cursor='||position_tstz||'/'||position_id FROM gov_worker_cursor WHERE ts_type = 'timestamptz'),
-			(SELECT 'src='||count(*) FROM birth_registry b WHERE b.collection_name = g.source_registry AND b.entity_type = g.object_class AND b.status = g.lifecycle_status),
-			(SELECT string_agg(b.id||'@'||b.born_at||':'||b.status||':'||b.entity_code, ', ' ORDER BY b.id DESC) FROM (SELECT * FROM birth_registry b WHERE b.collection_name = g.source_registry ORDER BY id DESC LIMIT 4) b),
-			(SELECT string_agg(r.id||'@'||r.timestamp||':'||r.action||':'||r.entity_code, ', ' ORDER BY r.id DESC) FROM (SELECT * FROM registry_changelog r WHERE r.entity_type = g.object_class ORDER BY id DESC LIMIT 4) r))
-			FROM governance_group g WHERE g.group_key = $1`, m.Key).Scan(&more)
-		s.logger().Warn("DEBUG mismatch", "m", m.String(), "at", rep.At, "info", info, "more", more)
-	}
 	if !rep.Settled() {
 		s.logger().Warn("full audit: the incremental state differs from a from-scratch evaluation (gcos verify lists it)",
 			"run_id", runID, "mismatches", len(rep.Mismatches), "first", rep.Mismatches[0].String())
