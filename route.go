@@ -14,8 +14,9 @@ type ChangeSubject struct {
 	// Object is the object's anchor base group now (an inherited child's is its anchor's); nil when the inventory
 	// does not hold the object.
 	Object *BaseGroup
-	// Moved lists the other base groups of the object's class in its registry that hold members: the lifecycle an
-	// object left is one of them (the row does not say which).
+	// Moved lists the other base groups of the object's class in its registry whose member count now differs
+	// from the one their groups were last judged on: the lifecycle an object left is one of them (the row does
+	// not say which).
 	Moved []BaseGroup
 }
 

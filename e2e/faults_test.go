@@ -248,9 +248,13 @@ func (d *daemons) spawn() string {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	cmd := exec.Command(d.bin, append([]string{"up", "--database-url", d.dsn, "--config", d.config, "--listen", "127.0.0.1:0", "--insecure-no-auth"}, d.args...)...)
+	// Each process has a data dir of its own (`gcos up` claims its data dir), inside the test's dir: its run files
+	// (api.json) land there, not in the source tree.
+	dataDir := filepath.Join(d.dir, fmt.Sprintf("gcos-%d", d.started))
+	cmd := exec.Command(d.bin, append([]string{"up", "--database-url", d.dsn, "--config", d.config, "--data-dir", dataDir,
+		"--listen", "127.0.0.1:0", "--insecure-no-auth"}, d.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Dir = d.dir // its run files (.gcos/api.json) land there, not in the source tree
+	cmd.Dir = d.dir
 	if err := cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}

@@ -54,9 +54,11 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "up", "--database-url", db.dsn, "--config", confPath, "--listen", "127.0.0.1:0", "--insecure-no-auth")
+		// A data dir of its own (`gcos up` claims its data dir), inside the test's dir, not the source tree.
+		cmd := exec.Command(bin, "up", "--database-url", db.dsn, "--config", confPath, "--data-dir", filepath.Join(dir, name),
+			"--listen", "127.0.0.1:0", "--insecure-no-auth")
 		cmd.Stdout, cmd.Stderr = f, f
-		cmd.Dir = dir // its run files (.gcos/api.json) land there, not in the source tree
+		cmd.Dir = dir
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

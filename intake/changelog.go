@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -110,36 +111,41 @@ func (s *Stage) objectBase(ctx context.Context, tx pgx.Tx, coll, code string) (g
 	return base, true, nil
 }
 
-// collectionCounts caches, within one page of the handoff, the live base groups of each (class, collection) the
-// page's rows named (movedBases).
-type collectionCounts map[[2]string][]gcos.BaseGroup
+// collectionCounts caches, within one page of the handoff, the member counts of the collections it counted.
+type collectionCounts map[string]map[postgres.BirthBase]int64
 
-// movedBases lists the base groups of base's class in its registry that the registry holds live: the lifecycle an
-// object left is one of them (the row does not say which), and each is dirtied. Not only those whose recorded count
-// now differs from the source's: a birth handed off beside the move can cancel it in that comparison (one in, one
-// out), and the group the object left would keep a count it no longer has, clean, until a full audit (measured by
-// the live soak, daemon/soak_test.go). The list is read once per page per class and collection.
+// movedBases lists the base groups of base's class in its registry whose live groups were last judged on a member
+// count other than the one they have now: the groups a lifecycle move (or anything else not yet scanned) changed.
+// The collection is counted once per page however many of its objects the page's rows name.
 func (s *Stage) movedBases(ctx context.Context, tx pgx.Tx, cache collectionCounts, base gcos.BaseGroup) ([]gcos.BaseGroup, error) {
-	key := [2]string{base.ObjectClass, base.SourceRegistry}
-	if out, ok := cache[key]; ok {
-		return out, nil
+	counts, ok := cache[base.SourceRegistry]
+	if !ok {
+		var err error
+		if counts, err = s.core.MemberCounts(ctx, tx, []string{base.SourceRegistry}, nil); err != nil {
+			return nil, err
+		}
+		cache[base.SourceRegistry] = counts
 	}
-	rows, err := tx.Query(ctx, `SELECT DISTINCT lifecycle_status FROM governance_group
+	rows, err := tx.Query(ctx, `SELECT DISTINCT lifecycle_status, member_count FROM governance_group
 		WHERE source_registry = $1 AND object_class = $2 AND retired_at IS NULL AND lifecycle_status IS NOT NULL
-		ORDER BY 1`, base.SourceRegistry, base.ObjectClass)
+		ORDER BY 1, 2`, base.SourceRegistry, base.ObjectClass)
 	if err != nil {
-		return nil, fmt.Errorf("read the live bases: %w", err)
+		return nil, fmt.Errorf("read recorded member counts: %w", err)
 	}
-	statuses, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("read the live bases: %w", err)
+	defer rows.Close()
+	var out []gcos.BaseGroup
+	for rows.Next() {
+		var status string
+		var recorded int64
+		if err := rows.Scan(&status, &recorded); err != nil {
+			return nil, fmt.Errorf("read recorded member counts: %w", err)
+		}
+		b := gcos.BaseGroup{ObjectClass: base.ObjectClass, SourceRegistry: base.SourceRegistry, LifecycleStatus: status}
+		if counts[postgres.BirthBase{Class: b.ObjectClass, Coll: b.SourceRegistry, Status: b.LifecycleStatus}] != recorded && !slices.Contains(out, b) {
+			out = append(out, b)
+		}
 	}
-	out := make([]gcos.BaseGroup, 0, len(statuses))
-	for _, st := range statuses {
-		out = append(out, gcos.BaseGroup{ObjectClass: base.ObjectClass, SourceRegistry: base.SourceRegistry, LifecycleStatus: st})
-	}
-	cache[key] = out
-	return out, nil
+	return out, rows.Err()
 }
 
 // selectGroups lists the registry's groups (retired ones too: a change may bring members back) that any

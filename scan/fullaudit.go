@@ -267,7 +267,7 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if prev.Metrics.Cut != nil {
 			since = prev.Metrics.Cut.At
 		}
-		signalled, err := dirtiedSince(ctx, tx, snap, rescan, since)
+		signalled, err := dirtiedSince(ctx, tx, snap, prev, rescan, since)
 		if err != nil {
 			return err
 		}
@@ -415,16 +415,18 @@ func latestFullSnapshot(ctx context.Context, q postgres.Querier) (*postgres.Snap
 	return &snap, nil
 }
 
-// dirtiedSince returns the groups (of keys) that a change signalled after t: a group of the same base and scope
-// (the members' place, whatever key the registries give it) that received a dirty mark after t under the current
-// ruleset, is dirty now, or that the registry recorded after t (a handoff or a scan recorded a group the change
-// created; the audit's own transaction, which records what nothing signalled, does not count). A change that moved
-// members from one group to another signals the group they left; the group they join is that change's too.
+// dirtiedSince returns the groups (of keys) that a change signalled after t: the group received a dirty mark after
+// t under the current ruleset, is dirty now, or, new since the previous snapshot, the registry recorded it after t (a
+// handoff or a scan recorded a group the change created; an audit records only groups its snapshot saw, and the
+// audit's own transaction, which records what nothing signalled, does not count). A
+// group in one of the two snapshots only (its members came from, or went to, another key of the same base and
+// scope: an owner or axis family moved) is signalled by a mark on any group of that base and scope: a change that
+// moved members signals the group they left, and the group they join is that change's too.
 // A mark and a recorded group are stamped with the clock when they are written, after the change they signal was
 // read (the intake reads no row younger than its horizon guard), so a change committed after the previous audit's
 // cut is signalled by a stamp after it. A group dirty now was signalled too: a later change found it dirty and left
 // the mark it had (markDirtySQL); its scan will read that change.
-func dirtiedSince(ctx context.Context, tx pgx.Tx, snap postgres.Snapshot, keys []string, t time.Time) (map[string]bool, error) {
+func dirtiedSince(ctx context.Context, tx pgx.Tx, snap postgres.Snapshot, prev *postgres.Snapshot, keys []string, t time.Time) (map[string]bool, error) {
 	known := make(map[string]gcos.Group, len(snap.Groups))
 	for _, g := range snap.Groups {
 		known[g.Key] = g
@@ -446,14 +448,22 @@ func dirtiedSince(ctx context.Context, tx pgx.Tx, snap postgres.Snapshot, keys [
 	}
 	n := len(keys)
 	classes, regs, statuses, scopes := make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+	rekeyed := make([]bool, n)  // in one snapshot only: its members may have come from (or gone to) another key
+	appeared := make([]bool, n) // in this snapshot only: no audit recorded it before, so a record of it is a signal
 	for i, k := range keys {
 		g := known[k]
 		classes[i], regs[i], statuses[i], scopes[i] = g.ObjectClass, g.SourceRegistry, g.LifecycleStatus, g.Scope
+		_, now := snap.Metrics.Groups[k]
+		_, before := prev.Metrics.Groups[k]
+		rekeyed[i], appeared[i] = now != before, now && !before
 	}
 	rows, err := tx.Query(ctx, `
-		WITH ch AS (SELECT * FROM unnest($1::text[], $3::text[], $4::text[], $5::text[], $6::text[]) AS u(k, cls, reg, st, scope)),
+		WITH ch AS (SELECT * FROM unnest($1::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bool[], $8::bool[])
+		            AS u(k, cls, reg, st, scope, rekeyed, appeared)),
 		sig AS (
-		    SELECT g.group_key, g.object_class, g.source_registry, g.lifecycle_status, g.scope
+		    SELECT g.group_key, g.object_class, g.source_registry, g.lifecycle_status, g.scope,
+		           coalesce(c.dirtied_at >= $2 OR c.dirty, false) AS marked,
+		           (g.first_seen_at >= $2 AND g.first_seen_at < now()) AS recorded
 		    FROM governance_group g
 		    LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key
 		         AND c.ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)
@@ -461,9 +471,9 @@ func dirtiedSince(ctx context.Context, tx pgx.Tx, snap postgres.Snapshot, keys [
 		      AND (c.dirtied_at >= $2 OR c.dirty OR (g.first_seen_at >= $2 AND g.first_seen_at < now()))
 		)
 		SELECT ch.k FROM ch WHERE EXISTS (
-		    SELECT 1 FROM sig WHERE sig.group_key = ch.k
-		       OR (sig.object_class = ch.cls AND sig.source_registry = ch.reg AND sig.lifecycle_status = ch.st
-		           AND sig.scope IS NOT DISTINCT FROM ch.scope))`, keys, t, classes, regs, statuses, scopes)
+		    SELECT 1 FROM sig WHERE (sig.group_key = ch.k AND (sig.marked OR (sig.recorded AND ch.appeared)))
+		       OR (ch.rekeyed AND sig.object_class = ch.cls AND sig.source_registry = ch.reg AND sig.lifecycle_status = ch.st
+		           AND sig.scope IS NOT DISTINCT FROM ch.scope))`, keys, t, classes, regs, statuses, scopes, rekeyed, appeared)
 	if err != nil {
 		return nil, fmt.Errorf("read dirty marks: %w", err)
 	}

@@ -280,7 +280,9 @@ type siblings struct {
 }
 
 // claimSiblings finds and claims the siblings of groups (see siblings).
-func claimSiblings(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group) (siblings, error) {
+// Companions are taken within room (the tick's batch left over), so a throttled tick stays throttled; siblings
+// always.
+func claimSiblings(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group, room int) (siblings, error) {
 	sib := siblings{claimed: map[string]storedResult{}}
 	var classes, regs, statuses []string
 	var scopes []*string
@@ -305,6 +307,12 @@ func claimSiblings(ctx context.Context, tx pgx.Tx, ruleset string, groups map[st
 		if err := rows.Scan(&k, &hasRow, &isSibling); err != nil {
 			rows.Close()
 			return sib, fmt.Errorf("find sibling groups: %w", err)
+		}
+		if !isSibling {
+			if room <= 0 {
+				continue
+			}
+			room--
 		}
 		sibling[k] = isSibling
 		if hasRow {

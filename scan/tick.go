@@ -27,6 +27,10 @@ type ScanOptions struct {
 	// Groups, when set, claims just these groups when they are dirty or past stale_after (the gate's synchronous
 	// re-scan), waiting for a scanner that holds one: whatever it commits is then re-checked, not scanned twice.
 	Groups []string
+
+	// placed is set on the tick that follows one which recorded the groups its members moved to: it does not
+	// record (and follow itself) again.
+	placed bool
 }
 
 // ScanResult reports one tick.
@@ -83,8 +87,8 @@ FOR UPDATE OF c SKIP LOCKED`
 // effect (its activation carried a row for every group seen before, so only later groups can lack one), the
 // incremental and full passes pass -infinity and sweep every group.
 //
-// A retired group with no row is a placeholder a tick recorded for a group its members moved to (recordAbsent):
-// the tick that moves them seeds it, so that the members are never counted in both groups.
+// A retired group with no row is a placeholder a tick recorded for a group its members moved to
+// (postgres.RecordPlaceholderGroups): the tick that moves them seeds it, so the members are never counted twice.
 const claimUnseededSQL = `
 SELECT g.group_key FROM governance_group g
 WHERE g.first_seen_at >= $3 AND g.retired_at IS NULL
@@ -228,7 +232,11 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			return err
 		}
 		// The other live groups of the same bases and scopes are judged with them (claimSiblings).
-		sib, err := claimSiblings(ctx, tx, rs.Version, groups)
+		companions := limit - len(keys) - len(unseeded)
+		if targeted {
+			companions = 0 // the gate waits for this tick: it judges what it named (and the siblings it must)
+		}
+		sib, err := claimSiblings(ctx, tx, rs.Version, groups, companions)
 		if err != nil {
 			return err
 		}
@@ -389,9 +397,17 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	}
 	if len(recordLater) > 0 {
 		// In a transaction of its own, holding nothing else: the tick that next claims the groups whose members
-		// moved there finds them and moves the members in one transaction.
+		// moved there finds them and moves the members in one transaction. That tick follows at once (once).
 		if err := s.core.InTx(ctx, func(tx pgx.Tx) error { return postgres.RecordPlaceholderGroups(ctx, tx, recordLater) }); err != nil {
 			return res, err
+		}
+		if !opts.placed && res.Scanned+res.Seeded == 0 {
+			next := opts
+			next.placed = true
+			if newRun {
+				next.RunID = ""
+			}
+			return s.ScanTick(ctx, next)
 		}
 	}
 	if newRun && (res.Claimed == 0 || res.Scanned+res.Seeded+res.Failed == 0) {
