@@ -58,7 +58,7 @@ func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 		if found {
 			subject.Object = &base
 			sig.object = &postgres.BirthBase{Class: base.ObjectClass, Coll: base.SourceRegistry, Status: base.LifecycleStatus}
-			if subject.Moved, err = s.movedBases(ctx, tx, counts, base); err != nil {
+			if subject.Moved, err = s.movedBases(ctx, tx, counts, base, kind == gcos.ChangeObjectRetired); err != nil {
 				return nil, err
 			}
 			if kind != gcos.ChangeObjectBorn {
@@ -117,7 +117,29 @@ type collectionCounts map[string]map[postgres.BirthBase]int64
 // movedBases lists the base groups of base's class in its registry whose live groups were last judged on a member
 // count other than the one they have now: the groups a lifecycle move (or anything else not yet scanned) changed.
 // The collection is counted once per page however many of its objects the page's rows name.
-func (s *Stage) movedBases(ctx context.Context, tx pgx.Tx, cache collectionCounts, base gcos.BaseGroup) ([]gcos.BaseGroup, error) {
+//
+// A lifecycle change (retire, supersede, merge: every live base) takes every live base of the class in the registry
+// instead of those whose count differs: the comparison races a scan that is counting the base from kept counts
+// that do not know the move yet (the scan's count has not committed, so the recorded count still matches the
+// source, one birth in and the moved one out), and the base the object left would keep a count it no longer has.
+func (s *Stage) movedBases(ctx context.Context, tx pgx.Tx, cache collectionCounts, base gcos.BaseGroup, every bool) ([]gcos.BaseGroup, error) {
+	if every {
+		rows, err := tx.Query(ctx, `SELECT DISTINCT lifecycle_status FROM governance_group
+			WHERE source_registry = $1 AND object_class = $2 AND retired_at IS NULL AND lifecycle_status IS NOT NULL
+			ORDER BY 1`, base.SourceRegistry, base.ObjectClass)
+		if err != nil {
+			return nil, fmt.Errorf("read the live bases: %w", err)
+		}
+		statuses, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("read the live bases: %w", err)
+		}
+		out := make([]gcos.BaseGroup, 0, len(statuses))
+		for _, st := range statuses {
+			out = append(out, gcos.BaseGroup{ObjectClass: base.ObjectClass, SourceRegistry: base.SourceRegistry, LifecycleStatus: st})
+		}
+		return out, nil
+	}
 	counts, ok := cache[base.SourceRegistry]
 	if !ok {
 		var err error
