@@ -109,10 +109,9 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 // is returned in absent, for the tick to record after it commits (postgres.RecordPlaceholderGroups). The placement
 // is trimmed to what the tick keeps.
 //
-// held are sibling groups (claimSiblings) another transaction holds: every group of their bases and scopes is
-// deferred, and so is every group sharing a base and scope with a deferred one, so that the members of a base are
-// never counted in two live groups of one scope.
-func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group, held []string) (deferred map[string]bool, absent []gcos.Group, err error) {
+// Every group sharing a base and scope with a deferred one is deferred too, so that the members of a base are never
+// written into one group of a scope while another of the tick's groups of that scope keeps them.
+func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group) (deferred map[string]bool, absent []gcos.Group, err error) {
 	want := make([]string, 0, len(groups)+len(p.moved))
 	for k := range groups {
 		want = append(want, k)
@@ -197,13 +196,8 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 			deferred[k] = true
 		}
 	}
-	// A deferred group defers every group of its base and scope (held siblings first of all).
+	// A deferred group defers every group of its base and scope.
 	waiting := map[baseScope]bool{}
-	for _, k := range held {
-		if g, ok := groups[k]; ok {
-			waiting[baseScopeOf(g)] = true
-		}
-	}
 	for k := range deferred {
 		waiting[baseScopeOf(groups[k])] = true
 	}
@@ -236,119 +230,6 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 		delete(p.rekeyed, k)
 	}
 	return deferred, absent, nil
-}
-
-// siblingsSQL finds, for bases and scopes ($2..$5), the registry's other live groups ($6: the keys the tick holds
-// already): those of the same bases and scopes (siblings), and the dirty or never-seeded ones of the same
-// collections (companions); and whether each has a candidate row under ruleset $1.
-const siblingsSQL = `
-WITH want AS (SELECT DISTINCT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS w(cls, reg, st, scope))
-SELECT g.group_key, c.group_key IS NOT NULL,
-       EXISTS (SELECT 1 FROM want w WHERE g.object_class = w.cls AND g.source_registry = w.reg AND g.lifecycle_status = w.st
-                                      AND g.scope IS NOT DISTINCT FROM w.scope) AS sibling
-FROM governance_group g
-LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = $1
-WHERE g.retired_at IS NULL AND NOT (g.group_key = ANY($6))
-  AND g.source_registry IN (SELECT reg FROM want)
-  AND (c.group_key IS NULL OR c.dirty
-       OR EXISTS (SELECT 1 FROM want w WHERE g.object_class = w.cls AND g.source_registry = w.reg AND g.lifecycle_status = w.st
-                                          AND g.scope IS NOT DISTINCT FROM w.scope)
-  )
-ORDER BY g.group_key`
-
-// claimSiblingsSQL claims the candidate rows of sibling groups, skipping rows another transaction holds.
-const claimSiblingsSQL = `
-SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
-FROM governance_candidate_state c
-WHERE c.ruleset_version = $1 AND c.group_key = ANY($2)
-ORDER BY c.group_key
-FOR UPDATE OF c SKIP LOCKED`
-
-// siblings are the other live groups of the bases and scopes a tick judges, and the dirty or never-seeded groups of
-// their collections. A base's births are in exactly one group per scope, the one the registries name now: any
-// other group of the base and scope still live is stale (its key named an owner or axis family that moved) and must
-// be retired in the transaction that counts the members where they are, or the ledger counts them twice. Births
-// also move between the bases of one collection (a lifecycle change): the collection's pending groups are judged
-// together, so the group they left and the group they joined are counted at one instant. claimed are those whose
-// candidate rows the tick took (without waiting), with what they held; unseeded those with no candidate row (their
-// group rows are locked with the rest, lockWrites); held the siblings another transaction holds (the tick defers
-// their base and scope; a held companion is simply left to its holder).
-type siblings struct {
-	claimed  map[string]storedResult
-	unseeded []string
-	held     []string
-}
-
-// claimSiblings finds and claims the siblings of groups (see siblings).
-// Companions are taken within room (the tick's batch left over), so a throttled tick stays throttled; siblings
-// always.
-func claimSiblings(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group, room int) (siblings, error) {
-	sib := siblings{claimed: map[string]storedResult{}}
-	var classes, regs, statuses []string
-	var scopes []*string
-	keys := make([]string, 0, len(groups))
-	for k, g := range groups {
-		keys = append(keys, k)
-		b := postgres.BaseOf(g)
-		classes, regs, statuses, scopes = append(classes, b.Class), append(regs, b.Coll), append(statuses, b.Status), append(scopes, g.Scope)
-	}
-	if len(keys) == 0 {
-		return sib, nil
-	}
-	rows, err := tx.Query(ctx, siblingsSQL, ruleset, classes, regs, statuses, scopes, keys)
-	if err != nil {
-		return sib, fmt.Errorf("find sibling groups: %w", err)
-	}
-	var withRow []string
-	sibling := map[string]bool{}
-	for rows.Next() {
-		var k string
-		var hasRow, isSibling bool
-		if err := rows.Scan(&k, &hasRow, &isSibling); err != nil {
-			rows.Close()
-			return sib, fmt.Errorf("find sibling groups: %w", err)
-		}
-		if !isSibling {
-			if room <= 0 {
-				continue
-			}
-			room--
-		}
-		sibling[k] = isSibling
-		if hasRow {
-			withRow = append(withRow, k)
-		} else {
-			sib.unseeded = append(sib.unseeded, k)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return sib, fmt.Errorf("find sibling groups: %w", err)
-	}
-	if len(withRow) == 0 {
-		return sib, nil
-	}
-	rows, err = tx.Query(ctx, claimSiblingsSQL, ruleset, withRow)
-	if err != nil {
-		return sib, fmt.Errorf("claim sibling groups: %w", err)
-	}
-	for rows.Next() {
-		var k string
-		var was storedResult
-		if err := rows.Scan(&k, &was.verdict, &was.evidence, &was.lifecycle); err != nil {
-			rows.Close()
-			return sib, fmt.Errorf("claim sibling groups: %w", err)
-		}
-		sib.claimed[k] = was
-	}
-	if err := rows.Err(); err != nil {
-		return sib, fmt.Errorf("claim sibling groups: %w", err)
-	}
-	for _, k := range withRow {
-		if _, ok := sib.claimed[k]; !ok && sibling[k] {
-			sib.held = append(sib.held, k)
-		}
-	}
-	return sib, nil
 }
 
 // baseScope identifies a base group in one scope: the place one live group's members are.

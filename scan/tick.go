@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"time"
@@ -231,36 +230,13 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		// The other live groups of the same bases and scopes are judged with them (claimSiblings).
-		companions := limit - len(keys) - len(unseeded)
-		if targeted {
-			companions = 0 // the gate waits for this tick: it judges what it named (and the siblings it must)
-		}
-		sib, err := claimSiblings(ctx, tx, rs.Version, groups, companions)
-		if err != nil {
-			return err
-		}
-		if more := append(slices.Collect(maps.Keys(sib.claimed)), append(sib.unseeded, sib.held...)...); len(more) > 0 {
-			extra, err := postgres.GroupsByKey(ctx, tx, more)
-			if err != nil {
-				return err
-			}
-			for k, g := range extra {
-				groups[k] = g
-			}
-			for k, was := range sib.claimed {
-				previous[k] = was
-				keys = append(keys, k)
-			}
-			unseeded = append(unseeded, sib.unseeded...)
-		}
 		place, err := s.placeGroups(ctx, tx, ev, groups)
 		if err != nil {
 			return err
 		}
 		// The rows the tick writes beyond its claim are taken without waiting (postgres.LockOrder); a group whose
 		// rows another transaction holds is left as it is, dirty, for a later tick.
-		deferred, absent, err := place.lockWrites(ctx, tx, rs.Version, groups, sib.held)
+		deferred, absent, err := place.lockWrites(ctx, tx, rs.Version, groups)
 		if err != nil {
 			return err
 		}
@@ -269,9 +245,6 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			keys = slices.DeleteFunc(keys, func(k string) bool { return deferred[k] })
 			unseeded = slices.DeleteFunc(unseeded, func(k string) bool { return deferred[k] })
 			for k := range deferred {
-				delete(groups, k)
-			}
-			for _, k := range sib.held {
 				delete(groups, k)
 			}
 			if len(keys)+len(unseeded) == 0 {
