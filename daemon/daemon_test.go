@@ -98,18 +98,7 @@ func TestDaemonRunsEveryPart(t *testing.T) {
 // waitFor polls cond with a generous deadline, failing at once if the daemon stopped.
 func waitFor(t *testing.T, done <-chan error, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		select {
-		case err := <-done:
-			t.Fatalf("%s: the daemon stopped: %v", what, err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 90 s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	waitUntil(t, done, 90*time.Second, what, cond)
 }
 
 // verifyAfterChurn turns on the last step of TestDemoChurnMovesVerdicts: after the concurrent churn, drained, the

@@ -120,18 +120,10 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 		want = append(want, g.Key)
 	}
 	sort.Strings(want)
-	rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE group_key = ANY($1)
+	haveGroup, err := keySet(ctx, tx, "lock group rows", `SELECT group_key FROM governance_group WHERE group_key = ANY($1)
 		ORDER BY group_key FOR NO KEY UPDATE SKIP LOCKED`, want)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lock group rows: %w", err)
-	}
-	lockedGroups, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, nil, fmt.Errorf("lock group rows: %w", err)
-	}
-	haveGroup := map[string]bool{}
-	for _, k := range lockedGroups {
-		haveGroup[k] = true
+		return nil, nil, err
 	}
 	// The groups moved to: their candidate rows, when they have one, are taken the same way.
 	targets := make([]string, 0, len(p.moved))
@@ -142,22 +134,14 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 	}
 	heldRow := map[string]bool{} // a candidate row exists and another transaction holds it
 	if len(targets) > 0 {
-		rows, err := tx.Query(ctx, `
+		if heldRow, err = keySet(ctx, tx, "lock the candidate rows of moved-to groups", `
 			WITH mine AS (
 			    SELECT group_key FROM governance_candidate_state WHERE ruleset_version = $1 AND group_key = ANY($2)
 			    ORDER BY group_key FOR UPDATE SKIP LOCKED
 			)
 			SELECT c.group_key FROM governance_candidate_state c
-			WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND c.group_key NOT IN (SELECT group_key FROM mine)`, ruleset, targets)
-		if err != nil {
-			return nil, nil, fmt.Errorf("lock the candidate rows of moved-to groups: %w", err)
-		}
-		held, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, nil, fmt.Errorf("lock the candidate rows of moved-to groups: %w", err)
-		}
-		for _, k := range held {
-			heldRow[k] = true
+			WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND c.group_key NOT IN (SELECT group_key FROM mine)`, ruleset, targets); err != nil {
+			return nil, nil, err
 		}
 	}
 	var missing []string
@@ -168,16 +152,8 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 	}
 	exists := map[string]bool{} // of the moved-to groups not locked: those the registry holds (another transaction does)
 	if len(missing) > 0 {
-		rows, err := tx.Query(ctx, `SELECT group_key FROM governance_group WHERE group_key = ANY($1)`, missing)
-		if err != nil {
-			return nil, nil, fmt.Errorf("read group rows: %w", err)
-		}
-		found, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, nil, fmt.Errorf("read group rows: %w", err)
-		}
-		for _, k := range found {
-			exists[k] = true
+		if exists, err = keySet(ctx, tx, "read group rows", `SELECT group_key FROM governance_group WHERE group_key = ANY($1)`, missing); err != nil {
+			return nil, nil, err
 		}
 	}
 	usable := func(target string) bool { return haveGroup[target] && !heldRow[target] }
@@ -240,4 +216,21 @@ type baseScope struct {
 
 func baseScopeOf(g gcos.Group) baseScope {
 	return baseScope{postgres.BaseOf(g), postgres.Deref(g.Scope)}
+}
+
+// keySet runs a query of group keys and returns them as a set; what names it in an error.
+func keySet(ctx context.Context, tx pgx.Tx, what, sql string, args ...any) (map[string]bool, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	set := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		set[k] = true
+	}
+	return set, nil
 }
