@@ -511,13 +511,16 @@ func readIncremental(ctx context.Context, tx pgx.Tx, only []string) (incremental
 	}
 	inc := incremental{groups: map[string]incGroup{}, objects: map[string]incObject{}, ledgers: map[string]gcos.Ledger{}}
 	// A group is live in the incremental state when it counts members: its candidate row's, or (never seeded) its
-	// registry row's. A group with no candidate row is pending its first scan, as a dirty one is.
-	if err := each(ctx, tx, `SELECT group_key, coalesce(object_class, ''), coalesce(lifecycle_status, ''), coalesce(source_registry, ''),
-			coalesce(scope, ''), coalesce(candidate_verdict, ''), effective_verdict,
-			coalesce(input_quality_state, ''), coalesce(risk_class, ''), coverage_required, coalesce(coverage_outcome, ''),
-			coalesce(member_count, group_member_count), coalesce(dirty, true)
-		FROM v_candidate_effective WHERE (coalesce(member_count, group_member_count) > 0 OR member_count IS NULL OR dirty)
-		  AND ($1::text[] IS NULL OR source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
+	// registry row's. A group with no candidate row is pending its first scan, as a dirty one is, and as one a
+	// pending mark is owed to (its count may predate the change, postgres.ApplyPendingMarks).
+	if err := each(ctx, tx, `SELECT e.group_key, coalesce(e.object_class, ''), coalesce(e.lifecycle_status, ''), coalesce(e.source_registry, ''),
+			coalesce(e.scope, ''), coalesce(e.candidate_verdict, ''), e.effective_verdict,
+			coalesce(e.input_quality_state, ''), coalesce(e.risk_class, ''), e.coverage_required, coalesce(e.coverage_outcome, ''),
+			coalesce(e.member_count, e.group_member_count), coalesce(e.dirty, true) OR o.group_key IS NOT NULL
+		FROM v_candidate_effective e
+		LEFT JOIN v_pending_mark_owed o ON o.group_key = e.group_key AND o.ruleset_version = e.ruleset_version
+		WHERE (coalesce(e.member_count, e.group_member_count) > 0 OR e.member_count IS NULL OR e.dirty OR o.group_key IS NOT NULL)
+		  AND ($1::text[] IS NULL OR e.source_registry = ANY($1::text[]))`, func(r pgx.Rows) error {
 		var key string
 		var g incGroup
 		if err := r.Scan(&key, &g.class, &g.lifecycle, &g.registry, &g.scope, &g.verdict, &g.effective, &g.quality, &g.risk, &g.required,

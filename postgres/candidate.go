@@ -455,29 +455,50 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 // new one is not: the gate trusts a verdict dirty for membership alone, so such a mark must never hide another. A
 // group named with several reasons takes a reason other than membership first, then the first in sort order.
 //
-// Every named row is locked, in group-key order (level 3 of LockOrder), before it is judged: a dirty row a scan has
-// claimed is waited for, so the mark is judged on what the scan committed (clean: marked again). Judging it on the
-// row as it was would drop the mark while the scan clears the dirty flag over a result that predates the change.
-// A scan never waits on a candidate row, so the wait always ends. dirtied_at is the clock at the mark, after the
-// change it signals was read: a full audit credits a change to a mark no older than its cut (scan.FullAudit).
+// A dirty row may be held by a scan that read the source before the change: judging the mark on the row as it was
+// would drop it while the scan clears the dirty flag over a result that predates the change. So:
+//   - a row that is clean, or whose mark is for another reason than membership, is locked in group-key order
+//     (level 3 of LockOrder) and judged on what a scan holding it committed (clean: marked again). A scan never
+//     waits on a candidate row, so the wait always ends;
+//   - a membership mark that finds its row dirty is not written onto it (it waits for no one and holds no row a
+//     scan would skip): it is kept as a pending mark, committed with the marking transaction, that the next scan
+//     tick settles (ApplyPendingMarks). Under a births load nearly every handoff finds its groups dirty, and this
+//     is what keeps the handoff from waiting behind every scan and the scans from skipping the handoff's rows.
+//
+// dirtied_at is the clock at the mark, after the change it signals was read: a full audit credits a change to a
+// mark no older than its cut (scan.FullAudit), and a scan that started after it counted the change.
 const markDirtySQL = `
 WITH marks AS (
     SELECT DISTINCT ON (k) k, r FROM unnest($1::text[], $2::text[]) AS m(k, r) ORDER BY k, r = ANY($4), r
+), named AS (
+    SELECT c.group_key, m.r FROM governance_candidate_state c JOIN marks m ON m.k = c.group_key
+    WHERE c.group_key = ANY($1) AND c.ruleset_version = $3
 ), locked AS (
     SELECT c.group_key, c.ruleset_version, m.r, c.dirty, c.dirty_reason
     FROM governance_candidate_state c JOIN marks m ON m.k = c.group_key
-    WHERE c.group_key = ANY($1) AND c.ruleset_version = $3
+    WHERE c.group_key = ANY($1) AND c.ruleset_version = $3 AND (NOT c.dirty OR NOT m.r = ANY($4))
     ORDER BY c.group_key FOR UPDATE OF c
 ), due AS (
     SELECT group_key, ruleset_version, r, (dirty AND dirty_reason = ANY($4) AND NOT r = ANY($4)) AS upgrade
     FROM locked WHERE NOT dirty OR (dirty_reason = ANY($4) AND NOT r = ANY($4))
+), marked AS (
+    UPDATE governance_candidate_state c
+    SET dirty = true, dirty_reason = CASE WHEN c.dirty AND NOT l.upgrade THEN c.dirty_reason ELSE l.r END,
+        dirtied_at = clock_timestamp(),
+        recompute_status = CASE WHEN c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END, updated_at = now()
+    FROM due l
+    WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version
+    RETURNING c.group_key
+), pending AS (
+    INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at)
+    SELECT $3, array_agg(n.group_key ORDER BY n.group_key), array_agg(n.r ORDER BY n.group_key),
+           array_fill(clock_timestamp(), ARRAY[count(*)::int])
+    FROM named n
+    WHERE n.r = ANY($4) AND NOT EXISTS (SELECT 1 FROM locked l WHERE l.group_key = n.group_key)
+    HAVING count(*) > 0
+    RETURNING cardinality(group_keys) AS n
 )
-UPDATE governance_candidate_state c
-SET dirty = true, dirty_reason = CASE WHEN c.dirty AND NOT l.upgrade THEN c.dirty_reason ELSE l.r END,
-    dirtied_at = clock_timestamp(),
-    recompute_status = CASE WHEN c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END, updated_at = now()
-FROM due l
-WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version`
+SELECT (SELECT count(*) FROM marked), coalesce((SELECT n FROM pending), 0)`
 
 // LockCandidates locks every candidate row under ruleset in group-key order (level 3 of LockOrder). A transaction
 // that writes the whole estate (the backfill, the full audit's reconciliation) takes it after the group rows: no
@@ -516,17 +537,18 @@ func MarkDirtyTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (
 	} else if err != nil {
 		return 0, fmt.Errorf("mark dirty: current ruleset: %w", err)
 	}
-	tag, err := tx.Exec(ctx, markDirtySQL, keys, reasons, ruleset, gcos.MembershipDirtyReasons)
-	if err != nil {
+	var marked, pending int64
+	if err := tx.QueryRow(ctx, markDirtySQL, keys, reasons, ruleset, gcos.MembershipDirtyReasons).Scan(&marked, &pending); err != nil {
 		return 0, fmt.Errorf("mark %d groups dirty: %w", len(keys), err)
 	}
-	if tag.RowsAffected() > 0 {
-		// Delivered at commit: wakes event-driven scanners; polling stays the source of truth.
+	if marked+pending > 0 {
+		// Delivered at commit: wakes event-driven scanners (a pending mark is settled by their next tick); polling
+		// stays the source of truth.
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, "dirty"); err != nil {
 			return 0, fmt.Errorf("notify scanners: %w", err)
 		}
 	}
-	return tag.RowsAffected(), nil
+	return marked, nil
 }
 
 // rebaseCandidates moves verdicts from the previous active ruleset to the newly activated one: groups the diff

@@ -176,6 +176,11 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
 		}
+		// With every row held, every pending membership mark is settled onto its row: the checks below see a row a
+		// scan cleared over a count from before a mark as dirty (in flight, signalled), never as drift.
+		if _, err := postgres.ApplyPendingMarks(ctx, tx, rs.Version, 0); err != nil {
+			return err
+		}
 		ev, err := s.core.NewEvaluator(ctx, tx, rs)
 		if err != nil {
 			return err

@@ -1,0 +1,187 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// heldRow is a scan in the middle of its tick: it started (its now(), the scan_time it writes) and holds a claimed
+// candidate row until it writes the row clean and commits.
+type heldRow struct {
+	tx  pgx.Tx
+	key string
+}
+
+func (b *bundle) holdRow(t *testing.T, key string) *heldRow {
+	t.Helper()
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM governance_candidate_state WHERE group_key = $1 FOR UPDATE`, key); err != nil {
+		t.Fatal(err)
+	}
+	return &heldRow{tx, key}
+}
+
+// clear writes the held row clean, as a scan tick does (scan_time is its transaction's start), and commits.
+func (h *heldRow) clear(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if _, err := h.tx.Exec(ctx, `UPDATE governance_candidate_state SET dirty = false, dirty_reason = NULL, recompute_status = 'ok',
+		scan_time = now() WHERE group_key = $1`, h.key); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// markSoon marks key dirty for reason in its own transaction and reports the outcome on the returned channel.
+func (b *bundle) markSoon(key, reason string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+		defer cancel()
+		_, err := b.store.MarkDirty(ctx, []string{key}, reason)
+		done <- err
+	}()
+	return done
+}
+
+func (b *bundle) settlePending(t *testing.T) int64 {
+	t.Helper()
+	rs, err := b.store.CurrentRuleset(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := b.store.InTx(b.ctx, func(tx pgx.Tx) error {
+		n, err = postgres.ApplyPendingMarks(b.ctx, tx, rs.Version, postgres.PendingMarkBatch)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPendingMarks: a membership mark that finds its group dirty and held by a scan neither waits for the scan nor
+// is lost when the scan clears the row over a count from before it: it is kept pending, owed once the scan commits,
+// and the next settling marks the row dirty again. A scan that started after the mark settles it. A mark for any
+// other reason still waits for the scan and is judged on what it committed.
+func TestPendingMarks(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 1500, nil)
+	born := "handoff:" + string(gcos.ChangeObjectBorn)
+	key := b.strs(t, `SELECT group_key FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) ORDER BY 1 LIMIT 1`)[0]
+	pending := func() int64 {
+		return b.count(t, `SELECT count(*) FROM governance_pending_mark WHERE $1 = ANY(group_keys)`, key)
+	}
+	owed := func() int64 {
+		return b.count(t, `SELECT count(*) FROM v_pending_mark_owed WHERE group_key = $1`, key)
+	}
+	// makeDirty starts from a clean row with nothing pending (a scan after every mark) and marks it.
+	makeDirty := func() {
+		b.holdRow(t, key).clear(t, b.ctx)
+		b.settlePending(t)
+		if pending() != 0 {
+			t.Fatal("a mark stays pending after a scan that started after it")
+		}
+		if _, err := b.store.MarkDirty(b.ctx, []string{key}, born); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("a scan that counted before the mark", func(t *testing.T) {
+		makeDirty()
+		scan := b.holdRow(t, key) // claimed before the birth was handed off
+		if err := <-b.markSoon(key, born); err != nil {
+			t.Fatalf("a membership mark on a held dirty row: %v", err)
+		}
+		if pending() != 1 || owed() != 0 {
+			t.Fatalf("pending %d, owed %d: want the mark pending, not owed while the row is dirty", pending(), owed())
+		}
+		scan.clear(t, b.ctx)
+		if owed() != 1 {
+			t.Fatal("the scan cleared the row over a count from before the mark, and no mark is owed")
+		}
+		if n := b.settlePending(t); n != 1 {
+			t.Fatalf("settling marked %d groups, want 1", n)
+		}
+		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state c
+			WHERE group_key = $1 AND dirty AND dirty_reason = $2 AND recompute_status = 'dirty'
+			  AND dirtied_at > scan_time`, key, born); n != 1 {
+			t.Fatal("the owed mark is not on the row")
+		}
+		if pending() != 0 {
+			t.Fatal("a settled mark stays pending")
+		}
+	})
+
+	t.Run("a scan that started after the mark", func(t *testing.T) {
+		makeDirty()
+		if _, err := b.store.MarkDirty(b.ctx, []string{key}, born); err != nil {
+			t.Fatal(err)
+		}
+		if pending() != 1 {
+			t.Fatal("a membership mark on a dirty row is not pending")
+		}
+		if n := b.settlePending(t); n != 0 || pending() != 1 {
+			t.Fatalf("settling a mark whose row is still dirty marked %d and left %d pending, want 0 and 1", n, pending())
+		}
+		b.holdRow(t, key).clear(t, b.ctx)
+		if owed() != 0 {
+			t.Fatal("a scan that started after the mark counted the change, yet the mark is owed")
+		}
+		if n := b.settlePending(t); n != 0 || pending() != 0 {
+			t.Fatalf("settling marked %d and left %d pending, want 0 and 0", n, pending())
+		}
+		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND dirty`, key); n != 0 {
+			t.Fatal("the row was marked again")
+		}
+	})
+
+	t.Run("a mark for another reason waits for the scan", func(t *testing.T) {
+		makeDirty()
+		scan := b.holdRow(t, key)
+		done := b.markSoon(key, gcos.DirtyAxis)
+		waitUntil(t, "the mark waits for the scan's row", func() bool {
+			return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+		})
+		scan.clear(t, b.ctx)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND dirty AND dirty_reason = $2`, key, gcos.DirtyAxis); n != 1 {
+			t.Fatal("the mark judged the row as it was before the scan committed")
+		}
+		if pending() != 0 {
+			t.Fatal("a mark for another reason than membership was left pending")
+		}
+	})
+
+	t.Run("a ruleset no longer current", func(t *testing.T) {
+		b.exec(t, `INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at)
+			VALUES ('gone', ARRAY[$1], ARRAY[$2], ARRAY[clock_timestamp()])`, key, born)
+		b.settlePending(t)
+		if n := b.count(t, `SELECT count(*) FROM governance_pending_mark WHERE ruleset_version = 'gone'`); n != 0 {
+			t.Fatal("a mark of a ruleset no longer current was kept")
+		}
+	})
+}
+
+// waitUntil polls cond until it holds, failing the test after a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within a minute", what)
+		}
+	}
+}
