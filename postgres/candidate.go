@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -295,7 +296,9 @@ func UpdateGroupCounts(ctx context.Context, tx pgx.Tx, groups []gcos.Group) erro
 //  2. group rows (governance_group), in group-key order, FOR NO KEY UPDATE: never a key-changing lock, so the
 //     foreign-key check of a candidate row's insert (KEY SHARE on its group) waits for no one; new group keys
 //     are inserted in key order, in one statement, before any candidate row is locked;
-//  3. candidate rows (governance_candidate_state), in group-key order (markDirtySQL, LockCandidates);
+//  3. candidate rows (governance_candidate_state), in group-key order (markDirtySQL, LockCandidates); pending
+//     marks (governance_pending_mark) are only inserted by a marking transaction and taken with SKIP LOCKED by the
+//     one settling them (ApplyPendingMarks), so nobody waits on one;
 //  4. object rows: the advisory lock of each birth base in lock-key order (FollowObjects), then the rows;
 //  5. findings: the advisory lock of the coalesce key, last.
 //
@@ -461,18 +464,16 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 //     (level 3 of LockOrder) and judged on what a scan holding it committed (clean: marked again). A scan never
 //     waits on a candidate row, so the wait always ends;
 //   - a membership mark that finds its row dirty is not written onto it (it waits for no one and holds no row a
-//     scan would skip): it is kept as a pending mark, committed with the marking transaction, that the next scan
-//     tick settles (ApplyPendingMarks). Under a births load nearly every handoff finds its groups dirty, and this
-//     is what keeps the handoff from waiting behind every scan and the scans from skipping the handoff's rows.
+//     scan would skip): the statement returns the rows it locked, and MarkDirtyTx keeps the other membership marks
+//     as a pending mark (pendingMarkSQL), committed with the marking transaction, that the next scan tick settles
+//     (ApplyPendingMarks). Under a births load nearly every handoff finds its groups dirty, and this is what keeps
+//     the handoff from waiting behind every scan and the scans from skipping the handoff's rows.
 //
 // dirtied_at is the clock at the mark, after the change it signals was read: a full audit credits a change to a
 // mark no older than its cut (scan.FullAudit), and a scan that started after it counted the change.
 const markDirtySQL = `
 WITH marks AS (
     SELECT DISTINCT ON (k) k, r FROM unnest($1::text[], $2::text[]) AS m(k, r) ORDER BY k, r = ANY($4), r
-), named AS (
-    SELECT c.group_key, m.r FROM governance_candidate_state c JOIN marks m ON m.k = c.group_key
-    WHERE c.group_key = ANY($1) AND c.ruleset_version = $3
 ), locked AS (
     SELECT c.group_key, c.ruleset_version, m.r, c.dirty, c.dirty_reason
     FROM governance_candidate_state c JOIN marks m ON m.k = c.group_key
@@ -489,16 +490,40 @@ WITH marks AS (
     FROM due l
     WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version
     RETURNING c.group_key
-), pending AS (
-    INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at)
-    SELECT $3, array_agg(n.group_key ORDER BY n.group_key), array_agg(n.r ORDER BY n.group_key),
-           array_fill(clock_timestamp(), ARRAY[count(*)::int])
-    FROM named n
-    WHERE n.r = ANY($4) AND NOT EXISTS (SELECT 1 FROM locked l WHERE l.group_key = n.group_key)
-    HAVING count(*) > 0
-    RETURNING cardinality(group_keys) AS n
 )
-SELECT (SELECT count(*) FROM marked), coalesce((SELECT n FROM pending), 0)`
+SELECT (SELECT count(*) FROM marked), coalesce((SELECT array_agg(group_key) FROM locked), '{}')`
+
+// pendingMarkSQL keeps the membership marks ($2 keys, $3 reasons) whose rows markDirtySQL did not take (dirty, or
+// made dirty by a transaction it waited for) as one pending mark under ruleset $1, stamped with the clock now,
+// after the changes were read.
+const pendingMarkSQL = `
+INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at)
+VALUES ($1, $2, $3, array_fill(clock_timestamp(), ARRAY[cardinality($2::text[])]))`
+
+// pendingMarks are the membership marks among keys (reasons, the same length) that markDirtySQL did not lock, once
+// per key, in key order; a key named with another reason too takes that one (and was locked).
+func pendingMarks(keys, reasons, locked []string) (pending, pendingReasons []string) {
+	taken := make(map[string]bool, len(locked))
+	for _, k := range locked {
+		taken[k] = true
+	}
+	reasonOf := map[string]string{}
+	for i, k := range keys {
+		was, seen := reasonOf[k]
+		switch {
+		case !seen:
+			reasonOf[k] = reasons[i]
+		case gcos.MembershipOnly(&was) && (!gcos.MembershipOnly(&reasons[i]) || reasons[i] < was):
+			reasonOf[k] = reasons[i]
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(reasonOf)) {
+		if r := reasonOf[k]; !taken[k] && gcos.MembershipOnly(&r) {
+			pending, pendingReasons = append(pending, k), append(pendingReasons, r)
+		}
+	}
+	return pending, pendingReasons
+}
 
 // LockCandidates locks every candidate row under ruleset in group-key order (level 3 of LockOrder). A transaction
 // that writes the whole estate (the backfill, the full audit's reconciliation) takes it after the group rows: no
@@ -537,11 +562,18 @@ func MarkDirtyTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (
 	} else if err != nil {
 		return 0, fmt.Errorf("mark dirty: current ruleset: %w", err)
 	}
-	var marked, pending int64
-	if err := tx.QueryRow(ctx, markDirtySQL, keys, reasons, ruleset, gcos.MembershipDirtyReasons).Scan(&marked, &pending); err != nil {
+	var marked int64
+	var locked []string
+	if err := tx.QueryRow(ctx, markDirtySQL, keys, reasons, ruleset, gcos.MembershipDirtyReasons).Scan(&marked, &locked); err != nil {
 		return 0, fmt.Errorf("mark %d groups dirty: %w", len(keys), err)
 	}
-	if marked+pending > 0 {
+	pending, pendingReasons := pendingMarks(keys, reasons, locked)
+	if len(pending) > 0 {
+		if _, err := tx.Exec(ctx, pendingMarkSQL, ruleset, pending, pendingReasons); err != nil {
+			return 0, fmt.Errorf("keep %d membership marks pending: %w", len(pending), err)
+		}
+	}
+	if marked > 0 || len(pending) > 0 {
 		// Delivered at commit: wakes event-driven scanners (a pending mark is settled by their next tick); polling
 		// stays the source of truth.
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, "dirty"); err != nil {

@@ -21,8 +21,8 @@ const PendingMarkBatch = 100
 //     transaction holds it (then the mark stays pending);
 //
 // and returns the marks still pending: a row dirty (a scan will count it, and whether that scan started after the
-// mark decides again), or owed and held by another transaction. A row clean under a scan that started after the
-// mark counted the change, and a key with no row under the ruleset has nothing to mark: both are settled.
+// mark decides again), or owed (clean) and held by another transaction. A row clean under a scan that started after
+// the mark counted the change, and a key with no row under the ruleset has nothing to mark: both are settled.
 const settlePendingSQL = `
 WITH m AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS u(k, r, at)
@@ -38,20 +38,26 @@ WITH m AS (
     WHERE c.group_key = o.group_key AND c.ruleset_version = $1
     RETURNING c.group_key
 )
-SELECT m.k, m.r, m.at, (SELECT count(*) FROM marked) FROM m
-WHERE NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = m.k)
-  AND EXISTS (SELECT 1 FROM governance_candidate_state c
-              WHERE c.group_key = m.k AND c.ruleset_version = $1 AND (c.dirty OR c.scan_time < m.at))
+SELECT m.k, m.r, m.at, NOT c.dirty, (SELECT count(*) FROM marked)
+FROM m JOIN governance_candidate_state c ON c.group_key = m.k AND c.ruleset_version = $1
+WHERE (c.dirty OR c.scan_time < m.at) AND NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = m.k)
 UNION ALL
-SELECT NULL, NULL, NULL, (SELECT count(*) FROM marked)`
+SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM marked)`
+
+// PendingMarks is what settling pending marks did.
+type PendingMarks struct {
+	Marked int64 // groups marked dirty: a scan that started before their mark cleared them
+	Held   int64 // groups owed their mark whose rows another transaction holds: still pending
+}
 
 // ApplyPendingMarks settles the pending membership marks (markDirtySQL) of ruleset inside tx without waiting for
 // anyone: at most limit of them, the oldest first (0: all), skipping those another transaction is settling. Marks
 // of a ruleset that is no longer current are dropped (a ruleset change marks every group); each key is judged on its
 // row (settlePendingSQL), and the keys still pending are written back as one mark. A scan tick calls it, in a
 // transaction of its own, before it claims, so a group it marks is claimed in the same tick; the full audit calls it
-// once it holds every candidate row, so its checks see every mark. It returns how many groups it marked dirty.
-func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int) (int64, error) {
+// once it holds every candidate row, so its checks see every mark.
+func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int) (PendingMarks, error) {
+	var res PendingMarks
 	var bound *int // LIMIT NULL: all
 	if limit > 0 {
 		bound = &limit
@@ -60,7 +66,7 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 		WHERE ruleset_version = $2 OR ruleset_version IS DISTINCT FROM (SELECT ruleset_version FROM v_current_ruleset)
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, bound, ruleset)
 	if err != nil {
-		return 0, fmt.Errorf("read pending marks: %w", err)
+		return res, fmt.Errorf("read pending marks: %w", err)
 	}
 	type mark struct {
 		reason string
@@ -75,7 +81,7 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 		var ats []time.Time
 		if err := rows.Scan(&id, &rv, &keys, &reasons, &ats); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("read pending marks: %w", err)
+			return res, fmt.Errorf("read pending marks: %w", err)
 		}
 		ids = append(ids, id)
 		if rv != ruleset {
@@ -88,16 +94,16 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("read pending marks: %w", err)
+		return res, fmt.Errorf("read pending marks: %w", err)
 	}
 	if len(ids) == 0 {
-		return 0, nil
+		return res, nil
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM governance_pending_mark WHERE id = ANY($1)`, ids); err != nil {
-		return 0, fmt.Errorf("take pending marks: %w", err)
+		return res, fmt.Errorf("take pending marks: %w", err)
 	}
 	if len(latest) == 0 {
-		return 0, nil
+		return res, nil
 	}
 	keys, reasons, ats := make([]string, 0, len(latest)), make([]string, 0, len(latest)), make([]time.Time, 0, len(latest))
 	for _, k := range slices.Sorted(maps.Keys(latest)) {
@@ -105,30 +111,33 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 	}
 	rows, err = tx.Query(ctx, settlePendingSQL, ruleset, keys, reasons, ats)
 	if err != nil {
-		return 0, fmt.Errorf("settle pending marks: %w", err)
+		return res, fmt.Errorf("settle pending marks: %w", err)
 	}
-	var marked int64
 	var still, stillReasons []string
 	var stillAt []time.Time
 	for rows.Next() {
 		var k, r *string
 		var at *time.Time
-		if err := rows.Scan(&k, &r, &at, &marked); err != nil {
+		var owed *bool
+		if err := rows.Scan(&k, &r, &at, &owed, &res.Marked); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("settle pending marks: %w", err)
+			return res, fmt.Errorf("settle pending marks: %w", err)
 		}
 		if k != nil {
 			still, stillReasons, stillAt = append(still, *k), append(stillReasons, *r), append(stillAt, *at)
+			if *owed {
+				res.Held++
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("settle pending marks: %w", err)
+		return res, fmt.Errorf("settle pending marks: %w", err)
 	}
 	if len(still) > 0 {
 		if _, err := tx.Exec(ctx, `INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at) VALUES ($1, $2, $3, $4)`,
 			ruleset, still, stillReasons, stillAt); err != nil {
-			return 0, fmt.Errorf("keep pending marks: %w", err)
+			return res, fmt.Errorf("keep pending marks: %w", err)
 		}
 	}
-	return marked, nil
+	return res, nil
 }

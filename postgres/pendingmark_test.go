@@ -55,20 +55,20 @@ func (b *bundle) markSoon(key, reason string) <-chan error {
 	return done
 }
 
-func (b *bundle) settlePending(t *testing.T) int64 {
+func (b *bundle) settlePending(t *testing.T) postgres.PendingMarks {
 	t.Helper()
 	rs, err := b.store.CurrentRuleset(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int64
+	var res postgres.PendingMarks
 	if err := b.store.InTx(b.ctx, func(tx pgx.Tx) error {
-		n, err = postgres.ApplyPendingMarks(b.ctx, tx, rs.Version, postgres.PendingMarkBatch)
+		res, err = postgres.ApplyPendingMarks(b.ctx, tx, rs.Version, postgres.PendingMarkBatch)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return res
 }
 
 // TestPendingMarks: a membership mark that finds its group dirty and held by a scan neither waits for the scan nor
@@ -111,8 +111,15 @@ func TestPendingMarks(t *testing.T) {
 		if owed() != 1 {
 			t.Fatal("the scan cleared the row over a count from before the mark, and no mark is owed")
 		}
-		if n := b.settlePending(t); n != 1 {
-			t.Fatalf("settling marked %d groups, want 1", n)
+		other := b.holdRow(t, key) // another transaction holds the owed row: settling waits for no one
+		if res := b.settlePending(t); res.Marked != 0 || res.Held != 1 || pending() != 1 {
+			t.Fatalf("settling an owed mark on a held row: %+v, %d pending; want it held and kept pending", res, pending())
+		}
+		if err := other.tx.Rollback(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if res := b.settlePending(t); res.Marked != 1 || res.Held != 0 {
+			t.Fatalf("settling marked %+v, want 1 group", res)
 		}
 		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state c
 			WHERE group_key = $1 AND dirty AND dirty_reason = $2 AND recompute_status = 'dirty'
@@ -132,15 +139,15 @@ func TestPendingMarks(t *testing.T) {
 		if pending() != 1 {
 			t.Fatal("a membership mark on a dirty row is not pending")
 		}
-		if n := b.settlePending(t); n != 0 || pending() != 1 {
-			t.Fatalf("settling a mark whose row is still dirty marked %d and left %d pending, want 0 and 1", n, pending())
+		if res := b.settlePending(t); res.Marked != 0 || res.Held != 0 || pending() != 1 {
+			t.Fatalf("settling a mark whose row is still dirty: %+v and %d pending, want nothing marked and 1 pending", res, pending())
 		}
 		b.holdRow(t, key).clear(t, b.ctx)
 		if owed() != 0 {
 			t.Fatal("a scan that started after the mark counted the change, yet the mark is owed")
 		}
-		if n := b.settlePending(t); n != 0 || pending() != 0 {
-			t.Fatalf("settling marked %d and left %d pending, want 0 and 0", n, pending())
+		if res := b.settlePending(t); res.Marked != 0 || pending() != 0 {
+			t.Fatalf("settling: %+v and %d pending, want nothing marked and nothing pending", res, pending())
 		}
 		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND dirty`, key); n != 0 {
 			t.Fatal("the row was marked again")

@@ -152,12 +152,14 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	if opts.Debounce {
 		debounce = s.cfg.Scan.CoalesceWindow.Duration()
 	}
+	var pending postgres.PendingMarks
 	if !targeted {
 		// Membership marks that found their rows dirty (postgres.ApplyPendingMarks): a row a scan cleared over a
 		// count from before the mark is marked again, in a transaction of its own, so the rows it marks are held no
 		// longer than the marking (a handoff marking them waits for no scan) and the claim below finds them dirty.
 		if err := s.core.InTx(ctx, func(tx pgx.Tx) error {
-			_, err := postgres.ApplyPendingMarks(ctx, tx, rs.Version, postgres.PendingMarkBatch)
+			var err error
+			pending, err = postgres.ApplyPendingMarks(ctx, tx, rs.Version, postgres.PendingMarkBatch)
 			return err
 		}); err != nil {
 			return res, err
@@ -406,6 +408,8 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	if err := s.pool.QueryRow(ctx, dirtyCountSQL, rs.Version).Scan(&res.Remaining); err != nil {
 		return res, fmt.Errorf("count dirty set: %w", err)
 	}
+	// A group owed a pending mark whose row was held when this tick settled it waits for a tick too.
+	res.Remaining += pending.Held
 	return res, nil
 }
 
@@ -557,10 +561,7 @@ const (
 )
 
 // dirtyCountSQL counts the dirty groups of ruleset $1 through the partial index on dirty rows.
-// dirtyCountSQL counts the dirty set: dirty rows, and the groups a pending mark is owed to (the next tick marks them,
-// postgres.ApplyPendingMarks), so a loop that sees none left has no signal waiting.
-const dirtyCountSQL = `SELECT (SELECT count(*) FROM governance_candidate_state WHERE dirty AND ruleset_version = $1)
-	+ (SELECT count(*) FROM v_pending_mark_owed WHERE ruleset_version = $1)`
+const dirtyCountSQL = `SELECT count(*) FROM governance_candidate_state WHERE dirty AND ruleset_version = $1`
 
 // recordRunFailure marks a run failed with its error, creating the row when the failed tick was the run's first.
 func (s *Stage) recordRunFailure(ctx context.Context, runID, mode, ruleset string, started time.Time, runErr error) error {
