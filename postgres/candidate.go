@@ -130,6 +130,8 @@ type CandidateValues struct {
 	// OwnerDispute lists the owners that equally specific ownership rows of the group's scope name: no owner
 	// (fail closed), and an owner_dispute finding routed to the council.
 	OwnerDispute []string
+	// CountedAt is when a scan read MemberCount (postgres.CountGroups); nil when no count was read for the row.
+	CountedAt *time.Time
 }
 
 // Evaluate judges one group (or, with objectKey set, one materialized object of it).
@@ -326,6 +328,7 @@ type candidateArrays struct {
 	ttls                                       []time.Duration
 	counts                                     []int64
 	lifecycles                                 []string
+	counted                                    []*time.Time
 }
 
 // groupKeys are the group keys of vs, in vs's order.
@@ -354,6 +357,7 @@ func toArrays(vs []CandidateValues) candidateArrays {
 		a.ttls = append(a.ttls, v.TTL)
 		a.counts = append(a.counts, v.MemberCount)
 		a.lifecycles = append(a.lifecycles, cmp.Or(v.Lifecycle, LifecycleActive))
+		a.counted = append(a.counted, v.CountedAt)
 	}
 	return a
 }
@@ -363,11 +367,11 @@ func toArrays(vs []CandidateValues) candidateArrays {
 const seedCandidatesSQL = `
 INSERT INTO governance_candidate_state AS c (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
     input_quality_state, depends_on, stale_after, recompute_status, risk_class, coverage_required, coverage_scan_ref,
-    last_run_id, evidence_fingerprint, owner_scope, member_count, lifecycle_status)
+    last_run_id, evidence_fingerprint, owner_scope, member_count, lifecycle_status, counted_at)
 SELECT u.key, $1, $2, now(), u.verdict, u.quality, u.deps, now() + u.ttl, 'ok', u.risk, u.required,
-       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members, u.lifecycle
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle)
+       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members, u.lifecycle, u.counted
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted)
 ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     source_snapshot_ref = EXCLUDED.source_snapshot_ref, scan_time = EXCLUDED.scan_time,
     candidate_verdict = EXCLUDED.candidate_verdict, input_quality_state = EXCLUDED.input_quality_state,
@@ -376,7 +380,7 @@ ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     coverage_required = EXCLUDED.coverage_required, coverage_scan_ref = EXCLUDED.coverage_scan_ref,
     last_run_id = EXCLUDED.last_run_id, evidence_fingerprint = EXCLUDED.evidence_fingerprint,
     owner_scope = EXCLUDED.owner_scope, member_count = EXCLUDED.member_count, lifecycle_status = EXCLUDED.lifecycle_status,
-    updated_at = now()
+    counted_at = EXCLUDED.counted_at, updated_at = now()
 WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.evidence_fingerprint, EXCLUDED.lifecycle_status)
   AND NOT c.dirty`
 
@@ -384,7 +388,7 @@ WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.ev
 func SeedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, vs []CandidateValues) (int64, error) {
 	a := toArrays(vs)
 	tag, err := tx.Exec(ctx, seedCandidatesSQL, snapshotID, ruleset, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles)
+		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted)
 	if err != nil {
 		return 0, fmt.Errorf("seed candidates: %w", err)
 	}
@@ -652,11 +656,12 @@ UPDATE governance_candidate_state c SET
     risk_class = u.risk, coverage_required = u.required,
     coverage_scan_ref = CASE WHEN u.verdict = 'relevant' THEN $3 END, last_run_id = $3,
     evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, lifecycle_status = u.lifecycle,
+    counted_at = u.counted,
     -- early cutoff: a result equal to the stored one moves only the qualification
     updated_at = CASE WHEN (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (u.evidence, u.lifecycle)
                       THEN now() ELSE c.updated_at END
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle)
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted)
 WHERE c.group_key = u.key AND c.ruleset_version = $1`
 
 // WriteVerdicts writes a scan's evaluated groups onto their candidate rows (verdict, evidence, qualification,
@@ -671,7 +676,7 @@ func WriteVerdicts(ctx context.Context, tx pgx.Tx, ruleset string, snapshotID in
 		return err
 	}
 	if _, err := tx.Exec(ctx, scanWriteSQL, ruleset, snapshotID, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles); err != nil {
+		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted); err != nil {
 		return fmt.Errorf("write verdicts: %w", err)
 	}
 	if err := RecordCoverage(ctx, tx, ruleset, runID, vs); err != nil {

@@ -16,19 +16,20 @@ const PendingMarkBatch = 100
 
 // settlePendingSQL judges the pending marks ($2 keys, $3 reasons, $4 when each was marked) under ruleset $1 against
 // the rows as committed, without waiting for anyone:
-//   - a row clean under a scan that started before the mark (scan_time is the scan transaction's start) may hold a
-//     count from before the change: it is marked dirty, with the pending mark's reason and time, unless another
-//     transaction holds it (then the mark stays pending);
+//   - a row clean under a scan that read its counts before the mark (counted_at; a row written without a count
+//     read, its scan_time, the writing transaction's start) may hold a count from before the change: it is marked
+//     dirty, with the pending mark's reason and time, unless another transaction holds it (then the mark stays
+//     pending);
 //
 // and returns the marks still pending: a row dirty (a scan will count it, and whether that scan started after the
-// mark decides again), or owed (clean) and held by another transaction. A row clean under a scan that started after
+// mark decides again), or owed (clean) and held by another transaction. A row clean under a scan that counted after
 // the mark counted the change, and a key with no row under the ruleset has nothing to mark: both are settled.
 const settlePendingSQL = `
 WITH m AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS u(k, r, at)
 ), owed AS (
     SELECT c.group_key, m.r, m.at FROM governance_candidate_state c JOIN m ON m.k = c.group_key
-    WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND NOT c.dirty AND c.scan_time < m.at
+    WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND NOT c.dirty AND coalesce(c.counted_at, c.scan_time) < m.at
     ORDER BY c.group_key FOR UPDATE OF c SKIP LOCKED
 ), marked AS (
     UPDATE governance_candidate_state c
@@ -40,13 +41,13 @@ WITH m AS (
 )
 SELECT m.k, m.r, m.at, NOT c.dirty, (SELECT count(*) FROM marked)
 FROM m JOIN governance_candidate_state c ON c.group_key = m.k AND c.ruleset_version = $1
-WHERE (c.dirty OR c.scan_time < m.at) AND NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = m.k)
+WHERE (c.dirty OR coalesce(c.counted_at, c.scan_time) < m.at) AND NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = m.k)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM marked)`
 
 // PendingMarks is what settling pending marks did.
 type PendingMarks struct {
-	Marked int64 // groups marked dirty: a scan that started before their mark cleared them
+	Marked int64 // groups marked dirty: a scan that counted before their mark cleared them
 	Held   int64 // groups owed their mark whose rows another transaction holds: still pending
 }
 

@@ -31,11 +31,13 @@ func (b *bundle) holdRow(t *testing.T, key string) *heldRow {
 	return &heldRow{tx, key}
 }
 
-// clear writes the held row clean, as a scan tick does (scan_time is its transaction's start), and commits.
-func (h *heldRow) clear(t *testing.T, ctx context.Context) {
+// clear writes the held row clean, as a scan tick does (scan_time is its transaction's start; counted_at when it
+// read the counts: at its start, or now when countedNow), and commits.
+func (h *heldRow) clear(t *testing.T, ctx context.Context, countedNow ...bool) {
 	t.Helper()
 	if _, err := h.tx.Exec(ctx, `UPDATE governance_candidate_state SET dirty = false, dirty_reason = NULL, recompute_status = 'ok',
-		scan_time = now() WHERE group_key = $1`, h.key); err != nil {
+		scan_time = now(), counted_at = CASE WHEN $2 THEN clock_timestamp() ELSE now() END WHERE group_key = $1`,
+		h.key, len(countedNow) > 0 && countedNow[0]); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.tx.Commit(ctx); err != nil {
@@ -151,6 +153,21 @@ func TestPendingMarks(t *testing.T) {
 		}
 		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND dirty`, key); n != 0 {
 			t.Fatal("the row was marked again")
+		}
+	})
+
+	t.Run("a scan that started before the mark and counted after it", func(t *testing.T) {
+		makeDirty()
+		scan := b.holdRow(t, key)
+		if err := <-b.markSoon(key, born); err != nil {
+			t.Fatal(err)
+		}
+		scan.clear(t, b.ctx, true)
+		if owed() != 0 {
+			t.Fatal("the scan counted after the mark, yet the mark is owed")
+		}
+		if res := b.settlePending(t); res.Marked != 0 || pending() != 0 {
+			t.Fatalf("settling: %+v and %d pending, want nothing marked and nothing pending", res, pending())
 		}
 	})
 

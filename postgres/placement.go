@@ -43,22 +43,24 @@ func (s *Store) birthsThrough(ctx context.Context, tx pgx.Tx) (*tailPosition, er
 // the collections $1 that have them and no pending recount request: those counts are exact through that position.
 const keptCountsSQL = `
 WITH cur AS (SELECT position_tstz AS at, position_id AS id FROM gov_worker_cursor WHERE source = $2 AND ts_type = 'timestamptz')
-SELECT c.source_registry, b.object_class, b.lifecycle_status, b.members, (SELECT at FROM cur), (SELECT id FROM cur)
+SELECT c.source_registry, b.object_class, b.lifecycle_status, b.members, (SELECT at FROM cur), (SELECT id FROM cur), statement_timestamp()
 FROM governance_collection_count c
 LEFT JOIN governance_base_count b USING (source_registry)
 WHERE c.source_registry = ANY($1)
   AND NOT EXISTS (SELECT 1 FROM governance_recount_request r WHERE r.source_registry = c.source_registry)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, (SELECT at FROM cur), (SELECT id FROM cur)`
+SELECT NULL, NULL, NULL, NULL, (SELECT at FROM cur), (SELECT id FROM cur), statement_timestamp()`
 
 // CountGroups counts the members of the claimed groups' base groups now: the counts the births handoff keeps
 // (exact through the births cursor), or, for a collection it does not keep (yet), a count of the collection from
 // the source through the cursor; plus, for both, the births after the cursor the tail has not handed off yet (a
 // read of the (born_at, id) index over the tail's lag). Without a births cursor every birth is counted from the
-// source.
-func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group) (map[BirthBase]int64, error) {
+// source. It also returns when it counted: the start of its first statement, so every birth committed before that instant
+// is counted (a pending mark no older than it is settled by this count, ApplyPendingMarks).
+func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group) (map[BirthBase]int64, time.Time, error) {
+	var countedAt time.Time
 	if err := noJIT(ctx, tx); err != nil {
-		return nil, err
+		return nil, countedAt, err
 	}
 	var colls []string
 	seen := map[string]bool{}
@@ -75,14 +77,14 @@ func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	var id *int64
 	rows, err := tx.Query(ctx, keptCountsSQL, colls, BirthTailSource(s.cfg.SourceBinding).Name)
 	if err != nil {
-		return nil, fmt.Errorf("read kept member counts: %w", err)
+		return nil, countedAt, fmt.Errorf("read kept member counts: %w", err)
 	}
 	for rows.Next() {
 		var coll, class, status *string
 		var n *int64
-		if err := rows.Scan(&coll, &class, &status, &n, &at, &id); err != nil {
+		if err := rows.Scan(&coll, &class, &status, &n, &at, &id, &countedAt); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("read kept member counts: %w", err)
+			return nil, countedAt, fmt.Errorf("read kept member counts: %w", err)
 		}
 		if coll == nil {
 			continue
@@ -93,7 +95,7 @@ func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read kept member counts: %w", err)
+		return nil, countedAt, fmt.Errorf("read kept member counts: %w", err)
 	}
 	var through *tailPosition
 	if at != nil && id != nil {
@@ -109,22 +111,22 @@ func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	}
 	counts, err := s.MemberCounts(ctx, tx, uncounted, through)
 	if err != nil {
-		return nil, err
+		return nil, countedAt, err
 	}
 	for b, n := range counts {
 		out[b] += n
 	}
 	if through == nil {
-		return out, nil
+		return out, countedAt, nil
 	}
 	pending, err := s.bornAfter(ctx, tx, *through, colls)
 	if err != nil {
-		return nil, err
+		return nil, countedAt, err
 	}
 	for b, n := range pending {
 		out[b] += n
 	}
-	return out, nil
+	return out, countedAt, nil
 }
 
 // bornAfter counts the births of the collections after a tail position, by anchor base group.

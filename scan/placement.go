@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"time"
 	"context"
 	"fmt"
 	"sort"
@@ -19,6 +20,9 @@ type placement struct {
 	retired map[string]string     // claimed groups whose source is gone → why: "empty" or "moved"
 	rekeyed map[string]string     // a moved group → the group of the same base and scope its members are in now
 	moved   []gcos.Group          // those groups, when the tick did not claim them itself
+	// countedAt is when the counts were read: every birth committed before it is counted (the rows written record
+	// it, so a pending mark no older than it is settled, postgres.ApplyPendingMarks).
+	countedAt time.Time
 }
 
 // placeGroups counts the members of the claimed groups now (countGroups) and decides, for each claimed group,
@@ -27,10 +31,11 @@ type placement struct {
 // the current group of its base and scope, when that has members, is judged in its place.
 func (s *Stage) placeGroups(ctx context.Context, tx pgx.Tx, ev *postgres.Evaluator, groups map[string]gcos.Group) (placement, error) {
 	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
-	counts, err := s.core.CountGroups(ctx, tx, groups)
+	counts, countedAt, err := s.core.CountGroups(ctx, tx, groups)
 	if err != nil {
 		return p, err
 	}
+	p.countedAt = countedAt
 	current := map[postgres.BirthBase]map[string]gcos.Dimensions{}
 	for _, g := range groups {
 		b := postgres.BaseOf(g)
