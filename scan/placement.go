@@ -1,10 +1,10 @@
 package scan
 
 import (
-	"time"
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
