@@ -474,7 +474,7 @@ func (s *Store) MarkDirty(ctx context.Context, groupKeys []string, reason string
 //     the handoff from waiting behind every scan and the scans from skipping the handoff's rows.
 //
 // dirtied_at is the clock at the mark, after the change it signals was read: a full audit credits a change to a
-// mark no older than its cut (scan.FullAudit), and a scan that started after it counted the change.
+// mark no older than its cut (scan.FullAudit).
 const markDirtySQL = `
 WITH marks AS (
     SELECT DISTINCT ON (k) k, r FROM unnest($1::text[], $2::text[]) AS m(k, r) ORDER BY k, r = ANY($4), r
