@@ -21,7 +21,7 @@ const PendingMarkBatch = 100
 //     dirty, with the pending mark's reason and time, unless another transaction holds it (then the mark stays
 //     pending);
 //
-// and returns the marks still pending: a row dirty (a scan will count it, and whether that scan started after the
+// and returns the marks still pending: a row dirty (a scan will count it, and whether that scan counted after the
 // mark decides again), or owed (clean) and held by another transaction. A row clean under a scan that counted after
 // the mark counted the change, and a key with no row under the ruleset has nothing to mark: both are settled.
 const settlePendingSQL = `
