@@ -211,30 +211,7 @@ func TestDemoChurnMovesVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := quiet.Intake.Once(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := quiet.Scan.Once(ctx, postgres.ModeIncremental); err != nil {
-			t.Fatal(err)
-		}
-		n, err := store.DirtySetSize(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lag, err := intake.New(store).CheckTailLag(ctx, postgres.DefaultTailSources(store.Config())[0], store.Config().Intake)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 && lag.OldestUnreadAt == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the dirty set did not drain: %d dirty", n)
-		}
-		time.Sleep(30 * time.Millisecond)
-	}
+	drainQuietly(t, ctx, quiet, store)
 	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 300, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
