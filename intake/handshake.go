@@ -32,7 +32,7 @@ func (s *Stage) readSeedHorizon(ctx context.Context) (seedHorizon, error) {
 		return seedHorizon{}, fmt.Errorf("seed horizon: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	read, err := readHorizon(ctx, tx, s.cfg.Intake)
+	read, err := readHorizon(ctx, tx, s.cfg.Intake, nil)
 	if err != nil {
 		return seedHorizon{}, fmt.Errorf("seed horizon: %w", err)
 	}

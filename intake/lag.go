@@ -38,6 +38,8 @@ WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.xact_st
   AND a.backend_type NOT IN ('autovacuum worker', 'autovacuum launcher')
   AND (cardinality($1::text[]) = 0 OR a.usename = ANY ($1::text[]))
   AND clock_timestamp() - a.xact_start > $2::bigint * interval '1 microsecond'
+  AND NOT EXISTS (SELECT 1 FROM unnest($3::int4[], $4::timestamptz[]) AS q(pid, xact_start)
+                  WHERE q.pid = a.pid AND q.xact_start = a.xact_start)
 ORDER BY a.xact_start
 LIMIT 10`
 
@@ -72,7 +74,8 @@ func (s *Stage) CheckTailLag(ctx context.Context, src postgres.TailSource, cfg g
 			return err
 		}
 		rep.Position = cur.pos.watermark(cur.noTZ)
-		rows, err := tx.Query(ctx, tailHoldersSQL, roles, threshold.Microseconds())
+		pids, starts := postgres.ScanTxArrays(s.writesNone(src)) // not holding the horizon (tailHorizonSQL)
+		rows, err := tx.Query(ctx, tailHoldersSQL, roles, threshold.Microseconds(), pids, starts)
 		if err != nil {
 			return fmt.Errorf("lag %s: holders: %w", src.Name, err)
 		}

@@ -236,7 +236,9 @@ func tailScanCursor(row pgx.Row, extra ...any) (tailCursorRow, error) {
 const tailCursorCols = `c.source_table, c.ts_column, c.id_column, c.ts_type, c.time_zone, c.position_tstz, c.position_ts, c.position_id`
 
 // The horizon, the first statement of every poll. A READ COMMITTED transaction takes a new snapshot per statement,
-// so the page read (a later statement) sees every transaction that had ended when this one looked.
+// so the page read (a later statement) sees every transaction that had ended when this one looked. The open
+// transactions $3/$4 (pid, xact_start) are passed over: for a births source, this process's scan transactions,
+// which insert no birth (postgres.Store.InScanTx).
 const tailHorizonSQL = `
 SELECT least(clock_timestamp(), now(), h.xact_start) - $2::bigint * interval '1 microsecond',
        h.pid, h.usename, h.application_name, h.state, h.backend_type, h.xact_start,
@@ -251,6 +253,8 @@ LEFT JOIN LATERAL (
     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
       AND a.backend_type NOT IN ('autovacuum worker', 'autovacuum launcher')
       AND (cardinality($1::text[]) = 0 OR a.usename = ANY ($1::text[]))
+      AND NOT EXISTS (SELECT 1 FROM unnest($3::int4[], $4::timestamptz[]) AS q(pid, xact_start)
+                      WHERE q.pid = a.pid AND q.xact_start = a.xact_start)
     ORDER BY a.xact_start
     LIMIT 1) AS h ON true`
 
@@ -287,8 +291,9 @@ type horizonRead struct {
 	inRecovery, seesAll bool
 }
 
-// readHorizon reads the tail horizon (tailHorizonSQL) with the intake's role filter and guard.
-func readHorizon(ctx context.Context, q postgres.Querier, cfg gcos.IntakeConfig) (horizonRead, error) {
+// readHorizon reads the tail horizon (tailHorizonSQL) with the intake's role filter and guard, passing over the
+// open transactions skip names (they write nothing the tail reads).
+func readHorizon(ctx context.Context, q postgres.Querier, cfg gcos.IntakeConfig, skip []postgres.ScanTx) (horizonRead, error) {
 	roles := cfg.RoleFilter
 	if roles == nil {
 		roles = []string{}
@@ -302,7 +307,8 @@ func readHorizon(ctx context.Context, q postgres.Querier, cfg gcos.IntakeConfig)
 		hAge                *float64
 	)
 	guard := max(cfg.HorizonGuard.Duration(), 0) // a negative guard would read above the horizon
-	if err := q.QueryRow(ctx, tailHorizonSQL, roles, guard.Microseconds()).Scan(
+	pids, starts := postgres.ScanTxArrays(skip)
+	if err := q.QueryRow(ctx, tailHorizonSQL, roles, guard.Microseconds(), pids, starts).Scan(
 		&h.at, &hPID, &hRole, &hApp, &hState, &hType, &hStart, &hAge, &h.inRecovery, &h.seesAll); err != nil {
 		return h, err
 	}
@@ -311,6 +317,15 @@ func readHorizon(ctx context.Context, q postgres.Querier, cfg gcos.IntakeConfig)
 			BackendType: tailDeref(hType), XactStart: hStart.Time, AgeSeconds: tailDerefF(hAge)}
 	}
 	return h, nil
+}
+
+// writesNone are the open transactions that write nothing src's tail reads: for a births source, this process's
+// scan transactions (they write GCOS's tables and the change ledger, never a birth); none for another source.
+func (s *Stage) writesNone(src postgres.TailSource) []postgres.ScanTx {
+	if src.Kind != postgres.TailBirth {
+		return nil
+	}
+	return s.core.ScanTransactions()
 }
 
 // tailCursorExists distinguishes "locked by another worker" from "no cursor".
@@ -348,7 +363,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
 	// 1. The horizon, as the transaction's first statement.
-	h, err := readHorizon(ctx, tx, cfg)
+	h, err := readHorizon(ctx, tx, cfg, s.writesNone(src))
 	if err != nil {
 		return res, fmt.Errorf("poll %s: horizon: %w", src.Name, err)
 	}

@@ -600,7 +600,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		INSERT INTO governance_candidate_state (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
 		    input_quality_state, input_quality_ref, dirty, dirty_reason, dirtied_at, depends_on, stale_after, recompute_status,
 		    risk_class, coverage_required, coverage_scan_ref, issue_ref, last_run_id, evidence_fingerprint, lifecycle_status,
-		    audit_ref, owner_scope, member_count)
+		    audit_ref, owner_scope, member_count, counted_at)
 		SELECT c.group_key, c.source_snapshot_ref, $2, c.scan_time, c.candidate_verdict,
 		    c.input_quality_state, c.input_quality_ref,
 		    c.dirty OR c.group_key = ANY($3), 
@@ -609,12 +609,17 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		    c.depends_on, c.stale_after,
 		    CASE WHEN c.group_key = ANY($3) AND c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END,
 		    c.risk_class, c.coverage_required, c.coverage_scan_ref, c.issue_ref, c.last_run_id, c.evidence_fingerprint,
-		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count
+		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count, c.counted_at
 		FROM governance_candidate_state c
 		WHERE c.ruleset_version = $1
 		ON CONFLICT (group_key, ruleset_version) DO NOTHING`, from, to, dirty)
 	if err != nil {
 		return fmt.Errorf("rebase candidates %s → %s: %w", from, to, err)
+	}
+	// Pending marks follow their rows: a carried row keeps when it was counted, so a mark it is owed is owed under
+	// the new ruleset too (ApplyPendingMarks drops the marks of a ruleset no longer current).
+	if _, err := tx.Exec(ctx, `UPDATE governance_pending_mark SET ruleset_version = $2 WHERE ruleset_version = $1`, from, to); err != nil {
+		return fmt.Errorf("rebase pending marks %s → %s: %w", from, to, err)
 	}
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO governance_candidate_coverage (candidate_ref, ruleset_version, outcome, owner_ref, exception_id,

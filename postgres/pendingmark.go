@@ -53,7 +53,8 @@ type PendingMarks struct {
 
 // ApplyPendingMarks settles the pending membership marks (markDirtySQL) of ruleset inside tx without waiting for
 // anyone: at most limit of them, the oldest first (0: all), skipping those another transaction is settling. Marks
-// of a ruleset that is no longer current are dropped (a ruleset change marks every group); each key is judged on its
+// of a ruleset that is no longer current are dropped (an activation moves them to the ruleset it activates, with the
+// rows it carries, so what is left belongs to no current row); each key is judged on its
 // row (settlePendingSQL), and the keys still pending are written back as one mark. A scan tick calls it, in a
 // transaction of its own, before it claims, so a group it marks is claimed in the same tick; the full audit calls it
 // once it holds every candidate row, so its checks see every mark.

@@ -190,6 +190,32 @@ func TestPendingMarks(t *testing.T) {
 		}
 	})
 
+	t.Run("an owed mark follows its row to the next ruleset", func(t *testing.T) {
+		makeDirty()
+		scan := b.holdRow(t, key)
+		if err := <-b.markSoon(key, born); err != nil {
+			t.Fatal(err)
+		}
+		scan.clear(t, b.ctx)
+		if owed() != 1 {
+			t.Fatal("the scan cleared the row over a count from before the mark, and no mark is owed")
+		}
+		from := b.sb10Active(t)
+		next := b.sb10NewRuleset(t, "R-PENDING-CARRIED")
+		b.activate(t, next)
+		if n := b.count(t, `SELECT count(*) FROM governance_pending_mark WHERE $1 = ANY(group_keys) AND ruleset_version = $2`, key, next); n != 1 {
+			t.Fatalf("the pending mark of %s was not moved to ruleset %s (from %s)", key, next, from)
+		}
+		dirty := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND ruleset_version = $2 AND dirty`, key, next) == 1
+		res := b.settlePending(t)
+		switch {
+		case dirty && (res.Marked != 0 || pending() != 1): // the activation re-marked the row itself: a scan settles it
+			t.Fatalf("a row dirty under the new ruleset: settling %+v, %d pending; want the mark kept", res, pending())
+		case !dirty && (res.Marked != 1 || pending() != 0):
+			t.Fatalf("a row carried clean under the new ruleset: settling %+v, %d pending; want it marked again", res, pending())
+		}
+	})
+
 	t.Run("a ruleset no longer current", func(t *testing.T) {
 		b.exec(t, `INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at)
 			VALUES ('gone', ARRAY[$1], ARRAY[$2], ARRAY[clock_timestamp()])`, key, born)

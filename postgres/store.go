@@ -55,6 +55,8 @@ type Store struct {
 	// session connects what needs a session of its own (LISTEN); nil: nothing may (a transaction pooler without a
 	// session URL), and event scans poll.
 	session *pgx.ConnConfig
+	// scans are this process's open scan transactions, which the births tail does not wait for (InScanTx).
+	scans scanTxs
 }
 
 // SetClock makes the emission discipline (cooldowns, windows, escalation SLAs) read now from clock instead of the

@@ -445,6 +445,76 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	}
 }
 
+// TestTailS7_ScanTransactionHoldsNoBirths: a scan transaction of this process (InScanTx) inserts no birth, so the
+// births tail passes over it while it is open: births committed after it began are handed off, once. It still
+// writes the change ledger, so the changelog tail waits for it and names it. Once it ends it is no longer named,
+// committed or rolled back.
+func TestTailS7_ScanTransactionHoldsNoBirths(t *testing.T) {
+	t.Parallel()
+	e := newTailEnv(t)
+	before := e.births(t, 2)
+	e.drain(t, e.birth, tailRecord)
+	e.drain(t, e.changelog, tailRecord)
+
+	began, release, done := make(chan postgres.ScanTx, 1), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- e.store.InScanTx(e.ctx, func(tx pgx.Tx) error {
+			var me postgres.ScanTx
+			if err := tx.QueryRow(e.ctx, `SELECT pg_backend_pid(), now()`).Scan(&me.PID, &me.Start); err != nil {
+				return err
+			}
+			began <- me
+			<-release
+			return nil
+		})
+	}()
+	var ended sync.Once
+	end := func() error {
+		var err error
+		ended.Do(func() { close(release); err = <-done })
+		return err
+	}
+	t.Cleanup(func() { _ = end() }) // a failed check must not leave the transaction open under the cleanup
+	scan := <-began
+	if named := e.store.ScanTransactions(); len(named) != 1 || named[0].PID != scan.PID || !named[0].Start.Equal(scan.Start) {
+		t.Fatalf("the open scan transaction %+v should be named, got %+v", scan, named)
+	}
+	later := e.births(t, 3)
+	change, err := tailInsertChange(e.ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := e.drain(t, e.birth, tailRecord)
+	if res.HeldBy != nil && res.HeldBy.PID == scan.PID {
+		t.Fatalf("the scan transaction must not hold the births horizon: %+v", res.HeldBy)
+	}
+	tailExactlyOnce(t, "S7 births while a scan is open", append(slices.Clone(before), later...), e.applied(t, e.birth.Name))
+	res = e.drain(t, e.changelog, tailRecord)
+	if res.HeldBy == nil || res.HeldBy.PID != scan.PID {
+		t.Fatalf("the changelog tail waits for the scan transaction (it writes the ledger) and names pid %d: %+v", scan.PID, res.HeldBy)
+	}
+	if n := e.applied(t, e.changelog.Name)[change]; n != 0 {
+		t.Fatalf("change %d committed after the scan began must wait for it, applied %d times", change, n)
+	}
+	if err := end(); err != nil {
+		t.Fatal(err)
+	}
+	if named := e.store.ScanTransactions(); len(named) != 0 {
+		t.Fatalf("a committed scan transaction is no longer named: %+v", named)
+	}
+	e.drain(t, e.changelog, tailRecord)
+	if n := e.applied(t, e.changelog.Name)[change]; n != 1 {
+		t.Fatalf("change %d is handed off once the scan ends, applied %d times", change, n)
+	}
+	boom := errors.New("boom")
+	if err := e.store.InScanTx(e.ctx, func(pgx.Tx) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("InScanTx returns its function's error, got %v", err)
+	}
+	if named := e.store.ScanTransactions(); len(named) != 0 {
+		t.Fatalf("a rolled-back scan transaction is no longer named: %+v", named)
+	}
+}
+
 // TestTailS6_WriterLongerThanAnyFixedLag: a writer holds its timestamp longer than a fixed lag would wait while
 // others keep committing and the tail keeps polling; nothing passes it, and its row arrives in order.
 func TestTailS6_WriterLongerThanAnyFixedLag(t *testing.T) {

@@ -59,6 +59,16 @@ func TestOnceModes(t *testing.T) {
 	if err != nil || p.Scanned != len(keys) || p.Remaining != 0 {
 		t.Fatalf("event pass: %+v %v, want %d scanned and nothing left", p, err, len(keys))
 	}
+	// Every row a tick wrote records when its count was read: inside the tick, after its start (scan_time). A
+	// pending mark no older than that instant is settled by the row (postgres.ApplyPendingMarks).
+	var written, counted int
+	if err := store.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE counted_at >= scan_time AND counted_at <= now())
+		FROM governance_candidate_state WHERE group_key = ANY($1)`, keys).Scan(&written, &counted); err != nil {
+		t.Fatal(err)
+	}
+	if written != len(keys) || counted != written {
+		t.Fatalf("%d of %d rows the event pass wrote record when they were counted", counted, written)
+	}
 	dirtyKeys(t, store, ctx, 5)
 	if p, err = s.Once(ctx, postgres.ModeIncremental); err != nil || p.Scanned != 5 {
 		t.Fatalf("incremental pass: %+v %v", p, err)

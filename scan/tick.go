@@ -152,12 +152,18 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	if opts.Debounce {
 		debounce = s.cfg.Scan.CoalesceWindow.Duration()
 	}
+	// An event or incremental tick inserts no birth, so the births tail does not wait for its transactions
+	// (postgres.Store.InScanTx). A full audit is not latency-bound, and its cut is reasoned with the tail waiting for it.
+	inTx := s.core.InScanTx
+	if opts.Mode == postgres.ModeFullAudit {
+		inTx = s.core.InTx
+	}
 	var pending postgres.PendingMarks
 	if !targeted {
 		// Membership marks that found their rows dirty (postgres.ApplyPendingMarks): a row a scan cleared over a
 		// count from before the mark is marked again, in a transaction of its own, so the rows it marks are held no
 		// longer than the marking (a handoff marking them waits for no scan) and the claim below finds them dirty.
-		if err := s.core.InTx(ctx, func(tx pgx.Tx) error {
+		if err := inTx(ctx, func(tx pgx.Tx) error {
 			var err error
 			pending, err = postgres.ApplyPendingMarks(ctx, tx, rs.Version, postgres.PendingMarkBatch)
 			return err
@@ -166,7 +172,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		}
 	}
 	var recordLater []gcos.Group // groups members moved to that the registry lacks (placement.lockWrites)
-	err = s.core.InTx(ctx, func(tx pgx.Tx) error {
+	err = inTx(ctx, func(tx pgx.Tx) error {
 		recordLater = nil
 		previous := map[string]storedResult{}
 		var keys []string
@@ -278,11 +284,17 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'scanning' WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, keys); err != nil {
 			return err
 		}
+		// Every row the tick writes records when its count was read (placeGroups), so a pending mark no older than
+		// that is settled by it (postgres.ApplyPendingMarks).
+		counted := func(v postgres.CandidateValues, err error) (postgres.CandidateValues, error) {
+			v.CountedAt = &place.countedAt
+			return v, err
+		}
 		judge := func(key string) (postgres.CandidateValues, error) {
 			if why, gone := place.retired[key]; gone {
-				return ev.Retire(groups[key], why)
+				return counted(ev.Retire(groups[key], why))
 			}
-			return ev.Evaluate(place.live[key], "")
+			return counted(ev.Evaluate(place.live[key], ""))
 		}
 		var ok, seeds []postgres.CandidateValues
 		unchanged := map[string]bool{}
@@ -315,7 +327,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		// The groups the claimed groups' members moved to (a new owner or axis family) are judged in the same
 		// transaction, so the gate never sees the old group retired without the new one in place.
 		for _, g := range place.moved {
-			v, err := ev.Evaluate(g, "")
+			v, err := counted(ev.Evaluate(g, ""))
 			if err != nil {
 				return fmt.Errorf("judge group %s: %w", g.Key, err)
 			}
