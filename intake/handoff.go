@@ -121,6 +121,7 @@ type signal struct {
 	table     string
 	objectTyp string
 	object    *postgres.BirthBase // a change to one object: its base now (its object row, if any, is judged again)
+	births    []int64             // the births an object_born signal carries (their ids)
 }
 
 // ApplyHandoff is the intake's apply step for a page of tailed rows. Rows that cannot be mapped are returned as
@@ -239,8 +240,10 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		sigs = append(sigs, bs...)
 		st.Untrusted += untrusted
 	}
-	// Coalesce: one dirty mark per (group, reason) for the page, however many rows touched it.
+	// Coalesce: one dirty mark per (group, reason) for the page, however many rows touched it, with the births
+	// behind each group's mark (a pending mark is settled by a count that read them).
 	byReason := map[string]map[string]bool{}
+	bornIn, timed := map[string][]int64{}, map[string]bool{}
 	for _, sig := range sigs {
 		st.Kinds[string(sig.kind)]++
 		reason := gcos.DirtyReasonFor(sig.kind)
@@ -249,13 +252,20 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		}
 		for _, g := range sig.groups {
 			byReason[reason][g] = true
+			bornIn[g] = append(bornIn[g], sig.births...)
+			if len(sig.births) == 0 {
+				timed[g] = true
+			}
 		}
+	}
+	for g := range timed {
+		delete(bornIn, g) // a change that is not one of these births marked it too: settled by time alone
 	}
 	marks := make(map[string][]string, len(byReason))
 	for reason, keys := range byReason {
 		marks[reason] = slices.Sorted(maps.Keys(keys))
 	}
-	n, err := postgres.MarkDirtyTx(ctx, tx, marks)
+	n, err := postgres.MarkChangesTx(ctx, tx, marks, bornIn)
 	if err != nil {
 		return nil, st, err
 	}
@@ -390,11 +400,12 @@ func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, bir
 			if r.ID < sig.firstID {
 				sig.firstID = r.ID
 			}
+			sig.births = append(sig.births, r.ID)
 			continue
 		}
 		sigs[k] = &signal{kind: gcos.ChangeObjectBorn, subject: b.Coll, coll: r.CollectionName, code: r.EntityCode,
 			actor: cmp.Or(r.ActorRef, "unknown"), source: cmp.Or(r.SourceSystem, table), firstID: r.ID,
-			occurred: r.TS, table: table, objectTyp: b.Class}
+			occurred: r.TS, table: table, objectTyp: b.Class, births: []int64{r.ID}}
 		order = append(order, k)
 	}
 	var groups []gcos.Group

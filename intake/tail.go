@@ -15,6 +15,8 @@ package intake
 // will be). If it had not started, ts > clock_timestamp() > w. now() (the poll's own start) is in the least() so
 // rows the poll's own apply step writes into a tailed table can never fall under its own horizon either. The guard
 // only covers the instant between a backend taking its start timestamp and publishing it in pg_stat_activity.
+// A births source's horizon passes over this process's scan transactions (postgres.Store.InScanTx): they insert no
+// birth, so they cannot add a row under it.
 //
 // A timestamp-without-time-zone column (registry_changelog."timestamp") stores now() converted to the writing
 // session's local time. The horizon is therefore compared in that same local time — (w AT TIME ZONE zone), exactly

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,6 +133,9 @@ type CandidateValues struct {
 	OwnerDispute []string
 	// CountedAt is when a scan read MemberCount (postgres.CountGroups); nil when no count was read for the row.
 	CountedAt *time.Time
+	// CountedBirths are the births not handed off yet that MemberCount includes (GroupCounts.Births); nil: not
+	// known, an empty list: none.
+	CountedBirths []int64
 }
 
 // Evaluate judges one group (or, with objectKey set, one materialized object of it).
@@ -329,6 +333,25 @@ type candidateArrays struct {
 	counts                                     []int64
 	lifecycles                                 []string
 	counted                                    []*time.Time
+	births                                     []*string // counted births as bigint[] literals (birthsText)
+}
+
+// birthsText is ids as a bigint[] literal; nil (not known) is NULL.
+func birthsText(ids []int64) *string {
+	if ids == nil {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	b.WriteByte('}')
+	out := b.String()
+	return &out
 }
 
 // groupKeys are the group keys of vs, in vs's order.
@@ -358,6 +381,7 @@ func toArrays(vs []CandidateValues) candidateArrays {
 		a.counts = append(a.counts, v.MemberCount)
 		a.lifecycles = append(a.lifecycles, cmp.Or(v.Lifecycle, LifecycleActive))
 		a.counted = append(a.counted, v.CountedAt)
+		a.births = append(a.births, birthsText(v.CountedBirths))
 	}
 	return a
 }
@@ -367,11 +391,11 @@ func toArrays(vs []CandidateValues) candidateArrays {
 const seedCandidatesSQL = `
 INSERT INTO governance_candidate_state AS c (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
     input_quality_state, depends_on, stale_after, recompute_status, risk_class, coverage_required, coverage_scan_ref,
-    last_run_id, evidence_fingerprint, owner_scope, member_count, lifecycle_status, counted_at)
+    last_run_id, evidence_fingerprint, owner_scope, member_count, lifecycle_status, counted_at, counted_births)
 SELECT u.key, $1, $2, now(), u.verdict, u.quality, u.deps, now() + u.ttl, 'ok', u.risk, u.required,
-       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members, u.lifecycle, u.counted
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted)
+       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members, u.lifecycle, u.counted, u.births::bigint[]
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[], $16::text[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted, births)
 ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     source_snapshot_ref = EXCLUDED.source_snapshot_ref, scan_time = EXCLUDED.scan_time,
     candidate_verdict = EXCLUDED.candidate_verdict, input_quality_state = EXCLUDED.input_quality_state,
@@ -380,7 +404,7 @@ ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     coverage_required = EXCLUDED.coverage_required, coverage_scan_ref = EXCLUDED.coverage_scan_ref,
     last_run_id = EXCLUDED.last_run_id, evidence_fingerprint = EXCLUDED.evidence_fingerprint,
     owner_scope = EXCLUDED.owner_scope, member_count = EXCLUDED.member_count, lifecycle_status = EXCLUDED.lifecycle_status,
-    counted_at = EXCLUDED.counted_at, updated_at = now()
+    counted_at = EXCLUDED.counted_at, counted_births = EXCLUDED.counted_births, updated_at = now()
 WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.evidence_fingerprint, EXCLUDED.lifecycle_status)
   AND NOT c.dirty`
 
@@ -388,7 +412,7 @@ WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.ev
 func SeedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, vs []CandidateValues) (int64, error) {
 	a := toArrays(vs)
 	tag, err := tx.Exec(ctx, seedCandidatesSQL, snapshotID, ruleset, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted)
+		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted, a.births)
 	if err != nil {
 		return 0, fmt.Errorf("seed candidates: %w", err)
 	}
@@ -497,12 +521,12 @@ WITH marks AS (
 )
 SELECT (SELECT count(*) FROM marked), coalesce((SELECT array_agg(group_key) FROM locked), '{}')`
 
-// pendingMarkSQL keeps the membership marks ($2 keys, $3 reasons) whose rows markDirtySQL did not take (dirty, or
-// made dirty by a transaction it waited for) as one pending mark under ruleset $1, stamped with the clock now,
-// after the changes were read.
+// pendingMarkSQL keeps the membership marks ($2 keys, $3 reasons, $4 the births behind each) whose rows
+// markDirtySQL did not take (dirty, or made dirty by a transaction it waited for) as one pending mark under ruleset
+// $1, stamped with the clock now, after the changes were read.
 const pendingMarkSQL = `
-INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at)
-VALUES ($1, $2, $3, array_fill(clock_timestamp(), ARRAY[cardinality($2::text[])]))`
+INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at, births)
+VALUES ($1, $2, $3, array_fill(clock_timestamp(), ARRAY[cardinality($2::text[])]), $4)`
 
 // pendingMarks are the membership marks among keys (reasons, the same length) that markDirtySQL did not lock, once
 // per key, in key order; a key named with another reason too takes that one (and was locked).
@@ -529,6 +553,25 @@ func pendingMarks(keys, reasons, locked []string) (pending, pendingReasons []str
 	return pending, pendingReasons
 }
 
+// pendingBirths are the births behind each pending key (in pending's order), as bigint[] literals: NULL for a key
+// some other change marked too (a retirement: no birth settles it) or with more than MarkBirthsMax births.
+func pendingBirths(pending, keys, reasons []string, births map[string][]int64) []*string {
+	born := "handoff:" + string(gcos.ChangeObjectBorn)
+	other := map[string]bool{}
+	for i, k := range keys {
+		if reasons[i] != born {
+			other[k] = true
+		}
+	}
+	out := make([]*string, len(pending))
+	for i, k := range pending {
+		if ids := births[k]; len(ids) > 0 && len(ids) <= MarkBirthsMax && !other[k] {
+			out[i] = birthsText(ids)
+		}
+	}
+	return out
+}
+
 // LockCandidates locks every candidate row under ruleset in group-key order (level 3 of LockOrder). A transaction
 // that writes the whole estate (the backfill, the full audit's reconciliation) takes it after the group rows: no
 // scan runs beside it, so its object rows and counts are derived from candidate rows nobody moves.
@@ -547,6 +590,16 @@ func MarkKeysDirtyTx(ctx context.Context, tx pgx.Tx, groupKeys []string, reason 
 // MarkDirtyTx marks groups dirty with a reason each (SPEC §8) in one statement (markDirtySQL). It returns how
 // many groups became dirty.
 func MarkDirtyTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (int64, error) {
+	return MarkChangesTx(ctx, tx, byReason, nil)
+}
+
+// MarkBirthsMax is how many births a pending mark carries for one group: beyond it, the mark is settled by time.
+const MarkBirthsMax = CountedBirthsMax
+
+// MarkChangesTx is MarkDirtyTx for a handoff: births names, per group key, the births (ids) whose handoff marks it.
+// A membership mark kept pending carries them, so a scan whose count read those births before their handoff
+// settles it (ApplyPendingMarks); a mark without them waits for a count begun after it.
+func MarkChangesTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string, births map[string][]int64) (int64, error) {
 	var keys, reasons []string
 	for reason, ks := range byReason {
 		if !gcos.ValidDirtyReason(reason) {
@@ -573,7 +626,7 @@ func MarkDirtyTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (
 	}
 	pending, pendingReasons := pendingMarks(keys, reasons, locked)
 	if len(pending) > 0 {
-		if _, err := tx.Exec(ctx, pendingMarkSQL, ruleset, pending, pendingReasons); err != nil {
+		if _, err := tx.Exec(ctx, pendingMarkSQL, ruleset, pending, pendingReasons, pendingBirths(pending, keys, reasons, births)); err != nil {
 			return 0, fmt.Errorf("keep %d membership marks pending: %w", len(pending), err)
 		}
 	}
@@ -600,7 +653,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		INSERT INTO governance_candidate_state (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
 		    input_quality_state, input_quality_ref, dirty, dirty_reason, dirtied_at, depends_on, stale_after, recompute_status,
 		    risk_class, coverage_required, coverage_scan_ref, issue_ref, last_run_id, evidence_fingerprint, lifecycle_status,
-		    audit_ref, owner_scope, member_count, counted_at)
+		    audit_ref, owner_scope, member_count, counted_at, counted_births)
 		SELECT c.group_key, c.source_snapshot_ref, $2, c.scan_time, c.candidate_verdict,
 		    c.input_quality_state, c.input_quality_ref,
 		    c.dirty OR c.group_key = ANY($3), 
@@ -609,7 +662,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		    c.depends_on, c.stale_after,
 		    CASE WHEN c.group_key = ANY($3) AND c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END,
 		    c.risk_class, c.coverage_required, c.coverage_scan_ref, c.issue_ref, c.last_run_id, c.evidence_fingerprint,
-		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count, c.counted_at
+		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count, c.counted_at, c.counted_births
 		FROM governance_candidate_state c
 		WHERE c.ruleset_version = $1
 		ON CONFLICT (group_key, ruleset_version) DO NOTHING`, from, to, dirty)
@@ -661,12 +714,12 @@ UPDATE governance_candidate_state c SET
     risk_class = u.risk, coverage_required = u.required,
     coverage_scan_ref = CASE WHEN u.verdict = 'relevant' THEN $3 END, last_run_id = $3,
     evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, lifecycle_status = u.lifecycle,
-    counted_at = u.counted,
+    counted_at = u.counted, counted_births = u.births::bigint[],
     -- early cutoff: a result equal to the stored one moves only the qualification
     updated_at = CASE WHEN (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (u.evidence, u.lifecycle)
                       THEN now() ELSE c.updated_at END
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted)
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[], $16::text[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted, births)
 WHERE c.group_key = u.key AND c.ruleset_version = $1`
 
 // WriteVerdicts writes a scan's evaluated groups onto their candidate rows (verdict, evidence, qualification,
@@ -681,7 +734,7 @@ func WriteVerdicts(ctx context.Context, tx pgx.Tx, ruleset string, snapshotID in
 		return err
 	}
 	if _, err := tx.Exec(ctx, scanWriteSQL, ruleset, snapshotID, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted); err != nil {
+		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted, a.births); err != nil {
 		return fmt.Errorf("write verdicts: %w", err)
 	}
 	if err := RecordCoverage(ctx, tx, ruleset, runID, vs); err != nil {

@@ -281,7 +281,7 @@ func (s *Store) keptCountDrift(ctx context.Context, tx pgx.Tx, bases map[baseKey
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("read kept member counts: %w", err)
 	}
-	after, err := s.bornAfter(ctx, tx, *through, colls)
+	after, _, err := s.bornAfter(ctx, tx, *through, colls, false)
 	if err != nil {
 		return nil, nil, err
 	}

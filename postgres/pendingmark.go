@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,22 +16,22 @@ import (
 // pending) a scan tick settles at most.
 const PendingMarkBatch = 100
 
-// settlePendingSQL judges the pending marks ($2 keys, $3 reasons, $4 when each was marked) under ruleset $1 against
-// the rows as committed, without waiting for anyone:
-//   - a row clean under a scan that read its counts before the mark (counted_at; a row written without a count
-//     read, its scan_time, the writing transaction's start) may hold a count from before the change: it is marked
-//     dirty, with the pending mark's reason and time, unless another transaction holds it (then the mark stays
-//     pending);
+// settlePendingSQL judges the pending marks ($2 keys, $3 reasons, $4 when each was marked, $5 the births behind
+// each) under ruleset $1 against the rows as committed, without waiting for anyone:
+//   - a row clean under a count that does not include the mark (gcos_mark_counted: a count begun before it that did
+//     not read its births) may hold a count from before the change: it is marked dirty, with the pending mark's
+//     reason and time, unless another transaction holds it (then the mark stays pending);
 //
-// and returns the marks still pending: a row dirty (a scan will count it, and whether that scan counted after the
-// mark decides again), or owed (clean) and held by another transaction. A row clean under a scan that counted after
-// the mark counted the change, and a key with no row under the ruleset has nothing to mark: both are settled.
+// and returns the marks still pending: a row dirty (a scan will count it, and whether that count includes the mark
+// decides again), or owed (clean) and held by another transaction. A row clean under a count that includes the mark,
+// and a key with no row under the ruleset (nothing to mark), are settled.
 const settlePendingSQL = `
 WITH m AS (
-    SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[]) AS u(k, r, at)
+    SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::text[]) AS u(k, r, at, b)
 ), owed AS (
     SELECT c.group_key, m.r, m.at FROM governance_candidate_state c JOIN m ON m.k = c.group_key
-    WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND NOT c.dirty AND coalesce(c.counted_at, c.scan_time) < m.at
+    WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND NOT c.dirty
+      AND NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b)
     ORDER BY c.group_key FOR UPDATE OF c SKIP LOCKED
 ), marked AS (
     UPDATE governance_candidate_state c
@@ -39,11 +41,12 @@ WITH m AS (
     WHERE c.group_key = o.group_key AND c.ruleset_version = $1
     RETURNING c.group_key
 )
-SELECT m.k, m.r, m.at, NOT c.dirty, (SELECT count(*) FROM marked)
+SELECT m.k, m.r, m.at, m.b, NOT c.dirty, (SELECT count(*) FROM marked)
 FROM m JOIN governance_candidate_state c ON c.group_key = m.k AND c.ruleset_version = $1
-WHERE (c.dirty OR coalesce(c.counted_at, c.scan_time) < m.at) AND NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = m.k)
+WHERE (c.dirty OR NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b))
+  AND NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = m.k)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, (SELECT count(*) FROM marked)`
+SELECT NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM marked)`
 
 // PendingMarks is what settling pending marks did.
 type PendingMarks struct {
@@ -64,24 +67,21 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 	if limit > 0 {
 		bound = &limit
 	}
-	rows, err := tx.Query(ctx, `SELECT id, ruleset_version, group_keys, reasons, marked_at FROM governance_pending_mark
+	rows, err := tx.Query(ctx, `SELECT id, ruleset_version, group_keys, reasons, marked_at, births FROM governance_pending_mark
 		WHERE ruleset_version = $2 OR ruleset_version IS DISTINCT FROM (SELECT ruleset_version FROM v_current_ruleset)
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, bound, ruleset)
 	if err != nil {
 		return res, fmt.Errorf("read pending marks: %w", err)
 	}
-	type mark struct {
-		reason string
-		at     time.Time
-	}
 	var ids []int64
-	latest := map[string]mark{} // per group key, its latest pending mark under ruleset
+	merged := map[string]*pendingKey{} // per group key, its pending marks under ruleset as one
 	for rows.Next() {
 		var id int64
 		var rv string
 		var keys, reasons []string
 		var ats []time.Time
-		if err := rows.Scan(&id, &rv, &keys, &reasons, &ats); err != nil {
+		var births []*string
+		if err := rows.Scan(&id, &rv, &keys, &reasons, &ats, &births); err != nil {
 			rows.Close()
 			return res, fmt.Errorf("read pending marks: %w", err)
 		}
@@ -90,8 +90,16 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 			continue
 		}
 		for i, k := range keys {
-			if was, ok := latest[k]; !ok || ats[i].After(was.at) || (ats[i].Equal(was.at) && reasons[i] < was.reason) {
-				latest[k] = mark{reasons[i], ats[i]}
+			var b *string
+			if i < len(births) {
+				b = births[i]
+			}
+			if merged[k] == nil {
+				merged[k] = &pendingKey{}
+			}
+			if err := merged[k].add(reasons[i], ats[i], b); err != nil {
+				rows.Close()
+				return res, fmt.Errorf("read pending mark %d: %w", id, err)
 			}
 		}
 	}
@@ -104,29 +112,32 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 	if _, err := tx.Exec(ctx, `DELETE FROM governance_pending_mark WHERE id = ANY($1)`, ids); err != nil {
 		return res, fmt.Errorf("take pending marks: %w", err)
 	}
-	if len(latest) == 0 {
+	if len(merged) == 0 {
 		return res, nil
 	}
-	keys, reasons, ats := make([]string, 0, len(latest)), make([]string, 0, len(latest)), make([]time.Time, 0, len(latest))
-	for _, k := range slices.Sorted(maps.Keys(latest)) {
-		keys, reasons, ats = append(keys, k), append(reasons, latest[k].reason), append(ats, latest[k].at)
+	n := len(merged)
+	keys, reasons, ats, births := make([]string, 0, n), make([]string, 0, n), make([]time.Time, 0, n), make([]*string, 0, n)
+	for _, k := range slices.Sorted(maps.Keys(merged)) {
+		m := merged[k]
+		keys, reasons, ats, births = append(keys, k), append(reasons, m.reason), append(ats, m.at), append(births, m.birthsText())
 	}
-	rows, err = tx.Query(ctx, settlePendingSQL, ruleset, keys, reasons, ats)
+	rows, err = tx.Query(ctx, settlePendingSQL, ruleset, keys, reasons, ats, births)
 	if err != nil {
 		return res, fmt.Errorf("settle pending marks: %w", err)
 	}
 	var still, stillReasons []string
 	var stillAt []time.Time
+	var stillBirths []*string
 	for rows.Next() {
-		var k, r *string
+		var k, r, b *string
 		var at *time.Time
 		var owed *bool
-		if err := rows.Scan(&k, &r, &at, &owed, &res.Marked); err != nil {
+		if err := rows.Scan(&k, &r, &at, &b, &owed, &res.Marked); err != nil {
 			rows.Close()
 			return res, fmt.Errorf("settle pending marks: %w", err)
 		}
 		if k != nil {
-			still, stillReasons, stillAt = append(still, *k), append(stillReasons, *r), append(stillAt, *at)
+			still, stillReasons, stillAt, stillBirths = append(still, *k), append(stillReasons, *r), append(stillAt, *at), append(stillBirths, b)
 			if *owed {
 				res.Held++
 			}
@@ -136,10 +147,74 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 		return res, fmt.Errorf("settle pending marks: %w", err)
 	}
 	if len(still) > 0 {
-		if _, err := tx.Exec(ctx, `INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at) VALUES ($1, $2, $3, $4)`,
-			ruleset, still, stillReasons, stillAt); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at, births) VALUES ($1, $2, $3, $4, $5)`,
+			ruleset, still, stillReasons, stillAt, stillBirths); err != nil {
 			return res, fmt.Errorf("keep pending marks: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// pendingKey is one group's pending marks merged into one: the latest mark's reason and time, and the births
+// behind them all, unless one of them has none (it is then settled by time alone) or there are more than
+// MarkBirthsMax. Whatever settles the merged mark settles each of them.
+type pendingKey struct {
+	reason   string
+	at       time.Time
+	births   map[int64]bool
+	timeOnly bool
+}
+
+func (p *pendingKey) add(reason string, at time.Time, births *string) error {
+	if p.at.IsZero() || at.After(p.at) || (at.Equal(p.at) && reason < p.reason) {
+		p.reason, p.at = reason, at
+	}
+	if births == nil {
+		p.timeOnly, p.births = true, nil
+	}
+	if p.timeOnly {
+		return nil
+	}
+	ids, err := parseBirths(*births)
+	if err != nil {
+		return err
+	}
+	if p.births == nil {
+		p.births = map[int64]bool{}
+	}
+	for _, id := range ids {
+		p.births[id] = true
+	}
+	if len(p.births) > MarkBirthsMax || len(p.births) == 0 {
+		p.timeOnly, p.births = true, nil
+	}
+	return nil
+}
+
+func (p *pendingKey) birthsText() *string {
+	if p.timeOnly {
+		return nil
+	}
+	return birthsText(slices.Sorted(maps.Keys(p.births)))
+}
+
+// parseBirths reads a bigint[] literal written by birthsText ("{1,2}").
+func parseBirths(s string) ([]int64, error) {
+	inner, open := strings.CutPrefix(s, "{")
+	inner, closed := strings.CutSuffix(inner, "}")
+	if !open || !closed {
+		return nil, fmt.Errorf("births %q: not an array literal", s)
+	}
+	if inner == "" {
+		return nil, nil
+	}
+	var ids []int64
+	for _, f := range strings.Split(inner, ",") {
+		id, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("births %q: %w", s, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }

@@ -3,6 +3,7 @@ package postgres
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestPendingMarksOf(t *testing.T) {
@@ -29,5 +30,81 @@ func TestPendingMarksOf(t *testing.T) {
 				t.Fatalf("pendingMarks = %v %v, want %v %v", pending, why, tt.pending, tt.why)
 			}
 		})
+	}
+}
+
+func TestPendingBirths(t *testing.T) {
+	const born, retired = "handoff:object_born", "handoff:object_retired"
+	many := make([]int64, MarkBirthsMax+1)
+	for i := range many {
+		many[i] = int64(i + 1)
+	}
+	tests := []struct {
+		name          string
+		pending       []string
+		keys, reasons []string
+		births        map[string][]int64
+		want          []string // "" for NULL
+	}{
+		{"each pending key carries its births", []string{"a", "b"}, []string{"a", "b"}, []string{born, born},
+			map[string][]int64{"a": {3, 1}, "b": {2}}, []string{"{3,1}", "{2}"}},
+		{"a key a retirement marked too is settled by time", []string{"a"}, []string{"a", "a"}, []string{born, retired},
+			map[string][]int64{"a": {1}}, []string{""}},
+		{"a key without births is settled by time", []string{"a"}, []string{"a"}, []string{born}, nil, []string{""}},
+		{"more births than a mark carries", []string{"a"}, []string{"a"}, []string{born}, map[string][]int64{"a": many}, []string{""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := pendingBirths(tt.pending, tt.keys, tt.reasons, tt.births)
+			var texts []string
+			for _, g := range got {
+				texts = append(texts, Deref(g))
+			}
+			if !slices.Equal(texts, tt.want) {
+				t.Fatalf("pendingBirths = %q, want %q", texts, tt.want)
+			}
+		})
+	}
+}
+
+func TestPendingKeyMerge(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(int64(s), 0) }
+	lit := func(s string) *string { return &s }
+	tests := []struct {
+		name  string
+		marks []struct {
+			at     int
+			births *string
+		}
+		want   string // merged births literal, "" for NULL
+		wantAt time.Time
+	}{
+		{"births of every mark, once each, the latest time", []struct {
+			at     int
+			births *string
+		}{{1, lit("{5,2}")}, {3, lit("{2,9}")}},
+			"{2,5,9}", at(3)},
+		{"one mark without births: time alone", []struct {
+			at     int
+			births *string
+		}{{1, lit("{5}")}, {2, nil}, {3, lit("{7}")}},
+			"", at(3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var p pendingKey
+			for _, m := range tt.marks {
+				if err := p.add("handoff:object_born", at(m.at), m.births); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := Deref(p.birthsText()); got != tt.want || !p.at.Equal(tt.wantAt) {
+				t.Fatalf("merged %q at %v, want %q at %v", got, p.at, tt.want, tt.wantAt)
+			}
+		})
+	}
+	var p pendingKey
+	if err := p.add("handoff:object_born", at(1), lit("1,2")); err == nil {
+		t.Fatal("a births value that is not an array literal must be refused")
 	}
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,6 +42,35 @@ func (h *heldRow) clear(t *testing.T, ctx context.Context, countedNow ...bool) {
 		t.Fatal(err)
 	}
 	if err := h.tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// clearCounted writes the held row clean like clear, counted at its start and having read the births counted
+// (ids not handed off yet), and commits.
+func (h *heldRow) clearCounted(t *testing.T, ctx context.Context, counted []int64) {
+	t.Helper()
+	if _, err := h.tx.Exec(ctx, `UPDATE governance_candidate_state SET dirty = false, dirty_reason = NULL, recompute_status = 'ok',
+		scan_time = now(), counted_at = now(), counted_births = $2 WHERE group_key = $1`, h.key, counted); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// markBirths marks key dirty in one transaction for the births (ids) a handoff hands off, and for a retirement too
+// when retired.
+func (b *bundle) markBirths(t *testing.T, key string, births []int64, retired bool) {
+	t.Helper()
+	byReason := map[string][]string{"handoff:" + string(gcos.ChangeObjectBorn): {key}}
+	if retired {
+		byReason["handoff:"+string(gcos.ChangeObjectRetired)] = []string{key}
+	}
+	if err := b.store.InTx(b.ctx, func(tx pgx.Tx) error {
+		_, err := postgres.MarkChangesTx(b.ctx, tx, byReason, map[string][]int64{key: births})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -190,6 +220,37 @@ func TestPendingMarks(t *testing.T) {
 		}
 	})
 
+	// A scan counts the births the tail has not handed off yet: one that read every birth behind a mark includes
+	// it, even though it began before the handoff marked their group.
+	t.Run("a scan that read the births before their handoff", func(t *testing.T) {
+		for _, tc := range []struct {
+			name    string
+			counted []int64
+			retired bool
+			owed    bool
+		}{
+			{"every birth read", []int64{7, 8, 9}, false, false},
+			{"a birth not read", []int64{7, 9}, false, true},
+			{"no count of births recorded", nil, false, true},
+			{"a retirement marked the group too", []int64{7, 8, 9}, true, true},
+		} {
+			makeDirty()
+			scan := b.holdRow(t, key)
+			b.markBirths(t, key, []int64{8, 7}, tc.retired)
+			if pending() != 1 {
+				t.Fatalf("%s: the births' mark on a dirty row is not pending", tc.name)
+			}
+			scan.clearCounted(t, b.ctx, tc.counted)
+			if got := owed() == 1; got != tc.owed {
+				t.Fatalf("%s: owed %v, want %v", tc.name, got, tc.owed)
+			}
+			res := b.settlePending(t)
+			if want := map[bool]int64{true: 1, false: 0}[tc.owed]; res.Marked != want || pending() != 0 {
+				t.Fatalf("%s: settling %+v, %d pending; want %d marked and nothing pending", tc.name, res, pending(), want)
+			}
+		}
+	})
+
 	t.Run("an owed mark follows its row to the next ruleset", func(t *testing.T) {
 		makeDirty()
 		scan := b.holdRow(t, key)
@@ -233,5 +294,53 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within a minute", what)
 		}
+	}
+}
+
+// TestCountGroupsReadsBirthsNotHandedOff: a scan's count includes the births the tail has not handed off yet and
+// says which they are, so a pending mark of those births is settled by it; once handed off, a birth is counted
+// through the cursor and no longer listed.
+func TestCountGroupsReadsBirthsNotHandedOff(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 1500, nil)
+	key := b.strs(t, `SELECT g.group_key FROM governance_group g JOIN governance_candidate_state c USING (group_key)
+		WHERE g.lifecycle_status = 'active' AND g.object_class IS NOT NULL AND g.source_registry IS NOT NULL
+		ORDER BY g.member_count DESC, 1 LIMIT 1`)[0]
+	count := func() (int64, []int64) {
+		t.Helper()
+		var members int64
+		var births []int64
+		if err := b.store.InTx(b.ctx, func(tx pgx.Tx) error {
+			groups, err := postgres.GroupsByKey(b.ctx, tx, []string{key})
+			if err != nil {
+				return err
+			}
+			counted, err := b.store.CountGroups(b.ctx, tx, groups)
+			base := postgres.BaseOf(groups[key])
+			members, births = counted.Members[base], counted.Births[base]
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return members, births
+	}
+	before, listed := count()
+	if listed == nil || len(listed) != 0 {
+		t.Fatalf("every birth handed off: want a known, empty list of births read after the cursor, got %v", listed)
+	}
+	var id int64
+	if err := b.pool.QueryRow(b.ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		SELECT 'count-test-1', source_registry, object_class, 'active', 'birth-api', 'tester' FROM governance_group WHERE group_key = $1
+		RETURNING id`, key).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	members, listed := count()
+	if members != before+1 || !slices.Equal(listed, []int64{id}) {
+		t.Fatalf("a birth not handed off: %d members (was %d), births read %v; want one more and [%d]", members, before, listed, id)
+	}
+	b.intakeAll(t)
+	members, listed = count()
+	if members != before+1 || len(listed) != 0 {
+		t.Fatalf("a birth handed off: %d members, births read %v; want %d and none", members, listed, before+1)
 	}
 }

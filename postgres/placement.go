@@ -51,16 +51,30 @@ WHERE c.source_registry = ANY($1)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, (SELECT at FROM cur), (SELECT id FROM cur), statement_timestamp()`
 
+// GroupCounts is what CountGroups read.
+type GroupCounts struct {
+	Members map[BirthBase]int64
+	// At is when the count began: the start of its first statement, so every birth committed before that instant
+	// is counted (a pending mark no older than it is settled by this count, ApplyPendingMarks).
+	At time.Time
+	// Births are, per base group, the ids of the births after the births cursor the count read: the births the tail
+	// had not handed off yet. A base missing from it is not known (no births cursor, or more than CountedBirthsMax).
+	Births map[BirthBase][]int64
+}
+
+// CountedBirthsMax is how many births after the cursor a count records for one base group: beyond it, the marks of
+// those births are settled by time (a tail lagging that far is catching up, not under a steady load).
+const CountedBirthsMax = 256
+
 // CountGroups counts the members of the claimed groups' base groups now: the counts the births handoff keeps
 // (exact through the births cursor), or, for a collection it does not keep (yet), a count of the collection from
 // the source through the cursor; plus, for both, the births after the cursor the tail has not handed off yet (a
 // read of the (born_at, id) index over the tail's lag). Without a births cursor every birth is counted from the
-// source. It also returns when it counted: the start of its first statement, so every birth committed before that instant
-// is counted (a pending mark no older than it is settled by this count, ApplyPendingMarks).
-func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group) (map[BirthBase]int64, time.Time, error) {
-	var countedAt time.Time
+// source.
+func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group) (GroupCounts, error) {
+	res := GroupCounts{Members: map[BirthBase]int64{}}
 	if err := noJIT(ctx, tx); err != nil {
-		return nil, countedAt, err
+		return res, err
 	}
 	var colls []string
 	seen := map[string]bool{}
@@ -77,14 +91,14 @@ func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	var id *int64
 	rows, err := tx.Query(ctx, keptCountsSQL, colls, BirthTailSource(s.cfg.SourceBinding).Name)
 	if err != nil {
-		return nil, countedAt, fmt.Errorf("read kept member counts: %w", err)
+		return res, fmt.Errorf("read kept member counts: %w", err)
 	}
 	for rows.Next() {
 		var coll, class, status *string
 		var n *int64
-		if err := rows.Scan(&coll, &class, &status, &n, &at, &id, &countedAt); err != nil {
+		if err := rows.Scan(&coll, &class, &status, &n, &at, &id, &res.At); err != nil {
 			rows.Close()
-			return nil, countedAt, fmt.Errorf("read kept member counts: %w", err)
+			return res, fmt.Errorf("read kept member counts: %w", err)
 		}
 		if coll == nil {
 			continue
@@ -95,7 +109,7 @@ func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, countedAt, fmt.Errorf("read kept member counts: %w", err)
+		return res, fmt.Errorf("read kept member counts: %w", err)
 	}
 	var through *tailPosition
 	if at != nil && id != nil {
@@ -111,41 +125,57 @@ func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	}
 	counts, err := s.MemberCounts(ctx, tx, uncounted, through)
 	if err != nil {
-		return nil, countedAt, err
+		return res, err
 	}
 	for b, n := range counts {
 		out[b] += n
 	}
+	res.Members = out
 	if through == nil {
-		return out, countedAt, nil
+		return res, nil
 	}
-	pending, err := s.bornAfter(ctx, tx, *through, colls)
+	// The births after the cursor, read by a later statement: the ids say which births not handed off yet this
+	// count includes, so their pending marks are settled by it (ApplyPendingMarks).
+	pending, ids, err := s.bornAfter(ctx, tx, *through, colls, true)
 	if err != nil {
-		return nil, countedAt, err
+		return res, err
 	}
 	for b, n := range pending {
 		out[b] += n
 	}
-	return out, countedAt, nil
+	res.Births = map[BirthBase][]int64{}
+	for _, g := range groups {
+		b := BaseOf(g)
+		if n := pending[b]; n <= CountedBirthsMax {
+			res.Births[b] = ids[b] // none read: an empty list, known
+			if res.Births[b] == nil {
+				res.Births[b] = []int64{}
+			}
+		}
+	}
+	return res, nil
 }
 
-// bornAfter counts the births of the collections after a tail position, by anchor base group.
-func (s *Store) bornAfter(ctx context.Context, tx pgx.Tx, from tailPosition, colls []string) (map[BirthBase]int64, error) {
-	rows, err := tx.Query(ctx, s.BirthBinding().bornAfterSQL(), from.at, from.id, colls)
+// bornAfter counts the births of the collections after a tail position, by anchor base group, and lists their ids
+// when withIDs.
+func (s *Store) bornAfter(ctx context.Context, tx pgx.Tx, from tailPosition, colls []string, withIDs bool) (map[BirthBase]int64, map[BirthBase][]int64, error) {
+	rows, err := tx.Query(ctx, s.BirthBinding().bornAfterSQL(), from.at, from.id, colls, withIDs)
 	if err != nil {
-		return nil, fmt.Errorf("count births not handed off yet: %w", err)
+		return nil, nil, fmt.Errorf("count births not handed off yet: %w", err)
 	}
 	defer rows.Close()
-	out := map[BirthBase]int64{}
+	out, ids := map[BirthBase]int64{}, map[BirthBase][]int64{}
 	for rows.Next() {
 		var b BirthBase
 		var n int64
-		if err := rows.Scan(&b.Class, &b.Coll, &b.Status, &n); err != nil {
-			return nil, fmt.Errorf("count births not handed off yet: %w", err)
+		var some []int64
+		if err := rows.Scan(&b.Class, &b.Coll, &b.Status, &n, &some); err != nil {
+			return nil, nil, fmt.Errorf("count births not handed off yet: %w", err)
 		}
 		out[b] += n
+		ids[b] = append(ids[b], some...)
 	}
-	return out, rows.Err()
+	return out, ids, rows.Err()
 }
 
 // MemberCounts counts the members of every base group of the collections now, through a tail position (every

@@ -224,10 +224,11 @@ GROUP BY 1, 2, 3`)
 }
 
 // bornAfterSQL counts, by anchor base group, the births of the collections $3 after the tail position ($1, $2):
-// the births the tail has not handed off yet. It reads the (born_at, id) index over the tail's lag only.
+// the births the tail has not handed off yet, and, when $4, lists their ids. It reads the (born_at, id) index over
+// the tail's lag only.
 func (b BirthBinding) bornAfterSQL() string {
 	return b.SQL(`
-SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*)
+SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*), array_agg(b.{id}) FILTER (WHERE $4)
 FROM {t} b
 LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
 WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint) AND b.{coll} = ANY($3)

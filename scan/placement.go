@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,9 +19,16 @@ type placement struct {
 	retired map[string]string     // claimed groups whose source is gone → why: "empty" or "moved"
 	rekeyed map[string]string     // a moved group → the group of the same base and scope its members are in now
 	moved   []gcos.Group          // those groups, when the tick did not claim them itself
-	// countedAt is when the counts were read: every birth committed before it is counted (the rows written record
-	// it, so a pending mark no older than it is settled, postgres.ApplyPendingMarks).
-	countedAt time.Time
+	// counted is when the counts were read and which births not handed off yet they include: the rows written
+	// record both, so a pending mark they include is settled (postgres.ApplyPendingMarks).
+	counted postgres.GroupCounts
+}
+
+// countedIn records on v what the count of g's base read (counted).
+func (p placement) countedIn(g gcos.Group, v postgres.CandidateValues) postgres.CandidateValues {
+	v.CountedAt = &p.counted.At
+	v.CountedBirths = p.counted.Births[postgres.BaseOf(g)]
+	return v
 }
 
 // placeGroups counts the members of the claimed groups now (countGroups) and decides, for each claimed group,
@@ -31,11 +37,12 @@ type placement struct {
 // the current group of its base and scope, when that has members, is judged in its place.
 func (s *Stage) placeGroups(ctx context.Context, tx pgx.Tx, ev *postgres.Evaluator, groups map[string]gcos.Group) (placement, error) {
 	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
-	counts, countedAt, err := s.core.CountGroups(ctx, tx, groups)
+	counted, err := s.core.CountGroups(ctx, tx, groups)
 	if err != nil {
 		return p, err
 	}
-	p.countedAt = countedAt
+	p.counted = counted
+	counts := counted.Members
 	current := map[postgres.BirthBase]map[string]gcos.Dimensions{}
 	for _, g := range groups {
 		b := postgres.BaseOf(g)

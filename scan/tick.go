@@ -284,17 +284,15 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'scanning' WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, keys); err != nil {
 			return err
 		}
-		// Every row the tick writes records when its count was read (placeGroups), so a pending mark no older than
-		// that is settled by it (postgres.ApplyPendingMarks).
-		counted := func(v postgres.CandidateValues, err error) (postgres.CandidateValues, error) {
-			v.CountedAt = &place.countedAt
-			return v, err
-		}
+		// Every row the tick writes records what its count read (placeGroups), so a pending mark the count includes
+		// is settled by it (postgres.ApplyPendingMarks).
 		judge := func(key string) (postgres.CandidateValues, error) {
 			if why, gone := place.retired[key]; gone {
-				return counted(ev.Retire(groups[key], why))
+				v, err := ev.Retire(groups[key], why)
+				return place.countedIn(groups[key], v), err
 			}
-			return counted(ev.Evaluate(place.live[key], ""))
+			v, err := ev.Evaluate(place.live[key], "")
+			return place.countedIn(place.live[key], v), err
 		}
 		var ok, seeds []postgres.CandidateValues
 		unchanged := map[string]bool{}
@@ -327,10 +325,11 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		// The groups the claimed groups' members moved to (a new owner or axis family) are judged in the same
 		// transaction, so the gate never sees the old group retired without the new one in place.
 		for _, g := range place.moved {
-			v, err := counted(ev.Evaluate(g, ""))
+			v, err := ev.Evaluate(g, "")
 			if err != nil {
 				return fmt.Errorf("judge group %s: %w", g.Key, err)
 			}
+			v = place.countedIn(g, v)
 			seeds = append(seeds, v)
 		}
 		if err := place.record(ctx, tx, rs.Version); err != nil {
