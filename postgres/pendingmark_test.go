@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -342,5 +343,50 @@ func TestCountGroupsReadsBirthsNotHandedOff(t *testing.T) {
 	members, listed = count()
 	if members != before+1 || len(listed) != 0 {
 		t.Fatalf("a birth handed off: %d members, births read %v; want %d and none", members, listed, before+1)
+	}
+}
+
+// TestPendingBirthMarkCarriesItsBirths: a birth handed off while its group is dirty leaves a pending mark that
+// carries the birth, so a count that read it settles the mark; unless its class gives objects rows of their own:
+// the birth is queued for its object row, which only a scan after the handoff takes, so that mark waits for one.
+func TestPendingBirthMarkCarriesItsBirths(t *testing.T) {
+	t.Parallel()
+	b := seededWorld(t, 3000, func(c *gcos.Config) { c.Gate.ObjectRiskClasses = []string{"write_high"} })
+	for _, tc := range []struct {
+		name, classes string
+		carried       bool
+	}{
+		{"a class without object rows", `NOT independently_authoritative AND NOT (write_path AND risk_class = 'write_high')`, true},
+		{"a class with object rows", `write_path AND risk_class = 'write_high' AND NOT independently_authoritative`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := b.strs(t, `SELECT g.group_key FROM governance_group g JOIN governance_candidate_state c USING (group_key)
+				JOIN v_current_ruleset USING (ruleset_version)
+				WHERE g.lifecycle_status = 'active' AND g.object_class IN (SELECT entity_type FROM governance_coverage_profile WHERE `+tc.classes+`)
+				ORDER BY 1 LIMIT 1`)
+			if len(keys) == 0 {
+				t.Fatal("no active group of such a class in this world")
+			}
+			key := keys[0]
+			if _, err := b.store.MarkDirty(b.ctx, []string{key}, "handoff:"+string(gcos.ChangeObjectBorn)); err != nil {
+				t.Fatal(err)
+			}
+			var id int64
+			if err := b.pool.QueryRow(b.ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+				SELECT 'carried-' || md5($1), source_registry, object_class, 'active', 'birth-api', 'tester' FROM governance_group WHERE group_key = $1
+				RETURNING id`, key).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			b.sb10Apply(t, b.sb10TailRows(t, fmt.Sprintf("id = %d", id)))
+			births := b.strs(t, `SELECT coalesce(u.births, 'NULL') FROM governance_pending_mark p,
+				unnest(p.group_keys, p.births) AS u(k, births) WHERE u.k = $1`, key)
+			want := "NULL"
+			if tc.carried {
+				want = fmt.Sprintf("{%d}", id)
+			}
+			if len(births) != 1 || births[0] != want {
+				t.Fatalf("the pending mark of %s carries %v, want [%s]", key, births, want)
+			}
+		})
 	}
 }
