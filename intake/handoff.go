@@ -240,16 +240,8 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		sigs = append(sigs, bs...)
 		st.Untrusted += untrusted
 	}
-	var objectClasses map[string]bool // classes whose births the scan of their base follows one by one
-	if len(births) > 0 {
-		var err error
-		if objectClasses, err = s.objectRowClasses(ctx, tx); err != nil {
-			return nil, st, err
-		}
-	}
 	// Coalesce: one dirty mark per (group, reason) for the page, however many rows touched it, with the births
-	// behind each group's mark: a pending mark is settled by a count that read them, unless the group's base has
-	// births queued for their object rows (queueObjects), which only a scan after this handoff takes.
+	// behind each group's mark (a pending mark is settled by a count that read them).
 	byReason := map[string]map[string]bool{}
 	bornIn, timed := map[string][]int64{}, map[string]bool{}
 	for _, sig := range sigs {
@@ -261,7 +253,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		for _, g := range sig.groups {
 			byReason[reason][g] = true
 			bornIn[g] = append(bornIn[g], sig.births...)
-			if len(sig.births) == 0 || objectClasses[sig.objectTyp] {
+			if len(sig.births) == 0 {
 				timed[g] = true
 			}
 		}
@@ -279,7 +271,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	}
 	st.Dirtied += n
 	// After the dirty marks (candidate rows, then queued objects: the order a scan's pass takes them in).
-	if err := s.queueObjects(ctx, tx, births, sigs, objectClasses); err != nil {
+	if err := s.queueObjects(ctx, tx, births, sigs); err != nil {
 		return nil, st, err
 	}
 	st.Signals = len(sigs)
@@ -300,16 +292,22 @@ ON CONFLICT (collection_name, entity_code) DO UPDATE SET object_class = EXCLUDED
 // queueObjects queues, for the scan of their base, the page's objects whose rows a scan must judge one by one: a
 // trusted birth (not an inherited child) of a class whose objects have rows under the current ruleset, and an
 // object a change row names. The scan's pass then reads just their births (followObjects), never its whole base.
-func (s *Stage) queueObjects(ctx context.Context, tx pgx.Tx, births []*postgres.TailRow, sigs []*signal, classes map[string]bool) error {
+func (s *Stage) queueObjects(ctx context.Context, tx pgx.Tx, births []*postgres.TailRow, sigs []*signal) error {
 	queued := map[[2]string]postgres.BirthBase{}
 	for _, sig := range sigs {
 		if sig.object != nil && sig.kind != gcos.ChangeObjectBorn {
 			queued[[2]string{sig.coll, sig.code}] = *sig.object
 		}
 	}
-	for _, r := range births {
-		if r.ParentCode == "" && classes[r.EntityType] && s.cfg.Intake.Trusted(r.SourceSystem) {
-			queued[[2]string{r.CollectionName, r.EntityCode}] = postgres.BirthBase{Class: r.EntityType, Coll: r.CollectionName, Status: r.Status}
+	if len(births) > 0 {
+		classes, err := s.objectRowClasses(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, r := range births {
+			if r.ParentCode == "" && classes[r.EntityType] && s.cfg.Intake.Trusted(r.SourceSystem) {
+				queued[[2]string{r.CollectionName, r.EntityCode}] = postgres.BirthBase{Class: r.EntityType, Coll: r.CollectionName, Status: r.Status}
+			}
 		}
 	}
 	if len(queued) == 0 {

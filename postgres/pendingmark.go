@@ -19,8 +19,9 @@ const PendingMarkBatch = 100
 // settlePendingSQL judges the pending marks ($2 keys, $3 reasons, $4 when each was marked, $5 the births behind
 // each) under ruleset $1 against the rows as committed, without waiting for anyone:
 //   - a row clean under a count that does not include the mark (gcos_mark_counted: a count begun before it that did
-//     not read its births) may hold a count from before the change: it is marked dirty, with the pending mark's
-//     reason and time, unless another transaction holds it (then the mark stays pending);
+//     not read its births, or read them while an object of the base is still queued for its object row) may hold
+//     a result from before the change: it is marked dirty, with the pending mark's reason and time, unless another
+//     transaction holds it (then the mark stays pending);
 //
 // and returns the marks still pending: a row dirty (a scan will count it, and whether that count includes the mark
 // decides again), or owed (clean) and held by another transaction. A row clean under a count that includes the mark,
@@ -31,7 +32,7 @@ WITH m AS (
 ), owed AS (
     SELECT c.group_key, m.r, m.at FROM governance_candidate_state c JOIN m ON m.k = c.group_key
     WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND NOT c.dirty
-      AND NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b)
+      AND NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b, gcos_objects_queued(c.group_key))
     ORDER BY c.group_key FOR UPDATE OF c SKIP LOCKED
 ), marked AS (
     UPDATE governance_candidate_state c
@@ -43,7 +44,7 @@ WITH m AS (
 )
 SELECT m.k, m.r, m.at, m.b, NOT c.dirty, (SELECT count(*) FROM marked)
 FROM m JOIN governance_candidate_state c ON c.group_key = m.k AND c.ruleset_version = $1
-WHERE (c.dirty OR NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b))
+WHERE (c.dirty OR NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b, gcos_objects_queued(c.group_key)))
   AND NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = m.k)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM marked)`

@@ -346,18 +346,22 @@ func TestCountGroupsReadsBirthsNotHandedOff(t *testing.T) {
 	}
 }
 
-// TestPendingBirthMarkCarriesItsBirths: a birth handed off while its group is dirty leaves a pending mark that
-// carries the birth, so a count that read it settles the mark; unless its class gives objects rows of their own:
-// the birth is queued for its object row, which only a scan after the handoff takes, so that mark waits for one.
+// TestPendingBirthMarkCarriesItsBirths: a birth handed off while a scan holds its dirty group leaves a pending mark
+// that carries the birth, and a count that read the birth before the handoff settles it; unless its class gives
+// objects rows of their own and the object is still queued for its row (the handoff queued it after the scan took
+// the queue): then the group is owed a scan until one takes the queue.
 func TestPendingBirthMarkCarriesItsBirths(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 3000, func(c *gcos.Config) { c.Gate.ObjectRiskClasses = []string{"write_high"} })
+	owed := func(key string) bool {
+		return b.count(t, `SELECT count(*) FROM v_pending_mark_owed WHERE group_key = $1`, key) == 1
+	}
 	for _, tc := range []struct {
 		name, classes string
-		carried       bool
+		objectRows    bool
 	}{
-		{"a class without object rows", `NOT independently_authoritative AND NOT (write_path AND risk_class = 'write_high')`, true},
-		{"a class with object rows", `write_path AND risk_class = 'write_high' AND NOT independently_authoritative`, false},
+		{"a class without object rows", `NOT independently_authoritative AND NOT (write_path AND risk_class = 'write_high')`, false},
+		{"a class with object rows", `write_path AND risk_class = 'write_high' AND NOT independently_authoritative`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keys := b.strs(t, `SELECT g.group_key FROM governance_group g JOIN governance_candidate_state c USING (group_key)
@@ -371,21 +375,36 @@ func TestPendingBirthMarkCarriesItsBirths(t *testing.T) {
 			if _, err := b.store.MarkDirty(b.ctx, []string{key}, "handoff:"+string(gcos.ChangeObjectBorn)); err != nil {
 				t.Fatal(err)
 			}
+			scan := b.holdRow(t, key)
 			var id int64
+			var code string
 			if err := b.pool.QueryRow(b.ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 				SELECT 'carried-' || md5($1), source_registry, object_class, 'active', 'birth-api', 'tester' FROM governance_group WHERE group_key = $1
-				RETURNING id`, key).Scan(&id); err != nil {
+				RETURNING id, entity_code`, key).Scan(&id, &code); err != nil {
 				t.Fatal(err)
 			}
 			b.sb10Apply(t, b.sb10TailRows(t, fmt.Sprintf("id = %d", id)))
 			births := b.strs(t, `SELECT coalesce(u.births, 'NULL') FROM governance_pending_mark p,
 				unnest(p.group_keys, p.births) AS u(k, births) WHERE u.k = $1`, key)
-			want := "NULL"
-			if tc.carried {
-				want = fmt.Sprintf("{%d}", id)
-			}
-			if len(births) != 1 || births[0] != want {
+			if want := fmt.Sprintf("{%d}", id); len(births) != 1 || births[0] != want {
 				t.Fatalf("the pending mark of %s carries %v, want [%s]", key, births, want)
+			}
+			queued := b.count(t, `SELECT count(*) FROM governance_object_pending WHERE entity_code = $1`, code) == 1
+			if queued != tc.objectRows {
+				t.Fatalf("the birth's object queued for its row: %v, want %v", queued, tc.objectRows)
+			}
+			scan.clearCounted(t, b.ctx, []int64{id})
+			if got := owed(key); got != tc.objectRows {
+				t.Fatalf("a count that read the birth: owed %v, want %v (object queued: %v)", got, tc.objectRows, queued)
+			}
+			if tc.objectRows {
+				b.exec(t, `DELETE FROM governance_object_pending WHERE entity_code = $1`, code) // as a scan that takes the queue does
+				if owed(key) {
+					t.Fatal("the queue was taken, and the mark is still owed")
+				}
+			}
+			if res := b.settlePending(t); res.Marked != 0 {
+				t.Fatalf("settling %+v, want nothing marked", res)
 			}
 		})
 	}
