@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"gcos"
 	"gcos/daemon"
 	"gcos/gcostest"
@@ -67,11 +70,14 @@ func TestLiveSoak(t *testing.T) {
 
 	// Invariant samples, taken all along (every ledger the API would serve).
 	var samples, open int
-	var firstOpen string
+	var firstOpen, firstProbe string
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		for runCtx.Err() == nil {
+			if probe := overcountProbe(runCtx, w.Pool); probe != "" && firstProbe == "" {
+				firstProbe = probe
+			}
 			rep, err := store.Invariant(runCtx, "")
 			if err == nil {
 				samples++
@@ -80,6 +86,7 @@ func TestLiveSoak(t *testing.T) {
 						open++
 						if firstOpen == "" {
 							firstOpen = fmt.Sprintf("%s: total %d, buckets %d (difference %d)", l.Scope, l.Total, l.Sum(), l.Difference())
+							firstOpen += "\n" + ledgerBreakdown(runCtx, w.Pool, l.Scope)
 						}
 						break
 					}
@@ -131,7 +138,7 @@ func TestLiveSoak(t *testing.T) {
 		}
 	}
 	if open > 0 {
-		t.Errorf("%d of %d invariant samples did not close; the first: %s", open, samples, firstOpen)
+		t.Errorf("%d of %d invariant samples did not close; the first: %s\nthe first open ledger read with its suspects in one snapshot: %s", open, samples, firstOpen, firstProbe)
 	}
 	if n := w.Count(t, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`) - deadlocksBefore; n != 0 {
 		t.Errorf("%d deadlocks in the database while the daemon churned", n)
@@ -301,3 +308,89 @@ SELECT 'siblings', coalesce((SELECT string_agg(s.group_key || ' ' || coalesce(s.
                     FROM governance_group s WHERE s.object_class = g.object_class AND s.source_registry = g.source_registry
                       AND s.lifecycle_status = g.lifecycle_status AND s.scope IS NOT DISTINCT FROM g.scope AND s.group_key <> g.group_key), '-')
 FROM governance_group g WHERE g.group_key = $1`
+
+// ledgerBreakdown says, for a scope whose ledger did not close, which bases its live groups count differently from
+// the source read now (the demo's binding: birth_registry's entity_type, collection_name and status), with each
+// live group of such a base: what the test reports so the cause of an open sample can be found.
+func ledgerBreakdown(ctx context.Context, pool *pgxpool.Pool, scope string) string {
+	rows, err := pool.Query(ctx, `
+		WITH src AS (
+		    SELECT entity_type AS c, collection_name AS r, status AS l, count(*) AS n FROM birth_registry GROUP BY 1, 2, 3
+		), grp AS (
+		    SELECT e.object_class AS c, e.source_registry AS r, e.lifecycle_status AS l,
+		           sum(coalesce(e.member_count, e.group_member_count)) AS n,
+		           string_agg(format('%s members=%s group=%s dirty=%s status=%s scan=%s counted=%s', left(e.group_key, 8),
+		                             e.member_count, e.group_member_count, e.dirty, e.recompute_status,
+		                             to_char(e.scan_time, 'HH24:MI:SS.MS'), to_char(s.counted_at, 'HH24:MI:SS.MS')), '; ') AS groups
+		    FROM v_candidate_effective e
+		    JOIN governance_group g ON g.group_key = e.group_key AND g.retired_at IS NULL
+		    LEFT JOIN governance_candidate_state s ON s.group_key = e.group_key AND s.ruleset_version = e.ruleset_version
+		    WHERE e.scope = $1
+		    GROUP BY 1, 2, 3
+		)
+		SELECT format('%s/%s/%s: source %s, groups %s [%s]', coalesce(g.c, s.c), coalesce(g.r, s.r), coalesce(g.l, s.l),
+		              coalesce(s.n, 0), coalesce(g.n, 0), coalesce(g.groups, 'no live group'))
+		FROM grp g FULL JOIN src s ON s.c = g.c AND s.r = g.r AND s.l = g.l
+		WHERE coalesce(s.n, 0) <> coalesce(g.n, 0)
+		ORDER BY 1 LIMIT 20`, scope)
+	if err != nil {
+		return "breakdown: " + err.Error()
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "breakdown: " + err.Error()
+	}
+	if len(lines) == 0 {
+		return "breakdown: every base counts as the source does now"
+	}
+	return "bases counted differently from the source now:\n" + strings.Join(lines, "\n")
+}
+
+// overcountProbe reads the ledger and, in the same repeatable-read snapshot when a scope does not close, what could
+// count an object twice or not at all: a base with more than one live group in a scope, an object row linked to a
+// group that is not live, a group with more object rows than members. "" when every scope closes.
+func overcountProbe(ctx context.Context, pool *pgxpool.Pool) string {
+	var out string
+	_ = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var open []string
+		rows, err := tx.Query(ctx, `SELECT format('%s: total %s, buckets %s', scope, total,
+			covered + orphans + approved_exceptions + retired_or_ignored + stale + deferred_birth + class_0)
+			FROM v_invariant_ledger
+			WHERE coalesce(total, 0) <> covered + orphans + approved_exceptions + retired_or_ignored + stale + deferred_birth + class_0`)
+		if err != nil {
+			return err
+		}
+		if open, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil || len(open) == 0 {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
+			SELECT format('two live groups of one base: %s %s/%s/%s: %s', g.scope, g.object_class, g.source_registry, g.lifecycle_status,
+			              string_agg(left(g.group_key, 8) || ' members=' || g.member_count || ' first_seen=' || to_char(g.first_seen_at, 'HH24:MI:SS.MS'), '; '))
+			FROM governance_group g WHERE g.retired_at IS NULL
+			GROUP BY g.scope, g.object_class, g.source_registry, g.lifecycle_status HAVING count(*) > 1
+			UNION ALL
+			SELECT format('object rows of a group not live: %s group %s (%s) retired_at=%s: %s rows', g.scope, left(g.group_key, 8),
+			              g.lifecycle_status, to_char(g.retired_at, 'HH24:MI:SS.MS'), count(*))
+			FROM v_candidate_object_effective o JOIN governance_group g USING (group_key)
+			WHERE o.lifecycle_status = 'active' AND g.retired_at IS NOT NULL
+			GROUP BY g.scope, g.group_key, g.lifecycle_status, g.retired_at
+			UNION ALL
+			SELECT format('more object rows than members: group %s members=%s rows=%s', left(e.group_key, 8),
+			              coalesce(e.member_count, e.group_member_count), count(*))
+			FROM v_candidate_effective e JOIN v_candidate_object_effective o USING (group_key)
+			WHERE o.lifecycle_status = 'active'
+			GROUP BY e.group_key, e.member_count, e.group_member_count
+			HAVING count(*) > coalesce(e.member_count, e.group_member_count)
+			LIMIT 20`)
+		if err != nil {
+			return err
+		}
+		suspects, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		out = strings.Join(open, "; ") + "\n" + strings.Join(suspects, "\n")
+		return nil
+	})
+	return out
+}
