@@ -86,7 +86,6 @@ func TestLiveSoak(t *testing.T) {
 						open++
 						if firstOpen == "" {
 							firstOpen = fmt.Sprintf("%s: total %d, buckets %d (difference %d)", l.Scope, l.Total, l.Sum(), l.Difference())
-							firstOpen += "\n" + ledgerBreakdown(runCtx, w.Pool, l.Scope)
 						}
 						break
 					}
@@ -308,43 +307,6 @@ SELECT 'siblings', coalesce((SELECT string_agg(s.group_key || ' ' || coalesce(s.
                     FROM governance_group s WHERE s.object_class = g.object_class AND s.source_registry = g.source_registry
                       AND s.lifecycle_status = g.lifecycle_status AND s.scope IS NOT DISTINCT FROM g.scope AND s.group_key <> g.group_key), '-')
 FROM governance_group g WHERE g.group_key = $1`
-
-// ledgerBreakdown says, for a scope whose ledger did not close, which bases its live groups count differently from
-// the source read now (the demo's binding: birth_registry's entity_type, collection_name and status), with each
-// live group of such a base: what the test reports so the cause of an open sample can be found.
-func ledgerBreakdown(ctx context.Context, pool *pgxpool.Pool, scope string) string {
-	rows, err := pool.Query(ctx, `
-		WITH src AS (
-		    SELECT entity_type AS c, collection_name AS r, status AS l, count(*) AS n FROM birth_registry GROUP BY 1, 2, 3
-		), grp AS (
-		    SELECT e.object_class AS c, e.source_registry AS r, e.lifecycle_status AS l,
-		           sum(coalesce(e.member_count, e.group_member_count)) AS n,
-		           string_agg(format('%s members=%s group=%s dirty=%s status=%s scan=%s counted=%s', left(e.group_key, 8),
-		                             e.member_count, e.group_member_count, e.dirty, e.recompute_status,
-		                             to_char(e.scan_time, 'HH24:MI:SS.MS'), to_char(s.counted_at, 'HH24:MI:SS.MS')), '; ') AS groups
-		    FROM v_candidate_effective e
-		    JOIN governance_group g ON g.group_key = e.group_key AND g.retired_at IS NULL
-		    LEFT JOIN governance_candidate_state s ON s.group_key = e.group_key AND s.ruleset_version = e.ruleset_version
-		    WHERE e.scope = $1
-		    GROUP BY 1, 2, 3
-		)
-		SELECT format('%s/%s/%s: source %s, groups %s [%s]', coalesce(g.c, s.c), coalesce(g.r, s.r), coalesce(g.l, s.l),
-		              coalesce(s.n, 0), coalesce(g.n, 0), coalesce(g.groups, 'no live group'))
-		FROM grp g FULL JOIN src s ON s.c = g.c AND s.r = g.r AND s.l = g.l
-		WHERE coalesce(s.n, 0) <> coalesce(g.n, 0)
-		ORDER BY 1 LIMIT 20`, scope)
-	if err != nil {
-		return "breakdown: " + err.Error()
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return "breakdown: " + err.Error()
-	}
-	if len(lines) == 0 {
-		return "breakdown: every base counts as the source does now"
-	}
-	return "bases counted differently from the source now:\n" + strings.Join(lines, "\n")
-}
 
 // overcountProbe reads the ledger and, in the same repeatable-read snapshot when a scope does not close, what could
 // count an object twice or not at all: a base with more than one live group in a scope, an object row linked to a
