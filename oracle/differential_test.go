@@ -1297,3 +1297,91 @@ func first(s []string) string {
 	}
 	return s[0]
 }
+
+// TestOwnerMoveSeenFirstByABirth: an owner moves, and before its change row is handed off a birth into a base it
+// owns names the base's new group (the intake records it, counting the newborn alone). A tick then claims the new group while
+// another transaction holds the old one, as a concurrent scan would. The members of the base are never counted
+// by two live groups (every scope's ledger closes), and once the change row is handed off the state equals the
+// reference.
+func TestOwnerMoveSeenFirstByABirth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a world")
+	}
+	e := newEnv(t, builtWorld(t))
+	defer func() { _ = pgtest.Drop(e.pool) }()
+	var old, class, coll, owner string
+	var scope *string
+	if err := e.pool.QueryRow(e.ctx, `SELECT g.group_key, g.object_class, g.source_registry, g.owner_scope, g.scope
+		FROM governance_group g
+		WHERE g.retired_at IS NULL AND g.lifecycle_status = 'active' AND g.member_count > 0
+		  AND EXISTS (SELECT 1 FROM governance_object_ownership o WHERE o.status = 'active' AND o.owner_ref = g.owner_scope)
+		ORDER BY g.group_key LIMIT 1`).Scan(&old, &class, &coll, &owner, &scope); err != nil {
+		t.Fatalf("no owned group: %v", err)
+	}
+	ids, err := e.strings(`UPDATE governance_object_ownership SET owner_ref = 'team-moved-first'
+		WHERE status = 'active' AND owner_ref = $1 RETURNING id::text`, owner)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("move owner %s: %v", owner, err)
+	}
+	if err := e.exec(`INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		VALUES ('owner-moved-first-1', $1, $2, 'active', 'birth-api', 'differential')`, coll, class); err != nil {
+		t.Fatal(err)
+	}
+	e.intakeOnly(t, "birth_registry")
+	live := func() []string {
+		keys, err := e.strings(`SELECT group_key || ' members=' || member_count FROM governance_group
+			WHERE retired_at IS NULL AND (object_class, source_registry, lifecycle_status) = ($1, $2, 'active')
+			  AND scope IS NOT DISTINCT FROM $3 ORDER BY group_key`, class, coll, scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	if got := live(); len(got) != 2 {
+		t.Fatalf("the birth did not record the base's new group beside %s: live groups %v", old, got)
+	}
+
+	held, err := e.pool.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Rollback(e.ctx) }()
+	if _, err := held.Exec(e.ctx, `SELECT 1 FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)
+		WHERE c.group_key = $1 FOR UPDATE OF c`, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.scans.Once(e.ctx, postgres.ModeEvent); err != nil {
+		t.Fatalf("scan while the old group is held: %v", err)
+	}
+	open, err := e.strings(`SELECT scope || ': total ' || total FROM v_invariant_ledger
+		WHERE coalesce(total, 0) <> covered + orphans + approved_exceptions + retired_or_ignored + stale + deferred_birth + class_0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(open) > 0 {
+		t.Fatalf("a tick counted the base's members in its new group while the old one held them: live groups %v, open ledgers %v",
+			live(), open)
+	}
+	if err := held.Rollback(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, id := range ids {
+		if err := e.changelog("ownership", id, "update", "registry-sync"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.settle(); err != nil {
+		t.Fatal(err)
+	}
+	if got := live(); len(got) != 1 || strings.HasPrefix(got[0], old) {
+		t.Fatalf("after the owner's change row: live groups %v, want one, not %s", got, old)
+	}
+	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 7, Also: []string{coll + ":owner-moved-first-1"}, View: e.view})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := unexpected(rep, []string{"owner_moved"}); len(bad) > 0 {
+		t.Fatalf("the state differs from the reference in %d places:\n%s", len(bad), describe(bad, 25))
+	}
+}

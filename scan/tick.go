@@ -96,6 +96,29 @@ ORDER BY g.group_key
 LIMIT $2
 FOR NO KEY UPDATE OF g SKIP LOCKED`
 
+// liveSiblingsSQL finds the live groups that share a base (class, registry, lifecycle) and scope with a claimed
+// group and are not claimed themselves. One base and scope has one live group: when its owner or axis family
+// moves, the intake records the new group (with no member) and a tick may claim it first. The tick then takes the
+// old group too and retires it in the transaction that counts the new one, so the ledger never counts the members
+// twice.
+const liveSiblingsSQL = `
+SELECT DISTINCT s.group_key,
+       EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = s.group_key AND c.ruleset_version = $1)
+FROM governance_group g
+JOIN governance_group s ON s.object_class = g.object_class AND s.source_registry = g.source_registry
+                       AND s.lifecycle_status = g.lifecycle_status AND s.scope IS NOT DISTINCT FROM g.scope
+WHERE g.group_key = ANY($2) AND s.retired_at IS NULL AND NOT (s.group_key = ANY($2))
+ORDER BY s.group_key`
+
+// claimSiblingsSQL claims the candidate rows of those siblings, whatever their state, without waiting: a sibling
+// another transaction holds defers the claimed groups of its base and scope (siblingClaim).
+const claimSiblingsSQL = `
+SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
+FROM governance_candidate_state c
+WHERE c.group_key = ANY($2) AND c.ruleset_version = $1
+ORDER BY c.group_key
+FOR UPDATE OF c SKIP LOCKED`
+
 // claimGroupsSQL claims the named groups that are dirty or past stale_after under the current ruleset, except rows
 // waiting out a retry backoff (a failing group is not re-scanned at the gate's pace). It waits for a row another
 // scanner holds: read committed re-checks the condition on the row that scanner commits, so a group it cleaned is
@@ -108,6 +131,42 @@ WHERE c.group_key = ANY($2) AND c.ruleset_version = $1 AND (c.dirty OR c.stale_a
                   WHERE a.group_key = c.group_key AND a.ruleset_version = c.ruleset_version AND a.next_attempt_at > now())
 ORDER BY c.group_key
 FOR UPDATE OF c`
+
+// claimSiblings adds to the claim the live siblings of the claimed groups (liveSiblingsSQL): those with a candidate
+// row by claimSiblingsSQL (through claim, into keys), those without one to unseeded. It returns the siblings whose
+// candidate row another transaction holds.
+func (s *Stage) claimSiblings(ctx context.Context, tx pgx.Tx, ruleset string, keys, unseeded *[]string,
+	claim func(what, sql string, args ...any) error, previous map[string]storedResult) (held []string, err error) {
+	rows, err := tx.Query(ctx, liveSiblingsSQL, ruleset, append(append([]string{}, *keys...), *unseeded...))
+	if err != nil {
+		return nil, fmt.Errorf("find live siblings: %w", err)
+	}
+	var seeded []string
+	var key string
+	var hasRow bool
+	if _, err := pgx.ForEachRow(rows, []any{&key, &hasRow}, func() error {
+		if hasRow {
+			seeded = append(seeded, key)
+		} else {
+			*unseeded = append(*unseeded, key)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("find live siblings: %w", err)
+	}
+	if len(seeded) == 0 {
+		return nil, nil
+	}
+	if err := claim("sibling", claimSiblingsSQL, ruleset, seeded); err != nil {
+		return nil, err
+	}
+	for _, k := range seeded {
+		if _, ok := previous[k]; !ok {
+			held = append(held, k)
+		}
+	}
+	return held, nil
+}
 
 // ScanTick claims a bounded batch of dirty (and, when asked, expired or never-seeded) groups, re-evaluates them
 // under the current ruleset and writes scan_time, stale_after, evidence and verdict, clearing dirty — all in the
@@ -173,7 +232,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	}
 	var recordLater []gcos.Group // groups members moved to that the registry lacks (placement.lockWrites)
 	err = inTx(ctx, func(tx pgx.Tx) error {
-		recordLater = nil
+		recordLater, res.Deferred = nil, 0
 		previous := map[string]storedResult{}
 		var keys []string
 		claim := func(what, sql string, args ...any) error {
@@ -233,10 +292,15 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 				return fmt.Errorf("claim unseeded groups: %w", err)
 			}
 		}
-		res.Claimed = len(keys) + len(unseeded)
-		if res.Claimed == 0 {
+		if len(keys)+len(unseeded) == 0 {
 			return nil
 		}
+		// The stale live groups of the claimed groups' bases and scopes are judged with them (liveSiblingsSQL).
+		held, err := s.claimSiblings(ctx, tx, rs.Version, &keys, &unseeded, claim, previous)
+		if err != nil {
+			return err
+		}
+		res.Claimed = len(keys) + len(unseeded)
 		snapshotID, err := postgres.LatestFullSnapshotID(ctx, tx)
 		if err != nil {
 			return err
@@ -249,6 +313,28 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
+		if len(held) > 0 {
+			// A sibling another transaction holds: the groups of its base and scope wait for a later tick.
+			heldGroups, err := postgres.GroupsByKey(ctx, tx, held)
+			if err != nil {
+				return err
+			}
+			waiting := map[baseScope]bool{}
+			for _, g := range heldGroups {
+				waiting[baseScopeOf(g)] = true
+			}
+			wait := func(k string) bool { g, ok := groups[k]; return ok && waiting[baseScopeOf(g)] }
+			keys, unseeded = slices.DeleteFunc(keys, wait), slices.DeleteFunc(unseeded, wait)
+			for k, g := range groups {
+				if waiting[baseScopeOf(g)] {
+					delete(groups, k)
+					res.Deferred++
+				}
+			}
+			if len(keys)+len(unseeded) == 0 {
+				return nil
+			}
+		}
 		place, err := s.placeGroups(ctx, tx, ev, groups)
 		if err != nil {
 			return err
@@ -259,7 +345,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		res.Deferred, recordLater = len(deferred), absent
+		res.Deferred, recordLater = res.Deferred+len(deferred), absent
 		if len(deferred) > 0 {
 			keys = slices.DeleteFunc(keys, func(k string) bool { return deferred[k] })
 			unseeded = slices.DeleteFunc(unseeded, func(k string) bool { return deferred[k] })
