@@ -306,7 +306,9 @@ func UpdateGroupCounts(ctx context.Context, tx pgx.Tx, groups []gcos.Group) erro
 //     marks (governance_pending_mark) are only inserted by a marking transaction and taken with SKIP LOCKED by the
 //     one settling them (ApplyPendingMarks), so nobody waits on one;
 //  4. object rows: the advisory lock of each birth base in lock-key order (FollowObjects), then the rows;
-//  5. findings: the advisory lock of the coalesce key, last.
+//  5. findings: the advisory lock of the coalesce key, last. The finding of a signal held for an inactive type is
+//     raised from inside other raises (a finding's announcement), one key for many transactions, so it is taken
+//     only when free (RaiseHeldSignalFindingTx) and the promoter makes a raise skipped there.
 //
 // A scan tick is the exception that proves the rule: its claims come first, but with SKIP LOCKED, and every
 // other group or candidate row it writes (its groups' rows, the groups its members moved to) it takes with SKIP

@@ -475,7 +475,7 @@ func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt re
 	if rt.registered {
 		state = "registered but not active"
 	}
-	findingID, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(unregisteredIssue(e.EventType), e.EventType, "", "", map[string]any{
+	findingID, err := RaiseHeldSignalFindingTx(ctx, tx, gcos.NewFinding(unregisteredIssue(e.EventType), e.EventType, "", "", map[string]any{
 		"event_type":          e.EventType,
 		"event_domain":        events.Domain,
 		"state":               state,

@@ -130,10 +130,80 @@ func (s *Store) promotePending(ctx context.Context) (PromoteResult, error) {
 	if err != nil {
 		return total, err
 	}
+	if err := s.raiseHeldTypeFindings(ctx); err != nil {
+		return total, err
+	}
 	if err := s.pool.QueryRow(ctx, promoteHeldSQL, events.Domain, emitRetryHint).Scan(&total.Held); err != nil {
 		return total, fmt.Errorf("promote: held: %w", err)
 	}
 	return total, nil
+}
+
+// heldTypesSQL lists the types whose captured signals are held because the type is not registered and active, with
+// how many are held and the last one.
+const heldTypesSQL = `
+SELECT p.event_type_hint, count(*), max(p.id),
+       EXISTS (SELECT 1 FROM event_type_registry r WHERE r.event_domain = p.event_domain AND r.event_type = p.event_type_hint)
+FROM event_pending p
+WHERE p.event_domain = $1 AND p.processed_at IS NULL AND p.dead_lettered_at IS NULL
+  AND p.event_type_hint <> $2 AND p.capture_payload ? 'gcos_envelope'
+  AND NOT EXISTS (SELECT 1 FROM event_type_registry r
+                  WHERE r.event_domain = p.event_domain AND r.event_type = p.event_type_hint AND r.active)
+GROUP BY p.event_domain, p.event_type_hint
+ORDER BY p.event_type_hint`
+
+// raiseHeldTypeFindings raises the unregistered-type finding of every type holding captured signals that has no
+// open one: a capture raises it without waiting for its lock (RaiseHeldSignalFindingTx), so a raise skipped there
+// is made here. Each type in a transaction of its own, which holds nothing else.
+func (s *Store) raiseHeldTypeFindings(ctx context.Context) error {
+	type held struct {
+		eventType  string
+		n, last    int64
+		registered bool
+	}
+	rows, err := s.pool.Query(ctx, heldTypesSQL, events.Domain, emitRetryHint)
+	if err != nil {
+		return fmt.Errorf("promote: held types: %w", err)
+	}
+	types, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (held, error) {
+		var h held
+		err := r.Scan(&h.eventType, &h.n, &h.last, &h.registered)
+		return h, err
+	})
+	if err != nil {
+		return fmt.Errorf("promote: held types: %w", err)
+	}
+	for _, h := range types {
+		issue := unregisteredIssue(h.eventType)
+		err := s.InTx(ctx, func(tx pgx.Tx) error {
+			key := gcos.CoalesceKey(issue, h.eventType)
+			if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
+				return fmt.Errorf("lock: %w", err)
+			}
+			var id, occurrences, reopens int64
+			switch err := tx.QueryRow(ctx, findingOpenSQL, key).Scan(&id, &occurrences, &reopens); err {
+			case nil:
+				return nil // open: the captures that raised it are counted there
+			case pgx.ErrNoRows:
+			default:
+				return err
+			}
+			state := "not registered"
+			if h.registered {
+				state = "registered but not active"
+			}
+			_, err := raiseLockedFinding(ctx, tx, gcos.NewFinding(issue, h.eventType, "", "", map[string]any{
+				"event_type": h.eventType, "event_domain": events.Domain, "state": state, "registered": h.registered,
+				"active": false, "held": h.n, "last_pending_id": h.last,
+				"hold": "captured in event_pending; promoted to event_outbox once the type is registered and active",
+			}))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("promote: raise %s for %s: %w", issue, h.eventType, err)
+		}
+	}
+	return nil
 }
 
 // promoteTx promotes the whole captured backlog of one type inside tx (an emit of an active type does this first).

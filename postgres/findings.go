@@ -17,6 +17,9 @@ import (
 
 const findingLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('gcos.finding:' || $1, 0))`
 
+// findingTryLockSQL takes the same lock only when no other transaction holds it (RaiseHeldSignalFindingTx).
+const findingTryLockSQL = `SELECT pg_try_advisory_xact_lock(hashtextextended('gcos.finding:' || $1, 0))`
+
 const findingOpenSQL = `
 SELECT id, occurrence_count, reopen_count FROM system_issues
 WHERE coalesce_key = $1 AND status = 'open'
@@ -62,6 +65,40 @@ func (s *Store) RaiseFinding(ctx context.Context, f gcos.Finding) (int64, error)
 
 // RaiseFindingTx is RaiseFinding inside tx.
 func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
+	key := gcos.CoalesceKey(f.Type, f.Subject)
+	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
+		return 0, fmt.Errorf("raise %s: lock: %w", f.Type, err)
+	}
+	return raiseLockedFinding(ctx, tx, f)
+}
+
+// RaiseHeldSignalFindingTx raises the finding of a signal held for its unregistered or inactive type, unless another
+// transaction is raising the same finding at this moment: then it writes nothing and returns the id of the open
+// row, when one is committed (else 0). This finding is raised from inside other transactions (a finding's
+// announcement of an inactive type raises it while that finding's lock is held), by many of them for one type, so
+// waiting for its lock would order it after whatever its holder locks next: two raisers could wait on each other.
+// A raise skipped here is not lost: the captured signal is, and the promoter raises the finding of every type
+// still holding signals without one (raiseHeldTypeFindings).
+func RaiseHeldSignalFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
+	key := gcos.CoalesceKey(f.Type, f.Subject)
+	var free bool
+	if err := tx.QueryRow(ctx, findingTryLockSQL, key).Scan(&free); err != nil {
+		return 0, fmt.Errorf("raise %s: lock: %w", f.Type, err)
+	}
+	if free {
+		return raiseLockedFinding(ctx, tx, f)
+	}
+	var id, occurrences, reopens int64
+	switch err := tx.QueryRow(ctx, findingOpenSQL, key).Scan(&id, &occurrences, &reopens); err {
+	case nil, pgx.ErrNoRows:
+		return id, nil
+	default:
+		return 0, fmt.Errorf("raise %s: %w", f.Type, err)
+	}
+}
+
+// raiseLockedFinding raises f, its coalesce key's lock held, announces a transition and links its candidate row.
+func raiseLockedFinding(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
 	ev, err := raiseFindingRow(ctx, tx, f)
 	if err != nil {
 		return 0, err
@@ -93,7 +130,8 @@ func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, erro
 	return id, nil
 }
 
-// raiseFindingRow writes the row and says what happened to it: transition opened, reopened, or "" for a repeat.
+// raiseFindingRow writes the row and says what happened to it: transition opened, reopened, or "" for a repeat. The
+// caller holds the coalesce key's lock.
 func raiseFindingRow(ctx context.Context, tx pgx.Tx, f gcos.Finding) (findingEvent, error) {
 	key := gcos.CoalesceKey(f.Type, f.Subject)
 	ev := findingEvent{issueType: f.Type, key: key, ruleset: f.RulesetVersion, group: f.Group}
@@ -103,9 +141,6 @@ func raiseFindingRow(ctx context.Context, tx pgx.Tx, f gcos.Finding) (findingEve
 	evidence, err := json.Marshal(f.Evidence)
 	if err != nil {
 		return ev, fmt.Errorf("raise %s: evidence: %w", f.Type, err)
-	}
-	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
-		return ev, fmt.Errorf("raise %s: lock: %w", f.Type, err)
 	}
 	runID, ruleset := nullIfEmpty(f.RunID), nullIfEmpty(f.RulesetVersion)
 	err = tx.QueryRow(ctx, findingOpenSQL, key).Scan(&ev.id, &ev.occurrences, &ev.reopens)
