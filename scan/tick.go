@@ -98,9 +98,9 @@ FOR NO KEY UPDATE OF g SKIP LOCKED`
 
 // liveSiblingsSQL finds the live groups that share a base (class, registry, lifecycle) and scope with a claimed
 // group and are not claimed themselves. One base and scope has one live group: when its owner or axis family
-// moves, the intake records the new group (with no member) and a tick may claim it first. The tick then takes the
-// old group too and retires it in the transaction that counts the new one, so the ledger never counts the members
-// twice.
+// moves, a birth handed off before the move's change row records the new group (counting that birth alone), and a
+// tick may claim it first. The tick then takes the old group too and retires it in the transaction that counts the
+// new one, so the ledger never counts the members twice.
 const liveSiblingsSQL = `
 SELECT DISTINCT s.group_key,
        EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = s.group_key AND c.ruleset_version = $1)
@@ -111,7 +111,7 @@ WHERE g.group_key = ANY($2) AND s.retired_at IS NULL AND NOT (s.group_key = ANY(
 ORDER BY s.group_key`
 
 // claimSiblingsSQL claims the candidate rows of those siblings, whatever their state, without waiting: a sibling
-// another transaction holds defers the claimed groups of its base and scope (siblingClaim).
+// another transaction holds defers the claimed groups of its base and scope (claimSiblings).
 const claimSiblingsSQL = `
 SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
 FROM governance_candidate_state c
