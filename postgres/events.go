@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -471,25 +472,30 @@ func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt re
 		return EmitResult{Outcome: EmitOutcomeCaptured, PendingID: pendingID,
 			Reason: "announcement of " + e.EventType + ": released by the promoter under the emission discipline"}, nil
 	}
-	state := "not registered"
-	if rt.registered {
-		state = "registered but not active"
-	}
-	findingID, err := RaiseHeldSignalFindingTx(ctx, tx, gcos.NewFinding(unregisteredIssue(e.EventType), e.EventType, "", "", map[string]any{
-		"event_type":          e.EventType,
-		"event_domain":        events.Domain,
-		"state":               state,
-		"registered":          rt.registered,
-		"active":              false,
-		"last_pending_id":     pendingID,
-		"last_correlation_id": e.CorrelationID,
-		"hold":                "captured in event_pending; promoted to event_outbox once the type is registered and active",
-	}))
+	f, state := heldSignalFinding(e.EventType, rt.registered, map[string]any{
+		"last_pending_id": pendingID, "last_correlation_id": e.CorrelationID,
+	})
+	findingID, err := RaiseHeldSignalFindingTx(ctx, tx, f)
 	if err != nil {
 		return EmitResult{}, fmt.Errorf("emit %s: %w", e.EventType, err)
 	}
 	return EmitResult{Outcome: EmitOutcomeCaptured, PendingID: pendingID, FindingID: findingID,
 		Reason: "event type " + e.EventType + " is " + state + " in domain " + events.Domain}, nil
+}
+
+// heldSignalFinding is the finding of signals held for eventType (not registered, or registered but not active),
+// with evidence beside what every such finding says; state names the type's state.
+func heldSignalFinding(eventType string, registered bool, evidence map[string]any) (f gcos.Finding, state string) {
+	state = "not registered"
+	if registered {
+		state = "registered but not active"
+	}
+	ev := map[string]any{
+		"event_type": eventType, "event_domain": events.Domain, "state": state, "registered": registered, "active": false,
+		"hold": "captured in event_pending; promoted to event_outbox once the type is registered and active",
+	}
+	maps.Copy(ev, evidence)
+	return gcos.NewFinding(unregisteredIssue(eventType), eventType, "", "", ev), state
 }
 
 // unregisteredIssue is the finding of a held signal: handoff_unregistered_type for the handoff stream (doc 32 §8),

@@ -188,15 +188,8 @@ func (s *Store) raiseHeldTypeFindings(ctx context.Context) error {
 			default:
 				return err
 			}
-			state := "not registered"
-			if h.registered {
-				state = "registered but not active"
-			}
-			_, err := raiseLockedFinding(ctx, tx, gcos.NewFinding(issue, h.eventType, "", "", map[string]any{
-				"event_type": h.eventType, "event_domain": events.Domain, "state": state, "registered": h.registered,
-				"active": false, "held": h.n, "last_pending_id": h.last,
-				"hold": "captured in event_pending; promoted to event_outbox once the type is registered and active",
-			}))
+			f, _ := heldSignalFinding(h.eventType, h.registered, map[string]any{"held": h.n, "last_pending_id": h.last})
+			_, err := raiseLockedFinding(ctx, tx, f)
 			return err
 		})
 		if err != nil {

@@ -122,8 +122,9 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 // is trimmed to what the tick keeps.
 //
 // Every group sharing a base and scope with a deferred one is deferred too, so that the members of a base are never
-// written into one group of a scope while another of the tick's groups of that scope keeps them.
-func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups map[string]gcos.Group) (deferred map[string]bool, absent []gcos.Group, err error) {
+// written into one group of a scope while another of the tick's groups of that scope keeps them; so is every group
+// sharing one with a group in held (a live sibling whose row another transaction holds: liveSiblingsSQL).
+func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups, held map[string]gcos.Group) (deferred map[string]bool, absent []gcos.Group, err error) {
 	want := make([]string, 0, len(groups)+len(p.moved))
 	for k := range groups {
 		want = append(want, k)
@@ -188,6 +189,9 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 	waiting := map[baseScope]bool{}
 	for k := range deferred {
 		waiting[baseScopeOf(groups[k])] = true
+	}
+	for _, g := range held {
+		waiting[baseScopeOf(g)] = true
 	}
 	for k, g := range groups {
 		if waiting[baseScopeOf(g)] {

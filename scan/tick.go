@@ -111,7 +111,7 @@ WHERE g.group_key = ANY($2) AND s.retired_at IS NULL AND NOT (s.group_key = ANY(
 ORDER BY s.group_key`
 
 // claimSiblingsSQL claims the candidate rows of those siblings, whatever their state, without waiting: a sibling
-// another transaction holds defers the claimed groups of its base and scope (claimSiblings).
+// another transaction holds defers the claimed groups of its base and scope (lockWrites).
 const claimSiblingsSQL = `
 SELECT c.group_key, c.candidate_verdict, c.evidence_fingerprint, c.lifecycle_status
 FROM governance_candidate_state c
@@ -132,40 +132,26 @@ WHERE c.group_key = ANY($2) AND c.ruleset_version = $1 AND (c.dirty OR c.stale_a
 ORDER BY c.group_key
 FOR UPDATE OF c`
 
-// claimSiblings adds to the claim the live siblings of the claimed groups (liveSiblingsSQL): those with a candidate
-// row by claimSiblingsSQL (through claim, into keys), those without one to unseeded. It returns the siblings whose
-// candidate row another transaction holds.
-func (s *Stage) claimSiblings(ctx context.Context, tx pgx.Tx, ruleset string, keys, unseeded *[]string,
-	claim func(what, sql string, args ...any) error, previous map[string]storedResult) (held []string, err error) {
-	rows, err := tx.Query(ctx, liveSiblingsSQL, ruleset, append(append([]string{}, *keys...), *unseeded...))
+// liveSiblings lists the live siblings of the claimed groups (liveSiblingsSQL): those with a candidate row under
+// ruleset, for the tick to claim (claimSiblingsSQL), and those without one, judged as unseeded groups.
+func liveSiblings(ctx context.Context, tx pgx.Tx, ruleset string, claimed []string) (seeded, unseeded []string, err error) {
+	rows, err := tx.Query(ctx, liveSiblingsSQL, ruleset, claimed)
 	if err != nil {
-		return nil, fmt.Errorf("find live siblings: %w", err)
+		return nil, nil, fmt.Errorf("find live siblings: %w", err)
 	}
-	var seeded []string
 	var key string
 	var hasRow bool
 	if _, err := pgx.ForEachRow(rows, []any{&key, &hasRow}, func() error {
 		if hasRow {
 			seeded = append(seeded, key)
 		} else {
-			*unseeded = append(*unseeded, key)
+			unseeded = append(unseeded, key)
 		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("find live siblings: %w", err)
+		return nil, nil, fmt.Errorf("find live siblings: %w", err)
 	}
-	if len(seeded) == 0 {
-		return nil, nil
-	}
-	if err := claim("sibling", claimSiblingsSQL, ruleset, seeded); err != nil {
-		return nil, err
-	}
-	for _, k := range seeded {
-		if _, ok := previous[k]; !ok {
-			held = append(held, k)
-		}
-	}
-	return held, nil
+	return seeded, unseeded, nil
 }
 
 // ScanTick claims a bounded batch of dirty (and, when asked, expired or never-seeded) groups, re-evaluates them
@@ -232,7 +218,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	}
 	var recordLater []gcos.Group // groups members moved to that the registry lacks (placement.lockWrites)
 	err = inTx(ctx, func(tx pgx.Tx) error {
-		recordLater, res.Deferred = nil, 0
+		recordLater = nil
 		previous := map[string]storedResult{}
 		var keys []string
 		claim := func(what, sql string, args ...any) error {
@@ -295,10 +281,19 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if len(keys)+len(unseeded) == 0 {
 			return nil
 		}
-		// The stale live groups of the claimed groups' bases and scopes are judged with them (liveSiblingsSQL).
-		held, err := s.claimSiblings(ctx, tx, rs.Version, &keys, &unseeded, claim, previous)
+		// The stale live groups of the claimed groups' bases and scopes are judged with them (liveSiblingsSQL); a
+		// sibling another transaction holds defers its base and scope (lockWrites).
+		siblings, unseededSiblings, err := liveSiblings(ctx, tx, rs.Version, append(slices.Clone(keys), unseeded...))
 		if err != nil {
 			return err
+		}
+		unseeded = append(unseeded, unseededSiblings...)
+		var held []string
+		if len(siblings) > 0 {
+			if err := claim("sibling", claimSiblingsSQL, rs.Version, siblings); err != nil {
+				return err
+			}
+			held = slices.DeleteFunc(siblings, func(k string) bool { _, claimed := previous[k]; return claimed })
 		}
 		res.Claimed = len(keys) + len(unseeded)
 		snapshotID, err := postgres.LatestFullSnapshotID(ctx, tx)
@@ -313,26 +308,10 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
+		var heldGroups map[string]gcos.Group
 		if len(held) > 0 {
-			// A sibling another transaction holds: the groups of its base and scope wait for a later tick.
-			heldGroups, err := postgres.GroupsByKey(ctx, tx, held)
-			if err != nil {
+			if heldGroups, err = postgres.GroupsByKey(ctx, tx, held); err != nil {
 				return err
-			}
-			waiting := map[baseScope]bool{}
-			for _, g := range heldGroups {
-				waiting[baseScopeOf(g)] = true
-			}
-			wait := func(k string) bool { g, ok := groups[k]; return ok && waiting[baseScopeOf(g)] }
-			keys, unseeded = slices.DeleteFunc(keys, wait), slices.DeleteFunc(unseeded, wait)
-			for k, g := range groups {
-				if waiting[baseScopeOf(g)] {
-					delete(groups, k)
-					res.Deferred++
-				}
-			}
-			if len(keys)+len(unseeded) == 0 {
-				return nil
 			}
 		}
 		place, err := s.placeGroups(ctx, tx, ev, groups)
@@ -341,11 +320,11 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		}
 		// The rows the tick writes beyond its claim are taken without waiting (postgres.LockOrder); a group whose
 		// rows another transaction holds is left as it is, dirty, for a later tick.
-		deferred, absent, err := place.lockWrites(ctx, tx, rs.Version, groups)
+		deferred, absent, err := place.lockWrites(ctx, tx, rs.Version, groups, heldGroups)
 		if err != nil {
 			return err
 		}
-		res.Deferred, recordLater = res.Deferred+len(deferred), absent
+		res.Deferred, recordLater = len(deferred), absent
 		if len(deferred) > 0 {
 			keys = slices.DeleteFunc(keys, func(k string) bool { return deferred[k] })
 			unseeded = slices.DeleteFunc(unseeded, func(k string) bool { return deferred[k] })
