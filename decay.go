@@ -6,7 +6,7 @@ import "time"
 const (
 	RecomputeOK       = "ok"
 	RecomputeDirty    = "dirty"
-	RecomputeScanning = "scanning"
+	RecomputeScanning = "scanning" // allowed by the schema; a scan holds its rows locked and never writes it (only it would see it)
 	RecomputeFailed   = "failed"
 )
 

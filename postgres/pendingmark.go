@@ -25,14 +25,19 @@ const PendingMarkBatch = 100
 //
 // and returns the marks still pending: a row dirty (a scan will count it, and whether that count includes the mark
 // decides again), or owed (clean) and held by another transaction. A row clean under a count that includes the mark,
-// and a key with no row under the ruleset (nothing to mark), are settled.
+// and a key with no row under the ruleset (nothing to mark), are settled. Each key is judged once (j), on its row as
+// the statement's snapshot holds it: a row a scan wrote since is still marked when it is found owed there (scanned
+// once more at worst, never dropped), and one made dirty since is left to its scan.
 const settlePendingSQL = `
 WITH m AS (
     SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::text[]) AS u(k, r, at, b)
+), j AS MATERIALIZED (
+    SELECT m.k, m.r, m.at, m.b, c.dirty,
+           c.dirty OR NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b, gcos_objects_queued(c.group_key)) AS pending
+    FROM m JOIN governance_candidate_state c ON c.group_key = m.k AND c.ruleset_version = $1
 ), owed AS (
-    SELECT c.group_key, m.r, m.at FROM governance_candidate_state c JOIN m ON m.k = c.group_key
-    WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND NOT c.dirty
-      AND NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b, gcos_objects_queued(c.group_key))
+    SELECT c.group_key, j.r, j.at FROM governance_candidate_state c JOIN j ON j.k = c.group_key
+    WHERE c.ruleset_version = $1 AND c.group_key = ANY($2) AND j.pending AND NOT j.dirty AND NOT c.dirty
     ORDER BY c.group_key FOR UPDATE OF c SKIP LOCKED
 ), marked AS (
     UPDATE governance_candidate_state c
@@ -42,10 +47,9 @@ WITH m AS (
     WHERE c.group_key = o.group_key AND c.ruleset_version = $1
     RETURNING c.group_key
 )
-SELECT m.k, m.r, m.at, m.b, NOT c.dirty, (SELECT count(*) FROM marked)
-FROM m JOIN governance_candidate_state c ON c.group_key = m.k AND c.ruleset_version = $1
-WHERE (c.dirty OR NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b, gcos_objects_queued(c.group_key)))
-  AND NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = m.k)
+SELECT j.k, j.r, j.at, j.b, NOT j.dirty, (SELECT count(*) FROM marked)
+FROM j
+WHERE j.pending AND NOT EXISTS (SELECT 1 FROM marked WHERE marked.group_key = j.k)
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM marked)`
 

@@ -30,6 +30,9 @@ type ScanOptions struct {
 	// placed is set on the tick that follows one which recorded the groups its members moved to: it does not
 	// record (and follow itself) again.
 	placed bool
+	// dirty, when set, is the dirty set's size as the previous tick of the run counted it when it ended: the storm
+	// guard takes it instead of counting again.
+	dirty *int64
 }
 
 // ScanResult reports one tick.
@@ -47,6 +50,8 @@ type ScanResult struct {
 	Deferred       int    `json:"deferred"` // claimed groups left dirty: a row they need was held by another transaction
 	Storm          bool   `json:"storm"`
 	Remaining      int64  `json:"remaining"` // dirty groups left after this tick
+
+	dirty int64 // the dirty set's size when the tick ended (Remaining less the pending marks held)
 }
 
 // claimDirtySQL claims dirty groups under the current ruleset (through the partial index on dirty rows), skipping
@@ -96,19 +101,17 @@ ORDER BY g.group_key
 LIMIT $2
 FOR NO KEY UPDATE OF g SKIP LOCKED`
 
-// liveSiblingsSQL finds the live groups that share a base (class, registry, lifecycle) and scope with a claimed
-// group and are not claimed themselves. One base and scope has one live group: when its owner or axis family
-// moves, a birth handed off before the move's change row records the new group (counting that birth alone), and a
-// tick may claim it first. The tick then takes the old group too and retires it in the transaction that counts the
-// new one, so the ledger never counts the members twice.
-const liveSiblingsSQL = `
-SELECT DISTINCT s.group_key,
-       EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = s.group_key AND c.ruleset_version = $1)
-FROM governance_group g
-JOIN governance_group s ON s.object_class = g.object_class AND s.source_registry = g.source_registry
-                       AND s.lifecycle_status = g.lifecycle_status AND s.scope IS NOT DISTINCT FROM g.scope
-WHERE g.group_key = ANY($2) AND s.retired_at IS NULL AND NOT (s.group_key = ANY($2))
-ORDER BY s.group_key`
+// liveOfBasesSQL lists the live groups of the bases ($1 classes, $2 registries, $3 lifecycles) through the partial
+// live-base index, with their scope and whether they have a candidate row under ruleset $4. One base and scope has
+// one live group: when its owner or axis family moves, a birth handed off before the move's change row records the
+// new group (counting that birth alone), and a tick may claim it first. The tick then takes the old group too and
+// retires it in the transaction that counts the new one, so the ledger never counts the members twice.
+const liveOfBasesSQL = `
+SELECT s.group_key, s.object_class, s.source_registry, s.lifecycle_status, coalesce(s.scope, ''),
+       EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = s.group_key AND c.ruleset_version = $4)
+FROM unnest($1::text[], $2::text[], $3::text[]) AS b(class, coll, status)
+JOIN governance_group s ON s.object_class = b.class AND s.source_registry = b.coll AND s.lifecycle_status = b.status
+WHERE s.retired_at IS NULL`
 
 // claimSiblingsSQL claims the candidate rows of those siblings, whatever their state, without waiting: a sibling
 // another transaction holds defers the claimed groups of its base and scope (lockWrites).
@@ -132,16 +135,35 @@ WHERE c.group_key = ANY($2) AND c.ruleset_version = $1 AND (c.dirty OR c.stale_a
 ORDER BY c.group_key
 FOR UPDATE OF c`
 
-// liveSiblings lists the live siblings of the claimed groups (liveSiblingsSQL): those with a candidate row under
-// ruleset, for the tick to claim (claimSiblingsSQL), and those without one, judged as unseeded groups.
-func liveSiblings(ctx context.Context, tx pgx.Tx, ruleset string, claimed []string) (seeded, unseeded []string, err error) {
-	rows, err := tx.Query(ctx, liveSiblingsSQL, ruleset, claimed)
+// liveSiblings lists the live groups that share a base and scope with one of the claimed groups and are not claimed
+// themselves (liveOfBasesSQL): those with a candidate row under ruleset, for the tick to claim (claimSiblingsSQL),
+// and those without one, judged as unseeded groups. Both in group-key order.
+func liveSiblings(ctx context.Context, tx pgx.Tx, ruleset string, claimed map[string]gcos.Group) (seeded, unseeded []string, err error) {
+	type baseScope struct {
+		base  postgres.BirthBase
+		scope string
+	}
+	scopes, bases := map[baseScope]bool{}, map[postgres.BirthBase]bool{}
+	var classes, colls, statuses []string
+	for _, g := range claimed {
+		b := postgres.BaseOf(g)
+		if !bases[b] {
+			bases[b] = true
+			classes, colls, statuses = append(classes, b.Class), append(colls, b.Coll), append(statuses, b.Status)
+		}
+		scopes[baseScope{b, postgres.Deref(g.Scope)}] = true
+	}
+	rows, err := tx.Query(ctx, liveOfBasesSQL, classes, colls, statuses, ruleset)
 	if err != nil {
 		return nil, nil, fmt.Errorf("find live siblings: %w", err)
 	}
 	var key string
+	var at baseScope
 	var hasRow bool
-	if _, err := pgx.ForEachRow(rows, []any{&key, &hasRow}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&key, &at.base.Class, &at.base.Coll, &at.base.Status, &at.scope, &hasRow}, func() error {
+		if _, isClaimed := claimed[key]; isClaimed || !scopes[at] {
+			return nil
+		}
 		if hasRow {
 			seeded = append(seeded, key)
 		} else {
@@ -151,6 +173,8 @@ func liveSiblings(ctx context.Context, tx pgx.Tx, ruleset string, claimed []stri
 	}); err != nil {
 		return nil, nil, fmt.Errorf("find live siblings: %w", err)
 	}
+	slices.Sort(seeded)
+	slices.Sort(unseeded)
 	return seeded, unseeded, nil
 }
 
@@ -179,7 +203,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	targeted := len(opts.Groups) > 0
 	storm := false
 	if !targeted { // a few named groups are no storm's batch
-		if storm, err = s.stormGuard(ctx, rs.Version); err != nil {
+		if storm, err = s.stormGuard(ctx, rs.Version, opts.dirty); err != nil {
 			return res, err
 		}
 	}
@@ -281,19 +305,39 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if len(keys)+len(unseeded) == 0 {
 			return nil
 		}
-		// The stale live groups of the claimed groups' bases and scopes are judged with them (liveSiblingsSQL); a
-		// sibling another transaction holds defers its base and scope (lockWrites).
-		siblings, unseededSiblings, err := liveSiblings(ctx, tx, rs.Version, append(slices.Clone(keys), unseeded...))
+		groups, err := postgres.GroupsByKey(ctx, tx, append(slices.Clone(keys), unseeded...))
 		if err != nil {
 			return err
 		}
-		unseeded = append(unseeded, unseededSiblings...)
+		// The stale live groups of the claimed groups' bases and scopes are judged with them (liveOfBasesSQL); a
+		// sibling another transaction holds defers its base and scope (lockWrites).
+		siblings, unseededSiblings, err := liveSiblings(ctx, tx, rs.Version, groups)
+		if err != nil {
+			return err
+		}
 		var held []string
-		if len(siblings) > 0 {
-			if err := claim("sibling", claimSiblingsSQL, rs.Version, siblings); err != nil {
+		var heldGroups map[string]gcos.Group
+		if len(siblings)+len(unseededSiblings) > 0 {
+			before := len(keys)
+			if len(siblings) > 0 {
+				if err := claim("sibling", claimSiblingsSQL, rs.Version, siblings); err != nil {
+					return err
+				}
+				held = slices.DeleteFunc(siblings, func(k string) bool { _, claimed := previous[k]; return claimed })
+			}
+			unseeded = append(unseeded, unseededSiblings...)
+			more, err := postgres.GroupsByKey(ctx, tx, slices.Concat(keys[before:], unseededSiblings, held))
+			if err != nil {
 				return err
 			}
-			held = slices.DeleteFunc(siblings, func(k string) bool { _, claimed := previous[k]; return claimed })
+			heldGroups = map[string]gcos.Group{}
+			for k, g := range more {
+				if slices.Contains(held, k) {
+					heldGroups[k] = g
+				} else {
+					groups[k] = g
+				}
+			}
 		}
 		res.Claimed = len(keys) + len(unseeded)
 		snapshotID, err := postgres.LatestFullSnapshotID(ctx, tx)
@@ -303,16 +347,6 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		ev, err := s.core.NewEvaluator(ctx, tx, rs)
 		if err != nil {
 			return err
-		}
-		groups, err := postgres.GroupsByKey(ctx, tx, append(append([]string{}, keys...), unseeded...))
-		if err != nil {
-			return err
-		}
-		var heldGroups map[string]gcos.Group
-		if len(held) > 0 {
-			if heldGroups, err = postgres.GroupsByKey(ctx, tx, held); err != nil {
-				return err
-			}
 		}
 		place, err := s.placeGroups(ctx, tx, ev, groups)
 		if err != nil {
@@ -344,10 +378,6 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 				res.RunID, opts.Mode, phase, rs.Version); err != nil {
 				return fmt.Errorf("record run %s: %w", res.RunID, err)
 			}
-		}
-		// Visible to this transaction only, but it documents the state machine ok → scanning → ok | failed.
-		if _, err := tx.Exec(ctx, `UPDATE governance_candidate_state SET recompute_status = 'scanning' WHERE ruleset_version = $1 AND group_key = ANY($2)`, rs.Version, keys); err != nil {
-			return err
 		}
 		// Every row the tick writes records what its count read (placeGroups), so a pending mark the count includes
 		// is settled by it (postgres.ApplyPendingMarks).
@@ -481,11 +511,11 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	if targeted {
 		return res, nil // the gate waits for it: the dirty set's size is the loops' business
 	}
-	if err := s.pool.QueryRow(ctx, dirtyCountSQL, rs.Version).Scan(&res.Remaining); err != nil {
+	if err := s.pool.QueryRow(ctx, dirtyCountSQL, rs.Version).Scan(&res.dirty); err != nil {
 		return res, fmt.Errorf("count dirty set: %w", err)
 	}
 	// A group owed a pending mark whose row was held when this tick settled it waits for a tick too.
-	res.Remaining += pending.Held
+	res.Remaining = res.dirty + pending.Held
 	return res, nil
 }
 
@@ -601,9 +631,11 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 
 // stormGuard raises group_invalidation_storm when the dirty set exceeds the configured share of all groups, and
 // resolves it when the share drops back; the caller throttles to the storm batch while it holds.
-func (s *Stage) stormGuard(ctx context.Context, ruleset string) (bool, error) {
+func (s *Stage) stormGuard(ctx context.Context, ruleset string, counted *int64) (bool, error) {
 	var dirty int64
-	if err := s.pool.QueryRow(ctx, dirtyCountSQL, ruleset).Scan(&dirty); err != nil {
+	if counted != nil {
+		dirty = *counted
+	} else if err := s.pool.QueryRow(ctx, dirtyCountSQL, ruleset).Scan(&dirty); err != nil {
 		return false, fmt.Errorf("storm guard: %w", err)
 	}
 	total, err := s.totalGroups(ctx, ruleset)
