@@ -123,7 +123,7 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 //
 // Every group sharing a base and scope with a deferred one is deferred too, so that the members of a base are never
 // written into one group of a scope while another of the tick's groups of that scope keeps them; so is every group
-// sharing one with a group in held (a live sibling whose row another transaction holds: liveSiblingsSQL).
+// sharing one with a group in held (a live sibling whose row another transaction holds: liveSiblings).
 func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups, held map[string]gcos.Group) (deferred map[string]bool, absent []gcos.Group, err error) {
 	want := make([]string, 0, len(groups)+len(p.moved))
 	for k := range groups {
