@@ -5,6 +5,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"gcos"
 	"gcos/httpapi"
 	"gcos/intake"
+	"gcos/oracle"
 	"gcos/postgres"
 	"gcos/scan"
 	"gcos/world"
@@ -37,10 +39,11 @@ type Config struct {
 	NoPromotion bool
 	// Churn, when set, writes a live synthetic workload beside the daemon (gcos up --demo).
 	Churn *world.Churn
+	// SettleIdle is how long the full audit waits for tails that do not move before it concludes that no intake
+	// runs (0: 10 s). It applies only while this process does not run the intake (a test or a benchmark stepping
+	// the stages): a running intake that does not move is behind, not absent.
+	SettleIdle time.Duration
 }
-
-// settleIdle is how long the audit waits for tails that do not move before it concludes the intake does not run.
-const settleIdle = 10 * time.Second
 
 // Daemon is one process's GCOS: each part is exported so that a test or a benchmark can step it (Intake.Once,
 // Scan.Once) instead of running it.
@@ -69,16 +72,26 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	conf := cfg.Store.Config()
 	stage := intake.New(cfg.Store)
-	// The full audit and its proof take their cut once the intake has handed off what their instant saw.
+	worker := &intake.Worker{Stage: stage, Config: conf.Intake, Sources: cfg.Sources, Logger: logger}
+	// The full audit and its proof take their cut once the intake has handed off what their instant saw. While this
+	// process runs the intake, a wait that runs out means it is behind (under load, or stalled): the proof is then
+	// inconclusive (oracle.ErrBehind), not a list of mismatches; with no intake running here, rows that wait may
+	// never be handed off, and the proof fails closed.
 	settle := func(ctx context.Context, at time.Time) error {
-		return stage.HandedOff(ctx, cfg.Sources, at, conf.Scan.SettleTimeout.Duration(), settleIdle)
+		if !worker.Running() {
+			return stage.HandedOff(ctx, cfg.Sources, at, conf.Scan.SettleTimeout.Duration(), cmp.Or(cfg.SettleIdle, 10*time.Second))
+		}
+		if err := stage.HandedOff(ctx, cfg.Sources, at, conf.Scan.SettleTimeout.Duration(), 0); err != nil {
+			return fmt.Errorf("%w: %w", oracle.ErrBehind, err)
+		}
+		return nil
 	}
 	scans := scan.New(cfg.Store, scan.WithSettle(settle))
 	// The gate re-scans a stale high-risk group synchronously through the scan stage (SPEC §12).
 	cfg.Store.SetRescanner(scans.RescanGroups)
 	d := &Daemon{
 		Store:   cfg.Store,
-		Intake:  &intake.Worker{Stage: stage, Config: conf.Intake, Sources: cfg.Sources, Logger: logger},
+		Intake:  worker,
 		Scan:    &scan.Scheduler{Stage: scans, Config: conf.Scan, Logger: logger, Modes: cfg.ScanModes},
 		Promote: &Promoter{Store: cfg.Store, Logger: logger},
 		cfg:     cfg,

@@ -29,6 +29,7 @@ type Worker struct {
 	lastLag map[string]time.Time
 	counts  map[string]int64 // since the worker started, for governance.handoff.heartbeat
 	lastOK  atomic.Int64     // unix nanoseconds at the end of the last pass over every source without an error
+	running atomic.Bool      // Run has started polling and has not returned
 }
 
 // Ready reports whether the tail is live: it completed a pass over every source without an error within
@@ -43,6 +44,9 @@ func (w *Worker) Ready() error {
 	}
 	return nil
 }
+
+// Running reports whether Run is polling the sources: a tail that does not move is then behind, not unattended.
+func (w *Worker) Running() bool { return w.running.Load() }
 
 // SourceTick is what one pass did for one source.
 type SourceTick struct {
@@ -202,6 +206,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	startOutage.Succeeded()
+	w.running.Store(true)
+	defer w.running.Store(false)
 	if !w.DisableMonitor {
 		mctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})

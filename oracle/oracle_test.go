@@ -2,7 +2,9 @@ package oracle_test
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -202,6 +204,26 @@ func TestVerifyInFlight(t *testing.T) {
 	}
 	if len(strict.InFlight) != 0 || !groupIn(strict.Mismatches, dirty) || !groupIn(strict.Mismatches, written) || !groupIn(strict.Mismatches, forged) {
 		t.Errorf("without InFlight every difference is a mismatch: %v / %v", strict.Mismatches, strict.InFlight)
+	}
+
+	// The intake did not hand off what the instant held. With no sign that it runs, that is no excuse: the forged
+	// group stays a settled mismatch (fail closed). An intake that runs but is behind (ErrBehind) leaves the proof
+	// inconclusive: every difference is in flight, since a row still waiting may move anything.
+	unknown, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 200, Seed: 1, InFlight: true,
+		Settle: func(context.Context, time.Time) error { return errors.New("no intake moved") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unknown.NotHandedOff == "" || unknown.Inconclusive || !groupIn(unknown.Mismatches, forged) {
+		t.Errorf("not handed off, no intake known to run: want %s settled, conclusive: %+v", forged, unknown)
+	}
+	behind, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 200, Seed: 1, InFlight: true,
+		Settle: func(context.Context, time.Time) error { return fmt.Errorf("%w: rows wait", oracle.ErrBehind) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !behind.Inconclusive || len(behind.Mismatches) != 0 || !groupIn(behind.InFlight, forged) || !groupIn(behind.InFlight, dirty) {
+		t.Errorf("the intake behind: want an inconclusive proof with %s and %s in flight: %+v", forged, dirty, behind)
 	}
 }
 

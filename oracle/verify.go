@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -58,8 +59,11 @@ type Report struct {
 	// Moving counts the groups and objects that were in flight (VerifyOptions.InFlight).
 	Moving *Moving `json:"moving,omitempty"`
 	// NotHandedOff says why rows committed before the instant may not all have been handed off when what moved was
-	// read (Settle failed): what they move is unknown, so their differences count as settled (fail closed).
+	// read (Settle failed): what they move is unknown. Their differences count as settled (fail closed: gcos verify
+	// may run with no intake at all), unless Settle's error is ErrBehind (the intake runs and is only behind): the
+	// proof is then Inconclusive and lists every difference in flight, since a row still waiting may move anything.
 	NotHandedOff string `json:"not_handed_off,omitempty"`
+	Inconclusive bool   `json:"inconclusive,omitempty"`
 }
 
 // Moving is what was in flight during a live verification.
@@ -95,6 +99,10 @@ type VerifyOptions struct {
 	InFlight bool
 	Settle   func(ctx context.Context, at time.Time) error
 }
+
+// ErrBehind marks a Settle error that says the intake runs (in the caller's process) but has not handed off what
+// the instant held yet, rather than that no intake may be running: the proof is then Inconclusive.
+var ErrBehind = errors.New("the intake runs but is behind")
 
 // ReferenceOf reads the whole substrate in one REPEATABLE READ transaction and evaluates it under the active ruleset.
 func ReferenceOf(ctx context.Context, store *postgres.Store) (*Reference, error) {
@@ -229,8 +237,10 @@ func separateInFlight(ctx context.Context, store *postgres.Store, opts VerifyOpt
 				return err
 			}
 			rep.NotHandedOff = err.Error()
+			rep.Inconclusive = errors.Is(err, ErrBehind)
 		}
 	}
+
 	groups, objects := map[string]bool{}, map[string]bool{}
 	var dirty int
 	for k, g := range inc.groups {
@@ -351,6 +361,8 @@ func separateInFlight(ctx context.Context, store *postgres.Store, opts VerifyOpt
 		}
 		return groups[inc.objects[key].groupKey] || groups[refObject(ref, key).GroupKey]
 	}
+	// An inconclusive proof (no cut: the intake runs but is behind) does not know what the rows still waiting move,
+	// so it judges nothing settled; a proof taken once the intake has caught up judges it.
 	settled := rep.Mismatches[:0:0]
 	for _, m := range rep.Mismatches {
 		var moving bool
@@ -364,7 +376,7 @@ func separateInFlight(ctx context.Context, store *postgres.Store, opts VerifyOpt
 		default: // gate, gate_batch, gate_view: asked after the instant
 			moving = objectMoving(m.Key)
 		}
-		if moving {
+		if moving || rep.Inconclusive {
 			rep.InFlight = append(rep.InFlight, m)
 		} else {
 			settled = append(settled, m)
@@ -705,6 +717,10 @@ const estateSubject = "incremental_state"
 // The plan is proven in batches of about scan.verify_batch_objects object rows (gcos.ProofBatches), each read at
 // its own instant and compared before the next is read, so the proof holds one batch's object rows whatever the
 // size of the estate; a collection is always proven whole, at one instant. The batches share the gate sample.
+//
+// A batch that is Inconclusive (its intake runs but had not handed off what the batch's instant held) ends the
+// proof there: the settled mismatches of the batches before it are raised, no finding is closed and no proof is
+// recorded, so the next audit proves the same slice.
 func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan postgres.CoverPlan, opts VerifyOptions) (Report, error) {
 	batches := gcos.ProofBatches(plan.Collections, plan.ObjectRows, int64(store.Config().Scan.VerifyBatchObjects))
 	if len(batches) == 0 {
@@ -739,6 +755,10 @@ func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan 
 		rep.Batches++
 		rep.Mismatches = append(rep.Mismatches, r.Mismatches...)
 		rep.InFlight = append(rep.InFlight, r.InFlight...)
+		if r.Inconclusive {
+			rep.NotHandedOff, rep.Inconclusive = r.NotHandedOff, true
+			break
+		}
 	}
 	where := map[string][]Mismatch{}
 	for _, m := range rep.Mismatches {
@@ -751,6 +771,9 @@ func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan 
 	for _, subject := range append(slices.Clone(plan.Collections), estateSubject) {
 		ms := where[subject]
 		if len(ms) == 0 {
+			if rep.Inconclusive {
+				continue // not proven clean
+			}
 			if _, err := store.ResolveFinding(ctx, gcos.IssueVerifyMismatch, subject, ""); err != nil {
 				return rep, fmt.Errorf("verify: close verify_mismatch on %s: %w", subject, err)
 			}
@@ -771,6 +794,9 @@ func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan 
 		if _, err := store.RaiseFinding(ctx, f); err != nil {
 			return rep, fmt.Errorf("verify: raise verify_mismatch on %s: %w", subject, err)
 		}
+	}
+	if rep.Inconclusive {
+		return rep, nil
 	}
 	if err := store.RecordProof(ctx, runID, postgres.CoverProof{Plan: plan, At: rep.At, Groups: rep.Groups, Objects: rep.Objects,
 		GateChecks: rep.GateChecks, Mismatches: len(rep.Mismatches)}); err != nil {

@@ -111,7 +111,7 @@ type Pass struct {
 }
 
 // verify runs the full audit's verification (oracle.AuditVerify): a state that differs from a from-scratch
-// evaluation raises verify_mismatch.
+// evaluation raises verify_mismatch; an inconclusive proof (the intake behind its instant) raises and closes nothing.
 func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, error) {
 	cfg := s.Stage.cfg.Scan
 	plan, err := s.Stage.core.PlanCover(ctx, runID, cfg.VerifySlices)
@@ -127,10 +127,16 @@ func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, er
 	if err != nil {
 		return rep, fmt.Errorf("verify after the full audit: %w", err)
 	}
-	s.logger().Info("full audit: proved its slice of the cover against a from-scratch evaluation", "run_id", runID,
-		"slice", plan.Slice, "slices", plan.Slices, "collections", len(plan.Collections), "scanned_since", len(plan.Scanned), "batches", rep.Batches,
-		"groups", rep.Groups, "objects", rep.Objects, "gate_checks", rep.GateChecks, "mismatches", len(rep.Mismatches), "in_flight", len(rep.InFlight),
-		"elapsed", time.Duration(rep.Elapsed*float64(time.Second)).Round(time.Millisecond))
+	if rep.Inconclusive {
+		s.logger().Warn("full audit: the proof is inconclusive: the intake had not handed off what its instant held, so no difference is judged settled and the next audit proves the slice again",
+			"run_id", runID, "slice", plan.Slice, "slices", plan.Slices, "batches", rep.Batches, "in_flight", len(rep.InFlight),
+			"mismatches", len(rep.Mismatches), "reason", rep.NotHandedOff)
+	} else {
+		s.logger().Info("full audit: proved its slice of the cover against a from-scratch evaluation", "run_id", runID,
+			"slice", plan.Slice, "slices", plan.Slices, "collections", len(plan.Collections), "scanned_since", len(plan.Scanned), "batches", rep.Batches,
+			"groups", rep.Groups, "objects", rep.Objects, "gate_checks", rep.GateChecks, "mismatches", len(rep.Mismatches), "in_flight", len(rep.InFlight),
+			"elapsed", time.Duration(rep.Elapsed*float64(time.Second)).Round(time.Millisecond))
+	}
 	if !rep.Settled() {
 		s.logger().Warn("full audit: the incremental state differs from a from-scratch evaluation (gcos verify lists it)",
 			"run_id", runID, "mismatches", len(rep.Mismatches), "first", rep.Mismatches[0].String())

@@ -93,7 +93,10 @@ func verifyText(rep oracle.Report) string {
 		fmt.Fprintf(&b, "in flight at the instant: %d groups dirty, %d groups and %d objects written after it\n",
 			m.DirtyGroups, m.WrittenGroups, m.Objects)
 	}
-	if rep.NotHandedOff != "" {
+	switch {
+	case rep.Inconclusive:
+		fmt.Fprintf(&b, "not all handed off: %s; inconclusive, every difference is in flight\n", rep.NotHandedOff)
+	case rep.NotHandedOff != "":
 		fmt.Fprintf(&b, "not all handed off: %s; their differences count as settled\n", rep.NotHandedOff)
 	}
 	if len(rep.InFlight) > 0 {
