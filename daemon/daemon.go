@@ -40,10 +40,13 @@ type Config struct {
 	// Churn, when set, writes a live synthetic workload beside the daemon (gcos up --demo).
 	Churn *world.Churn
 	// SettleIdle is how long the full audit waits for tails that do not move before it concludes that no intake
-	// runs (0: 10 s). It applies only while this process does not run the intake (a test or a benchmark stepping
+	// runs (0: defaultSettleIdle). It applies only while this process does not run the intake (a test or a benchmark stepping
 	// the stages): a running intake that does not move is behind, not absent.
 	SettleIdle time.Duration
 }
+
+// defaultSettleIdle is Config.SettleIdle's default: long enough for a busy intake in another process to move.
+const defaultSettleIdle = 10 * time.Second
 
 // Daemon is one process's GCOS: each part is exported so that a test or a benchmark can step it (Intake.Once,
 // Scan.Once) instead of running it.
@@ -79,7 +82,7 @@ func New(cfg Config) (*Daemon, error) {
 	// never be handed off, and the proof fails closed.
 	settle := func(ctx context.Context, at time.Time) error {
 		if !worker.Running() {
-			return stage.HandedOff(ctx, cfg.Sources, at, conf.Scan.SettleTimeout.Duration(), cmp.Or(cfg.SettleIdle, 10*time.Second))
+			return stage.HandedOff(ctx, cfg.Sources, at, conf.Scan.SettleTimeout.Duration(), cmp.Or(cfg.SettleIdle, defaultSettleIdle))
 		}
 		if err := stage.HandedOff(ctx, cfg.Sources, at, conf.Scan.SettleTimeout.Duration(), 0); err != nil {
 			return fmt.Errorf("%w: %w", oracle.ErrBehind, err)

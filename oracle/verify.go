@@ -240,7 +240,6 @@ func separateInFlight(ctx context.Context, store *postgres.Store, opts VerifyOpt
 			rep.Inconclusive = errors.Is(err, ErrBehind)
 		}
 	}
-
 	groups, objects := map[string]bool{}, map[string]bool{}
 	var dirty int
 	for k, g := range inc.groups {
