@@ -136,6 +136,9 @@ type CandidateValues struct {
 	// CountedBirths are the births not handed off yet that MemberCount includes (GroupCounts.Births); nil: not
 	// known, an empty list: none.
 	CountedBirths []int64
+	// CountedSnapshot is the snapshot the count's first statement read under (GroupCounts.Snapshot): a pending mark
+	// whose transaction it saw is included. "": not known (counted_at decides).
+	CountedSnapshot string
 }
 
 // Evaluate judges one group (or, with objectKey set, one materialized object of it).
@@ -336,6 +339,7 @@ type candidateArrays struct {
 	lifecycles                                 []string
 	counted                                    []*time.Time
 	births                                     []*string // counted births as bigint[] literals (birthsText)
+	snapshots                                  []*string // counted snapshots as pg_snapshot text; nil: not known
 }
 
 // birthsText is ids as a bigint[] literal; nil (not known) is NULL.
@@ -384,6 +388,11 @@ func toArrays(vs []CandidateValues) candidateArrays {
 		a.lifecycles = append(a.lifecycles, cmp.Or(v.Lifecycle, LifecycleActive))
 		a.counted = append(a.counted, v.CountedAt)
 		a.births = append(a.births, birthsText(v.CountedBirths))
+		var snap *string
+		if v.CountedSnapshot != "" {
+			snap = &v.CountedSnapshot
+		}
+		a.snapshots = append(a.snapshots, snap)
 	}
 	return a
 }
@@ -393,11 +402,11 @@ func toArrays(vs []CandidateValues) candidateArrays {
 const seedCandidatesSQL = `
 INSERT INTO governance_candidate_state AS c (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
     input_quality_state, depends_on, stale_after, recompute_status, risk_class, coverage_required, coverage_scan_ref,
-    last_run_id, evidence_fingerprint, owner_scope, member_count, lifecycle_status, counted_at, counted_births)
+    last_run_id, evidence_fingerprint, owner_scope, member_count, lifecycle_status, counted_at, counted_births, counted_snapshot)
 SELECT u.key, $1, $2, now(), u.verdict, u.quality, u.deps, now() + u.ttl, 'ok', u.risk, u.required,
-       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members, u.lifecycle, u.counted, u.births::bigint[]
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[], $16::text[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted, births)
+       CASE WHEN u.verdict = 'relevant' THEN $3 END, $3, u.evidence, u.owner, u.members, u.lifecycle, u.counted, u.births::bigint[], u.snap::pg_snapshot
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[], $16::text[], $17::text[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted, births, snap)
 ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     source_snapshot_ref = EXCLUDED.source_snapshot_ref, scan_time = EXCLUDED.scan_time,
     candidate_verdict = EXCLUDED.candidate_verdict, input_quality_state = EXCLUDED.input_quality_state,
@@ -406,7 +415,8 @@ ON CONFLICT (group_key, ruleset_version) DO UPDATE SET
     coverage_required = EXCLUDED.coverage_required, coverage_scan_ref = EXCLUDED.coverage_scan_ref,
     last_run_id = EXCLUDED.last_run_id, evidence_fingerprint = EXCLUDED.evidence_fingerprint,
     owner_scope = EXCLUDED.owner_scope, member_count = EXCLUDED.member_count, lifecycle_status = EXCLUDED.lifecycle_status,
-    counted_at = EXCLUDED.counted_at, counted_births = EXCLUDED.counted_births, updated_at = now()
+    counted_at = EXCLUDED.counted_at, counted_births = EXCLUDED.counted_births, counted_snapshot = EXCLUDED.counted_snapshot,
+    updated_at = now()
 WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.evidence_fingerprint, EXCLUDED.lifecycle_status)
   AND NOT c.dirty`
 
@@ -414,7 +424,7 @@ WHERE (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (EXCLUDED.ev
 func SeedCandidates(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset, runID string, vs []CandidateValues) (int64, error) {
 	a := toArrays(vs)
 	tag, err := tx.Exec(ctx, seedCandidatesSQL, snapshotID, ruleset, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted, a.births)
+		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted, a.births, a.snapshots)
 	if err != nil {
 		return 0, fmt.Errorf("seed candidates: %w", err)
 	}
@@ -655,7 +665,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		INSERT INTO governance_candidate_state (group_key, source_snapshot_ref, ruleset_version, scan_time, candidate_verdict,
 		    input_quality_state, input_quality_ref, dirty, dirty_reason, dirtied_at, depends_on, stale_after, recompute_status,
 		    risk_class, coverage_required, coverage_scan_ref, issue_ref, last_run_id, evidence_fingerprint, lifecycle_status,
-		    audit_ref, owner_scope, member_count, counted_at, counted_births)
+		    audit_ref, owner_scope, member_count, counted_at, counted_births, counted_snapshot)
 		SELECT c.group_key, c.source_snapshot_ref, $2, c.scan_time, c.candidate_verdict,
 		    c.input_quality_state, c.input_quality_ref,
 		    c.dirty OR c.group_key = ANY($3), 
@@ -664,7 +674,7 @@ func (s *Store) rebaseCandidates(ctx context.Context, tx pgx.Tx, from, to string
 		    c.depends_on, c.stale_after,
 		    CASE WHEN c.group_key = ANY($3) AND c.recompute_status = 'ok' THEN 'dirty' ELSE c.recompute_status END,
 		    c.risk_class, c.coverage_required, c.coverage_scan_ref, c.issue_ref, c.last_run_id, c.evidence_fingerprint,
-		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count, c.counted_at, c.counted_births
+		    c.lifecycle_status, 'carried:' || $1, c.owner_scope, c.member_count, c.counted_at, c.counted_births, c.counted_snapshot
 		FROM governance_candidate_state c
 		WHERE c.ruleset_version = $1
 		ON CONFLICT (group_key, ruleset_version) DO NOTHING`, from, to, dirty)
@@ -716,12 +726,12 @@ UPDATE governance_candidate_state c SET
     risk_class = u.risk, coverage_required = u.required,
     coverage_scan_ref = CASE WHEN u.verdict = 'relevant' THEN $3 END, last_run_id = $3,
     evidence_fingerprint = u.evidence, owner_scope = u.owner, member_count = u.members, lifecycle_status = u.lifecycle,
-    counted_at = u.counted, counted_births = u.births::bigint[],
+    counted_at = u.counted, counted_births = u.births::bigint[], counted_snapshot = u.snap::pg_snapshot,
     -- early cutoff: a result equal to the stored one moves only the qualification
     updated_at = CASE WHEN (c.evidence_fingerprint, c.lifecycle_status) IS DISTINCT FROM (u.evidence, u.lifecycle)
                       THEN now() ELSE c.updated_at END
-FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[], $16::text[])
-     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted, births)
+FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[], $8::interval[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::timestamptz[], $16::text[], $17::text[])
+     AS u(key, verdict, quality, deps, ttl, risk, required, evidence, owner, members, lifecycle, counted, births, snap)
 WHERE c.group_key = u.key AND c.ruleset_version = $1`
 
 // WriteVerdicts writes a scan's evaluated groups onto their candidate rows (verdict, evidence, qualification,
@@ -736,7 +746,7 @@ func WriteVerdicts(ctx context.Context, tx pgx.Tx, ruleset string, snapshotID in
 		return err
 	}
 	if _, err := tx.Exec(ctx, scanWriteSQL, ruleset, snapshotID, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,
-		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted, a.births); err != nil {
+		a.risks, a.required, a.evidence, a.owners, a.counts, a.lifecycles, a.counted, a.births, a.snapshots); err != nil {
 		return fmt.Errorf("write verdicts: %w", err)
 	}
 	if err := RecordCoverage(ctx, tx, ruleset, runID, vs); err != nil {

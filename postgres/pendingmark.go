@@ -17,10 +17,12 @@ import (
 const PendingMarkBatch = 100
 
 // settlePendingSQL judges the pending marks ($2 keys, $3 reasons, $4 when each was marked, $5 the births behind
-// each) under ruleset $1 against the rows as committed, without waiting for anyone:
-//   - a row clean under a count that does not include the mark (gcos_mark_counted: a count begun before it that did
-//     not read its births, or read them while an object of the base is still queued for its object row) may hold
-//     a result from before the change: it is marked dirty, with the pending mark's reason and time, unless another
+// each, $6 the transactions that made each) under ruleset $1 against the rows as committed, without waiting for
+// anyone:
+//   - a row clean under a count that does not include the mark (gcos_mark_counted: a count whose snapshot did not
+//     see every transaction behind the mark, or, with no snapshot recorded, one begun before the mark, that did not
+//     read its births, or read them while an object of the base is still queued for its object row) may hold a
+//     result from before the change: it is marked dirty, with the pending mark's reason and time, unless another
 //     transaction holds it (then the mark stays pending);
 //
 // and returns the marks still pending: a row dirty (a scan will count it, and whether that count includes the mark
@@ -30,10 +32,11 @@ const PendingMarkBatch = 100
 // once more at worst, never dropped), and one made dirty since is left to its scan.
 const settlePendingSQL = `
 WITH m AS (
-    SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::text[]) AS u(k, r, at, b)
+    SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[]) AS u(k, r, at, b, by)
 ), j AS MATERIALIZED (
     SELECT m.k, m.r, m.at, m.b, c.dirty,
-           c.dirty OR NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b, gcos_objects_queued(c.group_key)) AS pending
+           c.dirty OR NOT gcos_mark_counted(c.counted_at, c.scan_time, c.counted_births, m.at, m.b, gcos_objects_queued(c.group_key),
+                                            c.counted_snapshot, m.by::xid8[]) AS pending
     FROM m JOIN governance_candidate_state c ON c.group_key = m.k AND c.ruleset_version = $1
 ), owed AS (
     SELECT c.group_key, j.r, j.at FROM governance_candidate_state c JOIN j ON j.k = c.group_key
@@ -72,7 +75,7 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 	if limit > 0 {
 		bound = &limit
 	}
-	rows, err := tx.Query(ctx, `SELECT id, ruleset_version, group_keys, reasons, marked_at, births FROM governance_pending_mark
+	rows, err := tx.Query(ctx, `SELECT id, ruleset_version, group_keys, reasons, marked_at, births, marked_by::text FROM governance_pending_mark
 		WHERE ruleset_version = $2 OR ruleset_version IS DISTINCT FROM (SELECT ruleset_version FROM v_current_ruleset)
 		ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, bound, ruleset)
 	if err != nil {
@@ -86,7 +89,8 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 		var keys, reasons []string
 		var ats []time.Time
 		var births []*string
-		if err := rows.Scan(&id, &rv, &keys, &reasons, &ats, &births); err != nil {
+		var by string
+		if err := rows.Scan(&id, &rv, &keys, &reasons, &ats, &births, &by); err != nil {
 			rows.Close()
 			return res, fmt.Errorf("read pending marks: %w", err)
 		}
@@ -102,7 +106,7 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 			if merged[k] == nil {
 				merged[k] = &pendingKey{}
 			}
-			if err := merged[k].add(reasons[i], ats[i], b); err != nil {
+			if err := merged[k].add(reasons[i], ats[i], b, by); err != nil {
 				rows.Close()
 				return res, fmt.Errorf("read pending mark %d: %w", id, err)
 			}
@@ -121,12 +125,13 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 		return res, nil
 	}
 	n := len(merged)
-	keys, reasons, ats, births := make([]string, 0, n), make([]string, 0, n), make([]time.Time, 0, n), make([]*string, 0, n)
+	keys, reasons, ats, births, by := make([]string, 0, n), make([]string, 0, n), make([]time.Time, 0, n), make([]*string, 0, n), make([]string, 0, n)
 	for _, k := range slices.Sorted(maps.Keys(merged)) {
 		m := merged[k]
 		keys, reasons, ats, births = append(keys, k), append(reasons, m.reason), append(ats, m.at), append(births, m.birthsText())
+		by = append(by, "{"+strings.Join(slices.Sorted(maps.Keys(m.by)), ",")+"}")
 	}
-	rows, err = tx.Query(ctx, settlePendingSQL, ruleset, keys, reasons, ats, births)
+	rows, err = tx.Query(ctx, settlePendingSQL, ruleset, keys, reasons, ats, births, by)
 	if err != nil {
 		return res, fmt.Errorf("settle pending marks: %w", err)
 	}
@@ -152,6 +157,8 @@ func ApplyPendingMarks(ctx context.Context, tx pgx.Tx, ruleset string, limit int
 		return res, fmt.Errorf("settle pending marks: %w", err)
 	}
 	if len(still) > 0 {
+		// Made again by this transaction (marked_by's default): a count that sees it commit sees the marks it
+		// took, which committed before it read them.
 		if _, err := tx.Exec(ctx, `INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at, births) VALUES ($1, $2, $3, $4, $5)`,
 			ruleset, still, stillReasons, stillAt, stillBirths); err != nil {
 			return res, fmt.Errorf("keep pending marks: %w", err)
@@ -168,9 +175,14 @@ type pendingKey struct {
 	at       time.Time
 	births   map[int64]bool
 	timeOnly bool
+	by       map[string]bool // the transactions that made the marks (xid8 as text): a count must have seen them all
 }
 
-func (p *pendingKey) add(reason string, at time.Time, births *string) error {
+func (p *pendingKey) add(reason string, at time.Time, births *string, by string) error {
+	if p.by == nil {
+		p.by = map[string]bool{}
+	}
+	p.by[by] = true
 	if p.at.IsZero() || at.After(p.at) || (at.Equal(p.at) && reason < p.reason) {
 		p.reason, p.at = reason, at
 	}

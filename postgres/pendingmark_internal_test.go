@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -94,17 +95,20 @@ func TestPendingKeyMerge(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var p pendingKey
 			for _, m := range tt.marks {
-				if err := p.add("handoff:object_born", at(m.at), m.births); err != nil {
+				if err := p.add("handoff:object_born", at(m.at), m.births, strconv.Itoa(1000+m.at)); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if got := Deref(p.birthsText()); got != tt.want || !p.at.Equal(tt.wantAt) {
 				t.Fatalf("merged %q at %v, want %q at %v", got, p.at, tt.want, tt.wantAt)
 			}
+			if len(p.by) != len(tt.marks) {
+				t.Fatalf("merged the marks of %d transactions into %v: a count must have seen each of them", len(tt.marks), p.by)
+			}
 		})
 	}
 	var p pendingKey
-	if err := p.add("handoff:object_born", at(1), lit("1,2")); err == nil {
+	if err := p.add("handoff:object_born", at(1), lit("1,2"), "1000"); err == nil {
 		t.Fatal("a births value that is not an array literal must be refused")
 	}
 }

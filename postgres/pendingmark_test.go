@@ -47,6 +47,19 @@ func (h *heldRow) clear(t *testing.T, ctx context.Context, countedNow ...bool) {
 	}
 }
 
+// clearSeen writes the held row clean like clear, counted now under the snapshot its count reads (as CountGroups
+// records it), and commits.
+func (h *heldRow) clearSeen(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if _, err := h.tx.Exec(ctx, `UPDATE governance_candidate_state SET dirty = false, dirty_reason = NULL, recompute_status = 'ok',
+		scan_time = now(), counted_at = clock_timestamp(), counted_snapshot = pg_current_snapshot() WHERE group_key = $1`, h.key); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // clearCounted writes the held row clean like clear, counted at its start and having read the births counted
 // (ids not handed off yet), and commits.
 func (h *heldRow) clearCounted(t *testing.T, ctx context.Context, counted []int64) {
@@ -196,6 +209,51 @@ func TestPendingMarks(t *testing.T) {
 		scan.clear(t, b.ctx, true)
 		if owed() != 0 {
 			t.Fatal("the scan counted after the mark, yet the mark is owed")
+		}
+		if res := b.settlePending(t); res.Marked != 0 || pending() != 0 {
+			t.Fatalf("settling: %+v and %d pending, want nothing marked and nothing pending", res, pending())
+		}
+	})
+
+	// The mark is stamped inside its transaction, which may commit after a scan began counting: that count read
+	// the kept counts without the change (a retired birth still counted where it was), so it settles the mark only
+	// if its snapshot saw the marking transaction, whatever the clocks say.
+	t.Run("a mark whose transaction commits after the count began", func(t *testing.T) {
+		retired := "handoff:" + string(gcos.ChangeObjectRetired)
+		makeDirty()
+		marking, err := b.pool.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = marking.Rollback(context.Background()) })
+		if _, err := postgres.MarkChangesTx(b.ctx, marking, map[string][]string{retired: {key}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		scan := b.holdRow(t, key) // the mark found the row dirty and took no lock: it is pending, not committed
+		scan.clearSeen(t, b.ctx)
+		if err := marking.Commit(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := b.count(t, `SELECT count(*) FROM governance_pending_mark p JOIN governance_candidate_state c
+			ON c.group_key = $1 AND c.ruleset_version = p.ruleset_version
+			WHERE $1 = ANY(p.group_keys) AND c.counted_at > p.marked_at[1]`, key); n != 1 {
+			t.Fatal("want the count stamped after the mark, so that time alone would take the mark as counted")
+		}
+		if owed() != 1 {
+			t.Fatal("the count did not see the marking transaction, yet the mark is not owed")
+		}
+		if res := b.settlePending(t); res.Marked != 1 || pending() != 0 {
+			t.Fatalf("settling: %+v and %d pending, want the row marked again", res, pending())
+		}
+
+		// A count whose snapshot saw the marking transaction commit includes the change: the mark is settled.
+		makeDirty()
+		if _, err := b.store.MarkDirty(b.ctx, []string{key}, retired); err != nil {
+			t.Fatal(err)
+		}
+		b.holdRow(t, key).clearSeen(t, b.ctx)
+		if owed() != 0 {
+			t.Fatal("the count saw the marking transaction, yet the mark is owed")
 		}
 		if res := b.settlePending(t); res.Marked != 0 || pending() != 0 {
 			t.Fatalf("settling: %+v and %d pending, want nothing marked and nothing pending", res, pending())

@@ -43,13 +43,14 @@ func (s *Store) birthsThrough(ctx context.Context, tx pgx.Tx) (*tailPosition, er
 // the collections $1 that have them and no pending recount request: those counts are exact through that position.
 const keptCountsSQL = `
 WITH cur AS (SELECT position_tstz AS at, position_id AS id FROM gov_worker_cursor WHERE source = $2 AND ts_type = 'timestamptz')
-SELECT c.source_registry, b.object_class, b.lifecycle_status, b.members, (SELECT at FROM cur), (SELECT id FROM cur), statement_timestamp()
+SELECT c.source_registry, b.object_class, b.lifecycle_status, b.members, (SELECT at FROM cur), (SELECT id FROM cur), statement_timestamp(),
+       pg_current_snapshot()::text
 FROM governance_collection_count c
 LEFT JOIN governance_base_count b USING (source_registry)
 WHERE c.source_registry = ANY($1)
   AND NOT EXISTS (SELECT 1 FROM governance_recount_request r WHERE r.source_registry = c.source_registry)
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, (SELECT at FROM cur), (SELECT id FROM cur), statement_timestamp()`
+SELECT NULL, NULL, NULL, NULL, (SELECT at FROM cur), (SELECT id FROM cur), statement_timestamp(), pg_current_snapshot()::text`
 
 // GroupCounts is what CountGroups read.
 type GroupCounts struct {
@@ -57,6 +58,10 @@ type GroupCounts struct {
 	// At is when the count began: the start of its first statement, so every birth committed before that instant
 	// is counted (a pending mark no older than it is settled by this count, ApplyPendingMarks).
 	At time.Time
+	// Snapshot is the snapshot that first statement read under (pg_snapshot as text): a pending mark whose
+	// transaction is visible in it committed before the count read anything, so the count includes its change.
+	// Compared by time alone, a mark stamped before At by a transaction that committed after it would pass as counted.
+	Snapshot string
 	// Births are, per base group, the ids of the births after the births cursor the count read: the births the tail
 	// had not handed off yet. A base missing from it is not known (no births cursor, or more than CountedBirthsMax).
 	Births map[BirthBase][]int64
@@ -96,7 +101,7 @@ func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	for rows.Next() {
 		var coll, class, status *string
 		var n *int64
-		if err := rows.Scan(&coll, &class, &status, &n, &at, &id, &res.At); err != nil {
+		if err := rows.Scan(&coll, &class, &status, &n, &at, &id, &res.At, &res.Snapshot); err != nil {
 			rows.Close()
 			return res, fmt.Errorf("read kept member counts: %w", err)
 		}

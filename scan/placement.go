@@ -26,7 +26,7 @@ type placement struct {
 
 // countedIn records on v what the count of g's base read (counted).
 func (p placement) countedIn(g gcos.Group, v postgres.CandidateValues) postgres.CandidateValues {
-	v.CountedAt = &p.counted.At
+	v.CountedAt, v.CountedSnapshot = &p.counted.At, p.counted.Snapshot
 	v.CountedBirths = p.counted.Births[postgres.BaseOf(g)]
 	return v
 }
