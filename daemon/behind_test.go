@@ -70,6 +70,8 @@ func TestAuditProofWhileTheIntakeIsBehind(t *testing.T) {
 	birthsDone := make(chan struct{})
 	go func() {
 		defer close(birthsDone)
+		pace := time.NewTicker(20 * time.Millisecond) // a steady rate of births, not a wait for anything
+		defer pace.Stop()
 		for i := 0; birthsCtx.Err() == nil; i++ {
 			_, err := w.Pool.Exec(birthsCtx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 				SELECT $1, collection_name, entity_type, 'active', 'behind-test', 'tester' FROM birth_registry
@@ -78,7 +80,10 @@ func TestAuditProofWhileTheIntakeIsBehind(t *testing.T) {
 				t.Errorf("birth: %v", err)
 				return
 			}
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-birthsCtx.Done():
+			case <-pace.C:
+			}
 		}
 	}()
 	const differs = "full audit: the incremental state differs from a from-scratch evaluation (gcos verify lists it)"
