@@ -314,8 +314,8 @@ func UpdateGroupCounts(ctx context.Context, tx pgx.Tx, groups []gcos.Group) erro
 //     only when free (RaiseHeldSignalFindingTx) and the promoter makes a raise skipped there.
 //
 // A scan tick is the exception that proves the rule: its claims come first, but with SKIP LOCKED, and every
-// other group or candidate row it writes (its groups' rows, the groups its members moved to) it takes with SKIP
-// LOCKED too; work whose rows another transaction holds stays dirty for a later tick, and a tick never inserts a
+// other group or candidate row it writes (its groups' rows, every live group of their collections and scopes, the
+// groups its members moved to) it takes with SKIP LOCKED too; work whose rows another transaction holds stays dirty for a later tick, and a tick never inserts a
 // group key (a group its members moved to that the registry lacks is recorded after the tick commits). So a tick
 // never waits on level 2 or 3, and a waiter that follows the order can always finish.
 const LockOrder = "kept counts, group rows, candidate rows, object rows, findings"

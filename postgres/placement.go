@@ -148,9 +148,17 @@ func (s *Store) CountGroups(ctx context.Context, tx pgx.Tx, groups map[string]gc
 	for b, n := range pending {
 		out[b] += n
 	}
-	res.Births = map[BirthBase][]int64{}
+	// Every base of the collections, not only the groups': a tick writes the other groups of a collection whose
+	// count moved with its own (scan/collection.go).
+	bases := map[BirthBase]bool{}
 	for _, g := range groups {
-		b := BaseOf(g)
+		bases[BaseOf(g)] = true
+	}
+	for b := range out {
+		bases[b] = true
+	}
+	res.Births = map[BirthBase][]int64{}
+	for b := range bases {
 		if n := pending[b]; n <= CountedBirthsMax {
 			res.Births[b] = ids[b] // none read: an empty list, known
 			if res.Births[b] == nil {

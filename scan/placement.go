@@ -31,16 +31,12 @@ func (p placement) countedIn(g gcos.Group, v postgres.CandidateValues) postgres.
 	return v
 }
 
-// placeGroups counts the members of the claimed groups now (countGroups) and decides, for each claimed group,
-// whether it is still the group its members belong to in its scope: the key the registries give its base (class,
-// registry, lifecycle) and scope now must be its own, and the base must have members. Otherwise it is retired, and
-// the current group of its base and scope, when that has members, is judged in its place.
-func (s *Stage) placeGroups(ctx context.Context, tx pgx.Tx, ev *postgres.Evaluator, groups map[string]gcos.Group) (placement, error) {
+// placeGroups decides, on the members of the claimed groups' bases counted now (postgres.Store.CountGroups), for
+// each claimed group, whether it is still the group its members belong to in its scope: the key the registries give
+// its base (class, registry, lifecycle) and scope now must be its own, and the base must have members. Otherwise it
+// is retired, and the current group of its base and scope, when that has members, is judged in its place.
+func (s *Stage) placeGroups(ev *postgres.Evaluator, groups map[string]gcos.Group, counted postgres.GroupCounts) placement {
 	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
-	counted, err := s.core.CountGroups(ctx, tx, groups)
-	if err != nil {
-		return p, err
-	}
 	p.counted = counted
 	counts := counted.Members
 	current := map[postgres.BirthBase]map[string]gcos.Dimensions{}
@@ -75,7 +71,7 @@ func (s *Stage) placeGroups(ctx context.Context, tx pgx.Tx, ev *postgres.Evaluat
 		}
 	}
 	sort.Slice(p.moved, func(i, j int) bool { return p.moved[i].Key < p.moved[j].Key })
-	return p, nil
+	return p
 }
 
 // record writes the placement to the group registry: member counts of live and moved groups (re-activating
@@ -121,9 +117,9 @@ func (p placement) record(ctx context.Context, tx pgx.Tx, ruleset string) error 
 // is returned in absent, for the tick to record after it commits (postgres.RecordPlaceholderGroups). The placement
 // is trimmed to what the tick keeps.
 //
-// Every group sharing a base and scope with a deferred one is deferred too, so that the members of a base are never
-// written into one group of a scope while another of the tick's groups of that scope keeps them; so is every group
-// sharing one with a group in held (a live sibling whose row another transaction holds: liveSiblings).
+// Every group sharing a collection and scope with a deferred one is deferred too, so that a birth is never written
+// into one group of a scope while another of the tick's groups of that scope keeps it (collection.go); so is every
+// group sharing one with a group in held (a live sibling whose row another transaction holds: liveSiblings).
 func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, groups, held map[string]gcos.Group) (deferred map[string]bool, absent []gcos.Group, err error) {
 	want := make([]string, 0, len(groups)+len(p.moved))
 	for k := range groups {
@@ -185,16 +181,16 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 			deferred[k] = true
 		}
 	}
-	// A deferred group defers every group of its base and scope.
-	waiting := map[baseScope]bool{}
+	// A deferred group defers every group of its collection and scope (collection.go).
+	waiting := map[collScope]bool{}
 	for k := range deferred {
-		waiting[baseScopeOf(groups[k])] = true
+		waiting[collScopeOf(groups[k])] = true
 	}
 	for _, g := range held {
-		waiting[baseScopeOf(g)] = true
+		waiting[collScopeOf(g)] = true
 	}
 	for k, g := range groups {
-		if waiting[baseScopeOf(g)] {
+		if waiting[collScopeOf(g)] {
 			deferred[k] = true
 		}
 	}
@@ -222,16 +218,6 @@ func (p *placement) lockWrites(ctx context.Context, tx pgx.Tx, ruleset string, g
 		delete(p.rekeyed, k)
 	}
 	return deferred, absent, nil
-}
-
-// baseScope identifies a base group in one scope: the place one live group's members are.
-type baseScope struct {
-	base  postgres.BirthBase
-	scope string
-}
-
-func baseScopeOf(g gcos.Group) baseScope {
-	return baseScope{postgres.BaseOf(g), postgres.Deref(g.Scope)}
 }
 
 // keySet runs a query of group keys and returns them as a set; what names it in an error.

@@ -309,6 +309,65 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
+		// The tick holds every live group of its collections and scopes, counts them, and claims the ones whose
+		// count moved with its own (collection.go); a collection and scope it cannot hold waits for a later tick.
+		deferEarly := 0
+		drop := func(busy map[collScope]bool) {
+			for k, g := range groups {
+				if busy[collScopeOf(g)] {
+					delete(groups, k)
+					deferEarly++
+				}
+			}
+			keys = slices.DeleteFunc(keys, func(k string) bool { _, ok := groups[k]; return !ok })
+			unseeded = slices.DeleteFunc(unseeded, func(k string) bool { _, ok := groups[k]; return !ok })
+		}
+		live, busy, err := holdCollections(ctx, tx, groups)
+		if err != nil {
+			return err
+		}
+		drop(busy)
+		res.Deferred = deferEarly
+		if len(groups) == 0 {
+			return nil
+		}
+		counted, err := s.core.CountGroups(ctx, tx, groups)
+		if err != nil {
+			return err
+		}
+		movedSeeded, movedUnseeded, err := movedCounts(ctx, tx, rs.Version, live, groups, counted.Members)
+		if err != nil {
+			return err
+		}
+		if len(movedSeeded)+len(movedUnseeded) > 0 {
+			before := len(keys)
+			if len(movedSeeded) > 0 {
+				if err := claim("moved count", claimSiblingsSQL, rs.Version, movedSeeded); err != nil {
+					return err
+				}
+			}
+			more, err := postgres.GroupsByKey(ctx, tx, slices.Concat(keys[before:], movedUnseeded, movedSeeded))
+			if err != nil {
+				return err
+			}
+			unseeded = append(unseeded, movedUnseeded...)
+			busy := map[collScope]bool{}
+			for _, k := range movedSeeded {
+				if _, claimed := previous[k]; !claimed {
+					busy[collScopeOf(more[k])] = true // another transaction holds its candidate row
+				}
+			}
+			for k, g := range more {
+				if _, claimed := previous[k]; claimed || slices.Contains(movedUnseeded, k) {
+					groups[k] = g
+				}
+			}
+			drop(busy)
+			res.Deferred = deferEarly
+			if len(groups) == 0 {
+				return nil
+			}
+		}
 		// The stale live groups of the claimed groups' bases and scopes are judged with them (liveOfBasesSQL); a
 		// sibling another transaction holds defers its base and scope (lockWrites).
 		siblings, unseededSiblings, err := liveSiblings(ctx, tx, rs.Version, groups)
@@ -348,17 +407,14 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		place, err := s.placeGroups(ctx, tx, ev, groups)
-		if err != nil {
-			return err
-		}
+		place := s.placeGroups(ev, groups, counted)
 		// The rows the tick writes beyond its claim are taken without waiting (postgres.LockOrder); a group whose
 		// rows another transaction holds is left as it is, dirty, for a later tick.
 		deferred, absent, err := place.lockWrites(ctx, tx, rs.Version, groups, heldGroups)
 		if err != nil {
 			return err
 		}
-		res.Deferred, recordLater = len(deferred), absent
+		res.Deferred, recordLater = deferEarly+len(deferred), absent
 		if len(deferred) > 0 {
 			keys = slices.DeleteFunc(keys, func(k string) bool { return deferred[k] })
 			unseeded = slices.DeleteFunc(unseeded, func(k string) bool { return deferred[k] })

@@ -1,0 +1,156 @@
+package scan_test
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"gcos/intake"
+	"gcos/oracle"
+	"gcos/postgres"
+	"gcos/scan"
+)
+
+// TestAMovedBirthIsNeverCountedTwice: a retirement moves a birth from its active base to its retired one. Both
+// groups of each scope are dirty, and another transaction holds the groups the birth left (a tick scanning them,
+// or any holder of their rows). No tick may write the group the birth joined meanwhile: at its commit the ledger
+// would count that birth in both groups. The ticks leave it for later, every ledger closes while the rows are
+// held, and once they are free the ticks write both groups of each scope together.
+func TestAMovedBirthIsNeverCountedTwice(t *testing.T) {
+	t.Parallel()
+	store, ctx := seeded(t)
+	pool := store.Pool()
+	stage := scan.New(store)
+	worker := &intake.Worker{Stage: intake.New(store), Config: store.Config().Intake, DisableMonitor: true}
+
+	var class, coll, code string
+	if err := pool.QueryRow(ctx, `SELECT b.entity_type, b.collection_name, b.entity_code FROM birth_registry b
+		WHERE b.status = 'active' AND b.parent_code IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM birth_registry c WHERE c.collection_name = b.collection_name AND c.parent_code = b.entity_code)
+		ORDER BY b.id LIMIT 1`).Scan(&class, &coll, &code); err != nil {
+		t.Fatal(err)
+	}
+	groupsOf := func(status string) []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT group_key FROM governance_group
+			WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status = $3 AND retired_at IS NULL ORDER BY 1`, class, coll, status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keys
+	}
+	// counted is the count the ledger holds for each group (its candidate row's, else its registry row's).
+	counted := func(keys []string) map[int64]int {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT coalesce(c.member_count, g.member_count) FROM governance_group g
+			LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)
+			WHERE g.group_key = ANY($1)`, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int64]int{}
+		for _, n := range ns {
+			out[n]++
+		}
+		return out
+	}
+	left := groupsOf("active")
+	var before int64
+	for n := range counted(left) {
+		before = n
+	}
+	if len(left) == 0 || len(counted(left)) != 1 {
+		t.Fatalf("the active groups of %s/%s: %v, counted %v; want one count in every scope", class, coll, left, counted(left))
+	}
+	closes := func(when string) {
+		t.Helper()
+		rep, err := store.Invariant(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Closes {
+			t.Fatalf("%s: the ledger does not close: %+v", when, rep.Ledgers)
+		}
+	}
+	closes("at rest")
+
+	// The source retires the birth and reports it; the intake hands the change off.
+	if _, err := pool.Exec(ctx, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:test')`,
+		class, code); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	joined := groupsOf("retired")
+	joinedBefore := counted(joined)
+	if len(joined) == 0 || len(joinedBefore) != 1 {
+		t.Fatalf("the groups of the retired base: %v, counted %v; want one count in every scope", joined, joinedBefore)
+	}
+	var had int64
+	for n := range joinedBefore {
+		had = n
+	}
+
+	for _, hold := range []struct{ name, sql string }{
+		{"their candidate rows", `SELECT 1 FROM governance_candidate_state WHERE group_key = ANY($1) FOR UPDATE`},
+		{"their group rows", `SELECT 1 FROM governance_group WHERE group_key = ANY($1) FOR NO KEY UPDATE`},
+	} {
+		t.Run("another transaction holds "+hold.name, func(t *testing.T) {
+			holder, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = holder.Rollback(ctx) }()
+			if _, err := holder.Exec(ctx, hold.sql, left); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				res, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeEvent})
+				if err != nil {
+					t.Fatal(err)
+				}
+				closes("a tick while the groups the birth left are held")
+				if got := counted(joined); len(got) != 1 || got[had] != len(joined) {
+					t.Fatalf("tick %d (%+v) wrote the groups the birth joined: counted %v, before %v", i, res, got, joinedBefore)
+				}
+			}
+		})
+	}
+
+	// Free: the ticks write both groups of each scope, and the state is what a from-scratch evaluation gives.
+	for range 10 {
+		res, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeEvent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closes("a tick once the rows are free")
+		if res.Claimed == 0 {
+			break
+		}
+	}
+	if got := counted(left); len(got) != 1 || got[before-1] != len(left) {
+		t.Errorf("the groups the birth left count %v, want %d in each", got, before-1)
+	}
+	if got := counted(joined); len(got) != 1 || got[had+1] != len(joined) {
+		t.Errorf("the groups the birth joined count %v, want %d in each", got, had+1)
+	}
+	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 200, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("the state differs from a from-scratch evaluation: %v", rep.Mismatches[:min(10, len(rep.Mismatches))])
+	}
+}
