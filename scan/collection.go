@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -16,12 +17,19 @@ import (
 // status) leaves one group's count and joins another's: written by two transactions, the group it joined could be
 // counted before the group it left, and the ledger would count that birth twice until the second one commits.
 //
-// So a tick that writes a member count in a collection and scope first holds the group row of every live group
-// there (no other tick can write a count of them meanwhile), then counts, and writes with its own groups every
-// other group of the collection and scope whose count the count moved. Every count of a collection and scope the
-// tick leaves alone already equals the tick's count, and the ones it writes equal it when it commits: no birth is
-// counted in two groups, at any commit. Rows another transaction holds defer the tick's groups of that collection
-// and scope (they stay dirty for a later tick), as everywhere a tick locks beyond its claim (postgres.LockOrder).
+// Two rules keep every commit from counting a birth twice:
+//
+//   - A tick writes with its own groups every other live group of their collections and scopes whose stored count
+//     is above the tick's count (movedCounts): the groups births left. A row another transaction holds defers the
+//     tick's groups of that collection and scope, which stay dirty for a later tick.
+//   - Before it commits, a tick takes the count lock of each collection and scope it wrote, counts the collection
+//     again and checks that the counts stored there now, its own included, add up to no more than its births
+//     (checkCounts). A tick that committed meanwhile may have counted a birth the tick's count placed elsewhere; then
+//     the tick rolls back and runs again (errCountsMoved), and its new count sees that commit. The lock is held from
+//     the check to the commit, so every tick checks against every count committed before it.
+//
+// Under a births load no count is above the source's and the check passes: the lock is held only for one count
+// and one sum, so ticks do not queue behind each other's evaluations.
 
 // collScope is one collection in one scope: the births a scope's ledger partitions among the live groups of the
 // collection's bases.
@@ -33,24 +41,8 @@ func collScopeOf(g gcos.Group) collScope {
 	return collScope{postgres.Deref(g.SourceRegistry), postgres.Deref(g.Scope)}
 }
 
-// holdCollectionsSQL locks, without waiting, the group rows of every live group of the collections and scopes
-// ($1, $2), in group-key order, and lists those groups with whether this transaction now holds the row.
-const holdCollectionsSQL = `
-WITH cs AS (SELECT DISTINCT u.coll, u.scope FROM unnest($1::text[], $2::text[]) AS u(coll, scope)),
-held AS MATERIALIZED (
-    SELECT g.group_key FROM governance_group g JOIN cs ON cs.coll = g.source_registry AND cs.scope = coalesce(g.scope, '')
-    WHERE g.retired_at IS NULL
-    ORDER BY g.group_key
-    FOR NO KEY UPDATE OF g SKIP LOCKED
-)
-SELECT g.group_key, g.source_registry, coalesce(g.scope, ''), g.group_key IN (SELECT group_key FROM held)
-FROM governance_group g JOIN cs ON cs.coll = g.source_registry AND cs.scope = coalesce(g.scope, '')
-WHERE g.retired_at IS NULL`
-
-// holdCollections takes the group rows of every live group of the groups' collections and scopes. It returns the
-// live groups of each collection and scope it holds, and those it could not hold (another transaction holds a row).
-func holdCollections(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Group) (live map[collScope][]string, busy map[collScope]bool, err error) {
-	var colls, scopes []string
+// collScopes lists the distinct collections and scopes of the groups as two parallel arrays, for unnest.
+func collScopes(groups map[string]gcos.Group) (colls, scopes []string) {
 	seen := map[collScope]bool{}
 	for _, g := range groups {
 		if cs := collScopeOf(g); !seen[cs] {
@@ -58,56 +50,29 @@ func holdCollections(ctx context.Context, tx pgx.Tx, groups map[string]gcos.Grou
 			colls, scopes = append(colls, cs.coll), append(scopes, cs.scope)
 		}
 	}
-	rows, err := tx.Query(ctx, holdCollectionsSQL, colls, scopes)
-	if err != nil {
-		return nil, nil, fmt.Errorf("hold the groups of the collections: %w", err)
-	}
-	live, busy = map[collScope][]string{}, map[collScope]bool{}
-	var key string
-	var cs collScope
-	var mine bool
-	if _, err := pgx.ForEachRow(rows, []any{&key, &cs.coll, &cs.scope, &mine}, func() error {
-		live[cs] = append(live[cs], key)
-		if !mine {
-			busy[cs] = true
-		}
-		return nil
-	}); err != nil {
-		return nil, nil, fmt.Errorf("hold the groups of the collections: %w", err)
-	}
-	for cs := range busy {
-		delete(live, cs)
-	}
-	return live, busy, nil
+	return colls, scopes
 }
 
-// storedCountsSQL reads the count the ledger holds for each group ($1): its candidate row's under ruleset $2, or
-// its registry row's when it has none (v_invariant_ledger), with its base.
+// storedCountsSQL lists the live groups of the collections and scopes ($1, $2) with their base and the count the
+// ledger holds for them: their candidate row's under ruleset $3, or their registry row's when they have none.
 const storedCountsSQL = `
 SELECT g.group_key, g.object_class, g.source_registry, g.lifecycle_status, coalesce(c.member_count, g.member_count),
        c.group_key IS NOT NULL
 FROM governance_group g
-LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = $2
-WHERE g.group_key = ANY($1)
+JOIN unnest($1::text[], $2::text[]) AS u(coll, scope) ON u.coll = g.source_registry AND u.scope = coalesce(g.scope, '')
+LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = $3
+WHERE g.retired_at IS NULL
 ORDER BY g.group_key`
 
-// movedCounts lists the live groups of the held collections and scopes, other than the tick's own, whose stored
-// count differs from the count (members): those with a candidate row under ruleset, for the tick to claim, and
-// those without one, judged as unseeded groups. Both in group-key order.
-func movedCounts(ctx context.Context, tx pgx.Tx, ruleset string, live map[collScope][]string, own map[string]gcos.Group,
+// movedCounts lists the live groups of the groups' collections and scopes, other than the tick's own, whose stored
+// count is above the count (members): the groups births left, which may still count a birth the tick's groups count
+// now. A group below the count (births it has not counted yet) counts nothing twice and is left to its own marks.
+// It returns those with a candidate row under ruleset, for the tick to claim, and those without one, judged as
+// unseeded groups. Both in group-key order.
+func movedCounts(ctx context.Context, tx pgx.Tx, ruleset string, own map[string]gcos.Group,
 	members map[postgres.BirthBase]int64) (seeded, unseeded []string, err error) {
-	var others []string
-	for _, keys := range live {
-		for _, k := range keys {
-			if _, mine := own[k]; !mine {
-				others = append(others, k)
-			}
-		}
-	}
-	if len(others) == 0 {
-		return nil, nil, nil
-	}
-	rows, err := tx.Query(ctx, storedCountsSQL, others, ruleset)
+	colls, scopes := collScopes(own)
+	rows, err := tx.Query(ctx, storedCountsSQL, colls, scopes, ruleset)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the stored counts of the collections: %w", err)
 	}
@@ -116,9 +81,12 @@ func movedCounts(ctx context.Context, tx pgx.Tx, ruleset string, live map[collSc
 	var stored *int64
 	var hasRow bool
 	if _, err := pgx.ForEachRow(rows, []any{&key, &class, &coll, &status, &stored, &hasRow}, func() error {
-		b := postgres.BirthBase{Class: postgres.Deref(class), Coll: postgres.Deref(coll), Status: postgres.Deref(status)}
-		if stored != nil && *stored == members[b] {
+		if _, mine := own[key]; mine {
 			return nil
+		}
+		b := postgres.BirthBase{Class: postgres.Deref(class), Coll: postgres.Deref(coll), Status: postgres.Deref(status)}
+		if stored == nil || *stored <= members[b] {
+			return nil // it counts no birth the count found elsewhere
 		}
 		if hasRow {
 			seeded = append(seeded, key)
@@ -129,7 +97,65 @@ func movedCounts(ctx context.Context, tx pgx.Tx, ruleset string, live map[collSc
 	}); err != nil {
 		return nil, nil, fmt.Errorf("read the stored counts of the collections: %w", err)
 	}
-	slices.Sort(seeded)
-	slices.Sort(unseeded)
 	return seeded, unseeded, nil
+}
+
+// errCountsMoved is checkCounts's answer when a collection and scope would count more births than it has once the
+// tick commits: the tick rolls back and runs again.
+var errCountsMoved = errors.New("a count committed meanwhile moved births the tick counted")
+
+// countLocksSQL takes the count locks of the collections and scopes ($1, $2), in lock-key order, waiting: the last
+// locks a tick takes (postgres.LockOrder), and their holders only read before they commit.
+const countLocksSQL = `
+SELECT count(pg_advisory_xact_lock(k.key))
+FROM (SELECT DISTINCT hashtextextended('gcos.counts:' || u.coll || chr(31) || u.scope, 0) AS key
+      FROM unnest($1::text[], $2::text[]) AS u(coll, scope) ORDER BY 1) k`
+
+// storedSumsSQL adds up, per collection and scope ($1, $2), the counts the ledger holds for its live groups under
+// ruleset $3 (the tick's own writes included).
+const storedSumsSQL = `
+SELECT u.coll, u.scope, coalesce(sum(coalesce(c.member_count, g.member_count)), 0)::bigint
+FROM unnest($1::text[], $2::text[]) AS u(coll, scope)
+LEFT JOIN governance_group g ON g.source_registry = u.coll AND coalesce(g.scope, '') = u.scope AND g.retired_at IS NULL
+LEFT JOIN governance_candidate_state c ON c.group_key = g.group_key AND c.ruleset_version = $3
+GROUP BY 1, 2`
+
+// checkCounts is the tick's last step (see above): with the count locks of the collections and scopes of the groups
+// it wrote held, the counts stored in each must add up to no more than the collection's births now.
+func (s *Stage) checkCounts(ctx context.Context, tx pgx.Tx, ruleset string, written map[string]gcos.Group) error {
+	if len(written) == 0 {
+		return nil
+	}
+	colls, scopes := collScopes(written)
+	if _, err := tx.Exec(ctx, countLocksSQL, colls, scopes); err != nil {
+		return fmt.Errorf("take the count locks: %w", err)
+	}
+	counted, err := s.core.CountGroups(ctx, tx, written)
+	if err != nil {
+		return err
+	}
+	births := map[string]int64{}
+	for b, n := range counted.Members {
+		births[b.Coll] += n
+	}
+	rows, err := tx.Query(ctx, storedSumsSQL, colls, scopes, ruleset)
+	if err != nil {
+		return fmt.Errorf("add up the stored counts: %w", err)
+	}
+	var cs collScope
+	var sum int64
+	var over []string
+	if _, err := pgx.ForEachRow(rows, []any{&cs.coll, &cs.scope, &sum}, func() error {
+		if sum > births[cs.coll] {
+			over = append(over, fmt.Sprintf("%s in %q: %d counted, %d births", cs.coll, cs.scope, sum, births[cs.coll]))
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add up the stored counts: %w", err)
+	}
+	if len(over) > 0 {
+		slices.Sort(over)
+		return fmt.Errorf("%w: %v", errCountsMoved, over)
+	}
+	return nil
 }

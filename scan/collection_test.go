@@ -2,6 +2,7 @@ package scan_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -146,6 +147,68 @@ func TestAMovedBirthIsNeverCountedTwice(t *testing.T) {
 	if got := counted(joined); len(got) != 1 || got[had+1] != len(joined) {
 		t.Errorf("the groups the birth joined count %v, want %d in each", got, had+1)
 	}
+	// A tick that reaches its commit after another transaction committed a count there runs again: another scan
+	// counted a birth of the collection twice (here, one more in a group the birth joined) while the tick, which
+	// judges a group the birth left, waited for the count lock. Committing on top would keep the ledger open; the
+	// tick counts again instead, takes the group counted too high and writes it.
+	var scope string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(scope, '') FROM governance_group WHERE group_key = $1`, left[0]).Scan(&scope); err != nil {
+		t.Fatal(err)
+	}
+	var other string
+	if err := pool.QueryRow(ctx, `SELECT group_key FROM governance_group WHERE group_key = ANY($1) AND coalesce(scope, '') = $2`, joined, scope).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.counts:' || $1 || chr(31) || $2, 0))`, coll, scope); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.MarkDirty(ctx, []string{left[0]}, "handoff:object_born"); err != nil {
+		t.Fatal(err)
+	}
+	type tickResult struct {
+		res scan.ScanResult
+		err error
+	}
+	done := make(chan tickResult, 1)
+	go func() {
+		res, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeEvent})
+		done <- tickResult{res, err}
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var waiting int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the tick never waited for the count lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := holder.Exec(ctx, `UPDATE governance_candidate_state SET member_count = member_count + 1
+		WHERE group_key = $1 AND ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || r.res.Scanned < 2 {
+		t.Fatalf("the tick after the count moved: %+v %v; want it to judge the group it claimed and the one counted too high", r.res, r.err)
+	}
+	closes("a tick that committed after another count moved")
+	if got := counted([]string{other}); got[had+1] != 1 {
+		t.Errorf("the group counted too high counts %v, want %d", got, had+1)
+	}
+
 	rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{Sample: 200, Seed: 1})
 	if err != nil {
 		t.Fatal(err)

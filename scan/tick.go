@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -184,6 +185,25 @@ func liveSiblings(ctx context.Context, tx pgx.Tx, ruleset string, claimed map[st
 // scan is committed once (nothing duplicated). A group whose evaluation fails is marked failed, keeps its dirty
 // mark and is retried with exponential backoff.
 func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := s.scanTick(ctx, opts)
+		if !errors.Is(err, errCountsMoved) {
+			return res, err
+		}
+		if attempt == countAttempts {
+			// Left as they are, dirty: a later tick counts again. Not a failure of the groups, nor of the scan.
+			s.logger.Info("scan: counts kept moving under the tick; its groups wait for a later tick", "mode", opts.Mode, "attempts", attempt, "why", err)
+			return ScanResult{Mode: opts.Mode, RunID: opts.RunID, RulesetVersion: res.RulesetVersion, Deferred: res.Claimed + res.Deferred}, nil
+		}
+	}
+}
+
+// countAttempts is how many times a tick runs when a count committed meanwhile moved births it counted
+// (errCountsMoved): each attempt counts again and takes the groups that count moved.
+const countAttempts = 3
+
+// scanTick is one attempt of ScanTick.
+func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, error) {
 	start := time.Now()
 	res := ScanResult{Mode: opts.Mode, RunID: opts.RunID}
 	switch opts.Mode {
@@ -242,7 +262,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	}
 	var recordLater []gcos.Group // groups members moved to that the registry lacks (placement.lockWrites)
 	err = inTx(ctx, func(tx pgx.Tx) error {
-		recordLater = nil
+		recordLater, res.Deferred = nil, 0
 		previous := map[string]storedResult{}
 		var keys []string
 		claim := func(what, sql string, args ...any) error {
@@ -309,33 +329,23 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		// The tick holds every live group of its collections and scopes, counts them, and claims the ones whose
-		// count moved with its own (collection.go); a collection and scope it cannot hold waits for a later tick.
-		deferEarly := 0
+		// The tick counts, and claims with its own the groups of their collections and scopes that count births the
+		// count found elsewhere (collection.go); one another transaction holds defers its collection and scope.
 		drop := func(busy map[collScope]bool) {
 			for k, g := range groups {
 				if busy[collScopeOf(g)] {
 					delete(groups, k)
-					deferEarly++
+					res.Deferred++
 				}
 			}
 			keys = slices.DeleteFunc(keys, func(k string) bool { _, ok := groups[k]; return !ok })
 			unseeded = slices.DeleteFunc(unseeded, func(k string) bool { _, ok := groups[k]; return !ok })
 		}
-		live, busy, err := holdCollections(ctx, tx, groups)
-		if err != nil {
-			return err
-		}
-		drop(busy)
-		res.Deferred = deferEarly
-		if len(groups) == 0 {
-			return nil
-		}
 		counted, err := s.core.CountGroups(ctx, tx, groups)
 		if err != nil {
 			return err
 		}
-		movedSeeded, movedUnseeded, err := movedCounts(ctx, tx, rs.Version, live, groups, counted.Members)
+		movedSeeded, movedUnseeded, err := movedCounts(ctx, tx, rs.Version, groups, counted.Members)
 		if err != nil {
 			return err
 		}
@@ -363,7 +373,6 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 				}
 			}
 			drop(busy)
-			res.Deferred = deferEarly
 			if len(groups) == 0 {
 				return nil
 			}
@@ -414,7 +423,8 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		res.Deferred, recordLater = deferEarly+len(deferred), absent
+		res.Deferred += len(deferred)
+		recordLater = absent
 		if len(deferred) > 0 {
 			keys = slices.DeleteFunc(keys, func(k string) bool { return deferred[k] })
 			unseeded = slices.DeleteFunc(unseeded, func(k string) bool { return deferred[k] })
@@ -525,15 +535,25 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			WHERE run_id = $1`, res.RunID, res.Scanned+res.Seeded, res.VerdictChanges, snapshotID, res.Unchanged); err != nil {
 			return fmt.Errorf("account run %s: %w", res.RunID, err)
 		}
-		if opts.Mode == postgres.ModeFullAudit {
-			return nil // the audit's run is recorded once, when it finishes (FinishRun)
+		if opts.Mode != postgres.ModeFullAudit { // the audit's run is recorded once, when it finishes (FinishRun)
+			if err := postgres.RecordRunTx(ctx, tx, postgres.RunSummary{RunID: res.RunID, Mode: opts.Mode,
+				Status: postgres.RunSucceeded, Ruleset: rs.Version, Snapshot: snapshotID,
+				Scanned: int64(res.Scanned + res.Seeded), Changed: int64(res.VerdictChanges), Failed: int64(res.Failed),
+				Retired: int64(res.Retired)}); err != nil {
+				return err
+			}
 		}
-		return postgres.RecordRunTx(ctx, tx, postgres.RunSummary{RunID: res.RunID, Mode: opts.Mode,
-			Status: postgres.RunSucceeded, Ruleset: rs.Version, Snapshot: snapshotID,
-			Scanned: int64(res.Scanned + res.Seeded), Changed: int64(res.VerdictChanges), Failed: int64(res.Failed),
-			Retired: int64(res.Retired)})
+		// Last, holding nothing it waits for: the counts of every collection and scope written add up (collection.go).
+		written := maps.Clone(groups)
+		for _, g := range place.moved {
+			written[g.Key] = g
+		}
+		return s.checkCounts(ctx, tx, rs.Version, written)
 	})
 	if err != nil {
+		if errors.Is(err, errCountsMoved) {
+			return res, err // nothing was written: the tick runs again (ScanTick)
+		}
 		if opts.Mode == postgres.ModeFullAudit && postgres.IsPgCode(err, "40P01", "40001") {
 			return res, err // the audit retries the tick; if it gives up, its run ends failed (runFullAudit)
 		}
