@@ -31,6 +31,9 @@ type ScanOptions struct {
 	// placed is set on the tick that follows one which recorded the groups its members moved to: it does not
 	// record (and follow itself) again.
 	placed bool
+	// moved is set on the attempts that follow one whose counts did not add up (errCountsMoved): they take the
+	// groups counted above the count with their own (movedCounts).
+	moved bool
 	// dirty, when set, is the dirty set's size as the previous tick of the run counted it when it ended: the storm
 	// guard takes it instead of counting again.
 	dirty *int64
@@ -190,6 +193,7 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if !errors.Is(err, errCountsMoved) {
 			return res, err
 		}
+		opts.moved = true
 		if attempt == countAttempts {
 			// Left as they are, dirty: a later tick counts again. Not a failure of the groups, nor of the scan.
 			s.logger.Info("scan: counts kept moving under the tick; its groups wait for a later tick", "mode", opts.Mode, "attempts", attempt, "why", err)
@@ -329,8 +333,9 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		// The tick counts, and claims with its own the groups of their collections and scopes that count births the
-		// count found elsewhere (collection.go); one another transaction holds defers its collection and scope.
+		// The tick counts; after a check that did not add up it claims with its own the groups of their collections
+		// and scopes that count births the count found elsewhere (collection.go); one another transaction holds
+		// defers its collection and scope.
 		drop := func(busy map[collScope]bool) {
 			for k, g := range groups {
 				if busy[collScopeOf(g)] {
@@ -345,9 +350,11 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		movedSeeded, movedUnseeded, err := movedCounts(ctx, tx, rs.Version, groups, counted.Members)
-		if err != nil {
-			return err
+		var movedSeeded, movedUnseeded []string
+		if opts.moved {
+			if movedSeeded, movedUnseeded, err = movedCounts(ctx, tx, rs.Version, groups, counted.Members); err != nil {
+				return err
+			}
 		}
 		if len(movedSeeded)+len(movedUnseeded) > 0 {
 			before := len(keys)
