@@ -309,16 +309,18 @@ func UpdateGroupCounts(ctx context.Context, tx pgx.Tx, groups []gcos.Group) erro
 //     marks (governance_pending_mark) are only inserted by a marking transaction and taken with SKIP LOCKED by the
 //     one settling them (ApplyPendingMarks), so nobody waits on one;
 //  4. object rows: the advisory lock of each birth base in lock-key order (FollowObjects), then the rows;
-//  5. findings: the advisory lock of the coalesce key, last. The finding of a signal held for an inactive type is
+//  5. findings: the advisory lock of the coalesce key. The finding of a signal held for an inactive type is
 //     raised from inside other raises (a finding's announcement), one key for many transactions, so it is taken
-//     only when free (RaiseHeldSignalFindingTx) and the promoter makes a raise skipped there.
+//     only when free (RaiseHeldSignalFindingTx) and the promoter makes a raise skipped there;
+//  6. count locks: a scan tick's advisory lock of each collection and scope it wrote, in lock-key order, last of
+//     all; the holder only reads until it commits (scan/collection.go).
 //
 // A scan tick is the exception that proves the rule: its claims come first, but with SKIP LOCKED, and every
-// other group or candidate row it writes (its groups' rows, every live group of their collections and scopes, the
-// groups its members moved to) it takes with SKIP LOCKED too; work whose rows another transaction holds stays dirty for a later tick, and a tick never inserts a
+// other group or candidate row it writes (its groups' rows, the groups its members moved to) it takes with SKIP
+// LOCKED too; work whose rows another transaction holds stays dirty for a later tick, and a tick never inserts a
 // group key (a group its members moved to that the registry lacks is recorded after the tick commits). So a tick
 // never waits on level 2 or 3, and a waiter that follows the order can always finish.
-const LockOrder = "kept counts, group rows, candidate rows, object rows, findings"
+const LockOrder = "kept counts, group rows, candidate rows, object rows, findings, count locks"
 
 // LockGroups locks every group row in group-key order (the full audit's reconciliation, level 2 of LockOrder).
 func LockGroups(ctx context.Context, tx pgx.Tx) error {

@@ -186,7 +186,8 @@ func liveSiblings(ctx context.Context, tx pgx.Tx, ruleset string, claimed map[st
 // under the current ruleset and writes scan_time, stale_after, evidence and verdict, clearing dirty — all in the
 // transaction that holds the claim, so a crash at any point leaves the groups dirty (nothing lost) and a finished
 // scan is committed once (nothing duplicated). A group whose evaluation fails is marked failed, keeps its dirty
-// mark and is retried with exponential backoff.
+// mark and is retried with exponential backoff. A tick whose counts of a collection and scope would not add up when
+// it commits runs again (collection.go).
 func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := s.scanTick(ctx, opts)
@@ -202,8 +203,8 @@ func (s *Stage) ScanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	}
 }
 
-// countAttempts is how many times a tick runs when a count committed meanwhile moved births it counted
-// (errCountsMoved): each attempt counts again and takes the groups that count moved.
+// countAttempts is how many times a tick runs while its counts do not add up when it commits (errCountsMoved):
+// each attempt after the first counts again and takes the groups counted above its count.
 const countAttempts = 3
 
 // scanTick is one attempt of ScanTick.
