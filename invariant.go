@@ -119,3 +119,10 @@ func (l Ledger) Difference() int64 { return l.Total - l.Sum() }
 
 // Closes reports whether the invariant holds; a ledger that does not close raises governance_schema_drift.
 func (l Ledger) Closes() bool { return l.Difference() == 0 }
+
+// LedgerReport is the invariant ledger of every scope (or one), against one snapshot.
+type LedgerReport struct {
+	SnapshotID *int64   `json:"snapshot_id"`
+	Ledgers    []Ledger `json:"ledgers"`
+	Closes     bool     `json:"closes"`
+}

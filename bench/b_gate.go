@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -75,8 +76,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	// The gate's view, as gcos up runs it: the view's figures go through it, the database figures ask
 	// with consistency=full.
 	heapBefore := heapInUse()
-	view := postgres.NewVerdictView(ws.store)
-	ws.store.AttachView(view)
+	view := ws.gate.View()
 	vctx, stopView := context.WithCancel(ctx)
 	defer stopView()
 	go func() { _ = view.Run(vctx) }()
@@ -88,7 +88,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	var allowed, blocked, fromView, viewCalls atomic.Int64
 	inProcess := func(ctx context.Context, i int) error {
 		o := objs[i%len(objs)]
-		res := ws.store.GateWith(ctx, o.ref, gcos.ActionWrite, postgres.GateOptions{Consistency: postgres.ConsistencyFull})
+		res := ws.gate.GateWith(ctx, o.ref, gcos.ActionWrite, gate.GateOptions{Consistency: gate.ConsistencyFull})
 		if res.Decision == gcos.GateAllow {
 			allowed.Add(1)
 		} else {
@@ -98,9 +98,9 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	}
 	inView := func(ctx context.Context, i int) error {
 		o := objs[i%len(objs)]
-		res := ws.store.Gate(ctx, o.ref, gcos.ActionWrite)
+		res := ws.gate.Gate(ctx, o.ref, gcos.ActionWrite)
 		viewCalls.Add(1)
-		if res.Source == postgres.SourceView {
+		if res.Source == gate.SourceView {
 			fromView.Add(1)
 		}
 		return nil
@@ -186,7 +186,7 @@ func heapInUse() uint64 {
 }
 
 // waitFresh waits until the view may answer.
-func waitFresh(ctx context.Context, v *postgres.VerdictView) error {
+func waitFresh(ctx context.Context, v *gate.VerdictView) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for !v.Stats().Fresh {
 		if time.Now().After(deadline) {
@@ -206,8 +206,8 @@ func waitFresh(ctx context.Context, v *postgres.VerdictView) error {
 func measureStaleness(ctx context.Context, ws *worldStore, objs []gateObject, n int) ([]float64, error) {
 	var obj, key string
 	for _, o := range objs {
-		res := ws.store.Gate(ctx, o.ref, gcos.ActionWrite)
-		if res.Decision == gcos.GateAllow && res.Source == postgres.SourceView && !slices.Contains(ws.store.Config().Gate.LowRiskClasses, res.RiskClass) {
+		res := ws.gate.Gate(ctx, o.ref, gcos.ActionWrite)
+		if res.Decision == gcos.GateAllow && res.Source == gate.SourceView && !slices.Contains(ws.store.Config().Gate.LowRiskClasses, res.RiskClass) {
 			for _, c := range res.Consulted {
 				if c.Source == gcos.GateSourceGroup {
 					obj, key = o.ref, c.Key
@@ -226,8 +226,8 @@ func measureStaleness(ctx context.Context, ws *worldStore, objs []gateObject, n 
 	reflect := func(want string, since time.Time) (float64, error) {
 		deadline := since.Add(time.Minute)
 		for {
-			res := ws.store.Gate(ctx, obj, gcos.ActionWrite)
-			if res.Decision == want && res.Source == postgres.SourceView {
+			res := ws.gate.Gate(ctx, obj, gcos.ActionWrite)
+			if res.Decision == want && res.Source == gate.SourceView {
 				return ms(time.Since(since)), nil
 			}
 			if time.Now().After(deadline) {

@@ -12,6 +12,7 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gate"
 	"gcos/postgres"
 )
 
@@ -72,7 +73,7 @@ func benchGateChurn(ctx context.Context, r *runner) ([]row, error) {
 		dcancel()
 		wg.Wait()
 	}()
-	if err := waitFresh(dctx, d.View); err != nil {
+	if err := waitFresh(dctx, d.Gate.View()); err != nil {
 		return nil, err
 	}
 	churnPool, err := r.env.pool(ctx, ws.db, 4, "gcos-bench-churn")
@@ -85,7 +86,7 @@ func benchGateChurn(ctx context.Context, r *runner) ([]row, error) {
 	// measure asks the gate from 8 callers, each once every churnAsk: a pipeline's pace, so the share of blocked
 	// decisions is the share of the time an object is blocked (unpaced callers would weigh a fast allow thousands
 	// of times against a block that waited for its re-scan).
-	measure := func(store *postgres.Store, births *atomic.Int64, ph *phase) error {
+	measure := func(g *gate.Gate, births *atomic.Int64, ph *phase) error {
 		var blocked, fromView, rescanned atomic.Int64
 		b0, t0 := births.Load(), time.Now()
 		lats := make([][]float64, gateWorkers)
@@ -97,12 +98,12 @@ func benchGateChurn(ctx context.Context, r *runner) ([]row, error) {
 				next, end := time.Now(), time.Now().Add(r.opts.gateDuration)
 				for i := w; next.Before(end) && dctx.Err() == nil; i += gateWorkers {
 					q0 := time.Now()
-					res := store.Gate(dctx, objects[i%len(objects)], gcos.ActionWrite)
+					res := g.Gate(dctx, objects[i%len(objects)], gcos.ActionWrite)
 					lats[w] = append(lats[w], ms(time.Since(q0)))
 					if res.Decision != gcos.GateAllow {
 						blocked.Add(1)
 					}
-					if res.Source == postgres.SourceView {
+					if res.Source == gate.SourceView {
 						fromView.Add(1)
 					}
 					if res.Rescanned {
@@ -146,11 +147,11 @@ func benchGateChurn(ctx context.Context, r *runner) ([]row, error) {
 		time.Sleep(5 * time.Second) // reach the steady state: the groups are dirtied and scanned over and over
 		var ours, nv phase
 		for rep := 0; rep < r.opts.reps; rep++ {
-			if err := measure(ws.store, births, &ours); err != nil {
+			if err := measure(d.Gate, births, &ours); err != nil {
 				stopChurn()
 				return nil, err
 			}
-			if err := measure(naive, births, &nv); err != nil {
+			if err := measure(gate.New(naive, nil), births, &nv); err != nil {
 				stopChurn()
 				return nil, err
 			}
@@ -210,7 +211,7 @@ func allowedAtRest(ctx context.Context, ws *worldStore) ([]string, []churnBase, 
 		if len(objects) == churnObjects {
 			break
 		}
-		res := ws.store.Decide(ctx, c.ref, gcos.ActionWrite)
+		res := ws.gate.Decide(ctx, c.ref, gcos.ActionWrite)
 		if res.Decision != gcos.GateAllow || res.RiskClass == "" || slices.Contains(low, res.RiskClass) {
 			continue
 		}

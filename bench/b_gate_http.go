@@ -12,7 +12,7 @@ import (
 
 	"gcos"
 	"gcos/client"
-	"gcos/postgres"
+	"gcos/gate"
 )
 
 // gateBatchSize is the batch the benchmark asks: a change's objects.
@@ -31,15 +31,14 @@ func benchGateHTTP(ctx context.Context, r *runner) ([]row, error) {
 		return nil, err
 	}
 	defer done()
-	view := postgres.NewVerdictView(ws.store)
-	ws.store.AttachView(view)
+	view := ws.gate.View()
 	vctx, stopView := context.WithCancel(ctx)
 	defer stopView()
 	go func() { _ = view.Run(vctx) }()
 	if err := waitFresh(ctx, view); err != nil {
 		return nil, err
 	}
-	base, stop, err := serveBench(ws.store, false)
+	base, stop, err := serveBench(ws.gate, false)
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +58,7 @@ func benchGateHTTP(ctx context.Context, r *runner) ([]row, error) {
 	var answers, fromView, allowed atomic.Int64
 	count := func(source string, allow int) {
 		answers.Add(1)
-		if source == postgres.SourceView {
+		if source == gate.SourceView {
 			fromView.Add(1)
 		}
 		allowed.Add(int64(allow))
@@ -85,12 +84,12 @@ func benchGateHTTP(ctx context.Context, r *runner) ([]row, error) {
 		}
 	}
 	inProcSingle := func(ctx context.Context, i int) error {
-		res := ws.store.Gate(ctx, objs[i%len(objs)].ref, gcos.ActionWrite)
+		res := ws.gate.Gate(ctx, objs[i%len(objs)].ref, gcos.ActionWrite)
 		count(res.Source, btoi(res.Decision == gcos.GateAllow))
 		return nil
 	}
 	inProcBatch := func(ctx context.Context, i int) error {
-		res := ws.store.GateBatch(ctx, batchAt(i), postgres.GateOptions{})
+		res := ws.gate.GateBatch(ctx, batchAt(i), gate.GateOptions{})
 		n := 0
 		for _, d := range res.Results {
 			n += btoi(d.Decision == gcos.GateAllow)

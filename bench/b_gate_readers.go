@@ -14,6 +14,7 @@ import (
 
 	"gcos"
 	gclient "gcos/client"
+	"gcos/gate"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -36,10 +37,9 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 		return nil, err
 	}
 	defer gatePool.Close()
-	ours := postgres.New(ws.pool, cfg, r.log.With("system", "gcos")).WithGatePool(gatePool)
+	ours := gate.New(postgres.New(ws.pool, cfg, r.log.With("system", "gcos")).WithGatePool(gatePool), nil)
 	// Ours answers from the gate's view, kept current as `gcos up` keeps it (gate.view).
-	view := postgres.NewVerdictView(ours)
-	ours.AttachView(view)
+	view := ours.View()
 	vctx, stopView := context.WithCancel(ctx)
 	defer stopView()
 	go func() { _ = view.Run(vctx) }()
@@ -52,7 +52,7 @@ func benchGateReaders(ctx context.Context, r *runner) ([]row, error) {
 	}
 	defer stopOurs()
 	// Naive, as before the gate had its own pool: one shared pool, every /v1/invariant computed for its caller.
-	naiveURL, stopNaive, err := serveBench(ws.store, true)
+	naiveURL, stopNaive, err := serveBench(ws.gate, true)
 	if err != nil {
 		return nil, err
 	}
@@ -227,11 +227,11 @@ func gateObjects(ctx context.Context, ws *worldStore) ([]gateObject, error) {
 	return objs, nil
 }
 
-// serveBench serves store with httpapi.NewServer, as `gcos up` does, on a loopback port. uncached (the naive
+// serveBench serves g with httpapi.NewServer, as `gcos up` does, on a loopback port. uncached (the naive
 // server) routes /v1/invariant past the API's read cache: each caller runs the ledger query.
-func serveBench(store *postgres.Store, uncached bool) (string, func(), error) {
+func serveBench(g *gate.Gate, uncached bool) (string, func(), error) {
 	limits := gcos.HTTPConfig{Listen: "127.0.0.1:0", InsecureNoAuth: true}
-	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: limits, Version: "bench"})
+	srv, err := httpapi.NewServer(httpapi.Config{Store: g.Store(), Gate: g, HTTP: limits, Version: "bench"})
 	if err != nil {
 		return "", nil, err
 	}
@@ -240,7 +240,7 @@ func serveBench(store *postgres.Store, uncached bool) (string, func(), error) {
 		mux := http.NewServeMux()
 		mux.Handle("/", api)
 		mux.HandleFunc("GET /v1/invariant", func(w http.ResponseWriter, r *http.Request) {
-			rep, err := store.Invariant(r.Context(), "")
+			rep, err := g.Invariant(r.Context(), "")
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return

@@ -9,6 +9,7 @@ import (
 
 	"gcos"
 	"gcos/embeddedpg"
+	"gcos/gate"
 	"gcos/postgres"
 	"gcos/world"
 )
@@ -45,10 +46,11 @@ func benchGateReplica(ctx context.Context, r *runner) ([]row, error) {
 		return nil, err
 	}
 	defer store.Close()
+	g := gate.New(store, nil)
 	mctx, stopMonitor := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = store.RunReplicaMonitor(mctx) }()
+	go func() { defer wg.Done(); _ = g.Run(mctx) }()
 	defer func() { stopMonitor(); wg.Wait() }()
 
 	churnPool, err := r.env.pool(ctx, ws.db, 4, "gcos-bench-churn")
@@ -78,7 +80,7 @@ func benchGateReplica(ctx context.Context, r *runner) ([]row, error) {
 			case <-sctx.Done():
 				return
 			case <-t.C:
-				if l := store.ReplicaStats().LagSeconds; l >= 0 {
+				if l := g.ReplicaStats().LagSeconds; l >= 0 {
 					lmu.Lock()
 					lags = append(lags, l*1000)
 					lmu.Unlock()
@@ -86,13 +88,13 @@ func benchGateReplica(ctx context.Context, r *runner) ([]row, error) {
 			}
 		}
 	}()
-	full := postgres.GateOptions{Consistency: postgres.ConsistencyFull}
+	full := gate.GateOptions{Consistency: gate.ConsistencyFull}
 	var viaReplica, viaPrimary gateFigures
-	before := store.ReplicaStats()
+	before := g.ReplicaStats()
 	b0, t0 := churn.Births(), time.Now()
 	for i := 0; i < r.opts.reps; i++ {
 		rate, lat, err := hammer(ctx, gateWorkers, r.opts.gateDuration, func(ctx context.Context, i int) error {
-			store.Gate(ctx, objs[i%len(objs)].ref, gcos.ActionRead)
+			g.Gate(ctx, objs[i%len(objs)].ref, gcos.ActionRead)
 			return nil
 		})
 		if err != nil {
@@ -100,7 +102,7 @@ func benchGateReplica(ctx context.Context, r *runner) ([]row, error) {
 		}
 		viaReplica.add(rate, lat)
 		if rate, lat, err = hammer(ctx, gateWorkers, r.opts.gateDuration, func(ctx context.Context, i int) error {
-			store.GateWith(ctx, objs[i%len(objs)].ref, gcos.ActionRead, full)
+			g.GateWith(ctx, objs[i%len(objs)].ref, gcos.ActionRead, full)
 			return nil
 		}); err != nil {
 			return nil, err
@@ -109,7 +111,7 @@ func benchGateReplica(ctx context.Context, r *runner) ([]row, error) {
 	}
 	births := float64(churn.Births()-b0) / time.Since(t0).Seconds()
 	stopSampling()
-	after := store.ReplicaStats()
+	after := g.ReplicaStats()
 	reads, fallbacks := after.Reads-before.Reads, after.Fallbacks-before.Fallbacks
 	share := 0.0
 	if reads+fallbacks > 0 {

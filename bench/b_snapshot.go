@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"gcos/gate"
 	"gcos/postgres"
 	"gcos/world"
 )
@@ -16,6 +17,7 @@ type worldStore struct {
 	db    string
 	pool  *pgxpool.Pool
 	store *postgres.Store
+	gate  *gate.Gate // over store, without a re-scanner; its view runs only where a benchmark runs it
 }
 
 // openWorld creates the benchmark's database with a world of births births; close drops it.
@@ -50,6 +52,7 @@ func (r *runner) openStore(ctx context.Context, db string, maxConns int32) (*wor
 		return nil, func() {}, err
 	}
 	ws := &worldStore{db: db, pool: p, store: postgres.New(p, benchConfig(r.opts), r.log.With("system", "gcos"))}
+	ws.gate = gate.New(ws.store, nil)
 	return ws, p.Close, nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"gcos"
 	"gcos/client"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/httpapi"
 )
@@ -60,7 +61,7 @@ func TestAgainstTheServer(t *testing.T) {
 	}
 	for i, ch := range checks {
 		one := c.Gate(w.Ctx, ch.Object, ch.Action)
-		store := w.Store.Decide(w.Ctx, ch.Object, batch.Decisions[i].Action)
+		store := gate.New(w.Store, nil).Decide(w.Ctx, ch.Object, batch.Decisions[i].Action)
 		d := batch.Decisions[i]
 		if one.Err != nil || one.Decision != d.Decision || one.Reason != d.Reason || d.Decision != store.Decision || one.Token == "" {
 			t.Fatalf("%s %s: batch %s %q, single %s %q (err %v), store %s", ch.Object, d.Action, d.Decision, d.Reason, one.Decision, one.Reason, one.Err, store.Decision)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/httpapi"
 	"gcos/intake"
 	"gcos/oracle"
@@ -55,9 +56,9 @@ type Daemon struct {
 	Intake  *intake.Worker
 	Scan    *scan.Scheduler
 	Promote *Promoter
-	// View is the gate's in-process verdict view (nil when gate.view is off), attached to Store: the gate answers
-	// from it while it is within gate.max_staleness.
-	View *postgres.VerdictView
+	// Gate is the production gate, re-scanning through Scan; it answers from its verdict view (Gate.View, nil when
+	// gate.view is off) while the view is within gate.max_staleness.
+	Gate *gate.Gate
 	API  *http.Server // nil without a Listener
 
 	cfg    Config
@@ -89,27 +90,24 @@ func New(cfg Config) (*Daemon, error) {
 		}
 		return nil
 	}
-	scans := scan.New(cfg.Store, scan.WithSettle(settle))
-	// The gate re-scans a stale high-risk group synchronously through the scan stage (SPEC §12).
-	cfg.Store.SetRescanner(scans.RescanGroups)
+	// The full audit reports the gate's invariant read, and the gate re-scans a stale high-risk group synchronously
+	// through the scan stage (SPEC §12): each gets the other's function.
+	var g *gate.Gate
+	ledger := func(ctx context.Context, scope string) (gcos.LedgerReport, error) { return g.Invariant(ctx, scope) }
+	scans := scan.New(cfg.Store, scan.WithSettle(settle), scan.WithLedger(ledger))
+	g = gate.New(cfg.Store, scans.RescanGroups)
 	d := &Daemon{
 		Store:   cfg.Store,
 		Intake:  worker,
 		Scan:    &scan.Scheduler{Stage: scans, Config: conf.Scan, Logger: logger, Modes: cfg.ScanModes},
 		Promote: &Promoter{Store: cfg.Store, Logger: logger},
+		Gate:    g,
 		cfg:     cfg,
 		logger:  logger,
 	}
-	if conf.Gate.View {
-		// The store's view when it has one (a test built it), else a new one.
-		if d.View = cfg.Store.View(); d.View == nil {
-			d.View = postgres.NewVerdictView(cfg.Store)
-			cfg.Store.AttachView(d.View)
-		}
-	}
 	if cfg.Listener != nil {
 		ready := httpapi.ReadyCheck{Name: "intake", Check: func(context.Context) error { return d.Intake.Ready() }}
-		srv, err := httpapi.NewServer(httpapi.Config{Store: cfg.Store, Intake: stage, HTTP: conf.HTTP, Logger: logger,
+		srv, err := httpapi.NewServer(httpapi.Config{Store: cfg.Store, Gate: g, Intake: stage, HTTP: conf.HTTP, Logger: logger,
 			Version: cfg.Version, Ready: []httpapi.ReadyCheck{ready}})
 		if err != nil {
 			return nil, err
@@ -147,14 +145,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	if d.View != nil {
-		run("gate view", d.View.Run)
-	}
-	if d.Store.ReplicaStats().Configured {
-		d.logger.Info("gate: reads through from the replica while it is proven within gate.max_staleness of the primary, else from the primary",
-			"max_staleness", d.Store.Config().Gate.MaxStaleness.Duration())
-		run("replica monitor", d.Store.RunReplicaMonitor)
-	}
+	run("gate", d.Gate.Run)
 	run("intake", d.Intake.Run)
 	run("scan", d.Scan.Run)
 	if !d.cfg.NoPromotion {

@@ -15,6 +15,7 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/oracle"
@@ -78,7 +79,7 @@ func TestLiveSoak(t *testing.T) {
 			if probe := overcountProbe(runCtx, w.Pool); probe != "" && firstProbe == "" {
 				firstProbe = probe
 			}
-			rep, err := store.Invariant(runCtx, "")
+			rep, err := gate.New(store, nil).Invariant(runCtx, "")
 			if err == nil {
 				samples++
 				for _, l := range rep.Ledgers {

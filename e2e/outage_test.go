@@ -16,9 +16,9 @@ import (
 
 	"gcos"
 	"gcos/client"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/httpapi"
-	"gcos/postgres"
 )
 
 // TestOutage_BackOffLogOnceReadiness runs `gcos up` through a PostgreSQL outage: /readyz turns 503 naming the
@@ -111,7 +111,7 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := func(object string) client.Answer { return gc.Gate(ctx, object, gcos.ActionWrite) }
+	ask := func(object string) client.Answer { return gc.Gate(ctx, object, gcos.ActionWrite) }
 	var batch []gcos.GateCheck
 	for _, o := range objects[:50] {
 		batch = append(batch, gcos.GateCheck{Object: o})
@@ -120,7 +120,7 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 	var allowed string
 	waitFor("the gate's view allows an object", func() bool {
 		for _, o := range objects {
-			if r := gate(o); r.Decision == gcos.GateAllow && r.Source == postgres.SourceView {
+			if r := ask(o); r.Decision == gcos.GateAllow && r.Source == gate.SourceView {
 				allowed = o
 				return true
 			}
@@ -139,15 +139,15 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 		defer close(askingDone)
 		for asking.Err() == nil {
 			start := time.Since(epoch)
-			r := gate(allowed)
+			r := ask(allowed)
 			b := gc.GateBatch(ctx, batch)
 			if at := stopped.Load(); at != 0 && int64(start) > at+int64(conf.Gate.MaxStaleness.Duration()) {
 				outageAnswers.Add(1)
-				if r.Decision != gcos.GateBlock || r.Source == postgres.SourceView {
+				if r.Decision != gcos.GateBlock || r.Source == gate.SourceView {
 					breaches.Add(1)
 					breach.CompareAndSwap(nil, fmt.Sprintf("%s from %q, %s after the database stopped", r.Decision, r.Source, start-time.Duration(at)))
 				}
-				if b.Allowed > 0 || b.Decision != gcos.GateBlock || b.Source == postgres.SourceView {
+				if b.Allowed > 0 || b.Decision != gcos.GateBlock || b.Source == gate.SourceView {
 					breaches.Add(1)
 					breach.CompareAndSwap(nil, fmt.Sprintf("a batch: %s (%d allowed) from %q, %s after the database stopped", b.Decision, b.Allowed, b.Source, start-time.Duration(at)))
 				}

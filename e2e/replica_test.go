@@ -17,6 +17,7 @@ import (
 
 	"gcos"
 	"gcos/embeddedpg"
+	"gcos/gate"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -46,9 +47,10 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	g := gate.New(store, nil)
 	monCtx, stopMonitor := context.WithCancel(ctx)
 	monitorDone := make(chan error, 1)
-	go func() { monitorDone <- store.RunReplicaMonitor(monCtx) }()
+	go func() { monitorDone <- g.Run(monCtx) }()
 	defer func() { stopMonitor(); <-monitorDone }()
 	replicaPool := connect(ctx, t, replica.DatabaseDSN("gcos_replica"))
 
@@ -67,12 +69,12 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	waitSource := func(what, object, want string) gcos.GateAnswer {
 		t.Helper()
 		for deadline := time.Now().Add(60 * time.Second); ; {
-			a := store.Gate(ctx, object, gcos.ActionRead).Answer()
+			a := g.Gate(ctx, object, gcos.ActionRead).Answer()
 			if a.Source == want {
 				return a
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: the gate never read from the %s within 60 s (last %+v, replica %+v)", what, want, a, store.ReplicaStats())
+				t.Fatalf("%s: the gate never read from the %s within 60 s (last %+v, replica %+v)", what, want, a, g.ReplicaStats())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -81,7 +83,7 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	// The read-only routes of the API over the same store.
 	httpCfg := conf.HTTP
 	httpCfg.InsecureNoAuth = true
-	h, err := httpapi.New(httpapi.Config{Store: store, HTTP: httpCfg})
+	h, err := httpapi.New(httpapi.Config{Store: store, Gate: g, HTTP: httpCfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,20 +110,20 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 		t.Helper()
 		for deadline := time.Now().Add(60 * time.Second); !ok(); {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: not from the replica within 60 s (replica %+v)", what, store.ReplicaStats())
+				t.Fatalf("%s: not from the replica within 60 s (replica %+v)", what, g.ReplicaStats())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	waitSource("caught up", objects[0], postgres.SourceReplica)
+	waitSource("caught up", objects[0], gate.SourceReplica)
 	for _, path := range routes {
-		eventually("GET "+path, func() bool { src, _ := readRoute(path); return src == postgres.SourceReplica })
+		eventually("GET "+path, func() bool { src, _ := readRoute(path); return src == gate.SourceReplica })
 	}
 	var groupsFromReplica string
 	eventually("GET /v1/groups", func() bool {
 		var src string
 		src, groupsFromReplica = readRoute("/v1/groups?limit=50")
-		return src == postgres.SourceReplica
+		return src == gate.SourceReplica
 	})
 	groupsFromPrimary, err := store.ListGroups(ctx, postgres.GroupFilter{Limit: 50})
 	if err != nil {
@@ -130,14 +132,14 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	if want, _ := json.Marshal(groupsFromPrimary); !jsonEqual(t, groupsFromReplica, string(want)) {
 		t.Errorf("GET /v1/groups from the replica differs from the primary's page:\n%s\n%s", groupsFromReplica, want)
 	}
-	full := postgres.GateOptions{Consistency: postgres.ConsistencyFull}
+	full := gate.GateOptions{Consistency: gate.ConsistencyFull}
 	for _, o := range objects {
 		var fromReplica gcos.GateAnswer
 		eventually("gate "+o, func() bool {
-			fromReplica = store.Gate(ctx, o, gcos.ActionWrite).Answer()
-			return fromReplica.Source == postgres.SourceReplica
+			fromReplica = g.Gate(ctx, o, gcos.ActionWrite).Answer()
+			return fromReplica.Source == gate.SourceReplica
 		})
-		fromPrimary := store.GateWith(ctx, o, gcos.ActionWrite, full).Answer()
+		fromPrimary := g.GateWith(ctx, o, gcos.ActionWrite, full).Answer()
 		if fromReplica.Decision != fromPrimary.Decision || fromReplica.Reason != fromPrimary.Reason {
 			t.Errorf("%s: the replica answers %+v, the primary %+v", o, fromReplica, fromPrimary)
 		}
@@ -152,7 +154,7 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh := collection + ":after-pause"
-	a := waitSource("replay paused", fresh, postgres.SourceDatabase)
+	a := waitSource("replay paused", fresh, gate.SourceDatabase)
 	if a.Decision == gcos.GateBlock && a.Reason == fmt.Sprintf("object %s has no birth in birth_registry: unknown objects are blocked", fresh) {
 		t.Errorf("the gate answered from a state without the new birth: %+v", a)
 	}
@@ -160,11 +162,11 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 		t.Fatal("the paused replica has the new birth: the test proves nothing")
 	}
 	for range 20 { // not one answer from the paused replica
-		if a := store.Gate(ctx, fresh, gcos.ActionRead).Answer(); a.Source == postgres.SourceReplica {
-			t.Fatalf("the gate read from a replica %v s behind (bound %s): %+v", store.ReplicaStats().LagSeconds, conf.Gate.MaxStaleness.Duration(), a)
+		if a := g.Gate(ctx, fresh, gcos.ActionRead).Answer(); a.Source == gate.SourceReplica {
+			t.Fatalf("the gate read from a replica %v s behind (bound %s): %+v", g.ReplicaStats().LagSeconds, conf.Gate.MaxStaleness.Duration(), a)
 		}
 		for _, path := range routes {
-			if src, _ := readRoute(path); src != postgres.SourceDatabase {
+			if src, _ := readRoute(path); src != gate.SourceDatabase {
 				t.Fatalf("GET %s read from %q with the replica paused behind the bound", path, src)
 			}
 		}
@@ -177,10 +179,10 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	if _, err := replicaPool.Exec(ctx, `SELECT pg_wal_replay_resume()`); err != nil {
 		t.Fatal(err)
 	}
-	if a := waitSource("replay resumed", fresh, postgres.SourceReplica); a.Reason == fmt.Sprintf("object %s has no birth in birth_registry: unknown objects are blocked", fresh) {
+	if a := waitSource("replay resumed", fresh, gate.SourceReplica); a.Reason == fmt.Sprintf("object %s has no birth in birth_registry: unknown objects are blocked", fresh) {
 		t.Errorf("the resumed replica does not know the birth: %+v", a)
 	}
-	if st := store.ReplicaStats(); st.Reads == 0 || st.Fallbacks == 0 {
+	if st := g.ReplicaStats(); st.Reads == 0 || st.Fallbacks == 0 {
 		t.Errorf("replica stats: %+v, want reads and fallbacks both counted", st)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gate"
 	"gcos/intake"
 	"gcos/postgres"
 )
@@ -90,7 +91,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 	id, at := born("restart-before")
 	waitHandled("before the restart", id, at)
 	obj := collection + ":restart-before"
-	if g := store.Gate(ctx, obj, gcos.ActionRead); len(g.Consulted) == 0 {
+	if g := gate.New(store, nil).Gate(ctx, obj, gcos.ActionRead); len(g.Consulted) == 0 {
 		t.Fatalf("gate before the restart consulted nothing: %+v", g)
 	}
 
@@ -99,7 +100,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
-		g := store.Gate(ctx, obj, action)
+		g := gate.New(store, nil).Gate(ctx, obj, action)
 		if g.Decision != gcos.GateBlock || len(g.Consulted) != 0 || len(g.Reasons) == 0 {
 			t.Fatalf("gate %s with the database down: %s (%v), want block with a reason", action, g.Decision, g.Reasons)
 		}
@@ -118,7 +119,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 	restarted := time.Now()
 	id, _ = born("restart-after")
 	waitHandled("after the restart", id, restarted)
-	if g := store.Gate(ctx, collection+":restart-after", gcos.ActionRead); len(g.Consulted) == 0 {
+	if g := gate.New(store, nil).Gate(ctx, collection+":restart-after", gcos.ActionRead); len(g.Consulted) == 0 {
 		t.Fatalf("gate after the restart consulted nothing: %+v", g)
 	}
 	stop()

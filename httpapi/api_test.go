@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/httpapi"
 	"gcos/intake"
@@ -321,7 +322,7 @@ func TestAPI(t *testing.T) {
 		}
 		rows.Close()
 		for _, o := range candidates {
-			res := e.store.Gate(e.ctx, o, gcos.ActionWrite)
+			res := gate.New(e.store, nil).Gate(e.ctx, o, gcos.ActionWrite)
 			if res.Decision == gcos.GateAllow && res.RiskClass != "read_descriptive" {
 				allowed = o
 				break
@@ -370,7 +371,7 @@ func TestAPI(t *testing.T) {
 		if a.status != 200 || lean.Decision != gcos.GateBlock || a.header.Get("X-Gcos-Decision") != gcos.GateBlock || lean.Reason == "" {
 			t.Errorf("unknown object: %d %s", a.status, a.body)
 		}
-		var allowedRes postgres.GateResult
+		var allowedRes gate.GateResult
 		e.get(t, "/v1/gate?explain=1&object="+url.QueryEscape(allowed)).json(t, &allowedRes)
 		var keys []string
 		for _, c := range allowedRes.Consulted {
@@ -478,7 +479,7 @@ func TestAPI(t *testing.T) {
 		if sum.Groups == 0 || sum.Ruleset == nil || sum.Ruleset.Version != e.ruleset || sum.LastSnapshot == nil {
 			t.Errorf("summary: %+v", sum)
 		}
-		var ex postgres.Explanation
+		var ex gate.Explanation
 		e.get(t, "/v1/explain?group="+groupKey).json(t, &ex)
 		if len(ex.Statements) == 0 {
 			t.Errorf("explain group: %+v", ex)
@@ -866,7 +867,7 @@ func TestAPIReadyz(t *testing.T) {
 	if a := e.call(t, "GET", "/healthz", "", ""); a.status != 200 {
 		t.Errorf("healthz: %d", a.status)
 	}
-	var res postgres.GateResult
+	var res gate.GateResult
 	g := e.get(t, "/v1/gate?object=a:b")
 	g.json(t, &res)
 	if g.status != 200 || res.Decision != gcos.GateBlock {

@@ -19,6 +19,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"gcos/gate"
 	"gcos/httpapi"
 	"gcos/intake"
 	"gcos/postgres"
@@ -326,7 +327,7 @@ func TestOpenAPISchemasListEveryField(t *testing.T) {
 		"GateAnswer":      httpapi.GateRefusal{},
 		"GateResult":      httpapi.ExplainedGateResult{},
 		"GateBatchAnswer": httpapi.GateBatchRefusal{},
-		"Explanation":     postgres.Explanation{},
+		"Explanation":     gate.Explanation{},
 		"GroupView":       postgres.GroupView{},
 		"GroupPage":       postgres.GroupPage{},
 		"Ledger":          httpapi.LedgerView{},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/postgres"
 )
 
@@ -31,26 +32,26 @@ type GateRefusal struct {
 // ExplainedGateResult is the gate's full answer (explain=1): the lean answer's fields, the full statement and every
 // consulted row.
 type ExplainedGateResult struct {
-	postgres.GateResult
+	gate.GateResult
 	Reason string `json:"reason"`
 }
 
-func explained(r postgres.GateResult) ExplainedGateResult {
+func explained(r gate.GateResult) ExplainedGateResult {
 	return ExplainedGateResult{GateResult: r, Reason: r.Answer().Reason}
 }
 
 // gateQuery is what a gate request asks besides its checks: the consistency, a token to read at least, and
 // whether to explain.
 type gateQuery struct {
-	opt     postgres.GateOptions
+	opt     gate.GateOptions
 	explain bool
 }
 
 // parseGateQuery checks the gate's query parameters (their names were checked by wrap).
 func parseGateQuery(q url.Values) (gateQuery, error) {
-	g := gateQuery{opt: postgres.GateOptions{Consistency: q.Get("consistency"), AtLeast: q.Get("at_least")}}
-	if c := g.opt.Consistency; c != "" && !slices.Contains(postgres.Consistencies, c) {
-		return g, gcos.Errorf(gcos.EINVALID, "consistency %q: want one of %s", c, strings.Join(postgres.Consistencies, ", "))
+	g := gateQuery{opt: gate.GateOptions{Consistency: q.Get("consistency"), AtLeast: q.Get("at_least")}}
+	if c := g.opt.Consistency; c != "" && !slices.Contains(gate.Consistencies, c) {
+		return g, gcos.Errorf(gcos.EINVALID, "consistency %q: want one of %s", c, strings.Join(gate.Consistencies, ", "))
 	}
 	if g.opt.AtLeast != "" {
 		if _, err := gcos.ParseConsistencyToken(g.opt.AtLeast); err != nil {
@@ -67,10 +68,10 @@ func parseGateQuery(q url.Values) (gateQuery, error) {
 	return g, nil
 }
 
-// gate answers GET /v1/gate?object=C:E&action=write|read. Allow and block are both answers (200); the body is
+// gateOne answers GET /v1/gate?object=C:E&action=write|read. Allow and block are both answers (200); the body is
 // the lean answer, or with explain=1 the full statement and every consulted row. Bad input is 400 with a
 // GateRefusal.
-func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
+func (s *server) gateOne(w http.ResponseWriter, r *http.Request) int {
 	start := time.Now()
 	q := r.URL.Query()
 	object, action := q.Get("object"), q.Get("action")
@@ -87,7 +88,7 @@ func (s *server) gate(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return s.gateRefused(w, r, err)
 	}
-	res := s.store.GateWith(r.Context(), object, action, gq.opt)
+	res := s.gate.GateWith(r.Context(), object, action, gq.opt)
 	s.m.observeGate(r, res.Decision, res.Source, time.Since(start))
 	w.Header()["X-Gcos-Decision"] = hdrDecision[res.Decision]
 	if gq.explain {
@@ -125,7 +126,7 @@ func (s *server) gateBatch(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return s.gateBatchRefused(w, r, batch.Checks, err)
 	}
-	res := s.store.GateBatch(r.Context(), batch.Checks, gq.opt)
+	res := s.gate.GateBatch(r.Context(), batch.Checks, gq.opt)
 	took := time.Since(start)
 	answers := res.Answers()
 	out := gcos.NewGateBatchAnswer(answers)
@@ -190,8 +191,8 @@ func (s *server) gateRefused(w http.ResponseWriter, r *http.Request, err error) 
 
 // reads is the store a read-only route reads from: the replica while it is proven within gate.max_staleness of
 // the primary, else the primary. The X-GCOS-Source header says which.
-func (s *server) reads(w http.ResponseWriter) *postgres.Store {
-	st, source := s.store.Reads()
+func (s *server) reads(w http.ResponseWriter) *gate.Gate {
+	st, source := s.gate.Reads()
 	w.Header().Set("X-GCOS-Source", source)
 	return st
 }
@@ -202,7 +203,7 @@ func (s *server) explain(w http.ResponseWriter, r *http.Request) int {
 	object, group := q.Get("object"), q.Get("group")
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	var ex postgres.Explanation
+	var ex gate.Explanation
 	var err error
 	switch {
 	case (object == "") == (group == ""):
@@ -236,7 +237,7 @@ func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	page, err := s.reads(w).ListGroups(ctx, f)
+	page, err := s.reads(w).Store().ListGroups(ctx, f)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -247,7 +248,7 @@ func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
 func (s *server) group(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	g, err := s.reads(w).GetGroup(ctx, r.PathValue("key"))
+	g, err := s.reads(w).Store().GetGroup(ctx, r.PathValue("key"))
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -272,7 +273,7 @@ type InvariantView struct {
 }
 
 // NewInvariantView spells out each ledger's sum, difference and whether it closes.
-func NewInvariantView(rep postgres.LedgerReport) InvariantView {
+func NewInvariantView(rep gcos.LedgerReport) InvariantView {
 	v := InvariantView{SnapshotID: rep.SnapshotID, Closes: rep.Closes, Ledgers: make([]LedgerView, 0, len(rep.Ledgers))}
 	for _, l := range rep.Ledgers {
 		v.Ledgers = append(v.Ledgers, LedgerView{Ledger: l, Sum: l.Sum(), Difference: l.Difference(), Closes: l.Closes()})
@@ -296,7 +297,7 @@ func (s *server) invariant(w http.ResponseWriter, r *http.Request) int {
 // computeInvariant reads one scope's ledger (every scope's for "") and encodes it, for the read cache.
 func (s *server) computeInvariant(scope string) func(context.Context, time.Time) ([]byte, error) {
 	return func(ctx context.Context, asOf time.Time) ([]byte, error) {
-		rep, err := s.store.Invariant(ctx, scope)
+		rep, err := s.gate.Invariant(ctx, scope)
 		if err != nil {
 			return nil, err
 		}
@@ -332,8 +333,8 @@ func (s *server) summary(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	body, _, err := s.summaries.get(ctx, "", func(ctx context.Context, asOf time.Time) ([]byte, error) {
-		st, _ := s.store.Reads() // computed once for every caller of the cache: no one response to mark
-		sum, err := st.Summary(ctx)
+		st, _ := s.gate.Reads() // computed once for every caller of the cache: no one response to mark
+		sum, err := st.Store().Summary(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -349,7 +350,7 @@ func (s *server) summary(w http.ResponseWriter, r *http.Request) int {
 func (s *server) rulesets(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	list, err := s.reads(w).ListRulesets(ctx)
+	list, err := s.reads(w).Store().ListRulesets(ctx)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -368,7 +369,7 @@ func (s *server) snapshots(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	list, err := s.reads(w).ListSnapshots(ctx, limit)
+	list, err := s.reads(w).Store().ListSnapshots(ctx, limit)
 	if err != nil {
 		return s.fail(w, r, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -369,8 +370,8 @@ func TestGateIsNotStarvedByReaders(t *testing.T) {
 		objects = append(objects, o)
 	}
 	rows.Close()
-	decide := func(o string) postgres.GateResult {
-		var res postgres.GateResult
+	decide := func(o string) gate.GateResult {
+		var res gate.GateResult
 		if code := get("/v1/gate?object="+url.QueryEscape(o), &res); code != 200 {
 			t.Errorf("gate %s: status %d", o, code)
 		}

@@ -81,7 +81,7 @@ func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, 
 	}
 	collectors := []prometheus.Collector{m.gateDecisions, m.gateLatency, m.requests, build, fallbacks, retries,
 		inProgress("read", s.slots), inProgress("gate", s.gateSlots), &stateCollector{s: s}}
-	for _, c := range append(collectors, s.store.RunCollectors()...) {
+	for _, c := range append(append(collectors, s.store.RunCollectors()...), s.gate.Collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/intake"
 	"gcos/postgres"
 )
@@ -30,7 +31,10 @@ type Config struct {
 	Store *postgres.Store
 	// Intake is the running intake stage (its route fallbacks are exported; cursors are listed and reset through it);
 	// nil: a stage over Store.
-	Intake   *intake.Stage
+	Intake *intake.Stage
+	// Gate is the running gate stage (its view, its re-scanner); nil: a gate over Store that reads through and never
+	// re-scans.
+	Gate     *gate.Gate
 	HTTP     gcos.HTTPConfig
 	Logger   *slog.Logger         // nil discards
 	Registry *prometheus.Registry // nil: a fresh registry with the Go and process collectors
@@ -77,7 +81,7 @@ type route struct {
 
 // routeTable is the whole API. Keep it small and flat: one line per endpoint.
 var routeTable = []route{
-	{Route{http.MethodGet, "/v1/gate", AccessReader, []string{"object", "action", "consistency", "at_least", "explain"}}, (*server).gate},
+	{Route{http.MethodGet, "/v1/gate", AccessReader, []string{"object", "action", "consistency", "at_least", "explain"}}, (*server).gateOne},
 	{Route{http.MethodPost, "/v1/gate", AccessReader, []string{"consistency", "at_least", "explain"}}, (*server).gateBatch},
 	{Route{http.MethodGet, "/v1/token", AccessReader, nil}, (*server).token},
 	{Route{http.MethodGet, "/v1/explain", AccessReader, []string{"object", "group"}}, (*server).explain},
@@ -131,6 +135,7 @@ type server struct {
 	summaries  *cachedRead[[]byte]
 	store      *postgres.Store
 	intake     *intake.Stage // the running intake stage
+	gate       *gate.Gate    // the running gate stage
 	logger     *slog.Logger
 	version    string
 	auth       *authenticator
@@ -178,6 +183,7 @@ func New(cfg Config) (http.Handler, error) {
 		summaries:  newCachedRead[[]byte](limits.ReadCacheInterval.Duration()),
 		store:      cfg.Store,
 		intake:     cfg.Intake,
+		gate:       cfg.Gate,
 		logger:     logger.With("system", "httpapi"),
 		version:    cfg.Version,
 		auth:       auth,
@@ -188,6 +194,9 @@ func New(cfg Config) (http.Handler, error) {
 	if s.intake == nil && cfg.Store != nil {
 		s.intake = intake.New(cfg.Store)
 	}
+	if s.gate == nil && cfg.Store != nil {
+		s.gate = gate.New(cfg.Store, nil)
+	}
 	s.ready = append([]ReadyCheck{
 		{"database", func(ctx context.Context) error {
 			if err := s.store.Pool().Ping(ctx); err != nil {
@@ -195,7 +204,7 @@ func New(cfg Config) (http.Handler, error) {
 			}
 			return nil
 		}},
-		{"gate", s.store.GateReady},
+		{"gate", s.gate.Ready},
 	}, cfg.Ready...)
 	if s.m, err = newMetrics(reg, s, cfg.Version); err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/oracle"
@@ -86,7 +87,8 @@ type env struct {
 	store   *postgres.Store
 	intake  *intake.Worker
 	scans   *scan.Scheduler
-	view    *postgres.VerdictView // the gate's view, caught up by Verify: view == database == reference
+	gate    *gate.Gate        // the daemon's gate, re-scanning through its scans
+	view    *gate.VerdictView // the gate's view, caught up by Verify: view == database == reference
 	seq     int
 	touched []string // objects a trigger changed: the gate is always asked about them
 	// rescanned counts the gate's answers taken on verdicts it re-scanned synchronously (settle asks it mid-flight).
@@ -142,7 +144,7 @@ func (e *env) wire() {
 	if err != nil {
 		panic(err) // only a nil store is refused
 	}
-	e.intake, e.scans, e.view = d.Intake, d.Scan, d.View
+	e.intake, e.scans, e.gate, e.view = d.Intake, d.Scan, d.Gate, d.Gate.View()
 }
 
 // settle runs intake and incremental scans until no group is dirty, polling with a generous deadline. After the
@@ -198,7 +200,7 @@ func (e *env) askMidFlight() error {
 		return fmt.Errorf("objects of stale groups: %w", err)
 	}
 	for _, object := range append(slices.Clone(e.touched), stale...) {
-		if e.store.Gate(e.ctx, object, gcos.ActionWrite).Rescanned {
+		if e.gate.Gate(e.ctx, object, gcos.ActionWrite).Rescanned {
 			e.rescanned++
 		}
 	}
@@ -826,7 +828,7 @@ func silentRetire(last, cached bool) func(e *env, r *rand.Rand) (string, error) 
 			if err := e.view.CatchUp(e.ctx); err != nil {
 				return "", err
 			}
-			if res := e.view.Decide(e.ctx, coll+":"+code, gcos.ActionWrite); res.Source != postgres.SourceView {
+			if res := e.view.Decide(e.ctx, coll+":"+code, gcos.ActionWrite); res.Source != gate.SourceView {
 				return "", fmt.Errorf("the view did not answer for %s:%s (source %q): its birth is not cached", coll, code, res.Source)
 			}
 		}
@@ -943,7 +945,7 @@ func TestDifferential(t *testing.T) {
 			if i == steps-1 {
 				sample = finalSample
 			}
-			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: sample, Seed: seed, Also: e.touched, View: e.view})
+			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: sample, Seed: seed, Also: e.touched, Gate: e.gate, View: e.view})
 			if err != nil {
 				rt.Fatalf("step %d (%s): verify: %v", i, name, err)
 			}
@@ -989,7 +991,7 @@ func TestEveryTrigger(t *testing.T) {
 				t.Fatal(err)
 			}
 			rescanned += e.rescanned
-			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 1, Also: e.touched, View: e.view})
+			rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 1, Also: e.touched, Gate: e.gate, View: e.view})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1055,7 +1057,7 @@ func TestSequencesTheSoakFound(t *testing.T) {
 				if err := e.settle(); err != nil {
 					t.Fatalf("step %d (%s): settle: %v", i, s.trigger, err)
 				}
-				rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: s.seed, Also: e.touched, View: e.view})
+				rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: s.seed, Also: e.touched, Gate: e.gate, View: e.view})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -1105,7 +1107,7 @@ func TestBirthsInFlightKeepTheGate(t *testing.T) {
 	if !slices.Equal(reasons, []string{"handoff:" + string(gcos.ChangeObjectBorn)}) {
 		t.Fatalf("the births left groups dirty for %q, want for membership alone", reasons)
 	}
-	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 5, Also: also, View: e.view})
+	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 5, Also: also, Gate: e.gate, View: e.view})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1205,7 +1207,7 @@ func TestRetiresInFlightKeepTheGate(t *testing.T) {
 	}) {
 		t.Fatalf("the retirements left groups dirty for %q, want for membership alone", reasons)
 	}
-	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 9, Also: also, View: e.view})
+	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 9, Also: also, Gate: e.gate, View: e.view})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1244,7 +1246,7 @@ func TestStaleHighRiskAnsweredByTheGate(t *testing.T) {
 	}
 	var objects, dirty, expired []string
 	for _, o := range members {
-		res := e.store.Decide(e.ctx, o, gcos.ActionWrite)
+		res := e.gate.Decide(e.ctx, o, gcos.ActionWrite)
 		if res.Decision != gcos.GateAllow {
 			continue
 		}
@@ -1274,14 +1276,14 @@ func TestStaleHighRiskAnsweredByTheGate(t *testing.T) {
 	// The marks changed no substrate: the reference still allows each object, as the gate did at rest (Verify
 	// below proves the reference's answer once more, on the state the gate's re-scans left).
 	for _, o := range objects {
-		if res := e.store.Decide(e.ctx, o, gcos.ActionWrite); res.Decision != gcos.GateBlock {
+		if res := e.gate.Decide(e.ctx, o, gcos.ActionWrite); res.Decision != gcos.GateBlock {
 			t.Fatalf("%s with its groups stale and no re-scan: %s (%v), want block", o, res.Decision, res.Reasons)
 		}
-		if res := e.store.Gate(e.ctx, o, gcos.ActionWrite); !res.Rescanned || res.Decision != gcos.GateAllow {
+		if res := e.gate.Gate(e.ctx, o, gcos.ActionWrite); !res.Rescanned || res.Decision != gcos.GateAllow {
 			t.Errorf("%s: the gate answered %s (rescanned %v: %v), want allow from its re-scan", o, res.Decision, res.Rescanned, first(res.Reasons))
 		}
 	}
-	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 7, Also: objects, View: e.view})
+	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 7, Also: objects, Gate: e.gate, View: e.view})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1353,7 +1355,7 @@ func TestOwnerMoveSeenFirstByABirth(t *testing.T) {
 	if _, err := e.scans.Once(e.ctx, postgres.ModeEvent); err != nil {
 		t.Fatalf("scan while the old group is held: %v", err)
 	}
-	ledger, err := e.store.Invariant(e.ctx, "")
+	ledger, err := e.gate.Invariant(e.ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1376,7 +1378,7 @@ func TestOwnerMoveSeenFirstByABirth(t *testing.T) {
 	if got := live(); len(got) != 1 || strings.HasPrefix(got[0], old) {
 		t.Fatalf("after the owner's change row: live groups %v, want one, not %s", got, old)
 	}
-	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 7, Also: []string{coll + ":owner-moved-first-1"}, View: e.view})
+	rep, err := oracle.Verify(e.ctx, e.store, oracle.VerifyOptions{Sample: everySample, Seed: 7, Also: []string{coll + ":owner-moved-first-1"}, Gate: e.gate, View: e.view})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/postgres"
 )
 
@@ -90,9 +91,11 @@ type VerifyOptions struct {
 	Only []string
 	// GateLimit caps the objects the gate is asked about (0: every object with a row, the sample and Also).
 	GateLimit int
+	// Gate is the gate asked (nil: one built over the store, reading the database).
+	Gate *gate.Gate
 	// View, when set, is caught up before the gate is asked and answers every gate question too: its answer must be
 	// the database's, field by field (view == database == reference).
-	View *postgres.VerdictView
+	View *gate.VerdictView
 	// InFlight separates, on a live system, the differences of what was still moving at the instant (see
 	// Report.Mismatches) from the settled ones. Settle, when set, is called first: it returns once every source row
 	// committed before the instant has been handed off, so that the groups those rows move are known.
@@ -165,10 +168,14 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 			return rep, err
 		}
 	}
+	g := opts.Gate
+	if g == nil {
+		g = gate.New(store, nil)
+	}
 	for _, obj := range objects {
 		for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
 			want := ref.Gate(obj, action)
-			got := store.Decide(ctx, obj, action)
+			got := g.Decide(ctx, obj, action)
 			rep.GateChecks++
 			if opts.View != nil {
 				if m, answered := compareView(obj, action, got, opts.View.Decide(ctx, obj, action)); m != nil {
@@ -194,14 +201,14 @@ func Verify(ctx context.Context, store *postgres.Store, opts VerifyOptions) (Rep
 	for _, obj := range objects {
 		checks = append(checks, gcos.GateCheck{Object: obj, Action: gcos.ActionWrite}, gcos.GateCheck{Object: obj, Action: gcos.ActionRead})
 	}
-	batchOpts := []postgres.GateOptions{{Consistency: postgres.ConsistencyFull}}
+	batchOpts := []gate.GateOptions{{Consistency: gate.ConsistencyFull}}
 	if opts.View != nil {
-		batchOpts = append(batchOpts, postgres.GateOptions{})
+		batchOpts = append(batchOpts, gate.GateOptions{})
 	}
 	for lo, size := 0, store.Config().Gate.BatchMax; lo < len(checks); lo += size {
 		chunk := checks[lo:min(lo+size, len(checks))]
 		for _, bo := range batchOpts {
-			res := store.DecideBatch(ctx, chunk, bo)
+			res := g.DecideBatch(ctx, chunk, bo)
 			for i, got := range res.Results {
 				want := ref.Gate(chunk[i].Object, chunk[i].Action)
 				if got.Decision != want.Decision {
@@ -401,8 +408,8 @@ func orDash(s string) string {
 }
 
 // compareView compares the view's answer with the database's; answered says the view (not a read-through) gave it.
-func compareView(obj, action string, db, vw postgres.GateResult) (m *Mismatch, answered bool) {
-	summary := func(r postgres.GateResult) string {
+func compareView(obj, action string, db, vw gate.GateResult) (m *Mismatch, answered bool) {
+	summary := func(r gate.GateResult) string {
 		return fmt.Sprintf("%s (%s: %s) %s", r.Decision, r.EffectiveVerdict, strings.Join(r.Reasons, "; "), r.Statement)
 	}
 	same := db.Decision == vw.Decision && db.EffectiveVerdict == vw.EffectiveVerdict && db.RiskClass == vw.RiskClass &&
@@ -410,7 +417,7 @@ func compareView(obj, action string, db, vw postgres.GateResult) (m *Mismatch, a
 	if !same {
 		return &Mismatch{Kind: "gate_view", Key: obj, Field: action, Incremental: "view: " + summary(vw), Reference: "database: " + summary(db)}, false
 	}
-	return nil, vw.Source == postgres.SourceView
+	return nil, vw.Source == gate.SourceView
 }
 
 func first(s []string) string {

@@ -79,7 +79,7 @@ func TestSourceBindingDrivesEveryRead(t *testing.T) {
 	// The gate reads the births by the bound names; so does the owner resolver read the registries.
 	objects := want.strs(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 40`)
 	for _, o := range objects {
-		got, exp := renamed.store.Gate(renamed.ctx, o, "write"), want.store.Gate(want.ctx, o, "write")
+		got, exp := renamed.gate().Gate(renamed.ctx, o, "write"), want.gate().Gate(want.ctx, o, "write")
 		if got.Decision != exp.Decision || strings.Join(got.Reasons, ";") != strings.Join(exp.Reasons, ";") {
 			t.Errorf("gate %s: renamed %s %v, default %s %v", o, got.Decision, got.Reasons, exp.Decision, exp.Reasons)
 		}

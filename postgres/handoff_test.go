@@ -39,7 +39,7 @@ func newHandoffEnv(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
 	t.Helper()
 	e := newHandoffWorld(t, births, tweak)
 	e.catchUp(t)
-	e.scanAll(t, postgres.ModeIncremental)
+	e.world().ScanAll(t, postgres.ModeIncremental)
 	if d := e.dirty(t); len(d) != 0 {
 		t.Fatalf("%d groups still dirty after the baseline scan", len(d))
 	}
@@ -186,7 +186,7 @@ func (e *hoEnv) newSignals(t *testing.T, before []string) []hoSignal {
 // clean re-scans the dirty set so the next case starts from a clean store.
 func (e *hoEnv) clean(t *testing.T) {
 	t.Helper()
-	e.scanAll(t, postgres.ModeIncremental)
+	e.world().ScanAll(t, postgres.ModeIncremental)
 	if d := e.dirty(t); len(d) != 0 {
 		t.Fatalf("%d groups still dirty after the scan", len(d))
 	}
@@ -670,7 +670,7 @@ func TestHandoffUntrustedSource(t *testing.T) {
 	}
 	objectDigest := e.digest(t, `SELECT * FROM governance_candidate_object`)
 
-	e.scanAll(t, postgres.ModeIncremental)
+	e.world().ScanAll(t, postgres.ModeIncremental)
 	verdicts := func(c cls) map[string]string {
 		return e.pairs(t, `SELECT group_key, effective_verdict FROM v_candidate_effective
 			WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status = 'pending'`, c.class, c.coll)
@@ -694,7 +694,7 @@ func TestHandoffUntrustedSource(t *testing.T) {
 		t.Fatalf("control: the trusted birth's new group never became relevant (%v), so the test proves nothing", tv)
 	}
 	for _, obj := range []string{rogue.coll + ":rogue-1", rogue.coll + ":rogue-2"} {
-		if g := e.store.Gate(e.ctx, obj, "write"); g.Decision != "block" {
+		if g := e.gate().Gate(e.ctx, obj, "write"); g.Decision != "block" {
 			t.Fatalf("gate %s: %s (%v), want block", obj, g.Decision, g.Reasons)
 		}
 	}
@@ -798,7 +798,7 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 		t.Fatalf("%d kept base counts differ from the source after a replay", n)
 	}
 	// The scans read the kept counts: every group's member count is its base's count at the source.
-	e.scanAll(t, postgres.ModeIncremental)
+	e.world().ScanAll(t, postgres.ModeIncremental)
 	if n := e.count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
 		SELECT count(*) FROM v_candidate_effective v JOIN src ON (src.c, src.k, src.s) = (v.object_class, v.source_registry, v.lifecycle_status)
 		WHERE v.member_count <> src.n AND v.lifecycle_status IS NOT NULL AND v.group_member_count > 0`); n != 0 {
@@ -850,7 +850,7 @@ func TestFullAuditCorrectsCountsAfterSilentChanges(t *testing.T) {
 
 	// A birth handed off and scanned, then retired silently: the active group holds what the baseline saw again.
 	birth("silent-1", "active")
-	e.scanAll(t, postgres.ModeIncremental)
+	e.world().ScanAll(t, postgres.ModeIncremental)
 	e.exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = 'silent-1'`, coll)
 	audit("a scanned birth retired silently")
 
@@ -867,7 +867,7 @@ func TestFullAuditCorrectsCountsAfterSilentChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	birth("silent-3", status)
-	e.scanAll(t, postgres.ModeIncremental)
+	e.world().ScanAll(t, postgres.ModeIncremental)
 	e.exec(t, `DELETE FROM birth_registry WHERE collection_name = $1 AND entity_code = 'silent-3'`, coll)
 	audit("the only member of a group deleted silently")
 }

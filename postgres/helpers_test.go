@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
@@ -20,6 +21,7 @@ type bundle struct {
 	pool  *pgxpool.Pool
 	store *postgres.Store
 	cfg   gcos.Config
+	g     *gate.Gate // the gate over store (gateOf)
 }
 
 // setup returns an isolated, migrated database with a small synthetic world of births.
@@ -34,6 +36,15 @@ func bundleOf(w *gcostest.World) *bundle {
 // world is the bundle as a gcostest.World, over the bundle's current store.
 func (b *bundle) world() *gcostest.World {
 	return &gcostest.World{Ctx: b.ctx, Pool: b.pool, Store: b.store, Cfg: b.cfg}
+}
+
+// gate is the gate over the bundle's current store (one per store, so its follow-up log and view persist), with
+// no re-scanner.
+func (b *bundle) gate() *gate.Gate {
+	if b.g == nil || b.g.Store() != b.store {
+		b.g = gate.New(b.store, nil)
+	}
+	return b.g
 }
 
 func (b *bundle) exec(t *testing.T, sql string, args ...any) {
@@ -61,17 +72,13 @@ func (b *bundle) pairs(t *testing.T, sql string, args ...any) map[string]string 
 // digest is an md5 over a query's rows in order, to prove rows unchanged byte for byte.
 func (b *bundle) digest(t *testing.T, query string) string {
 	t.Helper()
-	var d string
-	if err := b.pool.QueryRow(b.ctx, `SELECT coalesce(md5(string_agg(x::text, E'\n' ORDER BY x::text)), '') FROM (`+query+`) x`).Scan(&d); err != nil {
-		t.Fatalf("digest %s: %v", query, err)
-	}
-	return d
+	return b.world().Digest(t, query)
 }
 
 // objectFingerprint is the object's fingerprint as an operator reads it from explain: what an exception on it pins.
 func (b *bundle) objectFingerprint(t *testing.T, object string) string {
 	t.Helper()
-	ex, err := b.store.ExplainObject(b.ctx, object)
+	ex, err := b.gate().ExplainObject(b.ctx, object)
 	if err != nil || ex.ObjectFingerprint == "" {
 		t.Fatalf("explain %s: no fingerprint (%v)", object, err)
 	}

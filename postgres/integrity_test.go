@@ -175,7 +175,7 @@ func TestHistoryKept(t *testing.T) {
 		if ref == 0 || ref != open {
 			t.Fatalf("issue_ref %d, open candidate_stale finding %d", ref, open)
 		}
-		b.scanAll(t, postgres.ModeIncremental)
+		b.world().ScanAll(t, postgres.ModeIncremental)
 		if n := b.count(t, `SELECT count(*) FROM system_issues WHERE id = $1 AND status = 'resolved'`, ref); n != 1 {
 			t.Fatal("the rescan did not close the stale finding")
 		}

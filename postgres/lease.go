@@ -321,7 +321,7 @@ func (l *DirtyListener) Close() {
 	if l.conn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		closeConn(ctx, l.conn)
+		CloseConn(ctx, l.conn)
 		l.conn = nil
 	}
 }

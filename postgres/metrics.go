@@ -47,11 +47,7 @@ func (s *Store) ObserveRun(mode, outcome string, d time.Duration) {
 
 // RunCollectors are the collectors of ObserveRun, for the registry that serves /metrics.
 func (s *Store) RunCollectors() []prometheus.Collector {
-	cs := []prometheus.Collector{s.runMetrics.runs, s.runMetrics.duration}
-	if s.replica != nil {
-		cs = append(cs, s.replica.lagGauge, s.replica.readCount)
-	}
-	return cs
+	return []prometheus.Collector{s.runMetrics.runs, s.runMetrics.duration}
 }
 
 // DeadLetter is one dead-letter lane: entries of event_pending that failed their attempts and wait for an operator.

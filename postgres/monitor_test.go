@@ -125,7 +125,7 @@ func TestMonitorDirtySetLag(t *testing.T) {
 		t.Fatal("candidate_scan_lag should be open")
 	}
 	b.exec(t, `UPDATE governance_candidate_state SET recompute_status = 'failed' WHERE group_key = $1 AND dirty`, keys[0])
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'input', dirtied_at = now() - interval '1 hour',
 		recompute_status = 'failed' WHERE group_key = $1`, keys[0])
 	rep, err = intake.New(b.store).CheckSilence(b.ctx)

@@ -432,7 +432,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		       b.{parent} IS NOT NULL, fh.h, hashint8extended(fh.h, 1)
 		FROM unnest($2::text[], $3::text[]) AS k(coll, code)
 		JOIN {t} b ON b.{coll} = k.coll AND b.{code} = k.code
-		CROSS JOIN LATERAL (SELECT `+rowHashExpr+` AS h) fh
+		CROSS JOIN LATERAL (SELECT `+RowHashExpr+` AS h) fh
 		LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}`),
 		args...); err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
@@ -626,7 +626,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		}
 	}
 	for _, l := range lifts {
-		if err := raiseExceptionLifted(ctx, tx, l.lift, l.object, ev.ruleset.Version, runID, "scan"); err != nil {
+		if err := RaiseExceptionLiftedTx(ctx, tx, l.lift, l.object, ev.ruleset.Version, runID, "scan"); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -702,10 +702,10 @@ type objectLift struct {
 	object string
 }
 
-// raiseExceptionLifted raises the coalesced exception_lifted finding naming the exception, the object and why. A
+// RaiseExceptionLiftedTx raises the coalesced exception_lifted finding naming the exception, the object and why. A
 // lift already open for the same object and reason is not repeated, so a re-run that finds nothing new writes
 // nothing.
-func raiseExceptionLifted(ctx context.Context, tx pgx.Tx, l gcos.ExceptionLift, object, ruleset, runID, by string) error {
+func RaiseExceptionLiftedTx(ctx context.Context, tx pgx.Tx, l gcos.ExceptionLift, object, ruleset, runID, by string) error {
 	var open bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues WHERE coalesce_key = $1 AND status = 'open'
 		AND evidence_snapshot ->> 'reason' = $2 AND evidence_snapshot ->> 'object' = $3)`,

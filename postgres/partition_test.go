@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -120,8 +121,8 @@ func TestPartitionedBirths_RunLikeAnyOther(t *testing.T) {
 	}
 	w.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status) VALUES ('partitioned-1', $1, $2, 'active')`, coll, class)
 	b := bundleOf(w)
-	b.intakeAll(t)
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().IntakeAll(t)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	rep, err := oracle.Verify(ctx, w.Store, oracle.VerifyOptions{Sample: 200, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestPartitionedBirths_RunLikeAnyOther(t *testing.T) {
 	for _, mm := range rep.Mismatches {
 		t.Errorf("incremental state differs from the reference: %s", mm)
 	}
-	if g := w.Store.Gate(ctx, coll+":partitioned-1", gcos.ActionRead); len(g.Consulted) == 0 {
+	if g := gate.New(w.Store, nil).Gate(ctx, coll+":partitioned-1", gcos.ActionRead); len(g.Consulted) == 0 {
 		t.Errorf("the gate consulted nothing for a birth in a partition: %+v", g)
 	}
 }

@@ -397,7 +397,7 @@ func TestCountGroupsReadsBirthsNotHandedOff(t *testing.T) {
 	if members != before+1 || !slices.Equal(listed, []int64{id}) {
 		t.Fatalf("a birth not handed off: %d members (was %d), births read %v; want one more and [%d]", members, before, listed, id)
 	}
-	b.intakeAll(t)
+	b.world().IntakeAll(t)
 	members, listed = count()
 	if members != before+1 || len(listed) != 0 {
 		t.Fatalf("a birth handed off: %d members, births read %v; want %d and none", members, listed, before+1)

@@ -152,7 +152,7 @@ func sb10DiffDigests(before, after map[string]string) []string {
 func (b *bundle) sb10Object(t *testing.T, cond string) (ref, key string) {
 	t.Helper()
 	key = b.groupWhere(t, cond)
-	return b.objectOf(t, key), key
+	return b.world().ObjectOf(t, key), key
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ func TestSB10_NoCheckedForever(t *testing.T) {
 		if e.clean || e.effective != string(gcos.VerdictStale) || !contains(e.reasons, gcos.ReasonExpired) {
 			t.Fatalf("expired row: %+v, want not clean, effective stale, reason expired", e)
 		}
-		ex, err := b.store.ExplainGroup(b.ctx, key)
+		ex, err := b.gate().ExplainGroup(b.ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -556,14 +556,14 @@ func TestSB10_SelectiveMaterialization(t *testing.T) {
 		t.Fatal("the excepted object's coverage is not the approved exception")
 	}
 	for _, ref := range []string{rogueRef, findRef} {
-		g := b.store.Gate(b.ctx, ref, "write")
+		g := b.gate().Gate(b.ctx, ref, "write")
 		if g.Decision != gcos.GateBlock || len(g.Consulted) < 2 || g.Consulted[0].Source != gcos.GateSourceObject ||
 			g.Consulted[0].Decision != gcos.GateBlock || g.EffectiveVerdict != gcos.VerdictNeedsInput {
 			t.Fatalf("gate %s: %s %s, consulted %+v: want block on the object's own row, its groups consulted too",
 				ref, g.Decision, g.EffectiveVerdict, g.Consulted)
 		}
 	}
-	if l, err := b.store.Invariant(b.ctx, ""); err != nil || !l.Closes {
+	if l, err := b.gate().Invariant(b.ctx, ""); err != nil || !l.Closes {
 		t.Fatalf("invariant with object rows: %+v %v", l, err)
 	}
 
@@ -695,9 +695,9 @@ func TestSB10_InvariantCloses(t *testing.T) {
 
 	births := b.count(t, `SELECT count(*) FROM birth_registry`)
 	scopes := b.strs(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
-	closes := func(t *testing.T) postgres.LedgerReport {
+	closes := func(t *testing.T) gcos.LedgerReport {
 		t.Helper()
-		rep, err := b.store.Invariant(b.ctx, "")
+		rep, err := b.gate().Invariant(b.ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -727,7 +727,7 @@ func TestSB10_InvariantCloses(t *testing.T) {
 	check := func(t *testing.T, scope string, diff int64, tamper, repair func()) {
 		t.Helper()
 		tamper()
-		rep, err := b.store.Invariant(b.ctx, "")
+		rep, err := b.gate().Invariant(b.ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -927,7 +927,7 @@ func TestSB10_TombstoneReversible(t *testing.T) {
 	// object's own row while one is materialized (SPEC §12: never the object row alone).
 	sources := func(t *testing.T) (objects, groups int64) {
 		t.Helper()
-		g := b.store.Gate(b.ctx, ref, "read")
+		g := b.gate().Gate(b.ctx, ref, "read")
 		for _, c := range g.Consulted {
 			switch c.Source {
 			case gcos.GateSourceObject:
@@ -956,7 +956,7 @@ func TestSB10_TombstoneReversible(t *testing.T) {
 	}
 	invariant := func(t *testing.T) {
 		t.Helper()
-		if rep, err := b.store.Invariant(b.ctx, ""); err != nil || !rep.Closes {
+		if rep, err := b.gate().Invariant(b.ctx, ""); err != nil || !rep.Closes {
 			t.Fatalf("invariant: %+v %v", rep, err)
 		}
 	}
@@ -1036,7 +1036,7 @@ func TestSB10_ExplainStatement(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 5000, nil)
 	key := b.groupWhere(t, `clean AND effective_verdict = 'relevant'`)
-	obj := b.objectOf(t, key)
+	obj := b.world().ObjectOf(t, key)
 
 	type stored struct {
 		verdict, ruleset, scope string
@@ -1082,7 +1082,7 @@ func TestSB10_ExplainStatement(t *testing.T) {
 	}
 
 	t.Run("group", func(t *testing.T) {
-		ex, err := b.store.ExplainGroup(b.ctx, key)
+		ex, err := b.gate().ExplainGroup(b.ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1100,14 +1100,14 @@ func TestSB10_ExplainStatement(t *testing.T) {
 			t.Fatalf("explained row %+v does not carry the stored values %+v", r, want)
 		}
 		time.Sleep(1100 * time.Millisecond)
-		again, err := b.store.ExplainGroup(b.ctx, key)
+		again, err := b.gate().ExplainGroup(b.ctx, key)
 		if err != nil || strings.Join(again.Statements, "\n") != strings.Join(ex.Statements, "\n") {
 			t.Fatalf("the statement is not reproducible: %q then %q (%v)", ex.Statements, again.Statements, err)
 		}
 	})
 
 	t.Run("object via its groups", func(t *testing.T) {
-		ex, err := b.store.ExplainObject(b.ctx, obj)
+		ex, err := b.gate().ExplainObject(b.ctx, obj)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1133,7 +1133,7 @@ func TestSB10_ExplainStatement(t *testing.T) {
 		b.exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
 			VALUES ('EXC-SB10-EXPLAIN', 'policy', $1, $2, 'APR-SB10', now() + interval '1 year', 'fp', 'approved')`, coll, code)
 		b.backfill(t)
-		ex, err := b.store.ExplainObject(b.ctx, obj)
+		ex, err := b.gate().ExplainObject(b.ctx, obj)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1180,9 +1180,9 @@ func TestSB10_ExplainStatement(t *testing.T) {
 		} {
 			var err error
 			if c.group {
-				_, err = b.store.ExplainGroup(b.ctx, c.in)
+				_, err = b.gate().ExplainGroup(b.ctx, c.in)
 			} else {
-				_, err = b.store.ExplainObject(b.ctx, c.in)
+				_, err = b.gate().ExplainObject(b.ctx, c.in)
 			}
 			if gcos.ErrorCode(err) != c.code {
 				t.Errorf("explain (group=%v) %q: %v (code %s), want %s", c.group, c.in, err, gcos.ErrorCode(err), c.code)

@@ -151,7 +151,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 		t.Fatalf("churn wrote %d births and %d changes: nothing moved", churn.Births(), churn.Changes())
 	}
 	e.catchUp(t)
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	if _, err := scan.New(b.store).FullAudit(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -753,7 +753,7 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 	notified("after the replay")
 
 	// After a scan, a replay re-dirties what it re-delivers; the re-scan reaches the same verdicts.
-	e.scanAll(t, postgres.ModeIncremental)
+	e.world().ScanAll(t, postgres.ModeIncremental)
 	verdicts := `SELECT group_key, ruleset_version, candidate_verdict, input_quality_state, evidence_fingerprint, member_count,
 		risk_class, coverage_required, owner_scope, source_snapshot_ref FROM governance_candidate_state`
 	scanned, afterScan := e.digest(t, verdicts), snapshot()
@@ -766,7 +766,7 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) WHERE c.dirty`); n == 0 {
 		t.Fatal("a replay after the scan re-dirtied nothing")
 	}
-	e.scanAll(t, postgres.ModeIncremental)
+	e.world().ScanAll(t, postgres.ModeIncremental)
 	if e.digest(t, verdicts) != scanned {
 		t.Fatal("re-scanning the replayed groups changed their verdicts")
 	}

@@ -264,7 +264,7 @@ func TestSB12_Reproducibility(t *testing.T) {
 	// The human-readable statement resolves: the ruleset and the snapshot it names exist.
 	b.activate(t, first.Version)
 	object := b.strs(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 1`)[0]
-	ex, err := b.store.ExplainObject(b.ctx, object)
+	ex, err := b.gate().ExplainObject(b.ctx, object)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1115,7 +1115,7 @@ func TestSB12_FailClosed(t *testing.T) {
 			t.Fatalf("groups of the missing registry: %v, want needs_input only", verdicts)
 		}
 		object := b.strs(t, `SELECT collection_name || ':' || entity_code FROM birth_registry WHERE collection_name = $1 ORDER BY id LIMIT 1`, missing[0])[0]
-		g := b.store.Gate(b.ctx, object, gcos.ActionWrite)
+		g := b.gate().Gate(b.ctx, object, gcos.ActionWrite)
 		if g.Decision != gcos.GateBlock || g.EffectiveVerdict == gcos.VerdictRelevant || g.EffectiveVerdict == gcos.VerdictNotRelevant {
 			t.Fatalf("gate write on %s: %s (%s), want block: %v", object, g.Decision, g.EffectiveVerdict, g.Reasons)
 		}
@@ -1135,7 +1135,7 @@ func TestSB12_FailClosed(t *testing.T) {
 			HAVING bool_and(c.risk_class <> ALL($1)) ORDER BY b.id LIMIT 200`, b.cfg.Gate.LowRiskClasses)
 		object := ""
 		for _, o := range objects {
-			if g := b.store.Gate(b.ctx, o, gcos.ActionWrite); g.Decision == gcos.GateAllow {
+			if g := b.gate().Gate(b.ctx, o, gcos.ActionWrite); g.Decision == gcos.GateAllow {
 				object = o
 				break
 			}
@@ -1144,11 +1144,11 @@ func TestSB12_FailClosed(t *testing.T) {
 			t.Fatalf("none of %d high-risk objects is allowed before the snapshot is deleted", len(objects))
 		}
 		b.exec(t, `DELETE FROM evolution_snapshots WHERE id = $1`, res.SnapshotID)
-		g := b.store.Gate(b.ctx, object, gcos.ActionWrite)
+		g := b.gate().Gate(b.ctx, object, gcos.ActionWrite)
 		if g.Decision != gcos.GateBlock || !strings.Contains(strings.Join(g.Reasons, "; "), fmt.Sprintf("snapshot %d no longer exists", res.SnapshotID)) {
 			t.Fatalf("gate on %s after its snapshot was deleted: %s %v", object, g.Decision, g.Reasons)
 		}
-		ex, err := b.store.ExplainObject(b.ctx, object)
+		ex, err := b.gate().ExplainObject(b.ctx, object)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
@@ -29,23 +30,6 @@ func seededWorld(t *testing.T, births int, tweak func(*gcos.Config)) *bundle {
 	return b
 }
 
-func (b *bundle) scanAll(t *testing.T, mode string) int {
-	t.Helper()
-	total := 0
-	runID := ""
-	for {
-		res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: mode, RunID: runID, Expired: true})
-		if err != nil {
-			t.Fatalf("scan: %v", err)
-		}
-		runID = res.RunID
-		total += res.Scanned + res.Seeded
-		if res.Claimed == 0 || res.Scanned+res.Seeded == 0 {
-			return total
-		}
-	}
-}
-
 // groupWhere returns one group key matching a condition on v_candidate_effective.
 func (b *bundle) groupWhere(t *testing.T, cond string) string {
 	t.Helper()
@@ -57,22 +41,6 @@ func (b *bundle) groupWhere(t *testing.T, cond string) string {
 		t.Fatalf("no group where %s: %v", cond, err)
 	}
 	return key
-}
-
-// objectOf returns one object (collection:code) of a group.
-func (b *bundle) objectOf(t *testing.T, key string) string {
-	t.Helper()
-	var ref string
-	err := b.pool.QueryRow(b.ctx, `
-		SELECT br.collection_name || ':' || br.entity_code FROM birth_registry br
-		JOIN governance_group g ON g.object_class = br.entity_type AND g.source_registry = br.collection_name AND g.lifecycle_status = br.status
-		WHERE g.group_key = $1 AND br.parent_code IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM governance_candidate_object o WHERE o.object_ref = br.collection_name || ':' || br.entity_code)
-		ORDER BY br.id LIMIT 1`, key).Scan(&ref)
-	if err != nil {
-		t.Fatalf("no object in group %s: %v", key, err)
-	}
-	return ref
 }
 
 const otherRows = `SELECT * FROM governance_candidate_state WHERE group_key <> ALL($1)`
@@ -101,7 +69,7 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 		if got := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty`); got != 1 {
 			t.Fatalf("dirty rows = %d, want 1", got)
 		}
-		if scanned := b.scanAll(t, postgres.ModeEvent); scanned != 1 {
+		if scanned := b.world().ScanAll(t, postgres.ModeEvent); scanned != 1 {
 			t.Fatalf("event scan re-evaluated %d groups, want 1", scanned)
 		}
 		if after := b.digestExcept(t, []string{key}); after != before {
@@ -121,7 +89,7 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 			SELECT id FROM birth_registry WHERE entity_type = $1 AND collection_name = $2 AND status = $3 ORDER BY id LIMIT 3)`, class, coll, status)
 		affected := b.keysWhere(t, `object_class = $1 AND source_registry = $2 AND lifecycle_status IN ($3, 'retired')`, class, coll, status)
 		before := b.digestExcept(t, affected)
-		if scanned := b.scanAll(t, postgres.ModeIncremental); scanned != 0 {
+		if scanned := b.world().ScanAll(t, postgres.ModeIncremental); scanned != 0 {
 			t.Fatalf("incremental scan found %d groups to scan: nothing signalled the change", scanned)
 		}
 		res, err := scan.New(b.store).FullAudit(b.ctx, nil)
@@ -199,42 +167,42 @@ func contains(xs []string, x string) bool {
 func TestSB10_FailClosed(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 20000, nil)
-	gate := func(object, action string) postgres.GateResult { return b.store.Gate(b.ctx, object, action) }
+	ask := func(object, action string) gate.GateResult { return b.gate().Gate(b.ctx, object, action) }
 
 	t.Run("clean relevant high-risk object covered in every scope is allowed", func(t *testing.T) {
-		base, _ := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND coverage_outcome = 'covered' AND risk_class = 'write_medium')`)
-		obj := b.objectOfBase(t, base)
-		if r := gate(obj, "write"); r.Decision != gcos.GateAllow {
+		base, _ := b.world().BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND coverage_outcome = 'covered' AND risk_class = 'write_medium')`)
+		obj := b.world().ObjectOfBase(t, base)
+		if r := ask(obj, "write"); r.Decision != gcos.GateAllow {
 			t.Fatalf("gate %s = %s %v, want allow", obj, r.Decision, r.Reasons)
 		}
 	})
 	t.Run("unknown object blocks", func(t *testing.T) {
-		if r := gate("no_such_collection:nothing", "write"); r.Decision != gcos.GateBlock {
+		if r := ask("no_such_collection:nothing", "write"); r.Decision != gcos.GateBlock {
 			t.Fatalf("unknown object: %s", r.Decision)
 		}
-		if r := gate("not-an-object", "write"); r.Decision != gcos.GateBlock {
+		if r := ask("not-an-object", "write"); r.Decision != gcos.GateBlock {
 			t.Fatalf("bad object reference: %s", r.Decision)
 		}
 	})
 	t.Run("high-risk stale blocks", func(t *testing.T) {
 		key := b.groupWhere(t, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
-		obj := b.objectOf(t, key)
+		obj := b.world().ObjectOf(t, key)
 		// A birth alone would not do (no verdict rests on membership): a changed collection might.
 		if _, err := b.store.MarkDirty(b.ctx, b.keysOfObjectBase(t, key), "handoff:collection_changed"); err != nil {
 			t.Fatal(err)
 		}
-		r := gate(obj, "write")
+		r := ask(obj, "write")
 		if r.Decision != gcos.GateBlock || r.EffectiveVerdict != gcos.VerdictStale {
 			t.Fatalf("dirty high-risk group: %s %s %v", r.Decision, r.EffectiveVerdict, r.Reasons)
 		}
 	})
 	t.Run("low-risk stale allows and schedules a re-scan", func(t *testing.T) {
 		key := b.groupWhere(t, `risk_class = 'read_descriptive' AND effective_verdict = 'not_relevant' AND NOT dirty`)
-		obj := b.objectOf(t, key)
+		obj := b.world().ObjectOf(t, key)
 		b.exec(t, `UPDATE governance_candidate_state SET scan_time = now() - interval '2 days', stale_after = now() - interval '1 second'
 			WHERE group_key IN (SELECT group_key FROM governance_group WHERE (object_class, source_registry, lifecycle_status) =
 			      (SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1))`, key)
-		r := gate(obj, "write")
+		r := ask(obj, "write")
 		if r.Decision != gcos.GateAllow || !r.RescanScheduled {
 			t.Fatalf("low-risk stale: %s rescan=%v %v", r.Decision, r.RescanScheduled, r.Reasons)
 		}
@@ -244,11 +212,11 @@ func TestSB10_FailClosed(t *testing.T) {
 	})
 	t.Run("failed recompute blocks", func(t *testing.T) {
 		key := b.groupWhere(t, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
-		obj := b.objectOf(t, key)
+		obj := b.world().ObjectOf(t, key)
 		b.exec(t, `UPDATE governance_candidate_state SET recompute_status = 'failed' WHERE group_key IN (
 			SELECT group_key FROM governance_group WHERE (object_class, source_registry, lifecycle_status) =
 			      (SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1))`, key)
-		if r := gate(obj, "write"); r.Decision != gcos.GateBlock {
+		if r := ask(obj, "write"); r.Decision != gcos.GateBlock {
 			t.Fatalf("failed recompute: %s %v", r.Decision, r.Reasons)
 		}
 	})
@@ -256,8 +224,8 @@ func TestSB10_FailClosed(t *testing.T) {
 		pool := pgtestClosedPool(t, b)
 		closed := postgres.New(pool, b.cfg, nil)
 		key := b.groupWhere(t, `effective_verdict = 'relevant'`)
-		obj := b.objectOf(t, key)
-		if r := closed.Gate(context.Background(), obj, "read"); r.Decision != gcos.GateBlock {
+		obj := b.world().ObjectOf(t, key)
+		if r := gate.New(closed, nil).Gate(context.Background(), obj, "read"); r.Decision != gcos.GateBlock {
 			t.Fatalf("closed pool: %s", r.Decision)
 		}
 	})
@@ -268,8 +236,8 @@ func TestSB10_FailClosedDraftRuleset(t *testing.T) {
 	b := setup(t, 5000)
 	b.backfill(t) // under a draft: nobody approved the ruleset yet
 	key := b.groupWhere(t, `risk_class = 'write_medium'`)
-	obj := b.objectOf(t, key)
-	r := b.store.Gate(b.ctx, obj, "write")
+	obj := b.world().ObjectOf(t, key)
+	r := b.gate().Gate(b.ctx, obj, "write")
 	if r.Decision != gcos.GateBlock || r.EffectiveVerdict != gcos.VerdictUnknown {
 		t.Fatalf("verdict under a draft ruleset: %s %s %v, want block unknown", r.Decision, r.EffectiveVerdict, r.Reasons)
 	}
@@ -301,7 +269,7 @@ func TestScanStormGuardThrottlesHighRiskFirst(t *testing.T) {
 			t.Fatalf("%d low-risk groups scanned while %d high-risk groups still dirty", n, high)
 		}
 	}
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	if _, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +352,7 @@ func TestScanTTLExpiry(t *testing.T) {
 		AND coalesce_key LIKE '%' || (SELECT group_key FROM governance_candidate_state WHERE risk_class = 'read_descriptive' LIMIT 1)`); n != 0 {
 		t.Fatal("candidate_stale raised for a low-risk row")
 	}
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'`); n != 0 {
 		t.Fatalf("%d candidate_stale findings still open after a fresh scan", n)
 	}
@@ -461,7 +429,7 @@ func TestScanKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 	if killed < 20 {
 		t.Fatalf("only %d ticks were killed", killed)
 	}
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty OR recompute_status <> 'ok'`); n != 0 {
 		t.Fatalf("%d groups lost their re-scan", n)
 	}
@@ -556,7 +524,7 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 	}
 	obj := coll + ":followup-1"
 	start := time.Now()
-	r := b.store.Gate(b.ctx, obj, gcos.ActionRead)
+	r := b.gate().Gate(b.ctx, obj, gcos.ActionRead)
 	// The window opens when the follow-up commits, inside Gate: on a loaded machine that is well after start.
 	opened := time.Now()
 	if r.Decision != gcos.GateBlock || len(r.Consulted) == 0 {
@@ -567,13 +535,13 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 		t.Fatal("the gate raised no candidate_unknown for never-seeded groups")
 	}
 	for range 5 {
-		b.store.Gate(b.ctx, obj, gcos.ActionRead)
+		b.gate().Gate(b.ctx, obj, gcos.ActionRead)
 	}
 	if n := occurrences(); time.Since(start) < window && n != first {
 		t.Fatalf("repeated gate calls inside the window wrote the finding again: %d occurrences, want %d", n, first)
 	}
 	time.Sleep(time.Until(opened.Add(window + 50*time.Millisecond)))
-	b.store.Gate(b.ctx, obj, gcos.ActionRead)
+	b.gate().Gate(b.ctx, obj, gcos.ActionRead)
 	if n := occurrences(); n != 2*first {
 		t.Fatalf("after the window: %d occurrences, want %d", n, 2*first)
 	}
@@ -658,11 +626,11 @@ func TestScanEarlyCutoff(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 2000, nil)
 	key := b.groupWhere(t, `effective_verdict = 'unknown' OR effective_verdict = 'relevant'`)
-	b.scanAll(t, postgres.ModeIncremental) // settle the first counts
+	b.world().ScanAll(t, postgres.ModeIncremental) // settle the first counts
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyTTL); err != nil {
 		t.Fatal(err)
 	}
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	findings := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE `+notHeldAnnouncement)
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyTTL); err != nil {
 		t.Fatal(err)

@@ -162,7 +162,7 @@ FROM (
            sum(b.h) AS h0, sum(hashint8extended(b.h, 1)) AS h1
     FROM (
         SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, b.{born} AS born, b.{id} AS id,
-               ` + rowHashExpr + ` AS h
+               ` + RowHashExpr + ` AS h
         FROM {part} b
         WHERE b.{id} >= $1 AND b.{id} < $2
         OFFSET 0
@@ -178,12 +178,12 @@ LEFT JOIN LATERAL (
 GROUP BY 1, 2, 3`)
 }
 
-// rowHashExpr is one birth's 64-bit content hash: its text columns joined with a unit separator (NULL as a
+// RowHashExpr is one birth's 64-bit content hash: its text columns joined with a unit separator (NULL as a
 // record-separator marker), mixed non-linearly with the id and the birth instant (epoch microseconds, independent
 // of any session setting). It is computed once per row (the OFFSET 0 subquery keeps it from being inlined twice)
 // and the second lane is derived from it; formatting the whole row as a record was 2× slower, because timestamp
 // output is the costliest step.
-const rowHashExpr = `hashint8extended(
+const RowHashExpr = `hashint8extended(
                hashtextextended(concat_ws(chr(31), b.{code}, b.{coll}, b.{type}, b.{status}, coalesce(b.{canon}, chr(30)),
                                           coalesce(b.{parent}, chr(30)), coalesce(b.{src}, chr(30)), coalesce(b.{actor}, chr(30))), 0)
                # hashint8extended(b.{id}, 0) # hashfloat8extended(date_part('epoch', b.{born}), 0), 0)`
@@ -193,7 +193,7 @@ const rowHashExpr = `hashint8extended(
 // SQL views can compare it with the fingerprint an exception pins (gcos_object_fingerprint).
 func (b BirthBinding) objectFingerprintSQL() string {
 	return b.SQL(`SELECT lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
-FROM {t} b CROSS JOIN LATERAL (SELECT ` + rowHashExpr + ` AS h) f
+FROM {t} b CROSS JOIN LATERAL (SELECT ` + RowHashExpr + ` AS h) f
 WHERE b.{coll} = $1 AND b.{code} = $2`)
 }
 
@@ -253,7 +253,7 @@ func (b BirthBinding) estateCountSQL() string {
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
 func (b BirthBinding) rowHashSQL() string {
 	return b.SQL(`
-SELECT h, hashint8extended(h, 1) FROM (SELECT ` + rowHashExpr + ` AS h
+SELECT h, hashint8extended(h, 1) FROM (SELECT ` + RowHashExpr + ` AS h
 FROM {t} b WHERE b.{id} = $1) x`)
 }
 

@@ -33,12 +33,6 @@ type Store struct {
 	logger       *slog.Logger
 	cfg          gcos.Config
 	rulesetCache rulesetCache
-	followUps    followUpLog // gate follow-ups recently written
-	gateOutage   gateOutage
-	view         atomic.Pointer[VerdictView]
-	rescan       atomic.Pointer[gateRescan]
-	// gateSQLText is built once from the source binding: the gate is the hot path.
-	gateSQLText, birthRawSQLText string
 	// txRetries counts transactions that failed on a deadlock or a serialization conflict; their loop retries them.
 	txRetries atomic.Int64
 	// runMetrics count the scan runs this process finished (ObserveRun).
@@ -48,8 +42,9 @@ type Store struct {
 	owner string
 	// clock, when set, is the time the emission discipline decides by (tests move it); nil: the database clock.
 	clock func() time.Time
-	// replica, when configured, is where the gate reads through while it is proven fresh (replica.go).
-	replica *replicaReads
+	// replica, when configured, is a pool over a streaming replica the gate may read through from (gate/replica.go
+	// proves when); nil: none.
+	replica *pgxpool.Pool
 	// demotions counts the times the pools were dropped because the primary turned read-only.
 	demotions atomic.Int64
 	// session connects what needs a session of its own (LISTEN); nil: nothing may (a transaction pooler without a
@@ -140,7 +135,7 @@ func Open(ctx context.Context, db Databases, cfg gcos.Config, logger *slog.Logge
 			s.Close()
 			return nil, fmt.Errorf("connect the replica's pool: %w", err)
 		}
-		s.replica = newReplicaReads(replica, cfg, s.logger)
+		s.replica = replica
 	}
 	demoted.store.Store(s)
 	return s, nil
@@ -203,6 +198,9 @@ func (s *Store) WithGatePool(p *pgxpool.Pool) *Store {
 // GatePool is the pool the gate runs on (the store's pool unless WithGatePool gave it its own).
 func (s *Store) GatePool() *pgxpool.Pool { return s.gatePool }
 
+// ReplicaPool is the pool over the streaming replica the gate may read through from (nil: none configured).
+func (s *Store) ReplicaPool() *pgxpool.Pool { return s.replica }
+
 // New wraps an existing pool (tests hand one in).
 func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 	if logger == nil {
@@ -211,8 +209,6 @@ func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
 	host, _ := os.Hostname()
 	s := &Store{pool: pool, gatePool: pool, logger: logger, cfg: cfg, owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), rand.Text()[:8]),
 		runMetrics: newRunMetrics(), session: pool.Config().ConnConfig.Copy()}
-	s.gateSQLText, s.birthRawSQLText = s.BirthBinding().gateSQL(), s.BirthBinding().birthRawSQL()
-	s.gateOutage.log = gcos.NewOutageLog("gate: read candidate state (such answers block)", time.Second, cfg.Outage, logger)
 	return s
 }
 
@@ -231,7 +227,7 @@ func (s *Store) Config() gcos.Config { return s.cfg }
 // Close releases every connection.
 func (s *Store) Close() {
 	if s.replica != nil {
-		s.replica.pool.Close()
+		s.replica.Close()
 	}
 	if s.gatePool != s.pool {
 		s.gatePool.Close()
@@ -291,7 +287,13 @@ func (s *Store) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return s.inTxOn(ctx, s.pool, fn)
 }
 
-// inTxOn is InTx on a given pool (the gate's follow-ups run on the gate's pool).
+// InGateTx is InTx on the gate's pool: the gate's follow-ups must not wait for the connections scans and readers
+// hold.
+func (s *Store) InGateTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return s.inTxOn(ctx, s.gatePool, fn)
+}
+
+// inTxOn is InTx on a given pool.
 func (s *Store) inTxOn(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if l := leaseOf(ctx); l != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"gcos/gate"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -73,7 +74,7 @@ func TestAMovedBirthIsNeverCountedTwice(t *testing.T) {
 	}
 	closes := func(when string) {
 		t.Helper()
-		rep, err := store.Invariant(ctx, "")
+		rep, err := gate.New(store, nil).Invariant(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/postgres"
 	"gcos/scan"
@@ -38,8 +39,9 @@ func TestGateRescansAStaleHighRiskGroup(t *testing.T) {
 	objects.Close()
 	var object string
 	var groups []string
+	plain := gate.New(store, nil) // no re-scanner
 	for _, o := range candidates {
-		res := store.Decide(ctx, o, gcos.ActionWrite)
+		res := plain.Decide(ctx, o, gcos.ActionWrite)
 		if res.Decision != gcos.GateAllow || slices.Contains(store.Config().Gate.LowRiskClasses, res.RiskClass) {
 			continue
 		}
@@ -71,12 +73,12 @@ func TestGateRescansAStaleHighRiskGroup(t *testing.T) {
 	}
 
 	dirty()
-	if res := store.Gate(ctx, object, gcos.ActionWrite); res.Decision != gcos.GateBlock || res.Rescanned {
+	if res := plain.Gate(ctx, object, gcos.ActionWrite); res.Decision != gcos.GateBlock || res.Rescanned {
 		t.Fatalf("no re-scan attached, a dirty high-risk group: %s rescanned=%v (%v), want block", res.Decision, res.Rescanned, res.Reasons)
 	}
-	store.SetRescanner(scan.New(store).RescanGroups)
-	res := store.Gate(ctx, object, gcos.ActionWrite)
-	if res.Decision != gcos.GateAllow || !res.Rescanned || res.Source != postgres.SourceDatabase {
+	rescanning := gate.New(store, scan.New(store).RescanGroups)
+	res := rescanning.Gate(ctx, object, gcos.ActionWrite)
+	if res.Decision != gcos.GateAllow || !res.Rescanned || res.Source != gate.SourceDatabase {
 		t.Fatalf("re-scan attached: %s rescanned=%v source=%s (%v), want allow from the re-scanned verdict", res.Decision, res.Rescanned, res.Source, res.Reasons)
 	}
 	if !clean() {
@@ -87,12 +89,12 @@ func TestGateRescansAStaleHighRiskGroup(t *testing.T) {
 	// the fresh verdicts.
 	dirty()
 	batch := []gcos.GateCheck{{Object: candidates[len(candidates)-1], Action: gcos.ActionRead}, {Object: object}, {Object: object, Action: gcos.ActionRead}}
-	before := store.DecideBatch(ctx, batch, postgres.GateOptions{})
+	before := rescanning.DecideBatch(ctx, batch, gate.GateOptions{})
 	if before.Results[1].Decision != gcos.GateBlock {
 		t.Fatalf("a dirty high-risk group, asked in a batch with no re-scan: %s (%v)", before.Results[1].Decision, before.Results[1].Reasons)
 	}
-	got := store.GateBatch(ctx, batch, postgres.GateOptions{})
-	if !got.Rescanned || got.Source != postgres.SourceDatabase || got.Results[1].Decision != gcos.GateAllow || !got.Results[1].Rescanned {
+	got := rescanning.GateBatch(ctx, batch, gate.GateOptions{})
+	if !got.Rescanned || got.Source != gate.SourceDatabase || got.Results[1].Decision != gcos.GateAllow || !got.Results[1].Rescanned {
 		t.Fatalf("a batch with a stale high-risk object: rescanned=%v source=%s, %s (%v)", got.Rescanned, got.Source, got.Results[1].Decision, got.Results[1].Reasons)
 	}
 	for i, r := range got.Results {
@@ -107,8 +109,8 @@ func TestGateRescansAStaleHighRiskGroup(t *testing.T) {
 	// Past the deadline: a store with a short one, while a transaction holds the group's rows.
 	cfg := store.Config()
 	cfg.Gate.RescanDeadline = gcos.Duration(50 * time.Millisecond)
-	short := postgres.New(store.Pool(), cfg, nil)
-	short.SetRescanner(scan.New(short).RescanGroups)
+	shortStore := postgres.New(store.Pool(), cfg, nil)
+	short := gate.New(shortStore, scan.New(shortStore).RescanGroups)
 	dirty()
 	hold, err := store.Pool().Begin(ctx)
 	if err != nil {

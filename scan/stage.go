@@ -25,6 +25,9 @@ type Stage struct {
 	// settle waits until the intake has handed off every source row committed before an instant (the audit's
 	// cut, WithSettle); nil: the audit and its proof do not wait.
 	settle func(ctx context.Context, at time.Time) error
+	// ledger reads the invariant of every scope (or one) and raises or resolves its drift findings (the gate's
+	// Invariant, WithLedger); nil: the full audit reports no ledger.
+	ledger func(ctx context.Context, scope string) (gcos.LedgerReport, error)
 
 	// stormOpen is what this stage knows about the group_invalidation_storm finding (stormFinding*).
 	stormOpen atomic.Int32
@@ -49,6 +52,12 @@ type Option func(*Stage)
 // instant, so what was still in flight is never counted as a lost signal, a drift or a mismatch.
 func WithSettle(settle func(ctx context.Context, at time.Time) error) Option {
 	return func(s *Stage) { s.settle = settle }
+}
+
+// WithLedger gives the stage the invariant's read (gate.Gate.Invariant): the full audit reports the ledger of every
+// scope once its scans are done, which raises or resolves each scope's drift finding.
+func WithLedger(ledger func(ctx context.Context, scope string) (gcos.LedgerReport, error)) Option {
+	return func(s *Stage) { s.ledger = ledger }
 }
 
 // Store is the store core the stage runs on.

@@ -892,7 +892,7 @@ type storedResult struct {
 }
 
 // RescanGroups re-scans the named groups now when they are dirty or past stale_after: the gate's synchronous
-// re-evaluation (postgres.Store.SetRescanner), an event-mode run of its own.
+// re-evaluation (gate.New takes it from the daemon), an event-mode run of its own.
 func (s *Stage) RescanGroups(ctx context.Context, groups []string) error {
 	_, err := s.ScanTick(ctx, ScanOptions{Mode: postgres.ModeEvent, Groups: groups})
 	return err

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/postgres"
 )
 
@@ -24,17 +25,17 @@ func (a *app) explainCommand() *cobra.Command {
 			}
 			return nil
 		}),
-		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (ex postgres.Explanation, err error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (ex gate.Explanation, err error) {
 			q := url.Values{"object": {object}}
 			if group != "" {
 				q = url.Values{"group": {group}}
 			}
 			return ex, api.get(ctx, "/v1/explain", q, &ex)
-		}, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.Explanation, error) {
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (gate.Explanation, error) {
 			if object != "" {
-				return store.ExplainObject(ctx, object)
+				return gate.New(store, nil).ExplainObject(ctx, object)
 			}
-			return store.ExplainGroup(ctx, group)
+			return gate.New(store, nil).ExplainGroup(ctx, group)
 		}, explainText),
 	}
 	cmd.Flags().StringVar(&object, "object", "", "the object, COLLECTION:CODE")
@@ -42,7 +43,7 @@ func (a *app) explainCommand() *cobra.Command {
 	return cmd
 }
 
-func explainText(ex postgres.Explanation) string {
+func explainText(ex gate.Explanation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", ex.Subject)
 	for i, row := range ex.Rows {

@@ -16,8 +16,8 @@ import (
 
 	"gcos"
 	"gcos/client"
+	"gcos/gate"
 	"gcos/httpapi"
-	"gcos/postgres"
 	"gcos/scan"
 )
 
@@ -118,7 +118,7 @@ func (a *app) gateClient(f gateFlags) (*client.Client, []client.Ask, error) {
 
 // openGate opens the store for a gate question: bounded by the gate's timeout when a database URL is given (a
 // pipeline waits on this answer), with the synchronous re-scan attached as the daemon's gate has it.
-func (a *app) openGate(ctx context.Context) (*postgres.Store, error) {
+func (a *app) openGate(ctx context.Context) (*gate.Gate, error) {
 	if a.databaseURL != "" {
 		// An unreachable server blocks within the gate's timeout instead of the operating system's connect
 		// timeout. (Starting the embedded cluster is not bounded by it.)
@@ -130,14 +130,13 @@ func (a *app) openGate(ctx context.Context) (*postgres.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	store.SetRescanner(scan.New(store).RescanGroups)
-	return store, nil
+	return gate.New(store, scan.New(store).RescanGroups), nil
 }
 
 // gateOne asks about one object.
 func (a *app) gateOne(ctx context.Context, f gateFlags) error {
 	var ans gcos.GateAnswer
-	var full *postgres.GateResult
+	var full *gate.GateResult
 	if f.explain && f.daemon != nil {
 		var ex httpapi.ExplainedGateResult
 		q := url.Values{"object": {f.object}, "action": {f.action}, "explain": {"1"}}
@@ -159,11 +158,11 @@ func (a *app) gateOne(ctx context.Context, f gateFlags) error {
 		}
 		ans = res.GateAnswer
 	} else {
-		store, err := a.openGate(ctx)
+		g, err := a.openGate(ctx)
 		if err != nil {
 			return err
 		}
-		res := store.GateWith(ctx, f.object, f.action, postgres.GateOptions{AtLeast: f.atLeast})
+		res := g.GateWith(ctx, f.object, f.action, gate.GateOptions{AtLeast: f.atLeast})
 		ans, full = res.Answer(), &res
 	}
 	var err error
@@ -198,11 +197,11 @@ func (a *app) gateBatch(ctx context.Context, f gateFlags, checks []gcos.GateChec
 		if err := gcos.CheckGateBatch(checks, a.cfg.Gate.BatchMax); err != nil {
 			return &batchFailed{checks: checks, err: err}
 		}
-		store, err := a.openGate(ctx)
+		g, err := a.openGate(ctx)
 		if err != nil {
 			return &batchFailed{checks: checks, err: err}
 		}
-		res := store.GateBatch(ctx, checks, postgres.GateOptions{AtLeast: f.atLeast})
+		res := g.GateBatch(ctx, checks, gate.GateOptions{AtLeast: f.atLeast})
 		out = gcos.NewGateBatchAnswer(res.Answers())
 		out.AsOf, out.Source, out.Token, out.Rescanned = res.AsOf, res.Source, res.Token, res.Rescanned
 	}
@@ -317,7 +316,7 @@ type gateBatchFailure struct {
 }
 
 // gateText is a decision for a person: the lean answer, and the full one when it was read (the database path).
-func gateText(ans gcos.GateAnswer, full *postgres.GateResult) string {
+func gateText(ans gcos.GateAnswer, full *gate.GateResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "decision:  %s\n", strings.ToUpper(ans.Decision))
 	fmt.Fprintf(&b, "object:    %s (action %s)\n", ans.Object, ans.Action)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/httpapi"
 	"gcos/postgres/pgtest"
@@ -49,7 +50,7 @@ func TestGateObjectsFrom(t *testing.T) {
 	objects := w.Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry WHERE id % 31 = 0 ORDER BY id DESC LIMIT 40`)
 	var allowed, blocked []string
 	for _, o := range objects {
-		if w.Store.Decide(w.Ctx, o, gcos.ActionWrite).Decision == gcos.GateAllow {
+		if gate.New(w.Store, nil).Decide(w.Ctx, o, gcos.ActionWrite).Decision == gcos.GateAllow {
 			allowed = append(allowed, o)
 		} else {
 			blocked = append(blocked, o)

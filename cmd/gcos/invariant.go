@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gcos/gate"
 	"gcos/httpapi"
 )
 
@@ -34,7 +35,7 @@ func (a *app) invariantCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				rep, err := store.Invariant(cmd.Context(), scope)
+				rep, err := gate.New(store, nil).Invariant(cmd.Context(), scope)
 				if err != nil {
 					return err
 				}

@@ -13,9 +13,9 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/httpapi"
-	"gcos/postgres"
 	"gcos/postgres/pgtest"
 )
 
@@ -89,7 +89,7 @@ func TestCommandsReachTheDaemon(t *testing.T) {
 		t.Errorf("gcos %v through the API:\n%s\nthrough the database:\n%s", args, got, want)
 	}
 	args = []string{"explain", "--group", group, "--json"}
-	var exDB, exAPI postgres.Explanation
+	var exDB, exAPI gate.Explanation
 	decode(args, direct(args...), &exDB)
 	decode(args, viaAPI(args...), &exAPI)
 	if exAPI.Subject != exDB.Subject || len(exAPI.Rows) != len(exDB.Rows) || len(exAPI.Rows) == 0 ||
@@ -101,7 +101,7 @@ func TestCommandsReachTheDaemon(t *testing.T) {
 	if err := json.Unmarshal([]byte(viaAPI("gate", "--object", object, "--json")), &ans); err != nil || ans.Source == "" {
 		t.Fatalf("gate through the daemon: %v %+v", err, ans)
 	}
-	if want := w.Store.Decide(w.Ctx, object, gcos.ActionWrite).Decision; ans.Decision != want {
+	if want := gate.New(w.Store, nil).Decide(w.Ctx, object, gcos.ActionWrite).Decision; ans.Decision != want {
 		t.Errorf("gate through the daemon: %s, the database says %s", ans.Decision, want)
 	}
 	if out := viaAPI("gate", "--object", object, "--explain"); !strings.Contains(out, "statement:") {

@@ -1,4 +1,4 @@
-package postgres_test
+package gate_test
 
 // Exceptions and odd values are judged at read time (SPEC §12, issue: exceptions at read time): an exception stops
 // counting the instant it expires, only counts in its own scope, and only while the excepted object's fingerprint is
@@ -17,7 +17,7 @@ import (
 // ledgerOf returns the ledger of one scope.
 func (b *bundle) ledgerOf(t *testing.T, scope string) gcos.Ledger {
 	t.Helper()
-	rep, err := b.store.Invariant(b.ctx, scope)
+	rep, err := b.gate().Invariant(b.ctx, scope)
 	if err != nil || len(rep.Ledgers) != 1 {
 		t.Fatalf("invariant of %s: %v (%d ledgers)", scope, err, len(rep.Ledgers))
 	}
@@ -28,14 +28,14 @@ func (b *bundle) ledgerOf(t *testing.T, scope string) gcos.Ledger {
 // in exactly one, that scope, and the orphan group's key and member count.
 func (b *bundle) orphanInOneScope(t *testing.T) (obj, scope, key string, members int64) {
 	t.Helper()
-	base, scope := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium')
+	base, scope := b.world().BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium')
 		AND count(*) FILTER (WHERE coverage_outcome = 'orphan') = 1`)
 	if err := b.pool.QueryRow(b.ctx, `SELECT group_key, group_member_count FROM v_candidate_effective
 		WHERE (object_class, source_registry, lifecycle_status) = ($1, $2, $3) AND scope = $4`,
 		base[0], base[1], base[2], scope).Scan(&key, &members); err != nil {
 		t.Fatal(err)
 	}
-	return b.objectOfBase(t, base), scope, key, members
+	return b.world().ObjectOfBase(t, base), scope, key, members
 }
 
 func openFindings(b *bundle, t *testing.T, key string) int64 {
@@ -61,12 +61,12 @@ func TestException_StopsCountingTheInstantItExpires(t *testing.T) {
 	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
 		t.Fatal(err)
 	}
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	var expired bool
 	if err := b.pool.QueryRow(b.ctx, `SELECT now() >= expires_at FROM governance_exception WHERE exception_id = 'EXC-T-EXPIRY'`).Scan(&expired); err != nil || expired {
 		t.Skipf("the machine took longer than the exception's life to scan (err %v): nothing to observe", err)
 	}
-	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+	if r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
 		t.Fatalf("under an approved exception in scope %s, %s = %s %q, want allow", scope, obj, r.Decision, r.Reasons)
 	}
 	under := b.ledgerOf(t, scope)
@@ -86,7 +86,7 @@ func TestException_StopsCountingTheInstantItExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := b.store.Gate(b.ctx, obj, gcos.ActionWrite)
+	r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite)
 	if r.Decision != gcos.GateBlock || !strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+scope) {
 		t.Fatalf("after the exception expired, %s = %s %q, want block as an orphan in %s", obj, r.Decision, r.Reasons, scope)
 	}
@@ -100,7 +100,7 @@ func TestException_StopsCountingTheInstantItExpires(t *testing.T) {
 		Scan(&cov, &recorded); err != nil || cov != "orphan" || recorded != "approved_exception" {
 		t.Fatalf("v_candidate_effective coverage %q (recorded %q, err %v), want orphan in force over the recorded approved_exception", cov, recorded, err)
 	}
-	ex, err := b.store.ExplainGroup(b.ctx, key)
+	ex, err := b.gate().ExplainGroup(b.ctx, key)
 	if err != nil || len(ex.Rows) != 1 || ex.Rows[0].Coverage != gcos.CoverageOrphan || ex.Rows[0].ExceptionLifted == nil ||
 		ex.Rows[0].ExceptionLifted.Reason != gcos.LiftExpired {
 		t.Fatalf("explain %s: %+v (err %v), want coverage orphan and the exception lifted as expired", key, ex.Rows, err)
@@ -133,7 +133,7 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 		if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 			t.Fatal(err)
 		}
-		b.scanAll(t, postgres.ModeIncremental)
+		b.world().ScanAll(t, postgres.ModeIncremental)
 		b.ledgerCloses(t)
 	}
 
@@ -152,7 +152,7 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 	if got := b.ledgerOf(t, scopes[0]).ApprovedExceptions; got != beforeFirst.ApprovedExceptions {
 		t.Fatalf("an exception granted in %s was counted in %s (%d, was %d)", other, scopes[0], got, beforeFirst.ApprovedExceptions)
 	}
-	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateBlock ||
+	if r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateBlock ||
 		!strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+orphanScope) {
 		t.Fatalf("an exception in %s let the orphan in %s pass: %s %q", other, orphanScope, r.Decision, r.Reasons)
 	}
@@ -163,7 +163,7 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 	if objectsIn(orphanScope) != 1 || objectsIn(other) != 0 {
 		t.Fatalf("after moving the exception to %s: counted %d there and %d in %s, want 1 and 0", orphanScope, objectsIn(orphanScope), objectsIn(other), other)
 	}
-	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+	if r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
 		t.Fatalf("under its exception in %s, %s = %s %q, want allow", orphanScope, obj, r.Decision, r.Reasons)
 	}
 	underOrphan := b.ledgerOf(t, orphanScope)
@@ -174,13 +174,13 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 		ORDER BY n.id LIMIT 1`, coll, code).Scan(&neighbour); err != nil {
 		t.Fatal(err)
 	}
-	if r := b.store.Gate(b.ctx, neighbour, gcos.ActionWrite); r.Decision != gcos.GateBlock {
+	if r := b.gate().Gate(b.ctx, neighbour, gcos.ActionWrite); r.Decision != gcos.GateBlock {
 		t.Fatalf("an exception on %s let its neighbour %s pass: %q", obj, neighbour, r.Reasons)
 	}
 
 	// 3. The object changes without a word to GCOS: the very next read lifts the exception and says why.
 	b.exec(t, `UPDATE birth_registry SET actor_ref = 'someone-else' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
-	r := b.store.Gate(b.ctx, obj, gcos.ActionWrite)
+	r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite)
 	if r.Decision != gcos.GateBlock || !strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+orphanScope) {
 		t.Fatalf("after the excepted object changed, %s = %s %q, want block as an orphan in %s", obj, r.Decision, r.Reasons, orphanScope)
 	}
@@ -194,7 +194,7 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 	if got := b.ledgerOf(t, orphanScope); got.ApprovedExceptions != underOrphan.ApprovedExceptions-1 || !got.Closes() {
 		t.Fatalf("ledger %s after the object changed: %+v, want one approved exception less than %+v", orphanScope, got, underOrphan)
 	}
-	ex, err := b.store.ExplainObject(b.ctx, obj)
+	ex, err := b.gate().ExplainObject(b.ctx, obj)
 	if err != nil || ex.ObjectFingerprint == fp || ex.Rows[0].ExceptionLifted == nil || ex.Rows[0].ExceptionLifted.Reason != gcos.LiftFingerprintChanged {
 		t.Fatalf("explain %s: fingerprint %s (pinned %s), rows %+v (err %v), want the exception lifted as fingerprint_changed", obj, ex.ObjectFingerprint, fp, ex.Rows, err)
 	}
@@ -211,10 +211,10 @@ func TestException_OnAnObjectCountsOnlyInItsOwnScopeAndWhileTheObjectIsUnchanged
 func TestGate_OddInputValuesBlockByName(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 20000, nil)
-	base, _ := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium'
+	base, _ := b.world().BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium'
 		AND coverage_outcome = 'covered')`)
-	allowed := b.objectOfBase(t, base)
-	if r := b.store.Gate(b.ctx, allowed, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+	allowed := b.world().ObjectOfBase(t, base)
+	if r := b.gate().Gate(b.ctx, allowed, gcos.ActionWrite); r.Decision != gcos.GateAllow {
 		t.Fatalf("well-formed %s = %s %q, want allow", allowed, r.Decision, r.Reasons)
 	}
 	birth := func(code, coll, class, status string, parent any) string {
@@ -242,7 +242,7 @@ func TestGate_OddInputValuesBlockByName(t *testing.T) {
 		"has no risk class", "birth_or_registry_missing", "gov:input:birth_or_registry_missing:risk_class=unknown"})
 	for _, tt := range tests {
 		for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
-			r := b.store.Gate(b.ctx, tt.object, action)
+			r := b.gate().Gate(b.ctx, tt.object, action)
 			if r.Decision != gcos.GateBlock || len(r.Reasons) == 0 || !strings.Contains(r.Reasons[0], tt.value) ||
 				!strings.Contains(r.Reasons[0], tt.state) {
 				t.Fatalf("%s: %s on %s = %s %q, want block with the first reason naming %s and %s", tt.name, action,
@@ -252,7 +252,7 @@ func TestGate_OddInputValuesBlockByName(t *testing.T) {
 		if n := openFindings(b, t, tt.finding); n != 1 {
 			t.Fatalf("%s: open %q findings = %d, want 1 (coalesced)", tt.name, tt.finding, n)
 		}
-		ex, err := b.store.ExplainObject(b.ctx, tt.object)
+		ex, err := b.gate().ExplainObject(b.ctx, tt.object)
 		if err != nil || len(ex.InputProblems) == 0 {
 			t.Fatalf("%s: explain names no input problem (%v)", tt.name, err)
 		}
@@ -262,13 +262,13 @@ func TestGate_OddInputValuesBlockByName(t *testing.T) {
 	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE lifecycle_status = 'Active '
 		AND (candidate_verdict, input_quality_state) IS DISTINCT FROM ('needs_input', 'invalid_schema')`); n != 0 {
 		t.Fatalf("%d groups of status 'Active ' are not needs_input/invalid_schema", n)
 	}
 	b.ledgerCloses(t)
-	if r := b.store.Gate(b.ctx, allowed, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+	if r := b.gate().Gate(b.ctx, allowed, gcos.ActionWrite); r.Decision != gcos.GateAllow {
 		t.Fatalf("the well-formed neighbour %s = %s %q after the odd births, want allow", allowed, r.Decision, r.Reasons)
 	}
 }
@@ -319,8 +319,8 @@ func TestException_RevokedInTheRegistryStopsSuppressingAtOnce(t *testing.T) {
 	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	b.scanAll(t, postgres.ModeIncremental)
-	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+	b.world().ScanAll(t, postgres.ModeIncremental)
+	if r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
 		t.Fatalf("under its exception in %s, %s = %s %q, want allow", scope, obj, r.Decision, r.Reasons)
 	}
 	if got := b.ledgerOf(t, scope); got.ApprovedExceptions != before.ApprovedExceptions+1 {
@@ -335,7 +335,7 @@ func TestException_RevokedInTheRegistryStopsSuppressingAtOnce(t *testing.T) {
 		Scan(&recordedExpiry); err != nil || recordedExpiry.Year() != 2030 {
 		t.Fatalf("the recorded terms changed without a scan (%v, err %v): the test no longer shows the read", recordedExpiry, err)
 	}
-	r := b.store.Gate(b.ctx, obj, gcos.ActionWrite)
+	r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite)
 	if r.Decision != gcos.GateBlock || !strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+scope) {
 		t.Fatalf("after the revocation, %s = %s %q, want block as an orphan in %s", obj, r.Decision, r.Reasons, scope)
 	}
@@ -346,17 +346,17 @@ func TestException_RevokedInTheRegistryStopsSuppressingAtOnce(t *testing.T) {
 		AND coverage_outcome = 'approved_exception'`); n != 0 {
 		t.Fatal("v_candidate_object_effective still counts the revoked exception")
 	}
-	ex, err := b.store.ExplainObject(b.ctx, obj)
+	ex, err := b.gate().ExplainObject(b.ctx, obj)
 	if err != nil || ex.Rows[0].ExceptionLifted == nil || ex.Rows[0].ExceptionLifted.Reason != gcos.LiftExpired {
 		t.Fatalf("explain %s: rows %+v (err %v), want the exception lifted as expired", obj, ex.Rows, err)
 	}
 
 	// Withdrawn altogether (the row deleted): still nothing suppresses.
 	b.exec(t, `DELETE FROM governance_exception WHERE exception_id = 'EXC-T-REVOKE'`)
-	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateBlock {
+	if r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateBlock {
 		t.Fatalf("after the exception was deleted, %s = %s %q, want block", obj, r.Decision, r.Reasons)
 	}
-	ex, err = b.store.ExplainObject(b.ctx, obj)
+	ex, err = b.gate().ExplainObject(b.ctx, obj)
 	if err != nil || ex.Rows[0].ExceptionLifted == nil || ex.Rows[0].ExceptionLifted.Reason != gcos.LiftWithdrawn {
 		t.Fatalf("explain %s: rows %+v (err %v), want the exception lifted as withdrawn", obj, ex.Rows, err)
 	}
@@ -389,7 +389,7 @@ func TestOwnership_ADisputeIsNoOwner(t *testing.T) {
 		if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
 			t.Fatal(err)
 		}
-		b.scanAll(t, postgres.ModeIncremental)
+		b.world().ScanAll(t, postgres.ModeIncremental)
 		var k string
 		if err := b.pool.QueryRow(b.ctx, `SELECT group_key FROM v_candidate_effective WHERE scope = $1 AND object_class = $2
 			AND source_registry = $3 AND lifecycle_status = 'active' AND member_count > 0`, scope, class, coll).Scan(&k); err != nil {
@@ -410,7 +410,7 @@ func TestOwnership_ADisputeIsNoOwner(t *testing.T) {
 		fkey, gcos.CouncilOwner, owner); n != 1 {
 		t.Fatalf("open owner_dispute findings naming %s and team-rival, routed to the council = %d, want 1", owner, n)
 	}
-	ex, err := b.store.ExplainGroup(b.ctx, disputed)
+	ex, err := b.gate().ExplainGroup(b.ctx, disputed)
 	if err != nil || len(ex.Rows) != 1 || len(ex.Rows[0].OwnerDispute) != 2 ||
 		!strings.Contains(strings.Join(ex.Statements, " | "), "ownership dispute between") {
 		t.Fatalf("explain %s: %+v %q (err %v), want the dispute named", disputed, ex.Rows, ex.Statements, err)

@@ -1,8 +1,9 @@
-package postgres
+package gate
 
 import (
 	"context"
 	"fmt"
+	"gcos/postgres"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,7 @@ const SourceReplica = "replica"
 // it, and replay only moves forward: a read that starts at t is at most t - (that instant) behind the primary.
 type replicaReads struct {
 	pool     *pgxpool.Pool
-	store    *Store // a store over the replica, for read-only requests (Reads)
+	reader   *Gate // a gate over the replica, for read-only requests (Reads)
 	maxStale time.Duration
 	refresh  time.Duration
 
@@ -52,7 +53,7 @@ const replicaSamplesKept = 512
 
 func newReplicaReads(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *replicaReads {
 	g := cfg.Gate
-	r := &replicaReads{pool: pool, store: New(pool, cfg, logger), maxStale: g.MaxStaleness.Duration(), refresh: g.ViewRefresh.Duration()}
+	r := &replicaReads{pool: pool, reader: over(postgres.New(pool, cfg, logger)), maxStale: g.MaxStaleness.Duration(), refresh: g.ViewRefresh.Duration()}
 	r.lag.Store(-1)
 	r.lagGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gcos_replica_lag_seconds",
@@ -80,8 +81,8 @@ type ReplicaStats struct {
 }
 
 // ReplicaStats reports the replica the gate may read from (Configured false when none).
-func (s *Store) ReplicaStats() ReplicaStats {
-	r := s.replica
+func (g *Gate) ReplicaStats() ReplicaStats {
+	r := g.replica
 	if r == nil {
 		return ReplicaStats{LagSeconds: -1}
 	}
@@ -122,48 +123,48 @@ func proveReplica(samples []lsnSample, replayed int64) ([]lsnSample, time.Time, 
 
 // gateReadPool is where a gate read-through goes now: the replica while it is proven fresh, else the gate's pool.
 // A question asked with full consistency always reads the primary's present.
-func (s *Store) gateReadPool(full bool) (*pgxpool.Pool, string) {
-	if r := s.replica; r != nil && !full {
+func (g *Gate) gateReadPool(full bool) (*pgxpool.Pool, string) {
+	if r := g.replica; r != nil && !full {
 		if r.fresh() {
 			r.reads.Add(1)
 			return r.pool, SourceReplica
 		}
 		r.fallbacks.Add(1)
 	}
-	return s.gatePool, SourceDatabase
+	return g.gatePool, SourceDatabase
 }
 
-// Reads is the store a read-only request reads from, and its source: a store over the replica while the replica is
-// proven within gate.max_staleness of the primary (SourceReplica), else s itself (SourceDatabase). Only reads may
-// go through it: the replica refuses writes.
-func (s *Store) Reads() (*Store, string) {
-	if r := s.replica; r != nil && r.fresh() {
-		return r.store, SourceReplica
+// Reads is the gate a read-only request reads from (explain, and through its Store the lists), and its source: a
+// gate over the replica while the replica is proven within gate.max_staleness of the primary (SourceReplica), else
+// g itself (SourceDatabase). Only reads may go through it: the replica refuses writes.
+func (g *Gate) Reads() (*Gate, string) {
+	if r := g.replica; r != nil && r.fresh() {
+		return r.reader, SourceReplica
 	}
-	return s, SourceDatabase
+	return g, SourceDatabase
 }
 
 // replicaFailed takes the replica out of the gate's reads until the next measurement proves it again.
-func (s *Store) replicaFailed(err error) {
-	if r := s.replica; r != nil && r.provenAt.Swap(0) != 0 {
+func (g *Gate) replicaFailed(err error) {
+	if r := g.replica; r != nil && r.provenAt.Swap(0) != 0 {
 		r.fallbacks.Add(1)
-		s.logger.Warn("gate: the replica failed a read; reading the primary until it is proven fresh again", "err", err)
+		g.logger.Warn("gate: the replica failed a read; reading the primary until it is proven fresh again", "err", err)
 	}
 }
 
 // RunReplicaMonitor measures the replica's lag every gate.view_refresh until ctx ends (a daemon runs it when a
 // replica URL is configured; without one it returns at once). A failed measurement leaves the replica unproven,
 // so the gate reads the primary: never a guess.
-func (s *Store) RunReplicaMonitor(ctx context.Context) error {
-	r := s.replica
+func (g *Gate) runReplicaMonitor(ctx context.Context) error {
+	r := g.replica
 	if r == nil {
 		return nil
 	}
-	outage := gcos.NewOutageLog("measure the replica's lag (the gate reads the primary meanwhile)", r.refresh, s.cfg.Outage, s.logger)
+	outage := gcos.NewOutageLog("measure the replica's lag (the gate reads the primary meanwhile)", r.refresh, g.cfg.Outage, g.logger)
 	tick := time.NewTicker(r.refresh)
 	defer tick.Stop()
 	for {
-		if err := s.measureReplica(ctx); err != nil && ctx.Err() == nil {
+		if err := g.measureReplica(ctx); err != nil && ctx.Err() == nil {
 			r.provenAt.Store(0)
 			r.lag.Store(-1)
 			outage.Failed(err)
@@ -180,13 +181,13 @@ func (s *Store) RunReplicaMonitor(ctx context.Context) error {
 
 // measureReplica samples the primary's insert position, then reads the replica's replay position, and proves the
 // replica fresh as of the newest sample it has replayed past.
-func (s *Store) measureReplica(ctx context.Context) error {
-	r := s.replica
+func (g *Gate) measureReplica(ctx context.Context) error {
+	r := g.replica
 	ctx, cancel := context.WithTimeout(ctx, max(r.maxStale, time.Second))
 	defer cancel()
 	at := time.Now()
 	var lsn int64
-	if err := s.pool.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`).Scan(&lsn); err != nil {
+	if err := g.pool.QueryRow(ctx, `SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`).Scan(&lsn); err != nil {
 		return fmt.Errorf("the primary's WAL position: %w", err)
 	}
 	var replayed *int64
@@ -213,4 +214,13 @@ func (s *Store) measureReplica(ctx context.Context) error {
 	r.provenAt.Store(proven.UnixNano())
 	r.lag.Store(int64(measured.Sub(proven)))
 	return nil
+}
+
+// Collectors are the gate's metrics for the registry that serves /metrics: the replica's lag and reads, when the
+// gate has a replica.
+func (g *Gate) Collectors() []prometheus.Collector {
+	if g.replica == nil {
+		return nil
+	}
+	return []prometheus.Collector{g.replica.lagGauge, g.replica.readCount}
 }

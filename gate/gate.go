@@ -1,10 +1,11 @@
-package postgres
+package gate
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gcos/postgres"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,23 +15,6 @@ import (
 
 	"gcos"
 )
-
-// ObjectRef is a born object's address: collection_name:entity_code.
-type ObjectRef struct {
-	Collection string `json:"collection_name"`
-	Code       string `json:"entity_code"`
-}
-
-func (o ObjectRef) String() string { return o.Collection + ":" + o.Code }
-
-// ParseObjectRef validates "COLLECTION:CODE". Bad input is a clear EINVALID error.
-func ParseObjectRef(s string) (ObjectRef, error) {
-	if err := gcos.CheckObjectRef(s); err != nil {
-		return ObjectRef{}, err
-	}
-	coll, code, _ := strings.Cut(s, ":")
-	return ObjectRef{Collection: coll, Code: code}, nil
-}
 
 // GateResult is the gate's full answer for one object and action.
 type GateResult struct {
@@ -133,7 +117,7 @@ func (r *candidateRead) coverageAt(now time.Time, class, registry, object string
 // one; the current ruleset's version (whose scopes say which groups must be there); and the object's own birth
 // values (status, parent, whether its collection and class are registered) and fingerprint, which exceptions and
 // the input checks are judged on now. An object with no birth yields no row.
-func (b BirthBinding) gateSQL() string {
+func gateSQL(b postgres.BirthBinding) string {
 	return b.SQL(`
 WITH cr AS (SELECT ruleset_version FROM v_current_ruleset),
 active AS (SELECT coalesce((SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'), '') AS v),
@@ -155,7 +139,7 @@ obj AS (
            EXISTS (SELECT 1 FROM collection_registry c WHERE c.collection_name = coalesce(p.{coll}, b.{coll})) AS coll_known,
            EXISTS (SELECT 1 FROM meta_catalog m WHERE m.entity_type = coalesce(p.{type}, b.{type})) AS class_known
     FROM {t} b
-    CROSS JOIN LATERAL (SELECT ` + rowHashExpr + ` AS h) fh
+    CROSS JOIN LATERAL (SELECT ` + postgres.RowHashExpr + ` AS h) fh
     LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
     WHERE b.{coll} = $1 AND b.{code} = $2
 ),
@@ -219,7 +203,7 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 	if exception != nil {
 		var x gcos.ExceptionRow
 		if err := json.Unmarshal(exception, &x); err != nil {
-			return cr, false, fmt.Errorf("read exception %s: %w", Deref(rec.ExceptionID), err)
+			return cr, false, fmt.Errorf("read exception %s: %w", postgres.Deref(rec.ExceptionID), err)
 		}
 		cr.exception = &x
 	}
@@ -247,16 +231,16 @@ func scanCandidateLead(rows pgx.Rows, source string, lead, extra []any) (candida
 // a timeout or an unreachable database all block. The object is judged on the worst of its materialized row (if
 // any) and its group in every scope (gcos.GateObject). A low-risk stale verdict allows and dirties the row for a
 // re-scan; a blocked orphan raises coverage_orphan naming its group.
-func (s *Store) Gate(ctx context.Context, object, action string) GateResult {
-	return s.GateWith(ctx, object, action, GateOptions{})
+func (g *Gate) Gate(ctx context.Context, object, action string) GateResult {
+	return g.GateWith(ctx, object, action, GateOptions{})
 }
 
 // GateWith is Gate at the consistency the caller asks for.
-func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOptions) GateResult {
-	res, fu := s.decide(ctx, object, action, opt)
-	if len(fu.sync) > 0 && s.rescanNow(ctx, fu.sync) {
+func (g *Gate) GateWith(ctx context.Context, object, action string, opt GateOptions) GateResult {
+	res, fu := g.decide(ctx, object, action, opt)
+	if len(fu.sync) > 0 && g.rescanNow(ctx, fu.sync) {
 		// The re-scan committed: the database has its verdicts (the view catches up a moment later).
-		res, fu = s.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
+		res, fu = g.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
 		res.Rescanned = true
 	}
 	if fu.empty() {
@@ -268,13 +252,13 @@ func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOpt
 		return res
 	}
 	// Follow-ups are best effort and never change the decision already taken.
-	if err := s.gateFollowUp(context.WithoutCancel(ctx), fu); err != nil {
-		s.logger.Warn("gate: follow up", "object", object, "err", err)
+	if err := g.gateFollowUp(context.WithoutCancel(ctx), fu); err != nil {
+		g.logger.Warn("gate: follow up", "object", object, "err", err)
 		return res
 	}
 	res.RescanScheduled = res.RescanScheduled || len(fu.rescan) > 0
 	if a := fu.answer; a != nil {
-		if u := s.followUps.quietUntil(fu); !u.IsZero() {
+		if u := g.followUps.quietUntil(fu); !u.IsZero() {
 			a.quiet.Store(u.UnixNano())
 		}
 	}
@@ -283,33 +267,19 @@ func (s *Store) GateWith(ctx context.Context, object, action string, opt GateOpt
 
 // Decide is the gate's decision with no follow-up: it schedules no re-scan and raises no finding, so a reader
 // that compares decisions (gcos verify) leaves the state it compares as it found it.
-func (s *Store) Decide(ctx context.Context, object, action string) GateResult {
-	res, _ := s.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
+func (g *Gate) Decide(ctx context.Context, object, action string) GateResult {
+	res, _ := g.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
 	return res
 }
 
-// ConsistencyToken is a token for the database's present: taken after a write committed, a gate question passing it
-// as at_least reads that write (SPEC §12 freshness). A writer outside GCOS (an exception granted in its registry)
-// asks for one after its commit.
-func (s *Store) ConsistencyToken(ctx context.Context) (string, error) {
-	var token string
-	if err := s.pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&token); err != nil {
-		return "", fmt.Errorf("read a consistency token: %w", err)
-	}
-	return token, nil
-}
-
-// AttachView makes the gate answer from v while v can prove it is within gate.max_staleness (nil detaches).
-func (s *Store) AttachView(v *VerdictView) { s.view.Store(v) }
-
-// View is the attached verdict view (nil when none).
-func (s *Store) View() *VerdictView { return s.view.Load() }
+// View is the gate's verdict view (nil when gate.view is off).
+func (g *Gate) View() *VerdictView { return g.view.Load() }
 
 // decide takes the gate's decision and lists its follow-ups, every database read within gate.timeout.
-func (s *Store) decide(ctx context.Context, object, action string, opt GateOptions) (GateResult, gateFollowUps) {
+func (g *Gate) decide(ctx context.Context, object, action string, opt GateOptions) (GateResult, gateFollowUps) {
 	var fu gateFollowUps
 	res := GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{}}
-	ref, err := ParseObjectRef(object)
+	ref, err := postgres.ParseObjectRef(object)
 	if err != nil {
 		res.Reasons = append(res.Reasons, gcos.ErrorMessage(err))
 		return res, fu
@@ -323,39 +293,39 @@ func (s *Store) decide(ctx context.Context, object, action string, opt GateOptio
 		res.Reasons = append(res.Reasons, gcos.ErrorMessage(err))
 		return res, fu
 	}
-	if v := s.view.Load(); v != nil && opt.Consistency != ConsistencyFull {
+	if v := g.view.Load(); v != nil && opt.Consistency != ConsistencyFull {
 		if res, fu, ok := v.decide(ctx, ref, action, atLeast); ok {
 			return res, fu
 		}
 		v.readThrough.Add(1)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	pool, source := s.gateReadPool(opt.Consistency == ConsistencyFull)
-	o, err := s.gateInputs(ctx, pool, ref)
+	pool, source := g.gateReadPool(opt.Consistency == ConsistencyFull)
+	o, err := g.gateInputs(ctx, pool, ref)
 	if err != nil && source == SourceReplica && ctx.Err() == nil {
-		s.replicaFailed(err)
+		g.replicaFailed(err)
 		source = SourceDatabase
-		o, err = s.gateInputs(ctx, s.gatePool, ref)
+		o, err = g.gateInputs(ctx, g.gatePool, ref)
 	}
 	if err != nil {
-		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: s.gateReadFailed("object "+object, err)})
+		d := gcos.GateObject(gcos.ObjectGateInput{Action: action, Err: g.gateReadFailed("object "+object, err)})
 		res.Reasons = d.Reasons
 		return res, fu
 	}
-	s.gateOutage.succeeded()
+	g.gateOutage.succeeded()
 	res.AsOf, res.Source, res.Token = o.now, source, o.token
-	return s.judge(ref, action, o, res)
+	return g.judge(ref, action, o, res)
 }
 
 // gateReadFailed is what a failed gate read says (what names the read, for the log): a timeout is the gate's own,
 // and a driver error is logged once per outage and shown as unreadable state, never in its own words.
-func (s *Store) gateReadFailed(what string, err error) error {
+func (g *Gate) gateReadFailed(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", s.cfg.Gate.Timeout.Duration())
+		return gcos.Errorf(gcos.EUNAVAILABLE, "no answer within %s", g.cfg.Gate.Timeout.Duration())
 	}
 	if gcos.ErrorCode(err) == gcos.EINTERNAL {
-		s.gateOutage.failed(fmt.Errorf("%s: %w", what, err))
+		g.gateOutage.failed(fmt.Errorf("%s: %w", what, err))
 		return gcos.Errorf(gcos.EUNAVAILABLE, "candidate state unreadable")
 	}
 	return err
@@ -388,24 +358,24 @@ func (g *gateOutage) succeeded() {
 
 // judge takes the gate's decision on an object's reads (the database's or the view's) and lists its follow-ups;
 // res is the answer so far (object, action, as_of, source).
-func (s *Store) judge(ref ObjectRef, action string, o objectReads, res GateResult) (GateResult, gateFollowUps) {
+func (g *Gate) judge(ref postgres.ObjectRef, action string, o objectReads, res GateResult) (GateResult, gateFollowUps) {
 	var fu gateFollowUps
 	reads, now := o.reads, o.now
 	res.DecidedAt = now
 	if len(reads) == 0 {
-		res.Reasons = append(res.Reasons, fmt.Sprintf("object %s has no birth in %s: unknown objects are blocked", ref, s.BirthBinding().Table))
+		res.Reasons = append(res.Reasons, fmt.Sprintf("object %s has no birth in %s: unknown objects are blocked", ref, g.core.BirthBinding().Table))
 		res.EffectiveVerdict = gcos.VerdictUnknown
 		return res, fu
 	}
 	in := gcos.ObjectGateInput{Action: action, Scopes: o.scopes, Problems: o.problems, Rows: make([]gcos.GateInput, len(reads))}
 	for i, r := range reads {
-		in.Rows[i] = s.gateInput(action, r, now)
+		in.Rows[i] = g.gateInput(action, r, now)
 	}
 	d := gcos.GateObject(in)
 	res.Decision, res.EffectiveVerdict, res.RiskClass, res.Reasons = d.Decision, d.EffectiveVerdict, d.RiskClass, d.Reasons
 	for i, r := range reads {
 		rd := d.Rows[i]
-		statement := s.statement(ref.String(), r, in.Rows[i].Effective)
+		statement := g.statement(ref.String(), r, in.Rows[i].Effective)
 		res.Consulted = append(res.Consulted, ConsultedRow{Source: r.source, Key: r.key, Scope: r.scope, Decision: rd.Decision, Statement: statement})
 		if i == d.Worst {
 			res.Statement = statement
@@ -466,12 +436,12 @@ func syncRescan(d gcos.ObjectGateDecision, reads []candidateRead, problems bool)
 }
 
 // gateInput derives one row's gate input the same way for the gate and explain.
-func (s *Store) gateInput(action string, r candidateRead, now time.Time) gcos.GateInput {
+func (g *Gate) gateInput(action string, r candidateRead, now time.Time) gcos.GateInput {
 	in := gcos.GateInput{Action: action, Found: r.found(), Source: r.source, Scope: r.scope, RulesetStatus: r.rulesetStatus,
 		SnapshotExists: r.snapshotExists, Coverage: r.coverage}
 	if in.Found {
 		in.Row = r.row
-		in.HighRisk = gcos.IsHighRisk(r.row.RiskClass, s.cfg.Gate.LowRiskClasses)
+		in.HighRisk = gcos.IsHighRisk(r.row.RiskClass, g.cfg.Gate.LowRiskClasses)
 		in.Effective = gcos.Effective(r.row, now, gcos.RulesetState{ActiveVersion: r.activeVersion, RowRulesetStatus: r.rulesetStatus}, r.snapshotExists, in.HighRisk)
 	}
 	return in
@@ -493,17 +463,17 @@ type objectReads struct {
 // gateInputs reads, in one statement, the object's birth, its materialized row and its group in every scope, and
 // derives the coverage in force now, the current ruleset's scopes (decoded once per version) and the object's
 // input problems under that ruleset's policy.
-func (s *Store) gateInputs(ctx context.Context, q Querier, ref ObjectRef) (objectReads, error) {
-	o, version, fingerprint, err := s.gateReads(ctx, q, ref)
+func (g *Gate) gateInputs(ctx context.Context, q postgres.Querier, ref postgres.ObjectRef) (objectReads, error) {
+	o, version, fingerprint, err := g.gateReads(ctx, q, ref)
 	if err != nil || len(o.reads) == 0 {
 		return o, err
 	}
-	return s.completeReads(ctx, q, ref, o, version, fingerprint)
+	return g.completeReads(ctx, q, ref, o, version, fingerprint)
 }
 
 // completeReads derives, from an object's reads, the coverage in force now, the current ruleset's scopes and the
 // object's input problems: the same for the database's reads and the view's.
-func (s *Store) completeReads(ctx context.Context, q Querier, ref ObjectRef, o objectReads, version string, fingerprint *string) (objectReads, error) {
+func (g *Gate) completeReads(ctx context.Context, q postgres.Querier, ref postgres.ObjectRef, o objectReads, version string, fingerprint *string) (objectReads, error) {
 	o.fingerprint = fingerprint
 	for i := range o.reads {
 		o.reads[i].coverageAt(o.now, o.birth.Class, o.birth.Collection, ref.String(), fingerprint)
@@ -511,7 +481,7 @@ func (s *Store) completeReads(ctx context.Context, q Querier, ref ObjectRef, o o
 	if version == "" {
 		return o, nil // nothing was ever backfilled: every row reads as never seeded and blocks
 	}
-	rs, err := s.RulesetVersionVia(ctx, q, version)
+	rs, err := g.core.RulesetVersionVia(ctx, q, version)
 	if err != nil {
 		return o, err
 	}
@@ -528,8 +498,8 @@ func (s *Store) completeReads(ctx context.Context, q Querier, ref ObjectRef, o o
 
 // gateReads reads the object's birth, its materialized row and its groups in one statement, with the clock, the
 // current ruleset version and the object's fingerprint.
-func (s *Store) gateReads(ctx context.Context, q Querier, ref ObjectRef) (objectReads, string, *string, error) {
-	rows, err := q.Query(ctx, s.gateSQLText, ref.Collection, ref.Code)
+func (g *Gate) gateReads(ctx context.Context, q postgres.Querier, ref postgres.ObjectRef) (objectReads, string, *string, error) {
+	rows, err := q.Query(ctx, g.gateSQLText, ref.Collection, ref.Code)
 	if err != nil {
 		return objectReads{}, "", nil, err
 	}
@@ -546,7 +516,7 @@ func (s *Store) gateReads(ctx context.Context, q Querier, ref ObjectRef) (object
 
 // gateReadsFrom reads the gate statement's rows (and closes them). An object with no birth has no row: its reads
 // are empty, with no clock.
-func gateReadsFrom(rows pgx.Rows, ref ObjectRef) (objectReads, string, *string, error) {
+func gateReadsFrom(rows pgx.Rows, ref postgres.ObjectRef) (objectReads, string, *string, error) {
 	var o objectReads
 	defer rows.Close()
 	var version string
@@ -627,36 +597,36 @@ func (f gateFollowUps) empty() bool {
 // coverage_orphan. A busy caller asking about the same objects must not turn every blocked read into a write (the
 // mark is idempotent and the findings coalesced anyway): a re-scan or an unknown is followed up once per coalesce
 // window, an orphan once per verdict (until the row is re-scanned or expires, it is the same orphan).
-func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
-	claim := s.cfg.Gate.Timeout.Duration() // the write's own bound: a claim outlives no writer
-	rescan, unknown := s.followUps.due("rescan", f.rescan, claim), s.followUps.due("unknown", f.unknown, claim)
+func (g *Gate) gateFollowUp(ctx context.Context, f gateFollowUps) error {
+	claim := g.cfg.Gate.Timeout.Duration() // the write's own bound: a claim outlives no writer
+	rescan, unknown := g.followUps.due("rescan", f.rescan, claim), g.followUps.due("unknown", f.unknown, claim)
 	var orphans []orphanFollowUp
 	for _, o := range f.orphans {
-		if s.followUps.dueOne("orphan", o.log, claim) {
+		if g.followUps.dueOne("orphan", o.log, claim) {
 			orphans = append(orphans, o)
 		}
 	}
 	var lifts []liftFollowUp
 	for _, l := range f.lifts {
-		if s.followUps.dueOne("lift", l.log, claim) {
+		if g.followUps.dueOne("lift", l.log, claim) {
 			lifts = append(lifts, l)
 		}
 	}
 	var inputs []inputFollowUp
 	for _, in := range f.inputs {
-		if s.followUps.dueOne("input", in.log, claim) {
+		if g.followUps.dueOne("input", in.log, claim) {
 			inputs = append(inputs, in)
 		}
 	}
 	if len(rescan) == 0 && len(unknown) == 0 && len(orphans) == 0 && len(lifts) == 0 && len(inputs) == 0 {
 		return nil
 	}
-	err := s.inTxOn(ctx, s.gatePool, func(tx pgx.Tx) error {
-		if _, err := MarkKeysDirtyTx(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
+	err := g.core.InGateTx(ctx, func(tx pgx.Tx) error {
+		if _, err := postgres.MarkKeysDirtyTx(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
 			return err
 		}
 		for _, key := range unknown {
-			if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key, Group: key,
+			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key, Group: key,
 				Evidence: map[string]any{"group_key": key, "raised_by": "gate"}}); err != nil {
 				return err
 			}
@@ -673,12 +643,12 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			} else {
 				f.Group = o.key
 			}
-			if _, err := RaiseFindingTx(ctx, tx, f); err != nil {
+			if _, err := postgres.RaiseFindingTx(ctx, tx, f); err != nil {
 				return err
 			}
 		}
 		for _, l := range lifts {
-			if err := raiseExceptionLifted(ctx, tx, l.lift, l.object, l.ruleset, "", "gate"); err != nil {
+			if err := postgres.RaiseExceptionLiftedTx(ctx, tx, l.lift, l.object, l.ruleset, "", "gate"); err != nil {
 				return err
 			}
 		}
@@ -689,43 +659,43 @@ func (s *Store) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			if in.subject() == in.object {
 				f.Object = in.object // the object's own row, when it has one
 			}
-			if _, err := RaiseFindingTx(ctx, tx, f); err != nil {
+			if _, err := postgres.RaiseFindingTx(ctx, tx, f); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	if err == nil {
-		window := s.cfg.Scan.CoalesceWindow.Duration()
-		s.followUps.done("rescan", rescan, window)
-		s.followUps.done("unknown", unknown, window)
+		window := g.cfg.Scan.CoalesceWindow.Duration()
+		g.followUps.done("rescan", rescan, window)
+		g.followUps.done("unknown", unknown, window)
 		for _, o := range orphans {
 			until := time.Now().Add(window)
 			if o.validUntil != nil && o.validUntil.After(until) {
 				until = *o.validUntil
 			}
-			s.followUps.doneUntil("orphan", o.log, until)
+			g.followUps.doneUntil("orphan", o.log, until)
 		}
 		// A lifted exception stays lifted and an odd value stays odd until someone acts: say so once per window.
 		for _, l := range lifts {
-			s.followUps.done("lift", []string{l.log}, window)
+			g.followUps.done("lift", []string{l.log}, window)
 		}
 		for _, in := range inputs {
-			s.followUps.done("input", []string{in.log}, window)
+			g.followUps.done("input", []string{in.log}, window)
 		}
 		return nil
 	}
 	// Failed: the next question tries again.
-	s.followUps.release("rescan", rescan)
-	s.followUps.release("unknown", unknown)
+	g.followUps.release("rescan", rescan)
+	g.followUps.release("unknown", unknown)
 	for _, o := range orphans {
-		s.followUps.release("orphan", []string{o.log})
+		g.followUps.release("orphan", []string{o.log})
 	}
 	for _, l := range lifts {
-		s.followUps.release("lift", []string{l.log})
+		g.followUps.release("lift", []string{l.log})
 	}
 	for _, in := range inputs {
-		s.followUps.release("input", []string{in.log})
+		g.followUps.release("input", []string{in.log})
 	}
 	return err
 }
@@ -829,7 +799,7 @@ func (l *followUpLog) doneUntil(kind, key string, until time.Time) {
 	l.setLocked(followUpKey{kind, key}, until)
 }
 
-func (s *Store) statement(subject string, r candidateRead, eff gcos.EffectiveState) string {
+func (g *Gate) statement(subject string, r candidateRead, eff gcos.EffectiveState) string {
 	if !r.found() {
 		if r.key == "" {
 			return fmt.Sprintf("object %s belongs to no known group: unknown", subject)
@@ -874,17 +844,17 @@ const gateReadySQL = `
 	       EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.ruleset_version = r.ruleset_version)
 	FROM governance_ruleset r WHERE r.status = 'active'`
 
-// GateReady reports, through the gate's own pool, whether the gate can give answers other than block: its
+// Ready reports, through the gate's own pool, whether the gate can give answers other than block: its
 // connections reach the database, a ruleset is active and candidate rows are seeded under it.
-func (s *Store) GateReady(ctx context.Context) error {
+func (g *Gate) Ready(ctx context.Context) error {
 	var version string
 	var seeded bool
-	err := s.gatePool.QueryRow(ctx, gateReadySQL).Scan(&version, &seeded)
+	err := g.gatePool.QueryRow(ctx, gateReadySQL).Scan(&version, &seeded)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return gcos.Errorf(gcos.EUNAVAILABLE, "no ruleset is active: every answer would be a block")
 	case err != nil:
-		s.logger.Debug("gate readiness", "err", err)
+		g.logger.Debug("gate readiness", "err", err)
 		return gcos.Errorf(gcos.EUNAVAILABLE, "the gate's connections cannot read the candidate state")
 	case !seeded:
 		return gcos.Errorf(gcos.EUNAVAILABLE, "no candidate rows are seeded under the active ruleset %s (run gcos backfill)", version)

@@ -1,29 +1,23 @@
-package postgres
+package gate
 
 import (
 	"context"
 	"fmt"
+	"gcos/postgres"
 
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
 )
 
-// LedgerReport is the invariant ledger of every scope (or one), against one snapshot.
-type LedgerReport struct {
-	SnapshotID *int64        `json:"snapshot_id"`
-	Ledgers    []gcos.Ledger `json:"ledgers"`
-	Closes     bool          `json:"closes"`
-}
-
 // Invariant reads v_invariant_ledger; a scope whose ledger does not close raises governance_schema_drift with the
 // difference in its evidence, and a scope that closes again resolves it.
-func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, error) {
-	rep := LedgerReport{Closes: true, Ledgers: []gcos.Ledger{}}
-	if err := s.CheckScope(ctx, scope); err != nil {
+func (g *Gate) Invariant(ctx context.Context, scope string) (gcos.LedgerReport, error) {
+	rep := gcos.LedgerReport{Closes: true, Ledgers: []gcos.Ledger{}}
+	if err := g.core.CheckScope(ctx, scope); err != nil {
 		return rep, err
 	}
-	rows, err := s.pool.Query(ctx, `
+	rows, err := g.pool.Query(ctx, `
 		SELECT scope, snapshot_id, coalesce(total, 0), covered, orphans, approved_exceptions, retired_or_ignored, stale, deferred_birth, class_0,
 		       coalesce(unplaced, 0)
 		FROM v_invariant_ledger WHERE ($1 = '' OR scope = $1) ORDER BY scope`, scope)
@@ -46,21 +40,21 @@ func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, erro
 		return rep, gcos.Errorf(gcos.ENOTFOUND, "scope %q has no ledger yet (no full snapshot)", scope)
 	}
 	ruleset := ""
-	if cur, err := s.currentRulesetVersion(ctx); err == nil {
+	if cur, err := g.currentRulesetVersion(ctx); err == nil {
 		ruleset = cur
 	}
-	err = s.InTx(ctx, func(tx pgx.Tx) error {
+	err = g.core.InTx(ctx, func(tx pgx.Tx) error {
 		for _, l := range rep.Ledgers {
 			if !l.Closes() {
 				rep.Closes = false
-				if _, err := RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueGovernanceSchemaDrift, Subject: l.Scope, RulesetVersion: ruleset,
+				if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueGovernanceSchemaDrift, Subject: l.Scope, RulesetVersion: ruleset,
 					Evidence: map[string]any{"scope": l.Scope, "snapshot_id": rep.SnapshotID, "total": l.Total, "sum": l.Sum(),
 						"difference": l.Difference(), "ledger": l}}); err != nil {
 					return err
 				}
 				continue
 			}
-			if _, err := ResolveFindingTx(ctx, tx, gcos.IssueGovernanceSchemaDrift, l.Scope, ""); err != nil {
+			if _, err := postgres.ResolveFindingTx(ctx, tx, gcos.IssueGovernanceSchemaDrift, l.Scope, ""); err != nil {
 				return err
 			}
 		}
@@ -69,8 +63,8 @@ func (s *Store) Invariant(ctx context.Context, scope string) (LedgerReport, erro
 	return rep, err
 }
 
-func (s *Store) currentRulesetVersion(ctx context.Context) (string, error) {
+func (g *Gate) currentRulesetVersion(ctx context.Context) (string, error) {
 	var v string
-	err := s.pool.QueryRow(ctx, `SELECT ruleset_version FROM v_current_ruleset`).Scan(&v)
-	return v, MapError(err, "current ruleset")
+	err := g.pool.QueryRow(ctx, `SELECT ruleset_version FROM v_current_ruleset`).Scan(&v)
+	return v, postgres.MapError(err, "current ruleset")
 }

@@ -1,9 +1,10 @@
-package postgres
+package gate
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"gcos/postgres"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,23 +30,6 @@ import (
 // handoff's transaction) or when it is older than gate.view_birth_max_age, the bound on a source update that
 // bypasses the change ledger.
 
-// The change feed's kinds (migration 014): the table a note's key is in, and birth for a birth row a change-ledger
-// row named.
-const (
-	feedGroup    = "group"
-	feedState    = "state"
-	feedObject   = "object"
-	feedCoverage = "coverage"
-	feedRuleset  = "ruleset"
-	feedBirth    = "birth"
-)
-
-// AllBirths is the birth note that drops every birth a view holds (a full audit, which reads silent updates too).
-const AllBirths = "*"
-
-// FeedKinds are the change feed's kinds.
-var FeedKinds = []string{feedGroup, feedState, feedObject, feedCoverage, feedRuleset, feedBirth}
-
 // Gate answer sources.
 const (
 	SourceView     = "view"
@@ -54,7 +38,7 @@ const (
 
 // VerdictView is the gate's in-process view; Run keeps it current. The zero value is not usable: see NewVerdictView.
 type VerdictView struct {
-	s            *Store
+	g            *Gate
 	maxStale     time.Duration
 	refresh      time.Duration
 	birthMaxAge  time.Duration
@@ -70,7 +54,7 @@ type VerdictView struct {
 	timeline   string                // the WAL timeline of that read: a failover starts a new one (see CatchUp)
 	token      gcos.ConsistencyToken // the snapshot, parsed: what an at_least question is checked against
 
-	objects     sync.Map // ObjectRef → *objectEntry: what the view remembers of an object asked about
+	objects     sync.Map // postgres.ObjectRef → *objectEntry: what the view remembers of an object asked about
 	objectCount atomic.Int64
 	maxObjects  int             // objects remembered; past it they are all forgotten
 	birthGen    atomic.Uint64   // bumped whenever a catch-up drops births: a birth read across it is not cached
@@ -85,11 +69,11 @@ type VerdictView struct {
 	conn *pgx.Conn
 }
 
-// NewVerdictView builds a view over s's database with s's configuration (gate.max_staleness and friends).
-func NewVerdictView(s *Store) *VerdictView {
-	g := s.cfg.Gate
-	return &VerdictView{s: s, maxStale: g.MaxStaleness.Duration(), refresh: g.ViewRefresh.Duration(),
-		birthMaxAge: g.ViewBirthMaxAge.Duration(), feedRetained: g.FeedRetention.Duration(), maxObjects: g.ViewObjects}
+// NewVerdictView builds a view for g over its database with its configuration (gate.max_staleness and friends).
+func NewVerdictView(g *Gate) *VerdictView {
+	c := g.cfg.Gate
+	return &VerdictView{g: g, maxStale: c.MaxStaleness.Duration(), refresh: c.ViewRefresh.Duration(),
+		birthMaxAge: c.ViewBirthMaxAge.Duration(), feedRetained: c.FeedRetention.Duration(), maxObjects: c.ViewObjects}
 }
 
 type horizonSample struct {
@@ -138,9 +122,9 @@ func (v *VerdictView) Run(ctx context.Context) error {
 			return nil
 		}
 		if err != nil && !failing {
-			v.s.logger.Warn("gate view: catch up (the gate reads through until it recovers)", "err", err)
+			v.g.logger.Warn("gate view: catch up (the gate reads through until it recovers)", "err", err)
 		} else if err == nil && failing {
-			v.s.logger.Info("gate view: caught up again")
+			v.g.logger.Info("gate view: caught up again")
 		}
 		failing = err != nil
 		select {
@@ -158,9 +142,9 @@ func (v *VerdictView) connect(ctx context.Context) error {
 	if v.conn != nil {
 		return nil
 	}
-	cfg := v.s.gatePool.Config().ConnConfig.Copy()
+	cfg := v.g.gatePool.Config().ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = "gcos-gate-view"
-	ctx, cancel := context.WithTimeout(ctx, v.maxStale+v.s.cfg.Gate.Timeout.Duration())
+	ctx, cancel := context.WithTimeout(ctx, v.maxStale+v.g.cfg.Gate.Timeout.Duration())
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -177,19 +161,8 @@ func (v *VerdictView) closeConn(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	closeConn(ctx, v.conn)
+	postgres.CloseConn(ctx, v.conn)
 	v.conn = nil
-}
-
-// closeConn closes a connection GCOS holds outside its pools and waits, as a pool does, until its cleanup is done or
-// ctx ends: a connection abandoned mid-statement first sends a cancel request, and a process that exits during it
-// leaves a pooler a half-done cancel (PgBouncer 1.18 exits on one: pgbouncer/pgbouncer#801).
-func closeConn(ctx context.Context, conn *pgx.Conn) {
-	_ = conn.Close(ctx)
-	select {
-	case <-conn.PgConn().CleanupDone():
-	case <-ctx.Done():
-	}
 }
 
 // viewHeaderSQL opens a catch-up: its snapshot (what the next one starts from), the clock, and whether the feed
@@ -227,7 +200,7 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 	d := newViewDelta()
 	var db interface {
 		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-	} = v.s.gatePool
+	} = v.g.gatePool
 	if v.conn != nil {
 		db = v.conn
 	}
@@ -243,7 +216,7 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 		// reflects: its history went back, the feed's snapshots name transactions it never saw, so everything is read
 		// again from it. Never state newer than the database.
 		if prevTimeline != "" && *timeline != prevTimeline {
-			v.s.logger.Warn("gate view: the database's history changed (a new timeline after a failover); reloading", "from", prevTimeline, "to", *timeline)
+			v.g.logger.Warn("gate view: the database's history changed (a new timeline after a failover); reloading", "from", prevTimeline, "to", *timeline)
 			reload = true
 		}
 		if !reload {
@@ -255,7 +228,7 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 			for _, keys := range changed {
 				n += len(keys)
 			}
-			reload = len(changed[feedRuleset]) > 0 || n > reloadAbove
+			reload = len(changed[postgres.FeedRuleset]) > 0 || n > reloadAbove
 		}
 		if reload {
 			var err error
@@ -284,17 +257,17 @@ func (v *VerdictView) CatchUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate view: read its snapshot: %w", err)
 	}
-	if len(changed[feedBirth]) > 0 || reload {
+	if len(changed[postgres.FeedBirth]) > 0 || reload {
 		v.birthGen.Add(1)
 		if reload {
 			v.objects.Clear()
 			v.objectCount.Store(0)
 		}
-		for _, k := range changed[feedBirth] {
-			if k == AllBirths {
+		for _, k := range changed[postgres.FeedBirth] {
+			if k == postgres.AllBirths {
 				v.objects.Clear()
 				v.objectCount.Store(0)
-			} else if ref, err := ParseObjectRef(k); err == nil {
+			} else if ref, err := postgres.ParseObjectRef(k); err == nil {
 				v.objects.Delete(ref)
 			}
 		}
@@ -351,7 +324,7 @@ func (v *VerdictView) prune(ctx context.Context, at time.Time, xmin string) {
 	mark := v.samples[cut].xmin
 	v.samples = v.samples[cut+1:]
 	v.lastPrune = at
-	err := pgx.BeginFunc(ctx, v.s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, v.g.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM gcos_change_feed WHERE xid < $1::xid8`, mark); err != nil {
 			return err
 		}
@@ -359,18 +332,6 @@ func (v *VerdictView) prune(ctx context.Context, at time.Time, xmin string) {
 		return err
 	})
 	if err != nil {
-		v.s.logger.Warn("gate view: prune the change feed", "err", err)
+		v.g.logger.Warn("gate view: prune the change feed", "err", err)
 	}
-}
-
-// NoteBirthsTx tells the gate's views, in the handoff's transaction, that these objects' birth rows may have
-// changed (a change-ledger row named them): a view drops its cached copy when it catches up past this commit.
-func NoteBirthsTx(ctx context.Context, tx pgx.Tx, objects []string) error {
-	if len(objects) == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO gcos_change_feed (kind, key) SELECT DISTINCT $2::text, unnest($1::text[])`, objects, feedBirth); err != nil {
-		return fmt.Errorf("note changed births: %w", err)
-	}
-	return nil
 }

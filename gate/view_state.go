@@ -1,10 +1,11 @@
-package postgres
+package gate
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"gcos/postgres"
 	"maps"
 	"reflect"
 	"slices"
@@ -24,7 +25,7 @@ type viewState struct {
 	versionStatus string
 	active        string // the active ruleset ("" when none)
 	groups        map[string]viewGroup
-	byBase        map[BirthBase][]string // a base's groups that are not retired, by scope then key
+	byBase        map[postgres.BirthBase][]string // a base's groups that are not retired, by scope then key
 	states        map[string]gcos.CandidateRow
 	objects       map[string]viewObject // active object rows by object_ref
 	coverage      map[string]gcos.CoverageRecord
@@ -38,12 +39,12 @@ type viewState struct {
 	// Stamps of what changed, from one clock (a remembered answer is valid while its stamps are): gen for what every
 	// answer rests on (rulesets, snapshots, exceptions, registries), baseGen per base, objectGen per object row.
 	clock, gen uint64
-	baseGen    map[BirthBase]uint64
-	objectGen  map[ObjectRef]uint64
+	baseGen    map[postgres.BirthBase]uint64
+	objectGen  map[postgres.ObjectRef]uint64
 }
 
 type viewGroup struct {
-	base    BirthBase
+	base    postgres.BirthBase
 	scope   string
 	retired bool
 }
@@ -71,9 +72,9 @@ const (
 
 // loadViewState reads the whole state; clock is the previous state's (a reload stamps everything anew).
 func loadViewState(ctx context.Context, tx pgx.Tx, clock uint64) (*viewState, error) {
-	st := &viewState{groups: map[string]viewGroup{}, byBase: map[BirthBase][]string{}, states: map[string]gcos.CandidateRow{},
+	st := &viewState{groups: map[string]viewGroup{}, byBase: map[postgres.BirthBase][]string{}, states: map[string]gcos.CandidateRow{},
 		objects: map[string]viewObject{}, coverage: map[string]gcos.CoverageRecord{}, objectOfCandidate: map[string]string{},
-		clock: clock + 1, gen: clock + 1, baseGen: map[BirthBase]uint64{}, objectGen: map[ObjectRef]uint64{}}
+		clock: clock + 1, gen: clock + 1, baseGen: map[postgres.BirthBase]uint64{}, objectGen: map[postgres.ObjectRef]uint64{}}
 	if err := tx.QueryRow(ctx, viewRulesetSQL).Scan(&st.version, &st.versionStatus, &st.active); err != nil {
 		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
@@ -113,16 +114,16 @@ func newViewDelta() *viewDelta {
 // row left is recorded as gone.
 func (d *viewDelta) read(ctx context.Context, tx pgx.Tx, version string, changed map[string][]string) error {
 	all := changed == nil
-	for _, k := range changed[feedGroup] {
+	for _, k := range changed[postgres.FeedGroup] {
 		d.groups[k] = nil
 	}
-	for _, k := range changed[feedState] {
+	for _, k := range changed[postgres.FeedState] {
 		d.states[k] = nil
 	}
-	for _, k := range changed[feedObject] {
+	for _, k := range changed[postgres.FeedObject] {
 		d.objects[k] = nil
 	}
-	for _, k := range changed[feedCoverage] {
+	for _, k := range changed[postgres.FeedCoverage] {
 		d.coverage[k] = nil
 	}
 	b := &pgx.Batch{}
@@ -148,24 +149,24 @@ func (d *viewDelta) read(ctx context.Context, tx pgx.Tx, version string, changed
 	}
 	var key string
 	var g viewGroup
-	queue(viewGroupSQL, false, changed[feedGroup], []any{&key, &g.base.Class, &g.base.Coll, &g.base.Status, &g.scope, &g.retired}, func() {
+	queue(viewGroupSQL, false, changed[postgres.FeedGroup], []any{&key, &g.base.Class, &g.base.Coll, &g.base.Status, &g.scope, &g.retired}, func() {
 		x := g
 		d.groups[key] = &x
 	})
 	var r gcos.CandidateRow
-	queue(viewStateSQL, true, changed[feedState], append(append([]any{&r.GroupKey}, rowDest(&r)...), &r.MemberCount), func() {
+	queue(viewStateSQL, true, changed[postgres.FeedState], append(append([]any{&r.GroupKey}, rowDest(&r)...), &r.MemberCount), func() {
 		x := r
 		d.states[x.GroupKey] = &x
 	})
 	var o viewObject
-	queue(viewObjectSQL, true, changed[feedObject], append([]any{&key, &o.row.GroupKey, &o.group}, rowDest(&o.row)...), func() {
+	queue(viewObjectSQL, true, changed[postgres.FeedObject], append([]any{&key, &o.row.GroupKey, &o.group}, rowDest(&o.row)...), func() {
 		x := o
 		x.row.MemberCount = 1
 		d.objects[key] = &x
 	})
 	var outcome string
 	var c gcos.CoverageRecord
-	queue(viewCoverageSQL, true, changed[feedCoverage], []any{&key, &outcome, &c.Owner, &c.ExceptionID, &c.ExceptionExpiresAt, &c.ExceptionFingerprint}, func() {
+	queue(viewCoverageSQL, true, changed[postgres.FeedCoverage], []any{&key, &outcome, &c.Owner, &c.ExceptionID, &c.ExceptionExpiresAt, &c.ExceptionFingerprint}, func() {
 		x := c
 		x.Outcome = gcos.CoverageOutcome(outcome)
 		d.coverage[key] = &x
@@ -189,7 +190,7 @@ func keyColumn(sql string) string {
 // only change is its member count changes no answer and stamps nothing.
 func (st *viewState) applyRows(d *viewDelta) {
 	stamp := func() uint64 { st.clock++; return st.clock }
-	bumpBase := func(b BirthBase) { st.baseGen[b] = stamp() }
+	bumpBase := func(b postgres.BirthBase) { st.baseGen[b] = stamp() }
 	bumpGroup := func(key string) {
 		if g, ok := st.groups[key]; ok {
 			bumpBase(g.base)
@@ -198,7 +199,7 @@ func (st *viewState) applyRows(d *viewDelta) {
 		}
 	}
 	bumpObject := func(ref string) {
-		if r, err := ParseObjectRef(ref); err == nil {
+		if r, err := postgres.ParseObjectRef(ref); err == nil {
 			st.objectGen[r] = stamp()
 		} else {
 			st.gen = stamp()

@@ -1,4 +1,4 @@
-package postgres_test
+package gate_test
 
 // The gate judges an object in every scope it belongs to (SPEC §12): the worst of its materialized row and its
 // group in each scope decides, and a high-risk relevant group with no owner in a scope (an orphan) blocks.
@@ -10,42 +10,14 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gate"
 	"gcos/postgres"
 )
-
-// baseWhere returns a (class, registry, lifecycle) base whose groups, taken together, satisfy a HAVING condition
-// on v_candidate_effective, among classes no object row holds; and the scope of its orphan group, if any.
-func (b *bundle) baseWhere(t *testing.T, having string) (base [3]string, orphanScope string) {
-	t.Helper()
-	if err := b.pool.QueryRow(b.ctx, `
-		SELECT object_class, source_registry, lifecycle_status,
-		       coalesce(min(scope) FILTER (WHERE coverage_outcome = 'orphan'), '')
-		FROM v_candidate_effective
-		WHERE object_class NOT IN (SELECT object_type FROM governance_candidate_object)
-		GROUP BY 1, 2, 3 HAVING `+having+`
-		ORDER BY 1, 2, 3 LIMIT 1`).Scan(&base[0], &base[1], &base[2], &orphanScope); err != nil {
-		t.Fatalf("no base having %s: %v", having, err)
-	}
-	return base, orphanScope
-}
-
-// objectOfBase returns a parent-less birth of a base with no object row.
-func (b *bundle) objectOfBase(t *testing.T, base [3]string) string {
-	t.Helper()
-	var ref string
-	if err := b.pool.QueryRow(b.ctx, `
-		SELECT collection_name || ':' || entity_code FROM birth_registry
-		WHERE entity_type = $1 AND collection_name = $2 AND status = $3 AND parent_code IS NULL
-		ORDER BY id LIMIT 1`, base[0], base[1], base[2]).Scan(&ref); err != nil {
-		t.Fatalf("no object of %v: %v", base, err)
-	}
-	return ref
-}
 
 // ledgerCloses fails the test unless the invariant closes in every scope.
 func (b *bundle) ledgerCloses(t *testing.T) {
 	t.Helper()
-	rep, err := b.store.Invariant(b.ctx, "")
+	rep, err := b.gate().Invariant(b.ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +32,7 @@ func (b *bundle) ledgerCloses(t *testing.T) {
 }
 
 // consultedScopes lists the scopes of the group rows a gate answer consulted.
-func consultedScopes(r postgres.GateResult) []string {
+func consultedScopes(r gate.GateResult) []string {
 	var out []string
 	for _, c := range r.Consulted {
 		if c.Source == gcos.GateSourceGroup {
@@ -78,10 +50,10 @@ func TestGate_HighRiskOrphanInAnyScopeBlocks(t *testing.T) {
 	scopes := b.strs(t, `SELECT scope_code FROM governance_responsibility_scope ORDER BY 1`)
 
 	t.Run("covered in every scope: allowed", func(t *testing.T) {
-		base, _ := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium'
+		base, _ := b.world().BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium'
 			AND coverage_outcome = 'covered')`)
-		obj := b.objectOfBase(t, base)
-		r := b.store.Gate(b.ctx, obj, gcos.ActionWrite)
+		obj := b.world().ObjectOfBase(t, base)
+		r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite)
 		if r.Decision != gcos.GateAllow {
 			t.Fatalf("gate %s = %s %q, want allow", obj, r.Decision, r.Reasons)
 		}
@@ -91,16 +63,16 @@ func TestGate_HighRiskOrphanInAnyScopeBlocks(t *testing.T) {
 	})
 
 	t.Run("low-risk orphan: a clean low-risk object is not blocked for lacking an owner", func(t *testing.T) {
-		base, _ := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'read_descriptive')
+		base, _ := b.world().BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'read_descriptive')
 			AND count(*) FILTER (WHERE coverage_outcome = 'orphan') > 0`)
-		obj := b.objectOfBase(t, base)
-		if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+		obj := b.world().ObjectOfBase(t, base)
+		if r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
 			t.Fatalf("low-risk orphan %s = %s %q, want allow (SPEC §12 blocks orphans of high risk only)", obj, r.Decision, r.Reasons)
 		}
 	})
 
 	t.Run("orphan in one scope: blocked, the reason names the scope, a coverage_orphan finding names the group", func(t *testing.T) {
-		base, scope := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium')
+		base, scope := b.world().BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium')
 			AND count(*) FILTER (WHERE coverage_outcome = 'orphan') = 1`)
 		var orphanKey string
 		if err := b.pool.QueryRow(b.ctx, `SELECT group_key FROM v_candidate_effective
@@ -108,9 +80,9 @@ func TestGate_HighRiskOrphanInAnyScopeBlocks(t *testing.T) {
 			base[0], base[1], base[2]).Scan(&orphanKey); err != nil {
 			t.Fatal(err)
 		}
-		obj := b.objectOfBase(t, base)
+		obj := b.world().ObjectOfBase(t, base)
 		for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
-			r := b.store.Gate(b.ctx, obj, action)
+			r := b.gate().Gate(b.ctx, obj, action)
 			if r.Decision != gcos.GateBlock {
 				t.Fatalf("%s on %s (orphan in scope %s) = %s %q, want block", action, obj, scope, r.Decision, r.Reasons)
 			}
@@ -140,7 +112,7 @@ func TestGate_HighRiskOrphanInAnyScopeBlocks(t *testing.T) {
 		if _, err := b.store.MarkDirty(b.ctx, []string{orphanKey}, gcos.DirtyAuthority); err != nil {
 			t.Fatal(err)
 		}
-		b.scanAll(t, postgres.ModeIncremental)
+		b.world().ScanAll(t, postgres.ModeIncremental)
 		if n := b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, key); n != 0 {
 			t.Fatalf("%s still open after its group was settled as not an orphan", key)
 		}
@@ -165,7 +137,7 @@ func TestGate_ObjectRowDoesNotHideItsGroups(t *testing.T) {
 		ORDER BY o.object_ref LIMIT 1`).Scan(&obj, &rowScope); err != nil {
 		t.Fatalf("no retired materialized object: %v", err)
 	}
-	if r := b.store.Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
+	if r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite); r.Decision != gcos.GateAllow {
 		t.Fatalf("clean retired object %s = %s %q, want allow", obj, r.Decision, r.Reasons)
 	}
 
@@ -186,7 +158,7 @@ func TestGate_ObjectRowDoesNotHideItsGroups(t *testing.T) {
 	if n, err := b.store.MarkDirty(b.ctx, []string{otherKey}, gcos.DirtyAuthority); err != nil || n != 1 {
 		t.Fatalf("mark %s dirty: n=%d err=%v", otherKey, n, err)
 	}
-	r := b.store.Gate(b.ctx, obj, gcos.ActionWrite)
+	r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite)
 	if r.Decision != gcos.GateBlock || r.EffectiveVerdict != gcos.VerdictStale {
 		t.Fatalf("object %s with its %s group stale = %s %s %q, want block stale", obj, other, r.Decision, r.EffectiveVerdict, r.Reasons)
 	}
@@ -201,7 +173,7 @@ func TestGate_ObjectRowDoesNotHideItsGroups(t *testing.T) {
 	}
 
 	// explain lists the object row and each scope with its verdict and age.
-	ex, err := b.store.ExplainObject(b.ctx, obj)
+	ex, err := b.gate().ExplainObject(b.ctx, obj)
 	if err != nil {
 		t.Fatal(err)
 	}

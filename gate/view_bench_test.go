@@ -1,11 +1,11 @@
-package postgres_test
+package gate_test
 
 import (
+	"gcos/gate"
 	"testing"
 	"time"
 
 	"gcos"
-	"gcos/postgres"
 )
 
 // BenchmarkVerdictView_Decide is the view's decision alone (go test -bench; the benchmark command measures the gate).
@@ -14,14 +14,14 @@ func BenchmarkVerdictView_Decide(b *testing.B) {
 	_ = w
 	objects := w.strs(&testing.T{}, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY hashint8(id) LIMIT 10000`)
 	for _, o := range objects {
-		w.store.Gate(w.ctx, o, gcos.ActionWrite)
+		w.gate().Gate(w.ctx, o, gcos.ActionWrite)
 	}
 	b.SetParallelism(4) // 8 goroutines on 2 cores, as the benchmark command asks
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			w.store.Gate(w.ctx, objects[i%len(objects)], gcos.ActionWrite)
+			w.gate().Gate(w.ctx, objects[i%len(objects)], gcos.ActionWrite)
 			i++
 		}
 	})
@@ -40,14 +40,14 @@ func BenchmarkVerdictView_GateBatch(b *testing.B) {
 		return out
 	}
 	for i := range len(objects) / 100 {
-		w.store.GateBatch(w.ctx, batch(i), postgres.GateOptions{})
+		w.gate().GateBatch(w.ctx, batch(i), gate.GateOptions{})
 	}
 	b.SetParallelism(4)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			if res := w.store.GateBatch(w.ctx, batch(i), postgres.GateOptions{}); res.Source != postgres.SourceView {
+			if res := w.gate().GateBatch(w.ctx, batch(i), gate.GateOptions{}); res.Source != gate.SourceView {
 				b.Fatalf("answered from %q", res.Source)
 			}
 			i++

@@ -1,4 +1,4 @@
-package postgres_test
+package gate_test
 
 // The gate's in-process view answers exactly what the database answers (SPEC §12 freshness), and only while it can
 // prove it is within gate.max_staleness of the database.
@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"gcos"
-	"gcos/daemon"
+	"gcos/gate"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/scan"
@@ -23,14 +23,14 @@ import (
 
 // viewWorld is a seeded, activated world with a view attached to its store; the view is caught up by hand (its
 // bound is long enough that a test's own pace never ages it out, unless the test says otherwise).
-func viewWorld(t *testing.T, births int, maxStale time.Duration) (*bundle, *postgres.VerdictView) {
+func viewWorld(t *testing.T, births int, maxStale time.Duration) (*bundle, *gate.VerdictView) {
 	t.Helper()
 	b := seededWorld(t, births, func(c *gcos.Config) {
 		c.Gate.MaxStaleness = gcos.Duration(maxStale)
 		c.Gate.ViewRefresh = gcos.Duration(maxStale / 4)
 	})
-	v := postgres.NewVerdictView(b.store)
-	b.store.AttachView(v)
+	v := gate.NewVerdictView(b.gate())
+	b.gate().AttachView(v)
 	if err := v.CatchUp(b.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +49,9 @@ func (b *bundle) viewSample(t *testing.T) []string {
 }
 
 // sameAnswer fails unless the view's answer is the database's, field by field (the clocks aside).
-func sameAnswer(t *testing.T, object, action string, db, vw postgres.GateResult) {
+func sameAnswer(t *testing.T, object, action string, db, vw gate.GateResult) {
 	t.Helper()
-	strip := func(r postgres.GateResult) postgres.GateResult {
+	strip := func(r gate.GateResult) gate.GateResult {
 		r.DecidedAt, r.AsOf, r.Source, r.Token = time.Time{}, time.Time{}, "", ""
 		return r
 	}
@@ -63,20 +63,20 @@ func sameAnswer(t *testing.T, object, action string, db, vw postgres.GateResult)
 
 // agree compares the view with the database on every sampled object and both actions, and returns how many
 // answers came from the view and how many were allowed.
-func agree(t *testing.T, b *bundle, v *postgres.VerdictView, objects []string) (fromView, allowed int) {
+func agree(t *testing.T, b *bundle, v *gate.VerdictView, objects []string) (fromView, allowed int) {
 	t.Helper()
 	if err := v.CatchUp(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range objects {
 		for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
-			db := b.store.Decide(b.ctx, obj, action)
+			db := b.gate().Decide(b.ctx, obj, action)
 			vw := v.Decide(b.ctx, obj, action)
-			if db.Source != postgres.SourceDatabase {
+			if db.Source != gate.SourceDatabase {
 				t.Fatalf("%s: Decide answered from %q, want the database", obj, db.Source)
 			}
 			sameAnswer(t, obj, action, db, vw)
-			if vw.Source == postgres.SourceView {
+			if vw.Source == gate.SourceView {
 				fromView++
 			}
 			if vw.Decision == gcos.GateAllow {
@@ -109,7 +109,7 @@ func TestVerdictView_AnswersAsTheDatabaseThroughChanges(t *testing.T) {
 			if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
 				t.Fatal(err)
 			}
-			b.scanAll(t, postgres.ModeIncremental)
+			b.world().ScanAll(t, postgres.ModeIncremental)
 		}},
 		{"the exception revoked in the registry (no scan)", func(t *testing.T) {
 			b.exec(t, `UPDATE governance_exception SET expires_at = now() - interval '1 minute' WHERE exception_id = 'EXC-T-VIEW'`)
@@ -126,8 +126,8 @@ func TestVerdictView_AnswersAsTheDatabaseThroughChanges(t *testing.T) {
 				b.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by)
 					SELECT entity_type, entity_code, 'retire', 'registry-sync' FROM birth_registry WHERE collection_name = $1 AND entity_code = $2`, coll, code)
 			}
-			b.intakeAll(t)
-			b.scanAll(t, postgres.ModeIncremental)
+			b.world().IntakeAll(t)
+			b.world().ScanAll(t, postgres.ModeIncremental)
 		}},
 		{"a full audit", func(t *testing.T) {
 			if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil {
@@ -164,20 +164,20 @@ func TestVerdictView_PastItsBoundReadsThrough(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	r := v.Decide(b.ctx, obj, gcos.ActionWrite)
-	if r.Source != postgres.SourceDatabase {
+	if r.Source != gate.SourceDatabase {
 		t.Fatalf("a view past its bound answered from %q", r.Source)
 	}
-	sameAnswer(t, obj, gcos.ActionWrite, b.store.Decide(b.ctx, obj, gcos.ActionWrite), r)
+	sameAnswer(t, obj, gcos.ActionWrite, b.gate().Decide(b.ctx, obj, gcos.ActionWrite), r)
 	if err := v.CatchUp(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r := v.Decide(b.ctx, obj, gcos.ActionWrite); r.Source != postgres.SourceView && v.Stats().Fresh {
+	if r := v.Decide(b.ctx, obj, gcos.ActionWrite); r.Source != gate.SourceView && v.Stats().Fresh {
 		t.Fatalf("a view just caught up answered from %q", r.Source)
 	}
-	if r := b.store.GateWith(b.ctx, obj, gcos.ActionWrite, postgres.GateOptions{Consistency: postgres.ConsistencyFull}); r.Source != postgres.SourceDatabase {
+	if r := b.gate().GateWith(b.ctx, obj, gcos.ActionWrite, gate.GateOptions{Consistency: gate.ConsistencyFull}); r.Source != gate.SourceDatabase {
 		t.Fatalf("consistency=full answered from %q", r.Source)
 	}
-	if r := b.store.GateWith(b.ctx, obj, gcos.ActionWrite, postgres.GateOptions{Consistency: "eventual"}); r.Decision != gcos.GateBlock ||
+	if r := b.gate().GateWith(b.ctx, obj, gcos.ActionWrite, gate.GateOptions{Consistency: "eventual"}); r.Decision != gcos.GateBlock ||
 		!strings.Contains(fmt.Sprint(r.Reasons), "consistency") {
 		t.Fatalf("an unknown consistency answered %s %q, want a block naming it", r.Decision, r.Reasons)
 	}
@@ -189,15 +189,15 @@ func TestVerdictView_AtLeastATokenReadsThrough(t *testing.T) {
 	t.Parallel()
 	b, v := viewWorld(t, 3000, time.Hour)
 	obj, _, key, _ := b.orphanInOneScope(t)
-	gate := func(token string) postgres.GateResult {
+	ask := func(token string) gate.GateResult {
 		t.Helper()
-		return b.store.GateWith(b.ctx, obj, gcos.ActionWrite, postgres.GateOptions{AtLeast: token})
+		return b.gate().GateWith(b.ctx, obj, gcos.ActionWrite, gate.GateOptions{AtLeast: token})
 	}
-	first := gate("")
-	if first.Source != postgres.SourceView || first.Token == "" {
+	first := ask("")
+	if first.Source != gate.SourceView || first.Token == "" {
 		t.Fatalf("no token asked: answered from %q with token %q, want the view's", first.Source, first.Token)
 	}
-	if r := gate(first.Token); r.Source != postgres.SourceView {
+	if r := ask(first.Token); r.Source != gate.SourceView {
 		t.Fatalf("the view's own token: answered from %q, want the view", r.Source)
 	}
 	// A write (a dirty mark), and the token a writer takes after its commit.
@@ -212,47 +212,23 @@ func TestVerdictView_AtLeastATokenReadsThrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := gate(written)
+	r := ask(written)
 	got, err := gcos.ParseConsistencyToken(r.Token)
-	if r.Source != postgres.SourceDatabase || err != nil || !got.Covers(want) {
+	if r.Source != gate.SourceDatabase || err != nil || !got.Covers(want) {
 		t.Fatalf("a token past the view: answered from %q at %q, want the database at a state covering %s", r.Source, r.Token, written)
 	}
-	sameAnswer(t, obj, gcos.ActionWrite, b.store.Decide(b.ctx, obj, gcos.ActionWrite), r)
+	sameAnswer(t, obj, gcos.ActionWrite, b.gate().Decide(b.ctx, obj, gcos.ActionWrite), r)
 	if err := v.CatchUp(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	r = gate(written)
-	if got, err := gcos.ParseConsistencyToken(r.Token); r.Source != postgres.SourceView || err != nil || !got.Covers(want) {
+	r = ask(written)
+	if got, err := gcos.ParseConsistencyToken(r.Token); r.Source != gate.SourceView || err != nil || !got.Covers(want) {
 		t.Fatalf("caught up past the token: answered from %q at %q, want the view", r.Source, r.Token)
 	}
-	sameAnswer(t, obj, gcos.ActionWrite, b.store.Decide(b.ctx, obj, gcos.ActionWrite), r)
+	sameAnswer(t, obj, gcos.ActionWrite, b.gate().Decide(b.ctx, obj, gcos.ActionWrite), r)
 	for _, bad := range []string{"soon", "3:1:", "1:9:12"} {
-		if r := gate(bad); r.Decision != gcos.GateBlock || r.Source != "" || !strings.Contains(fmt.Sprint(r.Reasons), "consistency token") {
+		if r := ask(bad); r.Decision != gcos.GateBlock || r.Source != "" || !strings.Contains(fmt.Sprint(r.Reasons), "consistency token") {
 			t.Fatalf("token %q: %s from %q %q, want a block naming the token", bad, r.Decision, r.Source, r.Reasons)
-		}
-	}
-}
-
-// intakeAll runs the intake until the change ledger's and the births' cursors have passed every row written so far
-// (each tail holds back behind transactions in flight elsewhere, so one pass may not reach them).
-func (b *bundle) intakeAll(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
-	defer cancel()
-	w := b.world().Daemon(t, daemon.Config{}).Intake
-	lastChange := b.count(t, `SELECT coalesce(max(id), 0) FROM registry_changelog`)
-	// The births' tail is keyed by (born_at, id).
-	for b.count(t, `SELECT count(*) FROM gov_worker_cursor c
-		WHERE (c.source = 'registry_changelog' AND c.position_id >= $1)
-		   OR (c.source = 'birth_registry' AND (c.position_tstz, c.position_id) >=
-		       (SELECT born_at, id FROM birth_registry ORDER BY born_at DESC, id DESC LIMIT 1))`, lastChange) < 2 {
-		if _, err := w.Once(ctx); err != nil {
-			t.Fatalf("intake: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the intake never passed the change ledger's last row")
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -266,13 +242,14 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 	b, _ := viewWorld(t, 20000, maxStale)
 	// The gate runs on a store opened as gcos up opens one (its own gate pool): the test kills those connections,
 	// never its own.
-	gate, err := postgres.Open(b.ctx, postgres.Databases{URL: pgtest.DSN(b.pool)}, b.cfg, nil)
+	opened, err := postgres.Open(b.ctx, postgres.Databases{URL: pgtest.DSN(b.pool)}, b.cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer gate.Close()
-	v := postgres.NewVerdictView(gate)
-	gate.AttachView(v)
+	defer opened.Close()
+	g := gate.New(opened, nil)
+	v := gate.NewVerdictView(g)
+	g.AttachView(v)
 	obj, scope, key, _ := b.orphanInOneScope(t)
 	var class, coll string
 	if err := b.pool.QueryRow(b.ctx, `SELECT object_class, source_registry FROM governance_group WHERE group_key = $1`, key).Scan(&class, &coll); err != nil {
@@ -299,9 +276,9 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 				time.Sleep(100 * time.Microsecond) // a busy pipeline, not a benchmark: the other tests share the cores
 				start := time.Since(epoch)
 				from := blockedFrom.Load()
-				r := gate.Gate(ctx, obj, gcos.ActionWrite)
+				r := g.Gate(ctx, obj, gcos.ActionWrite)
 				calls.Add(1)
-				if r.Source == postgres.SourceView {
+				if r.Source == gate.SourceView {
 					fromView.Add(1)
 				}
 				if r.Decision != gcos.GateAllow {
@@ -323,12 +300,12 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 	waitFor := func(want string) {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
-		for gate.Gate(b.ctx, obj, gcos.ActionWrite).Decision != want {
+		for g.Gate(b.ctx, obj, gcos.ActionWrite).Decision != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("the gate never answered %s for %s", want, obj)
 			}
 			time.Sleep(10 * time.Millisecond)
-			b.scanAll(t, postgres.ModeIncremental)
+			b.world().ScanAll(t, postgres.ModeIncremental)
 		}
 	}
 	rescan := func() {
@@ -336,7 +313,7 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 		if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyAuthority); err != nil {
 			t.Fatal(err)
 		}
-		b.scanAll(t, postgres.ModeIncremental)
+		b.world().ScanAll(t, postgres.ModeIncremental)
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 36))
 	for i := range 12 {
@@ -377,9 +354,9 @@ func TestVerdictView_FeedIsPrunedAndALaggardReloads(t *testing.T) {
 		c.Gate.MaxStaleness, c.Gate.ViewRefresh = gcos.Duration(time.Hour), gcos.Duration(time.Minute)
 		c.Gate.FeedRetention = gcos.Duration(300 * time.Millisecond)
 	})
-	keep := postgres.NewVerdictView(b.store) // catches up all along: prunes
-	laggard := postgres.NewVerdictView(b.store)
-	for _, v := range []*postgres.VerdictView{keep, laggard} {
+	keep := gate.NewVerdictView(b.gate()) // catches up all along: prunes
+	laggard := gate.NewVerdictView(b.gate())
+	for _, v := range []*gate.VerdictView{keep, laggard} {
 		if err := v.CatchUp(b.ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -408,13 +385,13 @@ func TestVerdictView_FeedIsPrunedAndALaggardReloads(t *testing.T) {
 	if r := laggard.Stats().Reloads; r != 2 {
 		t.Fatalf("a view behind the pruned feed reloaded %d times in all, want 2 (its start and now)", r)
 	}
-	b.store.AttachView(laggard)
-	obj := b.objectOf(t, key)
+	b.gate().AttachView(laggard)
+	obj := b.world().ObjectOf(t, key)
 	for _, action := range []string{gcos.ActionWrite, gcos.ActionRead} {
 		vw := laggard.Decide(b.ctx, obj, action)
-		if vw.Source != postgres.SourceView {
+		if vw.Source != gate.SourceView {
 			t.Fatalf("the reloaded view read through (%q)", vw.Source)
 		}
-		sameAnswer(t, obj, action, b.store.Decide(b.ctx, obj, action), vw)
+		sameAnswer(t, obj, action, b.gate().Decide(b.ctx, obj, action), vw)
 	}
 }

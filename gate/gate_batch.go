@@ -1,8 +1,9 @@
-package postgres
+package gate
 
 import (
 	"context"
 	"fmt"
+	"gcos/postgres"
 	"slices"
 	"strings"
 	"time"
@@ -60,12 +61,12 @@ func (r GateResult) Answer() gcos.GateAnswer {
 // the gate does not take (empty, over gate.batch_max, a malformed check or option) is blocked whole, each answer
 // naming the problem. As a single question does, it re-scans the stale groups high-risk answers blocked on (one
 // re-scan for the batch) and answers again, from the database, when that re-scan commits in time.
-func (s *Store) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt GateOptions) GateBatchResult {
-	refs, actions, atLeast, refused := s.checkBatch(checks, opt)
+func (g *Gate) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt GateOptions) GateBatchResult {
+	refs, actions, atLeast, refused := g.checkBatch(checks, opt)
 	if refused != nil {
 		return *refused
 	}
-	out, fus := s.decideBatch(ctx, refs, actions, atLeast, opt.Consistency == ConsistencyFull)
+	out, fus := g.decideBatch(ctx, refs, actions, atLeast, opt.Consistency == ConsistencyFull)
 	var sync []string
 	for _, fu := range fus {
 		sync = append(sync, fu.sync...)
@@ -73,10 +74,10 @@ func (s *Store) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt Gate
 	if len(sync) > 0 {
 		slices.Sort(sync)
 		sync = slices.Compact(sync)
-		if s.rescanNow(ctx, sync) {
+		if g.rescanNow(ctx, sync) {
 			// The re-scan committed: the database has its verdicts (the view catches up a moment later).
 			before := fus
-			out, fus = s.decideBatch(ctx, refs, actions, nil, true)
+			out, fus = g.decideBatch(ctx, refs, actions, nil, true)
 			out.Rescanned = true
 			for i := range out.Results {
 				out.Results[i].Rescanned = len(before[i].sync) > 0
@@ -95,14 +96,14 @@ func (s *Store) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt Gate
 		all.orphans, all.lifts, all.inputs = append(all.orphans, fu.orphans...), append(all.lifts, fu.lifts...), append(all.inputs, fu.inputs...)
 	}
 	if !all.empty() {
-		if err := s.gateFollowUp(context.WithoutCancel(ctx), all); err != nil {
-			s.logger.Warn("gate: follow up a batch", "checks", len(checks), "err", err)
+		if err := g.gateFollowUp(context.WithoutCancel(ctx), all); err != nil {
+			g.logger.Warn("gate: follow up a batch", "checks", len(checks), "err", err)
 			return out
 		}
 		// As a single answer does: a remembered answer knows until when its follow-ups are all done.
 		for _, fu := range fus {
 			if a := fu.answer; a != nil && !fu.empty() {
-				if u := s.followUps.quietUntil(fu); !u.IsZero() {
+				if u := g.followUps.quietUntil(fu); !u.IsZero() {
 					a.quiet.Store(u.UnixNano())
 				}
 			}
@@ -116,20 +117,20 @@ func (s *Store) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt Gate
 
 // DecideBatch is GateBatch with no follow-up and no re-scan: a reader that compares decisions (gcos verify)
 // leaves the state it compares as it found it.
-func (s *Store) DecideBatch(ctx context.Context, checks []gcos.GateCheck, opt GateOptions) GateBatchResult {
-	refs, actions, atLeast, refused := s.checkBatch(checks, opt)
+func (g *Gate) DecideBatch(ctx context.Context, checks []gcos.GateCheck, opt GateOptions) GateBatchResult {
+	refs, actions, atLeast, refused := g.checkBatch(checks, opt)
 	if refused != nil {
 		return *refused
 	}
-	out, _ := s.decideBatch(ctx, refs, actions, atLeast, opt.Consistency == ConsistencyFull)
+	out, _ := g.decideBatch(ctx, refs, actions, atLeast, opt.Consistency == ConsistencyFull)
 	return out
 }
 
 // checkBatch parses a batch's checks and options; refused is the whole batch blocked when the gate does not take
 // it (empty, over gate.batch_max, a malformed check or option), each answer naming the problem.
-func (s *Store) checkBatch(checks []gcos.GateCheck, opt GateOptions) ([]ObjectRef, []string, *gcos.ConsistencyToken, *GateBatchResult) {
-	refs, actions := make([]ObjectRef, len(checks)), make([]string, len(checks))
-	err := gcos.CheckGateBatch(checks, s.cfg.Gate.BatchMax)
+func (g *Gate) checkBatch(checks []gcos.GateCheck, opt GateOptions) ([]postgres.ObjectRef, []string, *gcos.ConsistencyToken, *GateBatchResult) {
+	refs, actions := make([]postgres.ObjectRef, len(checks)), make([]string, len(checks))
+	err := gcos.CheckGateBatch(checks, g.cfg.Gate.BatchMax)
 	for i, c := range checks {
 		actions[i] = c.Action
 		if actions[i] == "" {
@@ -137,7 +138,7 @@ func (s *Store) checkBatch(checks []gcos.GateCheck, opt GateOptions) ([]ObjectRe
 		}
 		// Checked above: a valid reference splits at its first colon (a refused batch uses none of them).
 		coll, code, _ := strings.Cut(c.Object, ":")
-		refs[i] = ObjectRef{Collection: coll, Code: code}
+		refs[i] = postgres.ObjectRef{Collection: coll, Code: code}
 	}
 	var atLeast *gcos.ConsistencyToken
 	if err == nil {
@@ -156,47 +157,47 @@ func (s *Store) checkBatch(checks []gcos.GateCheck, opt GateOptions) ([]ObjectRe
 
 // decideBatch takes every decision of a batch from one instant: the view's when it can answer them all (and full
 // is false), else the database's.
-func (s *Store) decideBatch(ctx context.Context, refs []ObjectRef, actions []string, atLeast *gcos.ConsistencyToken, full bool) (GateBatchResult, []gateFollowUps) {
-	if v := s.view.Load(); v != nil && !full {
+func (g *Gate) decideBatch(ctx context.Context, refs []postgres.ObjectRef, actions []string, atLeast *gcos.ConsistencyToken, full bool) (GateBatchResult, []gateFollowUps) {
+	if v := g.view.Load(); v != nil && !full {
 		if res, fus, at, ok := v.decideBatch(ctx, refs, actions, atLeast); ok {
 			return GateBatchResult{Results: res, AsOf: at.asOf, Source: SourceView, Token: at.token}, fus
 		}
 		v.readThrough.Add(1)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gate.Timeout.Duration())
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	pool, source := s.gateReadPool(full)
-	reads, err := s.gateBatchReads(ctx, pool, refs)
+	pool, source := g.gateReadPool(full)
+	reads, err := g.gateBatchReads(ctx, pool, refs)
 	if err != nil && source == SourceReplica && ctx.Err() == nil {
-		s.replicaFailed(err)
+		g.replicaFailed(err)
 		source = SourceDatabase
-		reads, err = s.gateBatchReads(ctx, s.gatePool, refs)
+		reads, err = g.gateBatchReads(ctx, g.gatePool, refs)
 	}
 	out := GateBatchResult{Results: make([]GateResult, len(refs))}
 	fus := make([]gateFollowUps, len(refs))
 	if err != nil {
-		err = s.gateReadFailed(fmt.Sprintf("a batch of %d", len(refs)), err)
+		err = g.gateReadFailed(fmt.Sprintf("a batch of %d", len(refs)), err)
 		for i, ref := range refs {
 			d := gcos.GateObject(gcos.ObjectGateInput{Action: actions[i], Err: err})
 			out.Results[i] = GateResult{Object: ref.String(), Action: actions[i], Decision: gcos.GateBlock, Reasons: d.Reasons, Consulted: []ConsultedRow{}}
 		}
 		return out, fus
 	}
-	s.gateOutage.succeeded()
+	g.gateOutage.succeeded()
 	out.Source = source
 	for i, ref := range refs {
 		o := reads[i]
 		out.AsOf, out.Token = o.now, o.token
 		res := GateResult{Object: ref.String(), Action: actions[i], Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{},
 			AsOf: o.now, Source: source, Token: o.token}
-		out.Results[i], fus[i] = s.judge(ref, actions[i], o, res)
+		out.Results[i], fus[i] = g.judge(ref, actions[i], o, res)
 	}
 	return out, fus
 }
 
 // gateBatchReads reads every object's gate inputs in one read-only repeatable-read transaction: one snapshot and
 // one clock (now() is the transaction's) for the whole batch, the statements sent in one round trip.
-func (s *Store) gateBatchReads(ctx context.Context, pool *pgxpool.Pool, refs []ObjectRef) ([]objectReads, error) {
+func (g *Gate) gateBatchReads(ctx context.Context, pool *pgxpool.Pool, refs []postgres.ObjectRef) ([]objectReads, error) {
 	reads := make([]objectReads, len(refs))
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var now time.Time
@@ -206,7 +207,7 @@ func (s *Store) gateBatchReads(ctx context.Context, pool *pgxpool.Pool, refs []O
 		}
 		b := &pgx.Batch{}
 		for _, ref := range refs {
-			b.Queue(s.gateSQLText, ref.Collection, ref.Code)
+			b.Queue(g.gateSQLText, ref.Collection, ref.Code)
 		}
 		br := tx.SendBatch(ctx, b)
 		versions, fingerprints := make([]string, len(refs)), make([]*string, len(refs))
@@ -231,7 +232,7 @@ func (s *Store) gateBatchReads(ctx context.Context, pool *pgxpool.Pool, refs []O
 				continue
 			}
 			var err error
-			if reads[i], err = s.completeReads(ctx, tx, ref, reads[i], versions[i], fingerprints[i]); err != nil {
+			if reads[i], err = g.completeReads(ctx, tx, ref, reads[i], versions[i], fingerprints[i]); err != nil {
 				return err
 			}
 		}

@@ -1,4 +1,4 @@
-package postgres_test
+package gate_test
 
 // Churn elsewhere blocks no write (SPEC §12): a group dirty because a birth joined it keeps its verdict for the gate
 // (no verdict rests on membership), and such a mark never hides a mark for any other reason.
@@ -17,9 +17,9 @@ func TestMembershipDirtyKeepsTheGateAndHidesNoOtherReason(t *testing.T) {
 	t.Parallel()
 	b, v := viewWorld(t, 20000, time.Hour)
 	// A high-risk object allowed at rest, alone in its base's groups by nothing but its class.
-	base, _ := b.baseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium'
+	base, _ := b.world().BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND risk_class = 'write_medium'
 		AND coverage_outcome = 'covered')`)
-	obj := b.objectOfBase(t, base)
+	obj := b.world().ObjectOfBase(t, base)
 	keys := b.strs(t, `SELECT group_key FROM governance_group WHERE (object_class, source_registry, lifecycle_status) = ($1, $2, $3)
 		AND retired_at IS NULL ORDER BY 1`, base[0], base[1], base[2])
 	reasonOf := func(key string) string {
@@ -32,7 +32,7 @@ func TestMembershipDirtyKeepsTheGateAndHidesNoOtherReason(t *testing.T) {
 		if err := v.CatchUp(b.ctx); err != nil {
 			t.Fatal(err)
 		}
-		db, vw := b.store.Decide(b.ctx, obj, gcos.ActionWrite), v.Decide(b.ctx, obj, gcos.ActionWrite)
+		db, vw := b.gate().Decide(b.ctx, obj, gcos.ActionWrite), v.Decide(b.ctx, obj, gcos.ActionWrite)
 		sameAnswer(t, obj, gcos.ActionWrite, db, vw)
 		if db.Decision != want {
 			t.Fatalf("%s: %s %q, want %s", obj, db.Decision, db.Reasons, want)
@@ -43,14 +43,14 @@ func TestMembershipDirtyKeepsTheGateAndHidesNoOtherReason(t *testing.T) {
 	// A birth joins the object's groups and is handed off: every group is dirty for that alone, and the gate allows.
 	b.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 		VALUES ('churn-1', $2, $1, $3, 'birth-api', 'churn-test')`, base[0], base[1], base[2])
-	b.intakeAll(t)
+	b.world().IntakeAll(t)
 	for _, k := range keys {
 		if r := reasonOf(k); r != "handoff:object_born" {
 			t.Fatalf("group %s after a birth: dirty for %q, want handoff:object_born", k, r)
 		}
 	}
 	gate(gcos.GateAllow)
-	if r := b.store.Decide(b.ctx, b.strs(t, `SELECT $1 || ':churn-1'`, base[1])[0], gcos.ActionWrite); r.Decision != gcos.GateAllow {
+	if r := b.gate().Decide(b.ctx, b.strs(t, `SELECT $1 || ':churn-1'`, base[1])[0], gcos.ActionWrite); r.Decision != gcos.GateAllow {
 		t.Fatalf("the newborn itself: %s %q, want allow as its group", r.Decision, r.Reasons)
 	}
 
@@ -83,6 +83,6 @@ func TestMembershipDirtyKeepsTheGateAndHidesNoOtherReason(t *testing.T) {
 			t.Fatalf("a group marked for a birth and an axis at once: %q, want axis", r)
 		}
 	}
-	b.scanAll(t, postgres.ModeIncremental)
+	b.world().ScanAll(t, postgres.ModeIncremental)
 	gate(gcos.GateAllow)
 }

@@ -1,8 +1,9 @@
-package postgres
+package gate
 
 import (
 	"context"
 	"errors"
+	"gcos/postgres"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,7 @@ type birthRaw struct {
 // decide answers from the view: a remembered answer while nothing it rests on has moved, else the same reads as
 // the database's statement (gateReads), in the same order, as of the view's last catch-up with the database clock
 // carried forward, judged as the database's are. ok is false when the view cannot answer within its bound.
-func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string, atLeast *gcos.ConsistencyToken) (GateResult, gateFollowUps, bool) {
+func (v *VerdictView) decide(ctx context.Context, ref postgres.ObjectRef, action string, atLeast *gcos.ConsistencyToken) (GateResult, gateFollowUps, bool) {
 	q := viewQuestion{ref: ref, action: action, entry: v.entry(ref)}
 	if !v.births(ctx, &q) {
 		return GateResult{}, gateFollowUps{}, false
@@ -46,7 +47,7 @@ func (v *VerdictView) decide(ctx context.Context, ref ObjectRef, action string, 
 // decideBatch answers every question from one instant of the view: one state, one clock, one token. ok is false
 // when the view cannot answer one of them (an object with no birth, a birth it could not read, the bound): the
 // batch then reads through whole.
-func (v *VerdictView) decideBatch(ctx context.Context, refs []ObjectRef, actions []string, atLeast *gcos.ConsistencyToken) ([]GateResult, []gateFollowUps, viewInstant, bool) {
+func (v *VerdictView) decideBatch(ctx context.Context, refs []postgres.ObjectRef, actions []string, atLeast *gcos.ConsistencyToken) ([]GateResult, []gateFollowUps, viewInstant, bool) {
 	qs := make([]viewQuestion, len(refs))
 	for i := range qs {
 		qs[i] = viewQuestion{ref: refs[i], action: actions[i], entry: v.entry(refs[i])}
@@ -98,7 +99,7 @@ func (v *VerdictView) instantLocked(atLeast *gcos.ConsistencyToken) (viewInstant
 // viewQuestion is one question the view answers, as it goes: the births, then (under the lock) a remembered answer
 // that still holds or the reads to judge.
 type viewQuestion struct {
-	ref         ObjectRef
+	ref         postgres.ObjectRef
 	action      string
 	entry       *objectEntry
 	own, parent birthRaw
@@ -123,7 +124,7 @@ func (v *VerdictView) births(ctx context.Context, q *viewQuestion) bool {
 		return false
 	}
 	if q.own.parent != nil {
-		parent := ObjectRef{Collection: q.ref.Collection, Code: *q.own.parent}
+		parent := postgres.ObjectRef{Collection: q.ref.Collection, Code: *q.own.parent}
 		if q.parent, ok = v.birth(ctx, parent, v.entry(parent)); !ok {
 			return false
 		}
@@ -154,15 +155,15 @@ func (v *VerdictView) answer(ctx context.Context, q *viewQuestion, at viewInstan
 		res.DecidedAt, res.AsOf, res.Token, fu.answer = at.now, at.asOf, at.token, a
 		return res, fu, true
 	}
-	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
+	ctx, cancel := context.WithTimeout(ctx, v.g.cfg.Gate.Timeout.Duration())
 	defer cancel()
-	o, err := v.s.completeReads(ctx, v.s.gatePool, q.ref, *q.o, q.version, q.fingerprint)
+	o, err := v.g.completeReads(ctx, v.g.gatePool, q.ref, *q.o, q.version, q.fingerprint)
 	if err != nil {
 		return GateResult{}, gateFollowUps{}, false
 	}
 	res := GateResult{Object: q.ref.String(), Action: q.action, Decision: gcos.GateBlock, Reasons: []string{}, Consulted: []ConsultedRow{},
 		AsOf: at.asOf, Source: SourceView, Token: at.token}
-	res, fu := v.s.judge(q.ref, q.action, o, res)
+	res, fu := v.g.judge(q.ref, q.action, o, res)
 	res.Reasons, res.Consulted = slices.Clip(res.Reasons), slices.Clip(res.Consulted) // shared: an append copies
 	a := &rememberedAnswer{stamp: q.stamp, own: q.own, parent: q.parent, validUntil: validUntil(o.reads, at.now), res: res, fu: fu}
 	q.entry.answers[q.slot()].Store(a)
@@ -179,7 +180,7 @@ type objectEntry struct {
 
 // entry is the object's entry, made when first asked for; past gate.view_objects entries all are forgotten
 // (forgetting only costs reads).
-func (v *VerdictView) entry(ref ObjectRef) *objectEntry {
+func (v *VerdictView) entry(ref postgres.ObjectRef) *objectEntry {
 	if x, ok := v.objects.Load(ref); ok {
 		return x.(*objectEntry)
 	}
@@ -225,11 +226,11 @@ func validUntil(reads []candidateRead, now time.Time) time.Time {
 }
 
 // base is the base group an object with this birth (and its parent's, for an inherited child) belongs to.
-func (b birthRaw) base(parent birthRaw) BirthBase {
+func (b birthRaw) base(parent birthRaw) postgres.BirthBase {
 	if b.parent != nil {
-		return BirthBase{Class: parent.class, Coll: parent.coll, Status: parent.status}
+		return postgres.BirthBase{Class: parent.class, Coll: parent.coll, Status: parent.status}
 	}
-	return BirthBase{Class: b.class, Coll: b.coll, Status: b.status}
+	return postgres.BirthBase{Class: b.class, Coll: b.coll, Status: b.status}
 }
 
 // same reports whether two reads of a birth row hold the same values.
@@ -240,7 +241,7 @@ func (b birthRaw) same(c birthRaw) bool {
 
 // reads builds, from the state (under the view's lock), what the database's gate statement reads for the object:
 // its object row under the current ruleset, then its base's groups by scope, with the clock now.
-func (st *viewState) reads(ref ObjectRef, own, parent birthRaw, base BirthBase, now time.Time) (objectReads, string, *string) {
+func (st *viewState) reads(ref postgres.ObjectRef, own, parent birthRaw, base postgres.BirthBase, now time.Time) (objectReads, string, *string) {
 	o := objectReads{now: now}
 	b := &o.birth
 	b.Object, b.Class, b.Collection, b.LifecycleStatus = ref.String(), base.Class, base.Coll, base.Status
@@ -283,18 +284,18 @@ func (st *viewState) reads(ref ObjectRef, own, parent birthRaw, base BirthBase, 
 
 // birth is an object's cached birth row, read (and cached) on a miss. ok is false when it has none, or it could
 // not be read, or a catch-up dropped births while it was read (it is then used for no answer).
-func (v *VerdictView) birth(ctx context.Context, ref ObjectRef, e *objectEntry) (birthRaw, bool) {
+func (v *VerdictView) birth(ctx context.Context, ref postgres.ObjectRef, e *objectEntry) (birthRaw, bool) {
 	if b := e.birth.Load(); b != nil && time.Since(b.readAt) <= v.birthMaxAge {
 		return *b, true
 	}
 	gen, began := v.birthGen.Load(), time.Now()
-	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
+	ctx, cancel := context.WithTimeout(ctx, v.g.cfg.Gate.Timeout.Duration())
 	defer cancel()
 	var b birthRaw
-	err := v.s.gatePool.QueryRow(ctx, v.s.birthRawSQLText, ref.Collection, ref.Code).Scan(&b.class, &b.coll, &b.status, &b.parent, &b.h0, &b.h1)
+	err := v.g.gatePool.QueryRow(ctx, v.g.birthRawSQLText, ref.Collection, ref.Code).Scan(&b.class, &b.coll, &b.status, &b.parent, &b.h0, &b.h1)
 	if err != nil {
 		if !errors.Is(err, pgx.ErrNoRows) {
-			v.s.logger.Debug("gate view: read birth", "object", ref, "err", err)
+			v.g.logger.Debug("gate view: read birth", "object", ref, "err", err)
 		}
 		return b, false
 	}
@@ -314,15 +315,15 @@ func (v *VerdictView) prefetchBirths(ctx context.Context, qs []viewQuestion) {
 		b := e.birth.Load()
 		return b == nil || time.Since(b.readAt) > v.birthMaxAge
 	}
-	var missing []ObjectRef
-	seen := map[ObjectRef]bool{}
+	var missing []postgres.ObjectRef
+	seen := map[postgres.ObjectRef]bool{}
 	for i := range qs {
 		if stale(qs[i].entry) && !seen[qs[i].ref] {
 			seen[qs[i].ref] = true
 			missing = append(missing, qs[i].ref)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, v.s.cfg.Gate.Timeout.Duration())
+	ctx, cancel := context.WithTimeout(ctx, v.g.cfg.Gate.Timeout.Duration())
 	defer cancel()
 	parents := v.readBirths(ctx, missing)
 	missing = missing[:0:0]
@@ -336,7 +337,7 @@ func (v *VerdictView) prefetchBirths(ctx context.Context, qs []viewQuestion) {
 }
 
 // readBirths reads refs' births in one round trip and caches those it finds; it returns the parents they name.
-func (v *VerdictView) readBirths(ctx context.Context, refs []ObjectRef) []ObjectRef {
+func (v *VerdictView) readBirths(ctx context.Context, refs []postgres.ObjectRef) []postgres.ObjectRef {
 	if len(refs) < 2 {
 		return nil // one is read by birth as it is
 	}
@@ -344,7 +345,7 @@ func (v *VerdictView) readBirths(ctx context.Context, refs []ObjectRef) []Object
 	b := &pgx.Batch{}
 	births := make([]*birthRaw, len(refs))
 	for i, ref := range refs {
-		b.Queue(v.s.birthRawSQLText, ref.Collection, ref.Code).QueryRow(func(row pgx.Row) error {
+		b.Queue(v.g.birthRawSQLText, ref.Collection, ref.Code).QueryRow(func(row pgx.Row) error {
 			var r birthRaw
 			if err := row.Scan(&r.class, &r.coll, &r.status, &r.parent, &r.h0, &r.h1); err != nil {
 				if errors.Is(err, pgx.ErrNoRows) {
@@ -356,14 +357,14 @@ func (v *VerdictView) readBirths(ctx context.Context, refs []ObjectRef) []Object
 			return nil
 		})
 	}
-	if err := v.s.gatePool.SendBatch(ctx, b).Close(); err != nil {
-		v.s.logger.Debug("gate view: read births", "objects", len(refs), "err", err)
+	if err := v.g.gatePool.SendBatch(ctx, b).Close(); err != nil {
+		v.g.logger.Debug("gate view: read births", "objects", len(refs), "err", err)
 		return nil
 	}
 	if v.birthGen.Load() != gen {
 		return nil // a catch-up dropped births while they were read: cache none (as birth does)
 	}
-	var parents []ObjectRef
+	var parents []postgres.ObjectRef
 	for i, r := range births {
 		if r == nil {
 			continue
@@ -371,25 +372,25 @@ func (v *VerdictView) readBirths(ctx context.Context, refs []ObjectRef) []Object
 		r.readAt = began
 		v.entry(refs[i]).birth.Store(r)
 		if r.parent != nil {
-			parents = append(parents, ObjectRef{Collection: refs[i].Collection, Code: *r.parent})
+			parents = append(parents, postgres.ObjectRef{Collection: refs[i].Collection, Code: *r.parent})
 		}
 	}
 	return parents
 }
 
 // birthRawSQL reads one birth row as the source holds it, with its fingerprint lanes.
-func (b BirthBinding) birthRawSQL() string {
+func birthRawSQL(b postgres.BirthBinding) string {
 	return b.SQL(`SELECT b.{type}, b.{coll}, b.{status}, b.{parent}, fh.h, hashint8extended(fh.h, 1)
-FROM {t} b CROSS JOIN LATERAL (SELECT ` + rowHashExpr + ` AS h) fh
+FROM {t} b CROSS JOIN LATERAL (SELECT ` + postgres.RowHashExpr + ` AS h) fh
 WHERE b.{coll} = $1 AND b.{code} = $2`)
 }
 
 // Decide is the gate's decision as the view gives it (reading through when it must), with no follow-up: what a
 // comparison of the view with the database reads.
 func (v *VerdictView) Decide(ctx context.Context, object, action string) GateResult {
-	if v.s.view.Load() != v {
+	if v.g.view.Load() != v {
 		return GateResult{Object: object, Action: action, Decision: gcos.GateBlock, Reasons: []string{"gate view: not attached to its store"}}
 	}
-	res, _ := v.s.decide(ctx, object, action, GateOptions{})
+	res, _ := v.g.decide(ctx, object, action, GateOptions{})
 	return res
 }

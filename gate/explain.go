@@ -1,8 +1,9 @@
-package postgres
+package gate
 
 import (
 	"context"
 	"fmt"
+	"gcos/postgres"
 	"slices"
 	"strings"
 	"time"
@@ -44,23 +45,23 @@ type ExplainedRow struct {
 }
 
 // ExplainObject explains an object's verdict(s) from stored values only.
-func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, error) {
-	ref, err := ParseObjectRef(object)
+func (g *Gate) ExplainObject(ctx context.Context, object string) (Explanation, error) {
+	ref, err := postgres.ParseObjectRef(object)
 	if err != nil {
 		return Explanation{}, err
 	}
-	o, err := s.gateInputs(ctx, s.pool, ref)
+	o, err := g.gateInputs(ctx, g.pool, ref)
 	if err != nil {
 		return Explanation{}, fmt.Errorf("explain %s: %w", object, err)
 	}
 	if len(o.reads) == 0 {
 		return Explanation{}, gcos.Errorf(gcos.ENOTFOUND, "object %s has no birth", object)
 	}
-	ex := s.explain(ref.String(), o.reads, o.now)
-	if err := s.explainDisputes(ctx, &ex); err != nil {
+	ex := g.explain(ref.String(), o.reads, o.now)
+	if err := g.explainDisputes(ctx, &ex); err != nil {
 		return Explanation{}, fmt.Errorf("explain %s: %w", object, err)
 	}
-	ex.ObjectFingerprint = Deref(o.fingerprint)
+	ex.ObjectFingerprint = postgres.Deref(o.fingerprint)
 	ex.InputProblems = o.problems
 	for _, p := range o.problems {
 		ex.Statements = append(ex.Statements, fmt.Sprintf("object %s cannot be judged: %s (input quality %s)", ref, p.Reason, p.State))
@@ -75,13 +76,13 @@ func (s *Store) ExplainObject(ctx context.Context, object string) (Explanation, 
 }
 
 // ExplainGroup explains a group's verdict from stored values only.
-func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, error) {
+func (g *Gate) ExplainGroup(ctx context.Context, key string) (Explanation, error) {
 	if !gcos.IsGroupKey(key) {
 		return Explanation{}, gcos.Errorf(gcos.EINVALID, "group key %q: want 32 lowercase hex digits", key)
 	}
 	var reads []candidateRead
 	var now time.Time
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, g.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 			return err
 		}
@@ -121,15 +122,15 @@ func (s *Store) ExplainGroup(ctx context.Context, key string) (Explanation, erro
 	if len(reads) == 0 {
 		return Explanation{}, gcos.Errorf(gcos.ENOTFOUND, "group %s is not in the group registry", key)
 	}
-	ex := s.explain("group "+key, reads, now)
-	if err := s.explainDisputes(ctx, &ex); err != nil {
+	ex := g.explain("group "+key, reads, now)
+	if err := g.explainDisputes(ctx, &ex); err != nil {
 		return Explanation{}, fmt.Errorf("explain group %s: %w", key, err)
 	}
 	return ex, nil
 }
 
 // explainDisputes names the ownership disputes of the explained groups (their open owner_dispute findings).
-func (s *Store) explainDisputes(ctx context.Context, ex *Explanation) error {
+func (g *Gate) explainDisputes(ctx context.Context, ex *Explanation) error {
 	var keys []string
 	for _, r := range ex.Rows {
 		if r.Source == gcos.GateSourceGroup {
@@ -139,7 +140,7 @@ func (s *Store) explainDisputes(ctx context.Context, ex *Explanation) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (coalesce_key) evidence_snapshot ->> 'group_key',
+	rows, err := g.pool.Query(ctx, `SELECT DISTINCT ON (coalesce_key) evidence_snapshot ->> 'group_key',
 		       coalesce(ARRAY(SELECT jsonb_array_elements_text(evidence_snapshot::jsonb -> 'claimants')), '{}')
 		FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open' ORDER BY coalesce_key, id`, keys)
 	if err != nil {
@@ -168,7 +169,7 @@ func (s *Store) explainDisputes(ctx context.Context, ex *Explanation) error {
 	return nil
 }
 
-func (s *Store) explain(subject string, reads []candidateRead, now time.Time) Explanation {
+func (g *Gate) explain(subject string, reads []candidateRead, now time.Time) Explanation {
 	ex := Explanation{Subject: subject}
 	for _, r := range reads {
 		er := ExplainedRow{Source: r.source, Key: r.key, Scope: r.scope, Ruleset: r.rulesetStatus, Snapshot: r.snapshotAt,
@@ -180,14 +181,14 @@ func (s *Store) explain(subject string, reads []candidateRead, now time.Time) Ex
 		if r.found() {
 			row := r.row
 			er.Row = &row
-			eff = s.gateInput(gcos.ActionWrite, r, now).Effective
+			eff = g.gateInput(gcos.ActionWrite, r, now).Effective
 			er.Effective = eff
 			er.Age = now.Sub(row.ScanTime).Round(time.Second).String()
 		} else {
 			er.Effective = gcos.EffectiveState{Verdict: gcos.VerdictUnknown, Reasons: []string{"never_seeded"}}
 		}
 		ex.Rows = append(ex.Rows, er)
-		ex.Statements = append(ex.Statements, s.statement(subject, r, eff))
+		ex.Statements = append(ex.Statements, g.statement(subject, r, eff))
 	}
 	return ex
 }

@@ -1,4 +1,4 @@
-package postgres
+package gate
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // The gate's synchronous re-scan (SPEC §12): a high-risk object that blocks only because its group's verdict is
 // stale (dirty, expired) is re-evaluated for that one group within gate.rescan_deadline and answered from the fresh
-// verdict. The scan stage does the re-scan (postgres cannot import it): the daemon hands the store its function.
+// verdict. The scan stage does the re-scan (a stage never imports another): the daemon hands gate.New its function.
 
 // Rescanner re-scans the named groups now when they are dirty or past stale_after, committing their verdicts as
 // any scan does (scan.Stage.RescanGroups).
@@ -27,20 +27,11 @@ type gateRescan struct {
 
 var errRescanBusy = errors.New("the gate's re-scans are all busy")
 
-// SetRescanner lets the gate re-scan a stale high-risk group synchronously (nil: never, the answer blocks).
-func (s *Store) SetRescanner(fn Rescanner) {
-	if fn == nil {
-		s.rescan.Store(nil)
-		return
-	}
-	s.rescan.Store(&gateRescan{fn: fn, slots: make(chan struct{}, s.cfg.Gate.RescanConcurrency)})
-}
-
 // rescanNow re-scans groups, waiting at most gate.rescan_deadline, and reports whether the re-scan committed in
 // time (a read now sees its verdicts). A re-scan the caller stops waiting for runs on, within gate.timeout, for
 // the callers after it; one that finds every slot busy does not run.
-func (s *Store) rescanNow(ctx context.Context, groups []string) bool {
-	r, wait := s.rescan.Load(), s.cfg.Gate.RescanDeadline.Duration()
+func (g *Gate) rescanNow(ctx context.Context, groups []string) bool {
+	r, wait := g.rescan, g.cfg.Gate.RescanDeadline.Duration()
 	if r == nil || wait <= 0 || len(groups) == 0 {
 		return false
 	}
@@ -51,7 +42,7 @@ func (s *Store) rescanNow(ctx context.Context, groups []string) bool {
 			return nil, errRescanBusy
 		}
 		defer func() { <-r.slots }()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Gate.Timeout.Duration())
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Gate.Timeout.Duration())
 		defer cancel()
 		return nil, r.fn(ctx, groups)
 	})
@@ -61,7 +52,7 @@ func (s *Store) rescanNow(ctx context.Context, groups []string) bool {
 	case res := <-ch:
 		if res.Err != nil && !errors.Is(res.Err, errRescanBusy) {
 			// The scan records its own failures (the run ledger, the group's retry backoff); the answer blocks.
-			s.logger.Debug("gate: synchronous re-scan", "groups", groups, "err", res.Err)
+			g.logger.Debug("gate: synchronous re-scan", "groups", groups, "err", res.Err)
 		}
 		return res.Err == nil
 	case <-deadline.C:

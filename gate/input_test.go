@@ -1,4 +1,4 @@
-package postgres_test
+package gate_test
 
 import (
 	"strings"
@@ -32,17 +32,17 @@ func FuzzParseObjectRef(f *testing.F) {
 func TestGateBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 2000, nil)
-	before := b.digest(t, `SELECT * FROM governance_candidate_state`) + b.digest(t, `SELECT id, status, occurrence_count FROM system_issues`)
+	before := b.world().Digest(t, `SELECT * FROM governance_candidate_state`) + b.world().Digest(t, `SELECT id, status, occurrence_count FROM system_issues`)
 	for _, in := range []struct{ object, action string }{
 		{"", "write"}, {"no-colon", "write"}, {"a:b", "delete"}, {"x\n:y", "read"}, {strings.Repeat("z", 700) + ":1", "write"},
 		{"nowhere:nothing", "write"},
 	} {
-		r := b.store.Gate(b.ctx, in.object, in.action)
+		r := b.gate().Gate(b.ctx, in.object, in.action)
 		if r.Decision != gcos.GateBlock || len(r.Reasons) == 0 {
 			t.Fatalf("gate(%q, %q) = %s %v, want block with a reason", in.object, in.action, r.Decision, r.Reasons)
 		}
 	}
-	after := b.digest(t, `SELECT * FROM governance_candidate_state`) + b.digest(t, `SELECT id, status, occurrence_count FROM system_issues`)
+	after := b.world().Digest(t, `SELECT * FROM governance_candidate_state`) + b.world().Digest(t, `SELECT id, status, occurrence_count FROM system_issues`)
 	if after != before {
 		t.Fatal("bad gate input changed state")
 	}

@@ -1,4 +1,4 @@
-package postgres_test
+package gate_test
 
 // A batch question is answered in request order from one instant, each answer the one the single question gets,
 // and a batch the gate does not take is blocked whole (SPEC §12).
@@ -6,6 +6,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"gcos/gate"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"gcos"
-	"gcos/postgres"
 )
 
 // checksOf asks write and read, alternately, on each object.
@@ -29,7 +29,7 @@ func checksOf(objects []string) []gcos.GateCheck {
 }
 
 // sameInstant fails unless every answer of the batch was read from the batch's state.
-func sameInstant(t *testing.T, res postgres.GateBatchResult, source string) {
+func sameInstant(t *testing.T, res gate.GateBatchResult, source string) {
 	t.Helper()
 	if res.Source != source || res.Token == "" || res.AsOf.IsZero() {
 		t.Fatalf("batch answered from %q at %s (token %q), want %s with a token", res.Source, res.AsOf, res.Token, source)
@@ -54,24 +54,24 @@ func TestGateBatch_AnswersEachCheckInOrderAsTheSingleQuestion(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		objects []string
-		opt     postgres.GateOptions
+		opt     gate.GateOptions
 		source  string
 	}{
-		{"from the view", objects, postgres.GateOptions{}, postgres.SourceView},
-		{"consistency full", objects, postgres.GateOptions{Consistency: postgres.ConsistencyFull}, postgres.SourceDatabase},
+		{"from the view", objects, gate.GateOptions{}, gate.SourceView},
+		{"consistency full", objects, gate.GateOptions{Consistency: gate.ConsistencyFull}, gate.SourceDatabase},
 		// The view answers no object without a birth: the whole batch reads through, from one instant still.
-		{"an unknown object reads the batch through", append(slices.Clone(objects[:50]), "nosuch:object"), postgres.GateOptions{}, postgres.SourceDatabase},
+		{"an unknown object reads the batch through", append(slices.Clone(objects[:50]), "nosuch:object"), gate.GateOptions{}, gate.SourceDatabase},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := v.CatchUp(b.ctx); err != nil {
 				t.Fatal(err)
 			}
 			checks := checksOf(tc.objects)
-			want := make([]postgres.GateResult, len(checks))
+			want := make([]gate.GateResult, len(checks))
 			for i, c := range checks {
-				want[i] = b.store.Decide(b.ctx, c.Object, c.Action)
+				want[i] = b.gate().Decide(b.ctx, c.Object, c.Action)
 			}
-			res := b.store.GateBatch(b.ctx, checks, tc.opt)
+			res := b.gate().GateBatch(b.ctx, checks, tc.opt)
 			if len(res.Results) != len(checks) {
 				t.Fatalf("%d answers to %d checks", len(res.Results), len(checks))
 			}
@@ -107,7 +107,7 @@ func TestGateBatch_RefusedWholeWhenMalformed(t *testing.T) {
 	good := b.strs(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 5`)
 	allowedAlone := 0
 	for _, o := range good {
-		if b.store.Decide(b.ctx, o, gcos.ActionRead).Decision == gcos.GateAllow {
+		if b.gate().Decide(b.ctx, o, gcos.ActionRead).Decision == gcos.GateAllow {
 			allowedAlone++
 		}
 	}
@@ -121,18 +121,18 @@ func TestGateBatch_RefusedWholeWhenMalformed(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		checks []gcos.GateCheck
-		opt    postgres.GateOptions
+		opt    gate.GateOptions
 		want   string
 	}{
-		{"over the limit", checksOf(many), postgres.GateOptions{}, fmt.Sprintf("more than the limit of %d", len(many)-1)},
-		{"empty", nil, postgres.GateOptions{}, "no checks"},
-		{"a malformed object", append(checksOf(good), gcos.GateCheck{Object: "no-colon"}), postgres.GateOptions{}, fmt.Sprintf("checks[%d]", len(good))},
-		{"an unknown action", append(checksOf(good), gcos.GateCheck{Object: good[0], Action: "delete"}), postgres.GateOptions{}, "action \"delete\""},
-		{"an unknown consistency", checksOf(good), postgres.GateOptions{Consistency: "eventual"}, "consistency \"eventual\""},
-		{"a malformed token", checksOf(good), postgres.GateOptions{AtLeast: "not-a-token"}, "token"},
+		{"over the limit", checksOf(many), gate.GateOptions{}, fmt.Sprintf("more than the limit of %d", len(many)-1)},
+		{"empty", nil, gate.GateOptions{}, "no checks"},
+		{"a malformed object", append(checksOf(good), gcos.GateCheck{Object: "no-colon"}), gate.GateOptions{}, fmt.Sprintf("checks[%d]", len(good))},
+		{"an unknown action", append(checksOf(good), gcos.GateCheck{Object: good[0], Action: "delete"}), gate.GateOptions{}, "action \"delete\""},
+		{"an unknown consistency", checksOf(good), gate.GateOptions{Consistency: "eventual"}, "consistency \"eventual\""},
+		{"a malformed token", checksOf(good), gate.GateOptions{AtLeast: "not-a-token"}, "token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := b.store.GateBatch(b.ctx, tc.checks, tc.opt)
+			res := b.gate().GateBatch(b.ctx, tc.checks, tc.opt)
 			if len(res.Results) != len(tc.checks) {
 				t.Fatalf("%d answers to %d checks", len(res.Results), len(tc.checks))
 			}
@@ -154,7 +154,7 @@ func TestGateBatch_OneInstantWhileAVerdictFlips(t *testing.T) {
 	b, v := viewWorld(t, 3000, 4*time.Second)
 	var object, key string
 	for _, o := range b.strs(t, `SELECT collection_name || ':' || entity_code FROM birth_registry WHERE parent_code IS NULL ORDER BY id LIMIT 400`) {
-		res := b.store.Decide(b.ctx, o, gcos.ActionWrite)
+		res := b.gate().Decide(b.ctx, o, gcos.ActionWrite)
 		if res.Decision != gcos.GateAllow || slices.Contains(b.store.Config().Gate.LowRiskClasses, res.RiskClass) {
 			continue
 		}
@@ -192,15 +192,15 @@ func TestGateBatch_OneInstantWhileAVerdictFlips(t *testing.T) {
 		_ = v.Run(ctx)
 	}()
 	for _, tc := range []struct {
-		opt    postgres.GateOptions
+		opt    gate.GateOptions
 		source string
-	}{{postgres.GateOptions{Consistency: postgres.ConsistencyFull}, postgres.SourceDatabase}, {postgres.GateOptions{}, postgres.SourceView}} {
+	}{{gate.GateOptions{Consistency: gate.ConsistencyFull}, gate.SourceDatabase}, {gate.GateOptions{}, gate.SourceView}} {
 		opt, seen := tc.opt, map[string]int{}
 		for deadline := time.Now().Add(2 * time.Minute); seen[gcos.GateAllow] < 3 || seen[gcos.GateBlock] < 3; {
 			if time.Now().After(deadline) {
 				t.Fatalf("consistency %q: batches from the %s seen %v within the deadline; want both decisions", opt.Consistency, tc.source, seen)
 			}
-			res := b.store.GateBatch(ctx, checks, opt)
+			res := b.gate().GateBatch(ctx, checks, opt)
 			for i, r := range res.Results {
 				if r.Decision != res.Results[0].Decision {
 					t.Fatalf("consistency %q, source %s: answer %d is %s, answer 0 %s: the batch was not read from one instant",
