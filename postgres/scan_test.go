@@ -92,7 +92,7 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 		if scanned := b.world().ScanAll(t, postgres.ModeIncremental); scanned != 0 {
 			t.Fatalf("incremental scan found %d groups to scan: nothing signalled the change", scanned)
 		}
-		res, err := scan.New(b.store).FullAudit(b.ctx, nil)
+		res, err := scan.New(b.store, scan.WithLedger(b.gate().Invariant)).FullAudit(b.ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package scan_test
 
 import (
 	"context"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/oracle"
 	"slices"
@@ -52,7 +53,7 @@ func dirtyKeys(t *testing.T, store *postgres.Store, ctx context.Context, n int) 
 func TestOnceModes(t *testing.T) {
 	t.Parallel()
 	store, ctx := seeded(t)
-	s := &scan.Scheduler{Stage: scan.New(store), Config: store.Config().Scan}
+	s := &scan.Scheduler{Stage: scan.New(store, scan.WithLedger(gate.New(store, nil).Invariant)), Config: store.Config().Scan}
 	keys := dirtyKeys(t, store, ctx, 12)
 	time.Sleep(30 * time.Millisecond) // past the coalesce window
 	p, err := s.Once(ctx, postgres.ModeEvent)
