@@ -155,13 +155,13 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	total := allowed.Load() + blocked.Load()
 	return []row{
 		mk("in-process decisions/s (8 goroutines)", "decisions/s", higher, in.rate, nv.rate, rate,
-			fmt.Sprintf("Store.Gate over %d random objects, action write; %.1f%% allowed (naive %.1f%%); store pool of %d conns (pgxpool's default unless -pool-conns)",
+			fmt.Sprintf("Gate.Gate over %d random objects, action write; %.1f%% allowed (naive %.1f%%); store pool of %d conns (pgxpool's default unless -pool-conns)",
 				len(objs), 100*float64(allowed.Load())/float64(max(total, 1)),
 				100*float64(naiveAllowed.Load())/float64(max(naiveCalls.Load(), 1)), ws.pool.Config().MaxConns)),
 		mk("in-process p50", "ms", lower, in.p50, nv.p50, nil, "the database path: GateWith(consistency=full), one statement per decision"),
 		mk("in-process p99", "ms", lower, in.p99, nv.p99, p99, ""),
 		mk("view decisions/s (8 goroutines)", "decisions/s", higher, vw.rate, nv.rate, &target{Op: ">=", Value: 500_000, Text: "≥ 500,000/s"},
-			fmt.Sprintf("Store.Gate with the view attached and running (gate.max_staleness %s); %.2f%% answered from the view, the rest read through",
+			fmt.Sprintf("Gate.Gate with the view running (gate.max_staleness %s); %.2f%% answered from the view, the rest read through",
 				ws.store.Config().Gate.MaxStaleness.Duration(), 100*float64(fromView.Load())/float64(max(viewCalls.Load(), 1)))),
 		mk("view p50", "ms", lower, vw.p50, nv.p50, nil, ""),
 		mk("view p99", "ms", lower, vw.p99, nv.p99, &target{Op: "<=", Value: 0.05, Text: "≤ 50 µs"}, ""),
