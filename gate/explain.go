@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"fmt"
-	"gcos/postgres"
 	"slices"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // Explanation is the reproducible statement for an object or a group, with the stored values it is built from.

@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"fmt"
-	"gcos/postgres"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // The gate's batch (SPEC §12): up to gate.batch_max questions answered in request order from one instant — one

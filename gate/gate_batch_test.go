@@ -6,7 +6,6 @@ package gate_test
 import (
 	"context"
 	"fmt"
-	"gcos/gate"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gate"
 )
 
 // checksOf asks write and read, alternately, on each object.

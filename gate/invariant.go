@@ -3,11 +3,11 @@ package gate
 import (
 	"context"
 	"fmt"
-	"gcos/postgres"
 
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // Invariant reads v_invariant_ledger; a scope whose ledger does not close raises governance_schema_drift with the

@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"fmt"
-	"gcos/postgres"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // SourceReplica is the gate's answer read through from the streaming replica (SourceDatabase: from the primary).
@@ -152,7 +152,7 @@ func (g *Gate) replicaFailed(err error) {
 	}
 }
 
-// RunReplicaMonitor measures the replica's lag every gate.view_refresh until ctx ends (a daemon runs it when a
+// runReplicaMonitor measures the replica's lag every gate.view_refresh until ctx ends (a daemon runs it when a
 // replica URL is configured; without one it returns at once). A failed measurement leaves the replica unproven,
 // so the gate reads the primary: never a guess.
 func (g *Gate) runReplicaMonitor(ctx context.Context) error {

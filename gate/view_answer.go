@@ -3,7 +3,6 @@ package gate
 import (
 	"context"
 	"errors"
-	"gcos/postgres"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // The view's answers: the same reads as the database's gate statement, from memory, remembered while nothing

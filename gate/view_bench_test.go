@@ -1,11 +1,11 @@
 package gate_test
 
 import (
-	"gcos/gate"
 	"testing"
 	"time"
 
 	"gcos"
+	"gcos/gate"
 )
 
 // BenchmarkVerdictView_Decide is the view's decision alone (go test -bench; the benchmark command measures the gate).

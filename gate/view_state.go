@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"gcos/postgres"
 	"maps"
 	"reflect"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // The view's state: what a catch-up reads and how it is applied and stamped.

@@ -2,15 +2,15 @@ package scan_test
 
 import (
 	"context"
-	"gcos/gate"
-	"gcos/gcostest"
-	"gcos/oracle"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"gcos"
+	"gcos/gate"
+	"gcos/gcostest"
+	"gcos/oracle"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/scan"
