@@ -1,4 +1,5 @@
-// Package client asks a GCOS production gate over HTTP, and fails closed.
+// Package client asks a GCOS production gate over HTTP, and fails closed; Get and Post reach every other route of
+// the API (the CLI talks to a running daemon through them).
 //
 // A deploy pipeline calls Gate for one object or GateBatch for many (up to the server's gate.batch_max, 1,000 by
 // default, answered in request order from one instant). Every call returns a decision: the gate's, or a block the
@@ -31,8 +32,10 @@ import (
 
 // Client asks one GCOS server. It is safe for concurrent use; keep one per server (it keeps connections alive).
 type Client struct {
+	base      *url.URL
 	gate      *url.URL
 	token     string
+	headers   http.Header // sent with every request (WithHeader)
 	hc        *http.Client
 	timeout   time.Duration
 	tries     uint
@@ -49,6 +52,17 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 // WithUserAgent names the caller in the User-Agent header (default gcos-client/1); the server counts gate
 // decisions by caller channel from it (gcos-cli/… is the CLI).
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// WithHeader sends a header with every request (the CLI names the principal it acts as and its OS user this way).
+func WithHeader(name, value string) Option {
+	return func(c *Client) {
+		c.headers = c.headers.Clone()
+		if c.headers == nil {
+			c.headers = http.Header{}
+		}
+		c.headers.Set(name, value)
+	}
+}
 
 // WithHTTPClient asks through hc (its transport, proxies, TLS) instead of a client of the package's own.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
@@ -80,7 +94,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("gcos client: server URL %q: want http(s)://host[:port]", baseURL)
 	}
-	c := &Client{gate: u.JoinPath("/v1/gate"), timeout: 5 * time.Second, tries: 4, userAgent: "gcos-client/1"}
+	c := &Client{base: u, gate: u.JoinPath("/v1/gate"), timeout: 5 * time.Second, tries: 4, userAgent: "gcos-client/1"}
 	WithBackoff(25*time.Millisecond, time.Second)(c)
 	for _, o := range opts {
 		o(c)
@@ -91,6 +105,34 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		c.hc = &http.Client{Transport: tr}
 	}
 	return c, nil
+}
+
+// With is a copy of the client with more options (its connections shared).
+func (c *Client) With(opts ...Option) *Client {
+	cp := *c
+	for _, o := range opts {
+		o(&cp)
+	}
+	return &cp
+}
+
+// maxAnswerBytes bounds an answer of a route other than the gate's (a list, an explanation, a finding).
+const maxAnswerBytes = 64 << 20
+
+// Get decodes the answer of GET path?query (any route of the API: /v1/explain, /v1/findings, …) into out. Reads
+// are retried as gate questions are. An error answer is a *ServerError carrying the API's error code.
+func (c *Client) Get(ctx context.Context, path string, query url.Values, out any) error {
+	return c.do(ctx, http.MethodGet, c.base.JoinPath(path), query, nil, out, maxAnswerBytes, c.tries)
+}
+
+// Post sends body as JSON to path and decodes the answer into out. An action is asked once, never retried: a
+// request the server may have acted on is not sent twice.
+func (c *Client) Post(ctx context.Context, path string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encode the request to %s: %w", path, err)
+	}
+	return c.do(ctx, http.MethodPost, c.base.JoinPath(path), nil, b, out, maxAnswerBytes, 1)
 }
 
 // Ask qualifies a question.
@@ -133,7 +175,7 @@ func (c *Client) Gate(ctx context.Context, object, action string, ask ...Ask) An
 		a(q)
 	}
 	var got gcos.GateAnswer
-	err := c.do(ctx, http.MethodGet, q, nil, &got, 1<<20)
+	err := c.do(ctx, http.MethodGet, c.gate, q, nil, &got, 1<<20, c.tries)
 	if err == nil {
 		err = checkAnswer(got, gcos.GateCheck{Object: object, Action: action})
 	}
@@ -164,7 +206,7 @@ func (c *Client) GateBatch(ctx context.Context, checks []gcos.GateCheck, ask ...
 		a(q)
 	}
 	var got gcos.GateBatchAnswer
-	if err := c.do(ctx, http.MethodPost, q, body, &got, 64<<20); err != nil {
+	if err := c.do(ctx, http.MethodPost, c.gate, q, body, &got, 64<<20, c.tries); err != nil {
 		return fail(err)
 	}
 	if len(got.Decisions) != len(want) {
@@ -221,20 +263,20 @@ func (e *retryAfter) Unwrap() []error { return []error{e.ServerError, e.wait} }
 
 // do sends one question, retrying transport errors and temporary refusals within the deadline, and decodes the
 // answer into out.
-func (c *Client) do(ctx context.Context, method string, q url.Values, body []byte, out any, maxBytes int64) error {
+func (c *Client) do(ctx context.Context, method string, to *url.URL, q url.Values, body []byte, out any, maxBytes int64, tries uint) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
 	deadline, _ := ctx.Deadline()
-	u := *c.gate
+	u := *to
 	u.RawQuery = q.Encode()
 	var last error
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		last = c.attempt(ctx, method, u.String(), body, out, maxBytes)
 		return struct{}{}, last
-	}, backoff.WithBackOff(c.backoff()), backoff.WithMaxTries(c.tries),
+	}, backoff.WithBackOff(c.backoff()), backoff.WithMaxTries(tries),
 		// Never wait past the deadline: the last error is the answer then, not "context deadline exceeded".
 		backoff.WithMaxElapsedTime(time.Until(deadline)))
 	if err != nil && last != nil && ctx.Err() != nil && !errors.Is(last, ctx.Err()) {
@@ -253,6 +295,9 @@ func (c *Client) attempt(ctx context.Context, method, u string, body []byte, out
 	if err != nil {
 		return backoff.Permanent(fmt.Errorf("build the request: %w", err))
 	}
+	for name, values := range c.headers {
+		req.Header[name] = values
+	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", c.userAgent)
 	if body != nil {
@@ -264,22 +309,22 @@ func (c *Client) attempt(ctx context.Context, method, u string, body []byte, out
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return backoff.Permanent(fmt.Errorf("no answer from the gate: %w", ctx.Err()))
+			return backoff.Permanent(fmt.Errorf("no answer from %s: %w", req.URL.Path, ctx.Err()))
 		}
-		return fmt.Errorf("ask the gate: %w", err) // retried
+		return fmt.Errorf("ask %s: %w", req.URL.Path, err) // retried
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBytes+1))
 	if err != nil {
 		if ctx.Err() != nil {
-			return backoff.Permanent(fmt.Errorf("read the gate's answer: %w", ctx.Err()))
+			return backoff.Permanent(fmt.Errorf("read the answer of %s: %w", req.URL.Path, ctx.Err()))
 		}
-		return fmt.Errorf("read the gate's answer: %w", err) // retried: the connection broke mid-answer
+		return fmt.Errorf("read the answer of %s: %w", req.URL.Path, err) // retried: the connection broke mid-answer
 	}
 	if int64(len(raw)) > maxBytes {
 		return backoff.Permanent(fmt.Errorf("%w: over %d bytes", ErrMalformed, maxBytes))
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		se := &ServerError{Status: resp.StatusCode}
 		var e struct {
 			Error struct {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -87,6 +88,49 @@ func TestAgainstTheServer(t *testing.T) {
 	// A wrong token is a block.
 	if a := quick(t, srv.URL, client.WithToken("wrong")).Gate(w.Ctx, objects[0], ""); a.Allowed() || a.Err == nil || !strings.Contains(a.Err.Error(), "401") {
 		t.Fatalf("wrong token: %+v", a)
+	}
+}
+
+// TestGetAndPost: Get and Post reach the API's other routes: the answer decoded, an error answer a *ServerError
+// with the API's code, a read retried through a temporary refusal and an action sent once, headers on every request.
+func TestGetAndPost(t *testing.T) {
+	t.Parallel()
+	w := gcostest.Ready(t, gcostest.Options{Births: 1000, Seed: 5})
+	h, err := httpapi.New(httpapi.Config{Store: w.Store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}},
+		Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	c := quick(t, srv.URL)
+	object := w.Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 1`)[0]
+	var ex gate.Explanation
+	if err := c.Get(w.Ctx, "/v1/explain", url.Values{"object": {object}}, &ex); err != nil || ex.Subject != object || len(ex.Statements) == 0 {
+		t.Fatalf("explain %s: %+v %v", object, ex, err)
+	}
+	var se *client.ServerError
+	if err := c.Get(w.Ctx, "/v1/explain", nil, &ex); !errors.As(err, &se) || se.Status != http.StatusBadRequest || se.Code != gcos.EINVALID {
+		t.Fatalf("explain with no subject: %v, want a 400 %s", err, gcos.EINVALID)
+	}
+	// A reader may not resolve a finding: the refusal comes back with its code, nothing retried.
+	if err := c.Post(w.Ctx, "/v1/findings/1/resolve", httpapi.ResolveRequest{Reason: "test"}, &struct{}{}); !errors.As(err, &se) || se.Status != http.StatusForbidden {
+		t.Fatalf("a reader resolving a finding: %v, want a 403", err)
+	}
+
+	busy, n := fault(t, func(w http.ResponseWriter, r *http.Request, _ int64) {
+		if r.Header.Get("X-Test") != "yes" {
+			t.Errorf("%s %s without the client's header", r.Method, r.URL.Path)
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	b := quick(t, busy.URL).With(client.WithHeader("X-Test", "yes"))
+	if err := b.Get(w.Ctx, "/v1/findings", nil, &struct{}{}); !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable || n.Load() != 4 {
+		t.Fatalf("a read refused as busy: %v after %d requests, want 503 after 4", err, n.Load())
+	}
+	n.Store(0)
+	if err := b.Post(w.Ctx, "/v1/notifications/read", map[string]bool{"all": true}, &struct{}{}); !errors.As(err, &se) || n.Load() != 1 {
+		t.Fatalf("an action refused as busy: %v after %d requests, want one request", err, n.Load())
 	}
 }
 

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/client"
 	"gcos/daemon"
 	"gcos/httpapi"
 	"gcos/postgres"
@@ -29,21 +27,19 @@ import (
 // cliUserAgent names the CLI to the daemon, which counts the gate decisions it asks for as channel "cli".
 const cliUserAgent = "gcos-cli/1"
 
-// apiClient is a running daemon's API as the CLI reads it: the same JSON the HTTP API documents, decoded into the
-// types the database path returns, so the two paths print alike.
+// apiClient is a running daemon's API as the CLI reads it, through the API's client (package client): the same
+// JSON the HTTP API documents, decoded into the types the database path returns, so the two paths print alike.
 type apiClient struct {
 	base  string
 	token string
-	http  *http.Client
-	// principal is the --by the CLI acts as: on the daemon's run token the daemon acts as it, on a principal's
-	// token (GCOS_TOKEN) the token's principal acts and this is ignored.
-	principal string
+	c     *client.Client
 }
 
-// as is the client acting as the principal by.
+// as is the client acting as the principal by: on the daemon's run token the daemon acts as it, on a principal's
+// token (GCOS_TOKEN) the token's principal acts and this is ignored.
 func (c *apiClient) as(by string) *apiClient {
 	cp := *c
-	cp.principal = by
+	cp.c = c.c.With(client.WithHeader(httpapi.PrincipalHeader, by))
 	return &cp
 }
 
@@ -84,8 +80,18 @@ func (a *app) daemonAPI(ctx context.Context) *apiClient {
 		return nil
 	}
 	a.secrets = append(a.secrets, token)
+	base := strings.TrimSuffix(run.URL, "/")
+	opts := []client.Option{client.WithToken(token), client.WithUserAgent(cliUserAgent), client.WithTimeout(5 * time.Minute)}
+	if u := osUser(); u != "" {
+		opts = append(opts, client.WithHeader(httpapi.OSUserHeader, u))
+	}
+	c, err := client.New(base, opts...)
+	if err != nil {
+		a.verbosef("the daemon's run file in %s names %q: %v: reading the database", dir, run.URL, err)
+		return nil
+	}
 	a.verbosef("through the daemon's API at %s (pid %d, %s database)", run.URL, run.PID, run.Database)
-	a.api = &apiClient{base: strings.TrimSuffix(run.URL, "/"), token: token, http: &http.Client{Timeout: 5 * time.Minute}}
+	a.api = &apiClient{base: base, token: token, c: c}
 	return a.api
 }
 
@@ -98,61 +104,27 @@ func (a *app) verbosef(format string, args ...any) {
 
 // get decodes GET path?query into out; a 4xx/5xx becomes the gcos error the API names (exit 2 for bad input).
 func (c *apiClient) get(ctx context.Context, path string, query url.Values, out any) error {
-	return c.do(ctx, http.MethodGet, path, query, nil, out)
+	return apiError(http.MethodGet, path, c.c.Get(ctx, path, query, out))
 }
 
+// post sends body to path and decodes the answer into out, as get does.
 func (c *apiClient) post(ctx context.Context, path string, body, out any) error {
-	return c.do(ctx, http.MethodPost, path, nil, body, out)
+	return apiError(http.MethodPost, path, c.c.Post(ctx, path, body, out))
 }
 
-func (c *apiClient) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	u := c.base + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
+// apiError is the gcos error of a failed call: the one the API named, else the daemon was not reachable (or did not
+// answer as the API does).
+func apiError(method, path string, err error) error {
+	var se *client.ServerError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &se) && se.Code != "":
+		return gcos.Errorf(se.Code, "%s", se.Message)
+	case errors.As(err, &se):
+		return gcos.Errorf(gcos.EINTERNAL, "daemon API %s %s: %v", method, path, err)
 	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return fmt.Errorf("daemon API: %w", err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("User-Agent", cliUserAgent)
-	if c.principal != "" {
-		req.Header.Set(httpapi.PrincipalHeader, c.principal)
-	}
-	if u := osUser(); u != "" {
-		req.Header.Set(httpapi.OSUserHeader, u)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return gcos.Errorf(gcos.EUNAVAILABLE, "daemon API %s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return gcos.Errorf(gcos.EUNAVAILABLE, "daemon API %s %s: %v", method, path, err)
-	}
-	if resp.StatusCode >= 300 {
-		var eb httpapi.ErrorBody
-		if json.Unmarshal(raw, &eb) == nil && eb.Error.Code != "" {
-			return gcos.Errorf(eb.Error.Code, "%s", eb.Error.Message)
-		}
-		return gcos.Errorf(gcos.EINTERNAL, "daemon API %s %s: %s", method, path, resp.Status)
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("daemon API %s %s: decode: %w", method, path, err)
-	}
-	return nil
+	return gcos.Errorf(gcos.EUNAVAILABLE, "daemon API %s %s: %v", method, path, err)
 }
 
 // reachRunE is storeRunE for a command the daemon's API can answer: viaAPI when a daemon serves this data dir,
