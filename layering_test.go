@@ -25,17 +25,20 @@ var stages = []string{"gcos/intake", "gcos/scan", "gcos/gate"}
 // baselines are plain SQL).
 var pgxImporters = []string{
 	"gcos/postgres", "gcos/postgres/migration", "gcos/postgres/substrate", "gcos/postgres/pgtest",
-	"gcos/intake", "gcos/scan", "gcos/gate", "gcos/oracle", "gcos/world", "gcos/embeddedpg", "gcos/gcostest", "gcos/bench",
+	"gcos/evaluate", "gcos/intake", "gcos/scan", "gcos/gate", "gcos/oracle", "gcos/world", "gcos/embeddedpg", "gcos/gcostest", "gcos/bench",
 }
 
 // forbidden lists, per package, the module packages it must not import.
 var forbidden = map[string][]string{
 	// The core knows no stage and nothing that assembles or serves them.
-	"gcos/postgres": {"gcos/intake", "gcos/scan", "gcos/gate", "gcos/daemon", "gcos/httpapi", "gcos/oracle", "gcos/world", "gcos/bench"},
+	"gcos/postgres": {"gcos/evaluate", "gcos/intake", "gcos/scan", "gcos/gate", "gcos/daemon", "gcos/httpapi", "gcos/oracle", "gcos/world", "gcos/bench"},
+	// The evaluator and the object rows it derives serve the stages that write verdicts (intake's backfill, scan)
+	// and know none of them; the reference evaluator never shares them.
+	"gcos/evaluate": {"gcos/intake", "gcos/scan", "gcos/gate", "gcos/daemon", "gcos/httpapi", "gcos/oracle"},
 	// The event domain's vocabulary and routing are pure.
 	"gcos/events": {"gcos/postgres", "gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi"},
 	// The reference evaluator reads the substrate on its own; it must not share the code it checks.
-	"gcos/oracle": {"gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi"},
+	"gcos/oracle": {"gcos/evaluate", "gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi"},
 	// A pipeline's client speaks the API's wire types (the root package) and nothing of the server.
 	"gcos/client": {"gcos/postgres", "gcos/intake", "gcos/scan", "gcos/daemon", "gcos/httpapi", "gcos/oracle", "gcos/world", "gcos/events", "gcos/embeddedpg"},
 	// The API serves what the daemon assembles; it does not assemble it.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/evaluate"
 	"gcos/postgres"
 )
 
@@ -105,7 +106,7 @@ func (s *Stage) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		if err := postgres.LockCandidates(ctx, tx, rs.Version); err != nil {
 			return err
 		}
-		ev, err := s.core.NewEvaluator(ctx, tx, rs)
+		ev, err := evaluate.New(ctx, s.core, tx, rs)
 		if err != nil {
 			return err
 		}
@@ -150,7 +151,7 @@ func (s *Stage) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 			}
 		}
 		s.logger.Debug("backfill: groups seeded", "rows", res.RowsWritten, "elapsed", time.Since(t0))
-		mat, ret, err := s.core.MaterializeObjects(ctx, tx, ev, snap, res.RunID)
+		mat, ret, err := ev.MaterializeObjects(ctx, tx, snap, res.RunID)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/evaluate"
 	"gcos/postgres"
 )
 
@@ -77,7 +78,7 @@ func (s *Stage) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 			return err
 		}
 	}
-	var objs []postgres.ObjectCandidate
+	var objs []evaluate.ObjectCandidate
 	var findings []gcos.Finding
 	newBases := map[postgres.BirthBase]int64{}
 	var baseOrder []postgres.BirthBase
@@ -115,7 +116,7 @@ func (s *Stage) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 		}
 		g := gcos.NewGroup(dims[0], 1)
 		held := gcos.HoldForInput("untrusted_source")
-		objs = append(objs, postgres.ObjectCandidate{Key: r.CanonicalRef(), ObjectType: class, ObjectRef: ref, Reason: gcos.ObjectRowOpenFinding, GroupKey: g.Key,
+		objs = append(objs, evaluate.ObjectCandidate{Key: r.CanonicalRef(), ObjectType: class, ObjectRef: ref, Reason: gcos.ObjectRowOpenFinding, GroupKey: g.Key,
 			Values: postgres.CandidateValues{GroupKey: "object:" + r.CanonicalRef(), Verdict: held.Verdict, Rule: held.Rule,
 				InputQuality: string(gcos.InputUntrustedSource), RiskClass: regs.RiskClass(class), CoverageRequired: regs.CoverageRequired(class),
 				DependsOn: []byte(`{}`), TTL: s.cfg.TTL.TTLFor(regs.RiskClass(class)), Evidence: "untrusted:" + r.SourceSystem, MemberCount: 1}})
@@ -130,7 +131,7 @@ func (s *Stage) quarantineUntrusted(ctx context.Context, tx pgx.Tx, regs gcos.Re
 	if err := countQuarantined(ctx, tx, rs.Version, qs, fresh); err != nil {
 		return err
 	}
-	if _, err = postgres.UpsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs); err != nil {
+	if _, err = evaluate.UpsertObjectRows(ctx, tx, snapshotID, rs.Version, "intake", objs); err != nil {
 		return err
 	}
 	for _, f := range findings {

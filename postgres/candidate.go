@@ -3,8 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,34 +17,17 @@ import (
 	"gcos"
 )
 
-// Evaluator computes group verdicts under one ruleset: the rule side (coverage profile, axis, scopes, verdict
-// policy) comes from the ruleset's stored components, so a verdict is reproducible from its ruleset version; the
-// source side (collections, classes, ownership, exceptions) comes from the live registries.
-type Evaluator struct {
-	ruleset RulesetRow
-	regs    gcos.Registries
-	policy  gcos.VerdictPolicy
-	ttl     gcos.TTLConfig
-	now     time.Time // database clock, for exception expiry
-}
+// LifecycleActive is a live candidate row's lifecycle_status.
+const LifecycleActive = "active"
 
-// Registries are the registries the evaluator derives groups from.
-func (e *Evaluator) Registries() gcos.Registries { return e.regs }
-
-// NewEvaluator loads the registries and exceptions an evaluation under rs needs, reading through q.
-func (s *Store) NewEvaluator(ctx context.Context, q Querier, rs RulesetRow) (*Evaluator, error) {
+// RegistriesUnder loads the live registries under the rule side of a ruleset's components (underRuleset): what an
+// evaluation under that ruleset judges groups with.
+func (s *Store) RegistriesUnder(ctx context.Context, q Querier, c gcos.RulesetComponents) (gcos.Registries, error) {
 	regs, err := loadRegistries(ctx, q, s.cfg.SourceBinding)
 	if err != nil {
-		return nil, err
+		return regs, err
 	}
-	if regs, err = underRuleset(ctx, q, s.cfg.SourceBinding, regs, rs.Components); err != nil {
-		return nil, err
-	}
-	var now time.Time
-	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, fmt.Errorf("read database clock: %w", err)
-	}
-	return &Evaluator{ruleset: rs, regs: regs, policy: rs.Components.Policy, ttl: s.cfg.TTL, now: now}, nil
+	return underRuleset(ctx, q, s.cfg.SourceBinding, regs, c)
 }
 
 // DimensionRegistries loads the registries group keys are derived from: the live ones under the rule side of
@@ -103,11 +84,6 @@ func underRuleset(ctx context.Context, q Querier, sb gcos.SourceBinding, regs gc
 	return regs, nil
 }
 
-var settledWithoutCoverage = []gcos.Verdict{gcos.VerdictNotRelevant, gcos.VerdictClass0, gcos.VerdictDeferredBirth, gcos.VerdictRetired}
-
-// evaluateHook lets tests make one group's re-evaluation fail; nil in production.
-var evaluateHook func(gcos.Group) error
-
 // CandidateValues are the evaluated columns of one candidate row.
 type CandidateValues struct {
 	GroupKey         string
@@ -139,93 +115,6 @@ type CandidateValues struct {
 	// CountedSnapshot is the snapshot the count's first statement read under (GroupCounts.Snapshot): a pending mark
 	// whose transaction it saw is included. "": not known (counted_at decides).
 	CountedSnapshot string
-}
-
-// Evaluate judges one group (or, with objectKey set, one materialized object of it).
-func (e *Evaluator) Evaluate(g gcos.Group, objectKey string) (CandidateValues, error) {
-	if evaluateHook != nil {
-		if err := evaluateHook(g); err != nil {
-			return CandidateValues{}, err
-		}
-	}
-	facts := e.regs.Facts(g.Dimensions, g.MemberCount)
-	// A value outside the policy's vocabulary (an odd lifecycle status, an unheard-of risk class) is input no
-	// rule can be trusted with.
-	if len(e.policy.CheckVocabulary(facts)) > 0 && Deref(facts.InputQuality) == string(gcos.InputAccepted) {
-		facts.InputQuality = gcos.Str(string(gcos.InputInvalidSchema))
-	}
-	ev := e.policy.Evaluate(facts)
-	class := ""
-	if g.ObjectClass != nil {
-		class = *g.ObjectClass
-	}
-	v := CandidateValues{
-		GroupKey:     g.Key,
-		Verdict:      ev.Verdict,
-		Rule:         ev.Rule,
-		InputQuality: *facts.InputQuality,
-		RiskClass:    e.regs.RiskClass(class),
-		// Coverage is required of a group the class requires it of, unless the verdict settled that the group
-		// needs no owner (not relevant, private, deferred or retired); an undecided group keeps the requirement.
-		CoverageRequired: e.regs.CoverageRequired(class) && !slices.Contains(settledWithoutCoverage, ev.Verdict),
-		OwnerScope:       g.OwnerScope,
-		MemberCount:      g.MemberCount,
-	}
-	v.TTL = e.ttl.TTLFor(v.RiskClass)
-	deps, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
-	if err != nil {
-		return v, err
-	}
-	v.DependsOn = deps
-	if scope := Deref(g.Scope); g.OwnerScope == nil && scope != gcos.UnscopedScope && objectKey == "" {
-		if r := gcos.ResolveOwnership(e.regs.Ownership, scope, class, Deref(g.SourceRegistry)); r.Disputed {
-			v.OwnerDispute = r.Claimants
-		}
-	}
-	if v.Verdict == gcos.VerdictRelevant {
-		exc := e.regs.GroupException(g.Dimensions, e.now)
-		if exc != nil {
-			v.ExceptionID, v.ExceptionExpiresAt = &exc.ExceptionID, exc.ExpiresAt
-		}
-		v.Coverage = gcos.ResolveCoverage(g.OwnerScope, exc != nil)
-		v.CoverageOwner = g.OwnerScope
-	}
-	evidence, err := json.Marshal(map[string]any{
-		"ruleset": e.ruleset.Version, "group": g.Dimensions, "facts": facts, "verdict": v.Verdict, "rule": v.Rule,
-		"risk_class": v.RiskClass, "coverage_required": v.CoverageRequired, "coverage": v.Coverage,
-		"exception": v.ExceptionID, "members": g.MemberCount, "object": objectKey,
-	})
-	if err != nil {
-		return v, err
-	}
-	sum := sha256.Sum256(evidence)
-	v.Evidence = hex.EncodeToString(sum[:16])
-	return v, nil
-}
-
-// Candidate row lifecycles (lifecycle_status).
-const (
-	LifecycleActive  = "active"
-	lifecycleRetired = "retired"
-)
-
-// Retire judges a group whose source is gone: no member is left in it, or its key no longer follows from the
-// registries (an owner or axis family moved its members to another key). Doc 40 §40.8: the row becomes verdict
-// retired, lifecycle retired, zero members, and is kept for the ledger and history, never deleted.
-func (e *Evaluator) Retire(g gcos.Group, why string) (CandidateValues, error) {
-	class := Deref(g.ObjectClass)
-	v := CandidateValues{GroupKey: g.Key, Verdict: gcos.VerdictRetired, Rule: "group_retired:" + why,
-		InputQuality: string(gcos.InputAccepted), RiskClass: e.regs.RiskClass(class), OwnerScope: g.OwnerScope,
-		Lifecycle: lifecycleRetired}
-	v.TTL = e.ttl.TTLFor(v.RiskClass)
-	deps, err := json.Marshal(gcos.NewDependsOn(g.Dimensions))
-	if err != nil {
-		return v, err
-	}
-	v.DependsOn = deps
-	sum := sha256.Sum256([]byte("retired:" + why + ":" + g.Key + ":" + e.ruleset.Version))
-	v.Evidence = hex.EncodeToString(sum[:16])
-	return v, nil
 }
 
 // RetireGroups marks groups retired in the registry (zero members); the gate no longer consults them. A group
@@ -308,7 +197,7 @@ func UpdateGroupCounts(ctx context.Context, tx pgx.Tx, groups []gcos.Group) erro
 //  3. candidate rows (governance_candidate_state), in group-key order (markDirtySQL, LockCandidates); pending
 //     marks (governance_pending_mark) are only inserted by a marking transaction and taken with SKIP LOCKED by the
 //     one settling them (ApplyPendingMarks), so nobody waits on one;
-//  4. object rows: the advisory lock of each birth base in lock-key order (FollowObjects), then the rows;
+//  4. object rows: the advisory lock of each birth base in lock-key order (evaluate.Evaluator.FollowObjects), then the rows;
 //  5. findings: the advisory lock of the coalesce key. The finding of a signal held for an inactive type is
 //     raised from inside other raises (a finding's announcement), one key for many transactions, so it is taken
 //     only when free (RaiseHeldSignalFindingTx) and the promoter makes a raise skipped there;
@@ -744,7 +633,7 @@ func WriteVerdicts(ctx context.Context, tx pgx.Tx, ruleset string, snapshotID in
 		return nil
 	}
 	a := toArrays(vs)
-	if err := recordVerdictChanges(ctx, tx, ruleset, runID, false, groupKeys(vs), vs); err != nil {
+	if err := RecordVerdictChangesTx(ctx, tx, ruleset, runID, false, groupKeys(vs), vs); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, scanWriteSQL, ruleset, snapshotID, runID, a.keys, a.verdicts, a.qualities, a.deps, a.ttls,

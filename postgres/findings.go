@@ -336,3 +336,21 @@ func nullIfEmpty(s string) *string {
 	}
 	return &s
 }
+
+// RaiseExceptionLiftedTx raises the coalesced exception_lifted finding naming the exception, the object and why. A
+// lift already open for the same object and reason is not repeated, so a re-run that finds nothing new writes
+// nothing.
+func RaiseExceptionLiftedTx(ctx context.Context, tx pgx.Tx, l gcos.ExceptionLift, object, ruleset, runID, by string) error {
+	var open bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues WHERE coalesce_key = $1 AND status = 'open'
+		AND evidence_snapshot ->> 'reason' = $2 AND evidence_snapshot ->> 'object' = $3)`,
+		gcos.CoalesceKey(gcos.IssueExceptionLifted, l.ExceptionID), l.Reason, object).Scan(&open); err != nil {
+		return fmt.Errorf("read open exception_lifted: %w", err)
+	}
+	if open {
+		return nil
+	}
+	_, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.IssueExceptionLifted, l.ExceptionID, runID, ruleset, map[string]any{
+		"exception_id": l.ExceptionID, "object": object, "reason": l.Reason, "detail": l.Detail, "raised_by": by}))
+	return err
+}

@@ -22,3 +22,11 @@ func ParseObjectRef(s string) (ObjectRef, error) {
 	coll, code, _ := strings.Cut(s, ":")
 	return ObjectRef{Collection: coll, Code: code}, nil
 }
+
+// Deref is *p, or "" for nil.
+func Deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}

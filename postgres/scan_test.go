@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -355,47 +354,6 @@ func TestScanTTLExpiry(t *testing.T) {
 	b.world().ScanAll(t, postgres.ModeIncremental)
 	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'`); n != 0 {
 		t.Fatalf("%d candidate_stale findings still open after a fresh scan", n)
-	}
-}
-
-func TestScanFailureIsVisibleAndRetriedWithBackoff(t *testing.T) {
-	b := seededWorld(t, 5000, func(c *gcos.Config) {
-		c.Scan.RetryBase = gcos.Duration(time.Hour)
-		c.Scan.RetryMax = gcos.Duration(2 * time.Hour)
-	})
-	key := b.groupWhere(t, `effective_verdict = 'relevant'`)
-	postgres.SetEvaluateHook(func(g gcos.Group) error {
-		if g.Key == key {
-			return errors.New("registry row unreadable")
-		}
-		return nil
-	})
-	defer postgres.SetEvaluateHook(nil)
-	if _, err := b.store.MarkDirty(b.ctx, []string{key}, "input"); err != nil {
-		t.Fatal(err)
-	}
-	res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
-	if err != nil || res.Failed != 1 {
-		t.Fatalf("tick: failed=%d err=%v", res.Failed, err)
-	}
-	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND recompute_status = 'failed' AND dirty`, key); n != 1 {
-		t.Fatal("failure not visible on the row (recompute_status failed, still dirty)")
-	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_unknown' AND status = 'open' AND coalesce_key LIKE '%' || $1`, key); n != 1 {
-		t.Fatal("no finding for the failed re-evaluation")
-	}
-	again, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
-	if err != nil || again.Claimed != 0 {
-		t.Fatalf("group retried inside its backoff: claimed %d (%v)", again.Claimed, err)
-	}
-	postgres.SetEvaluateHook(nil)
-	b.exec(t, `UPDATE candidate_scan_attempt SET next_attempt_at = now() WHERE group_key = $1`, key)
-	ok, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
-	if err != nil || ok.Scanned != 1 {
-		t.Fatalf("retry after backoff: scanned %d (%v)", ok.Scanned, err)
-	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_unknown' AND status = 'open' AND coalesce_key LIKE '%' || $1`, key); n != 0 {
-		t.Fatal("finding not auto-closed after a successful re-scan")
 	}
 }
 

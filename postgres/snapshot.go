@@ -245,6 +245,23 @@ LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} =
 WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint)`)
 }
 
+// RecordBindingStatements records, in tx, the statements the SQL views run under this source binding: the object
+// fingerprint an exception's pin is checked with, and the estate count the ledger's total is (the backfill and the
+// full audit record them with the object rows they derive).
+func (s *Store) RecordBindingStatements(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO gcos_object_fingerprint_statement AS f (singleton, statement) VALUES (true, $1)
+		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
+		WHERE f.statement IS DISTINCT FROM EXCLUDED.statement`, s.BirthBinding().objectFingerprintSQL()); err != nil {
+		return fmt.Errorf("record the object fingerprint statement: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO gcos_estate_statement AS e (singleton, statement) VALUES (true, $1)
+		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
+		WHERE e.statement IS DISTINCT FROM EXCLUDED.statement`, s.BirthBinding().estateCountSQL()); err != nil {
+		return fmt.Errorf("record the estate statement: %w", err)
+	}
+	return nil
+}
+
 // estateCountSQL counts every born object now (what the ledger's total is).
 func (b BirthBinding) estateCountSQL() string {
 	return b.SQL(`SELECT count(*) FROM {t}`)

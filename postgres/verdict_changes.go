@@ -49,8 +49,8 @@ LEFT JOIN governance_candidate_coverage cov ON cov.candidate_ref = 'object:' || 
 WHERE (o.candidate_verdict, coalesce(cov.outcome, '')) IS DISTINCT FROM (u.verdict, u.coverage)
 RETURNING ` + changeAnnounceColumns
 
-// recordVerdictChanges records what writing vs will change (keys: group keys, or candidate keys with objects).
-func recordVerdictChanges(ctx context.Context, tx pgx.Tx, ruleset, runID string, objects bool, keys []string, vs []CandidateValues) error {
+// RecordVerdictChangesTx records, in tx, what writing vs will change (keys: group keys, or candidate keys with objects).
+func RecordVerdictChangesTx(ctx context.Context, tx pgx.Tx, ruleset, runID string, objects bool, keys []string, vs []CandidateValues) error {
 	if len(keys) == 0 {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/evaluate"
 	"gcos/postgres"
 )
 
@@ -181,7 +182,7 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if _, err := postgres.ApplyPendingMarks(ctx, tx, rs.Version, 0); err != nil {
 			return err
 		}
-		ev, err := s.core.NewEvaluator(ctx, tx, rs)
+		ev, err := evaluate.New(ctx, s.core, tx, rs)
 		if err != nil {
 			return err
 		}
@@ -213,7 +214,7 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never
 		// outlives its TTL in a running daemon, and lapsed reasons become tombstones.
-		if res.ObjectsMaterialized, res.ObjectsRetired, err = s.core.MaterializeObjects(ctx, tx, ev, snap, res.RunID); err != nil {
+		if res.ObjectsMaterialized, res.ObjectsRetired, err = ev.MaterializeObjects(ctx, tx, snap, res.RunID); err != nil {
 			return err
 		}
 		if err := postgres.LinkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
@@ -354,7 +355,7 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 // seedNew writes a candidate row for each group the audit recorded (new to the registry), judged now: the audit
 // holds every group and candidate row, so the new group is counted under a verdict in the transaction that records
 // it (as the backfill does).
-func (s *Stage) seedNew(ctx context.Context, tx pgx.Tx, ev *postgres.Evaluator, snapshotID int64, ruleset, runID string, groups []gcos.Group) error {
+func (s *Stage) seedNew(ctx context.Context, tx pgx.Tx, ev *evaluate.Evaluator, snapshotID int64, ruleset, runID string, groups []gcos.Group) error {
 	if len(groups) == 0 {
 		return nil
 	}

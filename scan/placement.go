@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/evaluate"
 	"gcos/postgres"
 )
 
@@ -35,7 +36,7 @@ func (p placement) countedIn(g gcos.Group, v postgres.CandidateValues) postgres.
 // each claimed group, whether it is still the group its members belong to in its scope: the key the registries give
 // its base (class, registry, lifecycle) and scope now must be its own, and the base must have members. Otherwise it
 // is retired, and the current group of its base and scope, when that has members, is judged in its place.
-func (s *Stage) placeGroups(ev *postgres.Evaluator, groups map[string]gcos.Group, counted postgres.GroupCounts) placement {
+func (s *Stage) placeGroups(ev *evaluate.Evaluator, groups map[string]gcos.Group, counted postgres.GroupCounts) placement {
 	p := placement{live: map[string]gcos.Group{}, retired: map[string]string{}, rekeyed: map[string]string{}}
 	p.counted = counted
 	counts := counted.Members

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"gcos"
+	"gcos/evaluate"
 	"gcos/postgres"
 )
 
@@ -420,7 +421,7 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err != nil {
 			return err
 		}
-		ev, err := s.core.NewEvaluator(ctx, tx, rs)
+		ev, err := evaluate.New(ctx, s.core, tx, rs)
 		if err != nil {
 			return err
 		}
@@ -525,7 +526,7 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		for _, g := range place.moved {
 			bases[postgres.BaseOf(g)] = true
 		}
-		if err := s.core.FollowObjects(ctx, tx, ev, snapshotID, res.RunID, bases); err != nil {
+		if err := ev.FollowObjects(ctx, tx, snapshotID, res.RunID, bases); err != nil {
 			return err
 		}
 		// An unchanged result raises nothing again (it did when it was new); it still closes what it settles, such

@@ -1,4 +1,4 @@
-package postgres
+package evaluate
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"gcos/postgres"
 )
 
 // Object rows as stored, and the writer a derivation pass flushes its changed rows through.
@@ -128,7 +130,7 @@ func UpsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset,
 	keys, otypes, orefs, reasons, gkeys, verdicts, quals, risks, evid := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	deps, required, owners, gevid := make([]string, n), make([]bool, n), make([]*string, n), make([]string, n)
 	ttls := make([]time.Duration, n)
-	var cov []CandidateValues
+	var cov []postgres.CandidateValues
 	for i, o := range objs {
 		v := o.Values
 		keys[i], otypes[i], orefs[i], reasons[i], gkeys[i] = o.Key, o.ObjectType, o.ObjectRef, o.Reason, o.GroupKey
@@ -136,23 +138,15 @@ func UpsertObjectRows(ctx context.Context, tx pgx.Tx, snapshotID int64, ruleset,
 		ttls[i], gevid[i] = v.TTL, o.GroupEvidence
 		cov = append(cov, v) // a relevant row's outcome is recorded, any other's cleared
 	}
-	if err := recordVerdictChanges(ctx, tx, ruleset, runID, true, keys, cov); err != nil {
+	if err := postgres.RecordVerdictChangesTx(ctx, tx, ruleset, runID, true, keys, cov); err != nil {
 		return 0, err
 	}
 	tag, err := tx.Exec(ctx, upsertObjectsSQL, snapshotID, ruleset, runID, keys, otypes, orefs, reasons, gkeys, verdicts, quals, deps, ttls, risks, required, evid, owners, gevid)
 	if err != nil {
 		return 0, fmt.Errorf("materialize objects: %w", err)
 	}
-	if err := RecordCoverage(ctx, tx, ruleset, runID, cov); err != nil {
+	if err := postgres.RecordCoverage(ctx, tx, ruleset, runID, cov); err != nil {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
-}
-
-// Deref is *p, or "" for nil.
-func Deref(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }

@@ -1,4 +1,4 @@
-package postgres
+package evaluate
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // Object rows are materialized only for the four reasons of doc 40 §40.6: an independently authoritative class,
@@ -28,7 +29,7 @@ import (
 type ObjectCandidate struct {
 	Key, ObjectType, ObjectRef, Reason, GroupKey string
 	GroupEvidence                                string // the evidence of the group evaluation the row was judged from
-	Values                                       CandidateValues
+	Values                                       postgres.CandidateValues
 }
 
 // objectCriteria returns the classes whose objects materialize (by reason) and the approved, unexpired exceptions
@@ -57,7 +58,7 @@ func (e *Evaluator) objectCriteria(objectRisk []string) (classes map[string]stri
 func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fingerprint *string) (chosen *gcos.ExceptionRow, holds bool, lifts []gcos.ExceptionLift) {
 	xs = slices.Clone(xs)
 	slices.SortFunc(xs, func(a, b gcos.ExceptionRow) int {
-		if c := strings.Compare(Deref(a.ScopeCode), Deref(b.ScopeCode)); c != 0 {
+		if c := strings.Compare(postgres.Deref(a.ScopeCode), postgres.Deref(b.ScopeCode)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ExceptionID, b.ExceptionID)
@@ -65,9 +66,9 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 	why := make([]*gcos.ExceptionLift, len(xs))
 	for i, x := range xs {
 		why[i] = x.Holds(now, fingerprint)
-		if why[i] == nil && !slices.Contains(scopes, Deref(x.ScopeCode)) {
+		if why[i] == nil && !slices.Contains(scopes, postgres.Deref(x.ScopeCode)) {
 			why[i] = &gcos.ExceptionLift{ExceptionID: x.ExceptionID, Reason: gcos.LiftNoScope, Detail: fmt.Sprintf(
-				"exception %s names scope %q, which is not a responsibility scope of the ruleset", x.ExceptionID, Deref(x.ScopeCode))}
+				"exception %s names scope %q, which is not a responsibility scope of the ruleset", x.ExceptionID, postgres.Deref(x.ScopeCode))}
 		}
 		if chosen == nil && why[i] == nil {
 			chosen, holds = &xs[i], true
@@ -75,7 +76,7 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 	}
 	if chosen == nil {
 		for i, x := range xs {
-			if slices.Contains(scopes, Deref(x.ScopeCode)) {
+			if slices.Contains(scopes, postgres.Deref(x.ScopeCode)) {
 				chosen = &xs[i]
 				break
 			}
@@ -88,7 +89,7 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 		case &xs[i] != chosen:
 			lifts = append(lifts, gcos.ExceptionLift{ExceptionID: x.ExceptionID, Reason: gcos.LiftShadowed, Detail: fmt.Sprintf(
 				"exception %s (scope %s) is not counted: the object's row carries exception %s (scope %s), one per object",
-				x.ExceptionID, Deref(x.ScopeCode), chosen.ExceptionID, Deref(chosen.ScopeCode))})
+				x.ExceptionID, postgres.Deref(x.ScopeCode), chosen.ExceptionID, postgres.Deref(chosen.ScopeCode))})
 		}
 	}
 	return chosen, holds, lifts
@@ -97,27 +98,18 @@ func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fin
 // objectPass says which object rows one derivation covers and what they link to.
 type objectPass struct {
 	snapshotID int64
-	groups     []gcos.Group         // the groups an object row may link to (one per base and scope)
-	bases      map[BirthBase]bool   // the bases whose rows are re-derived; nil: the whole estate
-	baseKeys   []string             // every group key of those bases, retired ones too (the rows a pass may retire)
-	BaseOf     map[string]BirthBase // the base of each of baseKeys
+	groups     []gcos.Group                  // the groups an object row may link to (one per base and scope)
+	bases      map[postgres.BirthBase]bool   // the bases whose rows are re-derived; nil: the whole estate
+	baseKeys   []string                      // every group key of those bases, retired ones too (the rows a pass may retire)
+	baseOf     map[string]postgres.BirthBase // the base of each of baseKeys
 }
 
 // MaterializeObjects derives every object row of the estate against snapshot snap (the backfill and the full audit).
-func (s *Store) MaterializeObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, snap Snapshot, runID string) (materialized, retired int64, err error) {
-	// The views check pinned fingerprints with the statement of this binding: record it with the pins.
-	if _, err := tx.Exec(ctx, `INSERT INTO gcos_object_fingerprint_statement AS f (singleton, statement) VALUES (true, $1)
-		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
-		WHERE f.statement IS DISTINCT FROM EXCLUDED.statement`, s.BirthBinding().objectFingerprintSQL()); err != nil {
-		return 0, 0, fmt.Errorf("record the object fingerprint statement: %w", err)
+func (ev *Evaluator) MaterializeObjects(ctx context.Context, tx pgx.Tx, snap postgres.Snapshot, runID string) (materialized, retired int64, err error) {
+	if err := ev.core.RecordBindingStatements(ctx, tx); err != nil {
+		return 0, 0, err
 	}
-	// The ledger counts the estate with the statement of this binding.
-	if _, err := tx.Exec(ctx, `INSERT INTO gcos_estate_statement AS e (singleton, statement) VALUES (true, $1)
-		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
-		WHERE e.statement IS DISTINCT FROM EXCLUDED.statement`, s.BirthBinding().estateCountSQL()); err != nil {
-		return 0, 0, fmt.Errorf("record the estate statement: %w", err)
-	}
-	return s.deriveObjects(ctx, tx, ev, objectPass{snapshotID: snap.ID, groups: snap.Groups}, runID)
+	return ev.deriveObjects(ctx, tx, objectPass{snapshotID: snap.ID, groups: snap.Groups}, runID)
 }
 
 // followObjectsSQL reads the groups of the bases a scan judged: the live ones (an object row links to one) and the
@@ -132,7 +124,7 @@ ORDER BY g.group_key`
 // FollowObjects re-derives, in the scan's transaction, the object rows of the bases of the groups it judged (in
 // every scope: an object row links to one scope's group, and a change to any scope's group may move it). Passes
 // over the same base are serialised by a transaction lock per base, taken in one order.
-func (s *Store) FollowObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, snapshotID int64, runID string, bases map[BirthBase]bool) error {
+func (ev *Evaluator) FollowObjects(ctx context.Context, tx pgx.Tx, snapshotID int64, runID string, bases map[postgres.BirthBase]bool) error {
 	if len(bases) == 0 {
 		return nil
 	}
@@ -140,29 +132,29 @@ func (s *Store) FollowObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, sna
 	if err != nil {
 		return err
 	}
-	if bases, err = s.basesWithObjectWork(ctx, tx, ev, bases, groups); err != nil || len(bases) == 0 {
+	if bases, err = ev.basesWithObjectWork(ctx, tx, bases, groups); err != nil || len(bases) == 0 {
 		return err
 	}
 	locks := make([]string, 0, len(bases))
 	for b := range bases {
-		locks = append(locks, b.lockKey())
+		locks = append(locks, lockKey(b))
 	}
 	slices.Sort(locks)
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(k, 0))
 		FROM (SELECT k FROM unnest($1::text[]) AS k ORDER BY k) ordered`, locks); err != nil {
 		return fmt.Errorf("lock the object rows of %d bases: %w", len(locks), err)
 	}
-	pass := objectPass{snapshotID: snapshotID, bases: bases, BaseOf: map[string]BirthBase{}}
+	pass := objectPass{snapshotID: snapshotID, bases: bases, baseOf: map[string]postgres.BirthBase{}}
 	for _, bg := range groups {
-		if b := BaseOf(bg.Group); bases[b] {
+		if b := postgres.BaseOf(bg.Group); bases[b] {
 			pass.baseKeys = append(pass.baseKeys, bg.Key)
-			pass.BaseOf[bg.Key] = b
+			pass.baseOf[bg.Key] = b
 			if !bg.retired {
 				pass.groups = append(pass.groups, bg.Group)
 			}
 		}
 	}
-	_, _, err = s.deriveObjects(ctx, tx, ev, pass, runID)
+	_, _, err = ev.deriveObjects(ctx, tx, pass, runID)
 	return err
 }
 
@@ -173,7 +165,7 @@ type baseGroup struct {
 }
 
 // readBaseGroups reads every group of the bases (followObjectsSQL).
-func readBaseGroups(ctx context.Context, tx pgx.Tx, bases map[BirthBase]bool) ([]baseGroup, error) {
+func readBaseGroups(ctx context.Context, tx pgx.Tx, bases map[postgres.BirthBase]bool) ([]baseGroup, error) {
 	var cs, colls, sts []string
 	for b := range bases {
 		cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
@@ -206,13 +198,13 @@ JOIN governance_object_pending p ON p.object_class = z.cls AND p.source_registry
 // basesWithObjectWork drops the bases a pass has nothing to do for, so a scan of groups no object row concerns
 // pays one query: a base is kept when its class gives its objects rows, an approved exception names an object of
 // its collection, an object of it is queued, or an object row is linked to one of its groups.
-func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *Evaluator, bases map[BirthBase]bool, groups []baseGroup) (map[BirthBase]bool, error) {
-	classes, excepted := ev.objectCriteria(s.cfg.Gate.ObjectRiskClasses)
+func (ev *Evaluator) basesWithObjectWork(ctx context.Context, tx pgx.Tx, bases map[postgres.BirthBase]bool, groups []baseGroup) (map[postgres.BirthBase]bool, error) {
+	classes, excepted := ev.objectCriteria(ev.core.Config().Gate.ObjectRiskClasses)
 	excColls := map[string]bool{}
 	for k := range excepted {
 		excColls[k[0]] = true
 	}
-	kept := map[BirthBase]bool{}
+	kept := map[postgres.BirthBase]bool{}
 	var cs, colls, sts []string
 	for b := range bases {
 		if _, ok := classes[b.Class]; ok || excColls[b.Coll] {
@@ -225,9 +217,9 @@ func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *Evaluato
 		return kept, nil
 	}
 	var keys []string
-	baseOfKey := map[string]BirthBase{}
+	baseOfKey := map[string]postgres.BirthBase{}
 	for _, g := range groups {
-		if b := BaseOf(g.Group); !kept[b] {
+		if b := postgres.BaseOf(g.Group); !kept[b] {
 			keys = append(keys, g.Key)
 			baseOfKey[g.Key] = b
 		}
@@ -245,7 +237,7 @@ func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *Evaluato
 		if key != nil {
 			kept[baseOfKey[*key]] = true
 		} else {
-			kept[BirthBase{Deref(cls), Deref(coll), Deref(st)}] = true
+			kept[postgres.BirthBase{Class: postgres.Deref(cls), Coll: postgres.Deref(coll), Status: postgres.Deref(st)}] = true
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -255,15 +247,15 @@ func (s *Store) basesWithObjectWork(ctx context.Context, tx pgx.Tx, ev *Evaluato
 }
 
 // lockKey names the base's object rows for a transaction lock.
-func (b BirthBase) lockKey() string {
+func lockKey(b postgres.BirthBase) string {
 	return "gcos.objects\x1f" + b.Class + "\x1f" + b.Coll + "\x1f" + b.Status
 }
 
 // deriveObjects upserts the object rows the criteria select under the Evaluator's ruleset within the pass and
 // turns rows of the pass whose reason lapsed into tombstones (lifecycle retired). A tombstone whose reason returns
 // is re-activated.
-func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pass objectPass, runID string) (materialized, retired int64, err error) {
-	classes, excepted := ev.objectCriteria(s.cfg.Gate.ObjectRiskClasses)
+func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPass, runID string) (materialized, retired int64, err error) {
+	classes, excepted := ev.objectCriteria(ev.core.Config().Gate.ObjectRiskClasses)
 	classList := make([]string, 0, len(classes))
 	for c := range classes {
 		classList = append(classList, c)
@@ -271,17 +263,17 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 	// An object row links to its base group in the first scope, or in the scope of the exception it carries.
 	byBase := map[[3]string]map[string]gcos.Group{}
 	for _, g := range pass.groups {
-		k := [3]string{Deref(g.ObjectClass), Deref(g.SourceRegistry), Deref(g.LifecycleStatus)}
+		k := [3]string{postgres.Deref(g.ObjectClass), postgres.Deref(g.SourceRegistry), postgres.Deref(g.LifecycleStatus)}
 		if byBase[k] == nil {
 			byBase[k] = map[string]gcos.Group{}
 		}
-		byBase[k][Deref(g.Scope)] = g
+		byBase[k][postgres.Deref(g.Scope)] = g
 	}
 	scopes := ev.regs.ScopeCodes()
 	// Objects share their group's verdict inputs: each group is evaluated once (as one member), and an object's
 	// evidence is keyed by its candidate key.
-	byGroup := map[string]CandidateValues{}
-	judge := func(g gcos.Group) (CandidateValues, error) {
+	byGroup := map[string]postgres.CandidateValues{}
+	judge := func(g gcos.Group) (postgres.CandidateValues, error) {
 		gv, ok := byGroup[g.Key]
 		if !ok {
 			one := g
@@ -403,7 +395,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 			addNamed(coll, code)
 		}
 	}
-	b := s.BirthBinding()
+	b := ev.core.BirthBinding()
 	// A class criterion never selects an inherited child: the child is represented by its anchor's group (doc 40
 	// §40.6 criterion 1, M-DEF-7), so children added under a container of such a class add no row. A child named
 	// by an exception or a finding is placed in its anchor's group.
@@ -432,7 +424,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		       b.{parent} IS NOT NULL, fh.h, hashint8extended(fh.h, 1)
 		FROM unnest($2::text[], $3::text[]) AS k(coll, code)
 		JOIN {t} b ON b.{coll} = k.coll AND b.{code} = k.code
-		CROSS JOIN LATERAL (SELECT `+RowHashExpr+` AS h) fh
+		CROSS JOIN LATERAL (SELECT `+postgres.RowHashExpr+` AS h) fh
 		LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}`),
 		args...); err != nil {
 		return 0, 0, fmt.Errorf("select objects to materialize: %w", err)
@@ -456,7 +448,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		if seen[key] {
 			return nil // selected twice (a class and a name)
 		}
-		if pass.bases != nil && !pass.bases[BirthBase{class, anchorColl, status}] {
+		if pass.bases != nil && !pass.bases[postgres.BirthBase{Class: class, Coll: anchorColl, Status: status}] {
 			return nil // named, but in a base this pass does not cover: its own base's scan derives it
 		}
 		inScope, ok := byBase[[3]string{class, anchorColl, status}]
@@ -500,7 +492,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		}
 		scope := scopes[0]
 		if exc != nil && reason == gcos.ObjectRowException {
-			scope = Deref(exc.ScopeCode)
+			scope = postgres.Deref(exc.ScopeCode)
 		}
 		g, ok := inScope[scope]
 		if !ok {
@@ -523,7 +515,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		case gcos.ObjectRowException:
 			// Only an exception that holds suppresses, and only in its own scope (the scope of g); a lifted one
 			// leaves the coverage the group resolves in that scope, and says why in a finding.
-			evidence += "\x00fingerprint:" + Deref(fingerprint)
+			evidence += "\x00fingerprint:" + postgres.Deref(fingerprint)
 			if v.Verdict == gcos.VerdictRelevant && excHolds {
 				v.Coverage, v.ExceptionID = gcos.CoverageApprovedException, &exc.ExceptionID
 				v.ExceptionExpiresAt, v.ExceptionFingerprint = exc.ExpiresAt, exc.Fingerprint
@@ -580,7 +572,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 			if seen[key] || kept[key] || kept[o.objectRef] || !o.active || !o.settled || reason == "" {
 				continue
 			}
-			base, ok := pass.BaseOf[o.groupKey]
+			base, ok := pass.baseOf[o.groupKey]
 			if !ok {
 				continue
 			}
@@ -609,7 +601,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 	} else {
 		var cs, colls, sts []string
 		for _, g := range pass.groups {
-			b := BaseOf(g)
+			b := postgres.BaseOf(g)
 			cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
 		}
 		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, cs, colls, sts); err != nil {
@@ -626,7 +618,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 		}
 	}
 	for _, l := range lifts {
-		if err := RaiseExceptionLiftedTx(ctx, tx, l.lift, l.object, ev.ruleset.Version, runID, "scan"); err != nil {
+		if err := postgres.RaiseExceptionLiftedTx(ctx, tx, l.lift, l.object, ev.ruleset.Version, runID, "scan"); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -642,7 +634,7 @@ func (s *Store) deriveObjects(ctx context.Context, tx pgx.Tx, ev *Evaluator, pas
 }
 
 // basesToDerive returns the bases of classes with object rows that no pass derived from their births under ruleset.
-func basesToDerive(ctx context.Context, tx pgx.Tx, ruleset string, bases map[BirthBase]bool, classes map[string]string) ([]BirthBase, error) {
+func basesToDerive(ctx context.Context, tx pgx.Tx, ruleset string, bases map[postgres.BirthBase]bool, classes map[string]string) ([]postgres.BirthBase, error) {
 	var cs, colls, sts []string
 	for b := range bases {
 		if _, ok := classes[b.Class]; ok {
@@ -658,8 +650,8 @@ func basesToDerive(ctx context.Context, tx pgx.Tx, ruleset string, bases map[Bir
 	if err != nil {
 		return nil, fmt.Errorf("read derived bases: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (BirthBase, error) {
-		var b BirthBase
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (postgres.BirthBase, error) {
+		var b postgres.BirthBase
 		return b, r.Scan(&b.Class, &b.Coll, &b.Status)
 	})
 }
@@ -679,7 +671,7 @@ func recordDerivedBases(ctx context.Context, tx pgx.Tx, ruleset string, classes,
 }
 
 // takePending takes the objects the intake queued for these bases (collection, code).
-func takePending(ctx context.Context, tx pgx.Tx, bases map[BirthBase]bool) ([][2]string, error) {
+func takePending(ctx context.Context, tx pgx.Tx, bases map[postgres.BirthBase]bool) ([][2]string, error) {
 	var cs, colls, sts []string
 	for b := range bases {
 		cs, colls, sts = append(cs, b.Class), append(colls, b.Coll), append(sts, b.Status)
@@ -700,24 +692,6 @@ func takePending(ctx context.Context, tx pgx.Tx, bases map[BirthBase]bool) ([][2
 type objectLift struct {
 	lift   gcos.ExceptionLift
 	object string
-}
-
-// RaiseExceptionLiftedTx raises the coalesced exception_lifted finding naming the exception, the object and why. A
-// lift already open for the same object and reason is not repeated, so a re-run that finds nothing new writes
-// nothing.
-func RaiseExceptionLiftedTx(ctx context.Context, tx pgx.Tx, l gcos.ExceptionLift, object, ruleset, runID, by string) error {
-	var open bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues WHERE coalesce_key = $1 AND status = 'open'
-		AND evidence_snapshot ->> 'reason' = $2 AND evidence_snapshot ->> 'object' = $3)`,
-		gcos.CoalesceKey(gcos.IssueExceptionLifted, l.ExceptionID), l.Reason, object).Scan(&open); err != nil {
-		return fmt.Errorf("read open exception_lifted: %w", err)
-	}
-	if open {
-		return nil
-	}
-	_, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.IssueExceptionLifted, l.ExceptionID, runID, ruleset, map[string]any{
-		"exception_id": l.ExceptionID, "object": object, "reason": l.Reason, "detail": l.Detail, "raised_by": by}))
-	return err
 }
 
 // heldFinding is an open input finding on one object.
