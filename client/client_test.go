@@ -35,17 +35,24 @@ func quick(t *testing.T, url string, opts ...client.Option) *client.Client {
 	return c
 }
 
-// TestAgainstTheServer: the client's answers are the server's, single and batch, in order, from one instant.
-func TestAgainstTheServer(t *testing.T) {
-	t.Parallel()
-	w := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 11})
+// served is a ready world of births births and the API over it (reader token readerToken), closed with the test.
+func served(t *testing.T, births int, seed uint64) (*gcostest.World, *httptest.Server) {
+	t.Helper()
+	w := gcostest.Ready(t, gcostest.Options{Births: births, Seed: seed})
 	h, err := httpapi.New(httpapi.Config{Store: w.Store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}},
 		Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return w, srv
+}
+
+// TestAgainstTheServer: the client's answers are the server's, single and batch, in order, from one instant.
+func TestAgainstTheServer(t *testing.T) {
+	t.Parallel()
+	w, srv := served(t, 3000, 11)
 	c := quick(t, srv.URL)
 	objects := w.Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry WHERE id % 29 = 0 ORDER BY id LIMIT 60`)
 	objects = append(objects, "no_such_collection:nothing")
@@ -95,14 +102,7 @@ func TestAgainstTheServer(t *testing.T) {
 // with the API's code, a read retried through a temporary refusal and an action sent once, headers on every request.
 func TestGetAndPost(t *testing.T) {
 	t.Parallel()
-	w := gcostest.Ready(t, gcostest.Options{Births: 1000, Seed: 5})
-	h, err := httpapi.New(httpapi.Config{Store: w.Store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}},
-		Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	w, srv := served(t, 1000, 5)
 	c := quick(t, srv.URL)
 	object := w.Strings(t, `SELECT collection_name || ':' || entity_code FROM birth_registry ORDER BY id LIMIT 1`)[0]
 	var ex gate.Explanation

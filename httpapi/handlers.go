@@ -189,8 +189,9 @@ func (s *server) gateRefused(w http.ResponseWriter, r *http.Request, err error) 
 	})
 }
 
-// reads is the store a read-only route reads from: the replica while it is proven within gate.max_staleness of
-// the primary, else the primary. The X-GCOS-Source header says which.
+// reads is the gate a read-only route reads from (explain; the lists through its Store): over the replica while
+// the replica is proven within gate.max_staleness of the primary, else over the primary. The X-GCOS-Source header
+// says which.
 func (s *server) reads(w http.ResponseWriter) *gate.Gate {
 	st, source := s.gate.Reads()
 	w.Header().Set("X-GCOS-Source", source)
