@@ -23,6 +23,8 @@ type Evaluator struct {
 	policy  gcos.VerdictPolicy
 	ttl     gcos.TTLConfig
 	now     time.Time // database clock, for exception expiry
+	// objectRisk are the risk classes whose write-path objects get rows of their own (gate.object_risk_classes).
+	objectRisk []string
 }
 
 // Registries are the registries the evaluator derives groups from.
@@ -39,7 +41,9 @@ func New(ctx context.Context, core *postgres.Store, q postgres.Querier, rs postg
 	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return nil, fmt.Errorf("read database clock: %w", err)
 	}
-	return &Evaluator{core: core, ruleset: rs, regs: regs, policy: rs.Components.Policy, ttl: core.Config().TTL, now: now}, nil
+	cfg := core.Config()
+	return &Evaluator{core: core, ruleset: rs, regs: regs, policy: rs.Components.Policy, ttl: cfg.TTL, now: now,
+		objectRisk: cfg.Gate.ObjectRiskClasses}, nil
 }
 
 var settledWithoutCoverage = []gcos.Verdict{gcos.VerdictNotRelevant, gcos.VerdictClass0, gcos.VerdictDeferredBirth, gcos.VerdictRetired}

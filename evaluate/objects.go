@@ -199,7 +199,7 @@ JOIN governance_object_pending p ON p.object_class = z.cls AND p.source_registry
 // pays one query: a base is kept when its class gives its objects rows, an approved exception names an object of
 // its collection, an object of it is queued, or an object row is linked to one of its groups.
 func (ev *Evaluator) basesWithObjectWork(ctx context.Context, tx pgx.Tx, bases map[postgres.BirthBase]bool, groups []baseGroup) (map[postgres.BirthBase]bool, error) {
-	classes, excepted := ev.objectCriteria(ev.core.Config().Gate.ObjectRiskClasses)
+	classes, excepted := ev.objectCriteria(ev.objectRisk)
 	excColls := map[string]bool{}
 	for k := range excepted {
 		excColls[k[0]] = true
@@ -255,7 +255,7 @@ func lockKey(b postgres.BirthBase) string {
 // turns rows of the pass whose reason lapsed into tombstones (lifecycle retired). A tombstone whose reason returns
 // is re-activated.
 func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPass, runID string) (materialized, retired int64, err error) {
-	classes, excepted := ev.objectCriteria(ev.core.Config().Gate.ObjectRiskClasses)
+	classes, excepted := ev.objectCriteria(ev.objectRisk)
 	classList := make([]string, 0, len(classes))
 	for c := range classes {
 		classList = append(classList, c)
