@@ -82,6 +82,8 @@ type EventsConfig struct {
 	Escalation EventEscalationConfig `json:"escalation"`
 	// CouncilTypes (gcos.Glob patterns) are authority disputes: routed to the council whatever the owner is.
 	CouncilTypes []string `json:"council_types"`
+	// PromoteEvery is the pause between two promotions of captured signals by the process holding the role.
+	PromoteEvery Duration `json:"promote_every"`
 }
 
 // EventRule throttles the announcements whose type matches Types.
@@ -451,6 +453,7 @@ func DefaultConfig() Config {
 			},
 			Escalation:   EventEscalationConfig{Severities: []string{"error"}, After: Duration(4 * time.Hour), To: CouncilOwner},
 			CouncilTypes: []string{"governance.coverage.owner_dispute", "governance.exception.unratified"},
+			PromoteEvery: Duration(2 * time.Second),
 		},
 		Scan: ScanConfig{
 			BatchSize:           500,
@@ -745,6 +748,7 @@ func (c Config) Validate() error {
 		}
 	}
 	p.nonNegative("events.escalation.after", c.Events.Escalation.After)
+	p.positive("events.promote_every", c.Events.PromoteEvery)
 	for i, sev := range c.Events.Escalation.Severities {
 		if !slices.Contains([]string{"info", "warning", "error"}, sev) {
 			p.add(fmt.Sprintf("events.escalation.severities[%d]", i), "%q is not an event severity (info, warning, error)", sev)

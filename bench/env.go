@@ -19,6 +19,7 @@ import (
 
 	"gcos"
 	"gcos/embeddedpg"
+	"gcos/events"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/migration"
@@ -269,21 +270,7 @@ func prepare(ctx context.Context, store *postgres.Store) (intake.BackfillResult,
 			return res, fmt.Errorf("activate ruleset: %w", err)
 		}
 	}
-	if _, err := store.RegisterVocabulary(ctx); err != nil {
-		return res, fmt.Errorf("register vocabulary: %w", err)
-	}
-	types, err := store.ListEventTypes(ctx)
-	if err != nil {
-		return res, err
-	}
-	for _, t := range types {
-		if !t.Active {
-			if _, err := store.ActivateEventType(ctx, t.EventType, "APR-BENCH", "bench-approver"); err != nil {
-				return res, fmt.Errorf("activate event type %s: %w", t.EventType, err)
-			}
-		}
-	}
-	return res, nil
+	return res, events.New(store, store.Config()).ActivateVocabulary(ctx, "APR-BENCH", "bench-approver")
 }
 
 // handoffSince is what the intake stage's apply step did between two of its HandoffTotals.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/events"
 	"gcos/gate"
 	"gcos/httpapi"
 	"gcos/intake"
@@ -52,10 +53,12 @@ const defaultSettleIdle = 10 * time.Second
 // Daemon is one process's GCOS: each part is exported so that a test or a benchmark can step it (Intake.Once,
 // Scan.Once) instead of running it.
 type Daemon struct {
-	Store   *postgres.Store
-	Intake  *intake.Worker
-	Scan    *scan.Scheduler
-	Promote *Promoter
+	Store  *postgres.Store
+	Intake *intake.Worker
+	Scan   *scan.Scheduler
+	// Events promotes captured signals under the emission discipline, and answers the findings and notifications
+	// routes.
+	Events *events.Loop
 	// Gate is the production gate, re-scanning through Scan; it answers from its verdict view (Gate.View, nil when
 	// gate.view is off) while the view is within gate.max_staleness.
 	Gate *gate.Gate
@@ -97,17 +100,17 @@ func New(cfg Config) (*Daemon, error) {
 	scans := scan.New(cfg.Store, scan.WithSettle(settle), scan.WithLedger(ledger))
 	g = gate.New(cfg.Store, scans.RescanGroups)
 	d := &Daemon{
-		Store:   cfg.Store,
-		Intake:  worker,
-		Scan:    &scan.Scheduler{Stage: scans, Config: conf.Scan, Logger: logger, Modes: cfg.ScanModes},
-		Promote: &Promoter{Store: cfg.Store, Logger: logger},
-		Gate:    g,
-		cfg:     cfg,
-		logger:  logger,
+		Store:  cfg.Store,
+		Intake: worker,
+		Scan:   &scan.Scheduler{Stage: scans, Config: conf.Scan, Logger: logger, Modes: cfg.ScanModes},
+		Events: events.New(cfg.Store, conf, events.WithLogger(logger)),
+		Gate:   g,
+		cfg:    cfg,
+		logger: logger,
 	}
 	if cfg.Listener != nil {
 		ready := httpapi.ReadyCheck{Name: "intake", Check: func(context.Context) error { return d.Intake.Ready() }}
-		srv, err := httpapi.NewServer(httpapi.Config{Store: cfg.Store, Gate: g, Intake: stage, HTTP: conf.HTTP, Logger: logger,
+		srv, err := httpapi.NewServer(httpapi.Config{Store: cfg.Store, Gate: g, Events: d.Events, Intake: stage, HTTP: conf.HTTP, Logger: logger,
 			Version: cfg.Version, Ready: []httpapi.ReadyCheck{ready}})
 		if err != nil {
 			return nil, err
@@ -149,7 +152,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	run("intake", d.Intake.Run)
 	run("scan", d.Scan.Run)
 	if !d.cfg.NoPromotion {
-		run("events", d.Promote.Run)
+		run("events", d.Events.Run)
 	}
 	if d.cfg.Churn != nil {
 		run("demo churn", d.cfg.Churn.Run)

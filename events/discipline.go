@@ -138,36 +138,3 @@ func (e Escalation) EscalationDue(severity, owner string, emittedAt time.Time) (
 	}
 	return emittedAt.Add(e.After), true
 }
-
-// coverageEvents are the lifecycle events a change of coverage outcome announces: a relevant group (or object row)
-// that becomes covered gained an owner, one that stops being covered lost it, one that becomes excepted was granted
-// an exception. Only changes between two outcomes count: a group becoming relevant (or no longer) is a verdict
-// change, not an ownership fact, and an exception that stops counting is announced by its exception_lifted finding.
-var coverageEvents = []struct{ from, to, eventType string }{
-	{"*", string(gcos.CoverageCovered), "governance.owner.assigned"},
-	{string(gcos.CoverageCovered), "*", "governance.owner.revoked"},
-	{"*", string(gcos.CoverageApprovedException), "governance.exception.granted"},
-}
-
-// CoverageEvent is the event announcing a coverage outcome going from before to after ("" when not relevant), if
-// any: the first matching entry of coverageEvents ("*" matches any other outcome).
-func CoverageEvent(before, after string) (string, bool) {
-	if before == after || before == "" || after == "" {
-		return "", false
-	}
-	for _, c := range coverageEvents {
-		if (c.from == "*" || c.from == before) && (c.to == "*" || c.to == after) {
-			return c.eventType, true
-		}
-	}
-	return "", false
-}
-
-// CoverageEventTypes lists the event types coverage changes announce.
-func CoverageEventTypes() []string {
-	var out []string
-	for _, c := range coverageEvents {
-		out = append(out, c.eventType)
-	}
-	return out
-}

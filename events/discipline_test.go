@@ -8,34 +8,6 @@ import (
 	"gcos/events"
 )
 
-func TestCoverageEvent(t *testing.T) {
-	for _, tc := range []struct{ before, after, want string }{
-		{"orphan", "covered", "governance.owner.assigned"},
-		{"approved_exception", "covered", "governance.owner.assigned"},
-		{"covered", "orphan", "governance.owner.revoked"},
-		{"covered", "approved_exception", "governance.owner.revoked"},
-		{"orphan", "approved_exception", "governance.exception.granted"},
-		{"approved_exception", "orphan", ""}, // the exception_lifted finding announces it
-		{"", "covered", ""},                  // newly relevant: a verdict change
-		{"covered", "", ""},
-		{"covered", "covered", ""},
-	} {
-		got, ok := events.CoverageEvent(tc.before, tc.after)
-		if got != tc.want || ok != (tc.want != "") {
-			t.Errorf("CoverageEvent(%q, %q) = %q, %v; want %q", tc.before, tc.after, got, ok, tc.want)
-		}
-	}
-	v, err := events.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, typ := range []string{"governance.owner.assigned", "governance.owner.revoked", "governance.exception.granted"} {
-		if _, ok := v.Lookup(typ); !ok {
-			t.Errorf("%s is not in the vocabulary", typ)
-		}
-	}
-}
-
 var t0 = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 
 func TestDecide(t *testing.T) {

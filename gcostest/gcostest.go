@@ -14,6 +14,7 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/events"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -127,17 +128,8 @@ func (w *World) Activate(t testing.TB, version string) postgres.ActivationResult
 // approver, so announcements reach the outbox when promoted.
 func (w *World) ActivateVocabulary(t testing.TB, approver string) {
 	t.Helper()
-	if _, err := w.Store.RegisterVocabulary(w.Ctx); err != nil {
-		t.Fatalf("register the vocabulary: %v", err)
-	}
-	types, err := w.Store.ListEventTypes(w.Ctx)
-	if err != nil {
+	if err := events.New(w.Store, w.Store.Config()).ActivateVocabulary(w.Ctx, "APR-EV", approver); err != nil {
 		t.Fatal(err)
-	}
-	for _, ty := range types {
-		if _, err := w.Store.ActivateEventType(w.Ctx, ty.EventType, "APR-EV", approver); err != nil {
-			t.Fatalf("activate %s: %v", ty.EventType, err)
-		}
 	}
 }
 

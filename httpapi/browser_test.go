@@ -20,9 +20,9 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/events"
 	"gcos/gcostest"
 	"gcos/httpapi"
-	"gcos/postgres"
 	"gcos/world"
 )
 
@@ -123,13 +123,14 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	// The caller's unread count and a finding linked to its explanation: the dashboard reads as "local" (no auth
 	// on loopback), subscribed here to the candidate findings; a finding about a group opens.
-	if _, err := w.Store.RegisterVocabulary(ctx); err != nil {
+	loop := events.New(w.Store, w.Store.Config())
+	if _, err := loop.RegisterVocabulary(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Store.ActivateEventType(ctx, "governance.candidate.unknown", "APR-BROWSER", "browser-approver"); err != nil {
+	if _, err := loop.ActivateEventType(ctx, "governance.candidate.unknown", "APR-BROWSER", "browser-approver"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Store.SubscribeAs(ctx, postgres.NotificationSelector{EventType: "governance.candidate.*"},
+	if _, err := loop.SubscribeAs(ctx, events.NotificationSelector{EventType: "governance.candidate.*"},
 		gcos.Actor{Principal: "local", Via: gcos.ViaCLI}); err != nil {
 		t.Fatal(err)
 	}

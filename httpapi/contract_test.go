@@ -19,6 +19,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"gcos/events"
 	"gcos/gate"
 	"gcos/httpapi"
 	"gcos/intake"
@@ -336,7 +337,7 @@ func TestOpenAPISchemasListEveryField(t *testing.T) {
 		"Summary":         httpapi.SummaryView{},
 		"Ruleset":         postgres.RulesetRow{},
 		"Snapshot":        postgres.SnapshotInfo{},
-		"Finding":         postgres.FindingRow{},
+		"Finding":         events.FindingRow{},
 		"Workers":         postgres.WorkersReport{},
 		"Activation":      postgres.ActivationResult{},
 		"Cursor":          intake.Cursor{},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/events"
 	"gcos/gate"
 	"gcos/postgres"
 )
@@ -383,7 +384,7 @@ func (s *server) snapshots(w http.ResponseWriter, r *http.Request) int {
 // findings answers GET /v1/findings[?open=true&type=T&limit=N] (newest first).
 func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
-	f := postgres.FindingFilter{IssueType: q.Get("type")}
+	f := events.FindingFilter{IssueType: q.Get("type")}
 	if v := q.Get("open"); v != "" {
 		open, err := strconv.ParseBool(v)
 		if err != nil {
@@ -402,12 +403,12 @@ func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	list, err := s.store.ListFindings(ctx, f)
+	list, err := s.events.ListFindings(ctx, f)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
 	if list == nil {
-		list = []postgres.FindingRow{}
+		list = []events.FindingRow{}
 	}
 	return writeJSON(w, http.StatusOK, map[string]any{"findings": list})
 }

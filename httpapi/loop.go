@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"gcos"
+	"gcos/events"
 	"gcos/postgres"
 )
 
@@ -27,7 +28,7 @@ func (s *server) me(w http.ResponseWriter, r *http.Request) int {
 	c := callerOf(r)
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	n, more, err := s.store.UnreadCount(ctx, c.Principal)
+	n, more, err := s.events.UnreadCount(ctx, c.Principal)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -72,13 +73,13 @@ func (s *server) propose(w http.ResponseWriter, r *http.Request) int {
 
 // finding answers GET /v1/findings/{id} (reader).
 func (s *server) finding(w http.ResponseWriter, r *http.Request) int {
-	id, err := postgres.CheckFindingID(r.PathValue("id"))
+	id, err := events.CheckFindingID(r.PathValue("id"))
 	if err != nil {
 		return s.fail(w, r, err)
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	d, err := s.store.GetFinding(ctx, id)
+	d, err := s.events.GetFinding(ctx, id)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -92,7 +93,7 @@ type ResolveRequest struct {
 
 // resolveFinding answers POST /v1/findings/{id}/resolve (operator): close an open finding with a reason.
 func (s *server) resolveFinding(w http.ResponseWriter, r *http.Request) int {
-	id, err := postgres.CheckFindingID(r.PathValue("id"))
+	id, err := events.CheckFindingID(r.PathValue("id"))
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -103,7 +104,7 @@ func (s *server) resolveFinding(w http.ResponseWriter, r *http.Request) int {
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
 	by := actor(r, "")
-	row, err := s.store.ResolveFindingAs(ctx, id, req.Reason, by)
+	row, err := s.events.ResolveFindingAs(ctx, id, req.Reason, by)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -130,7 +131,7 @@ func (s *server) notifications(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	in, err := s.store.Inbox(ctx, recipient, limit)
+	in, err := s.events.Inbox(ctx, recipient, limit)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -151,7 +152,7 @@ func (s *server) readNotifications(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	res, err := s.store.MarkReadAs(ctx, req.EventIDs, req.All, actor(r, ""))
+	res, err := s.events.MarkReadAs(ctx, req.EventIDs, req.All, actor(r, ""))
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -160,22 +161,22 @@ func (s *server) readNotifications(w http.ResponseWriter, r *http.Request) int {
 
 // muteNotifications answers POST /v1/notifications/mute (operator).
 func (s *server) muteNotifications(w http.ResponseWriter, r *http.Request) int {
-	return s.changeSubscription(w, r, s.store.MuteAs)
+	return s.changeSubscription(w, r, s.events.MuteAs)
 }
 
 // unmuteNotifications answers POST /v1/notifications/unmute (operator).
 func (s *server) unmuteNotifications(w http.ResponseWriter, r *http.Request) int {
-	return s.changeSubscription(w, r, s.store.UnmuteAs)
+	return s.changeSubscription(w, r, s.events.UnmuteAs)
 }
 
 // subscribeNotifications answers POST /v1/notifications/subscribe (operator).
 func (s *server) subscribeNotifications(w http.ResponseWriter, r *http.Request) int {
-	return s.changeSubscription(w, r, s.store.SubscribeAs)
+	return s.changeSubscription(w, r, s.events.SubscribeAs)
 }
 
 func (s *server) changeSubscription(w http.ResponseWriter, r *http.Request,
-	change func(ctx context.Context, sel postgres.NotificationSelector, by gcos.Actor) (postgres.SubscriptionChange, error)) int {
-	var sel postgres.NotificationSelector
+	change func(ctx context.Context, sel events.NotificationSelector, by gcos.Actor) (events.SubscriptionChange, error)) int {
+	var sel events.NotificationSelector
 	if err := s.decodeBody(r, &sel); err != nil {
 		return s.failRequest(w, r, err)
 	}

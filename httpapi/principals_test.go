@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"gcos"
+	"gcos/events"
 	"gcos/gcostest"
 	"gcos/httpapi"
 	"gcos/postgres"
@@ -185,14 +186,14 @@ func TestPrincipalsNotificationLoop(t *testing.T) {
 	id := openFinding(t, e)
 	promote := func() {
 		t.Helper()
-		if _, err := e.store.PromotePending(e.ctx); err != nil {
+		if _, err := events.New(e.store, e.store.Config()).PromotePending(e.ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	promote()
-	inbox := func(token string) postgres.NotificationInbox {
+	inbox := func(token string) events.NotificationInbox {
 		t.Helper()
-		var in postgres.NotificationInbox
+		var in events.NotificationInbox
 		a := e.call(t, "GET", "/v1/notifications", token, "")
 		if a.status != 200 {
 			t.Fatalf("inbox: %d %s", a.status, a.body)
@@ -219,7 +220,7 @@ func TestPrincipalsNotificationLoop(t *testing.T) {
 	if inbox(dana).Unread != 1 {
 		t.Fatal("a refused read marked something")
 	}
-	var read postgres.ReadResult
+	var read events.ReadResult
 	e.call(t, "POST", "/v1/notifications/read", dana, `{"event_ids":["`+in.Notifications[0].Event.ID+`"]}`).json(t, &read)
 	if read.Marked != 1 || inbox(dana).Unread != 0 {
 		t.Fatalf("read: %+v", read)
@@ -237,7 +238,7 @@ func TestPrincipalsNotificationLoop(t *testing.T) {
 	if a := e.call(t, "POST", resolve, dana, `{"reason":"  "}`); a.status != 400 {
 		t.Fatalf("resolve without a reason: %d %s", a.status, a.body)
 	}
-	var row postgres.FindingRow
+	var row events.FindingRow
 	a := e.call(t, "POST", resolve, dana, `{"reason":"the registry row was fixed upstream"}`)
 	a.json(t, &row)
 	if a.status != 200 || row.Status != "resolved" {
@@ -246,7 +247,7 @@ func TestPrincipalsNotificationLoop(t *testing.T) {
 	// The condition recurs: the finding reopens with its counts.
 	again := openFinding(t, e)
 	promote()
-	var d postgres.FindingDetail
+	var d events.FindingDetail
 	e.call(t, "GET", "/v1/findings/"+strconv.FormatInt(id, 10), rita, "").json(t, &d)
 	if again != id || d.Status != "open" || d.ReopenCount != 1 || d.OccurrenceCount != 2 {
 		t.Fatalf("recurring finding: id %d (was %d), %+v", again, id, d.FindingRow)

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"gcos"
+	"gcos/events"
 	"gcos/gate"
 	"gcos/intake"
 	"gcos/postgres"
@@ -34,7 +35,9 @@ type Config struct {
 	Intake *intake.Stage
 	// Gate is the running gate stage (its view, its re-scanner); nil: a gate over Store that reads through and never
 	// re-scans.
-	Gate     *gate.Gate
+	Gate *gate.Gate
+	// Events is the event stage (findings, notifications, event types); nil: one over Store.
+	Events   *events.Loop
 	HTTP     gcos.HTTPConfig
 	Logger   *slog.Logger         // nil discards
 	Registry *prometheus.Registry // nil: a fresh registry with the Go and process collectors
@@ -136,6 +139,7 @@ type server struct {
 	store      *postgres.Store
 	intake     *intake.Stage // the running intake stage
 	gate       *gate.Gate    // the running gate stage
+	events     *events.Loop  // the event stage: findings, notifications, event types
 	logger     *slog.Logger
 	version    string
 	auth       *authenticator
@@ -184,6 +188,7 @@ func New(cfg Config) (http.Handler, error) {
 		store:      cfg.Store,
 		intake:     cfg.Intake,
 		gate:       cfg.Gate,
+		events:     cfg.Events,
 		logger:     logger.With("system", "httpapi"),
 		version:    cfg.Version,
 		auth:       auth,
@@ -196,6 +201,9 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	if s.gate == nil && cfg.Store != nil {
 		s.gate = gate.New(cfg.Store, nil)
+	}
+	if s.events == nil && cfg.Store != nil {
+		s.events = events.New(cfg.Store, cfg.Store.Config())
 	}
 	s.ready = append([]ReadyCheck{
 		{"database", func(ctx context.Context) error {

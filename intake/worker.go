@@ -162,7 +162,11 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	}
 	h := w.Stage.HandoffTotals()
 	c["coalesced"] = max(0, int64(h.Rows-h.Signals-h.Skipped-h.Unmapped-h.Untrusted))
-	res, err := w.Stage.core.EmitHeartbeat(ctx, "handoff", c)
+	beat, err := postgres.Heartbeat("handoff", c)
+	var res postgres.EmitResult
+	if err == nil {
+		res, err = w.Stage.core.EmitSignal(ctx, beat)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			w.logger().Warn("heartbeat event", "error", err)

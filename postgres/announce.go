@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
-	"gcos/events"
 )
 
 // GCOS's own announcements (doc 41 §41.4, SPEC §10): a finding opening, reopening or resolving, a run completing,
@@ -23,6 +22,9 @@ const (
 	EventSnapshotPruned   = "governance.snapshot.pruned"
 	EventRulesetProposed  = "governance.ruleset.proposed"
 	EventRulesetActivated = "governance.ruleset.activated"
+	// The emission discipline's own: a window's digest of what it held back, and an unread announcement escalated.
+	EventCoverageSummary = "governance.coverage.summary"
+	EventEscalated       = "governance.lifecycle.escalated"
 )
 
 // AnnouncedEventTypes lists, sorted, every event type GCOS announces itself: each finding type's (opened, reopened,
@@ -31,7 +33,7 @@ const (
 // (tested).
 func AnnouncedEventTypes() []string {
 	out := []string{EventSnapshotCaptured, EventSnapshotPruned, EventRulesetProposed, EventRulesetActivated,
-		"governance.handoff.heartbeat", digestEventType, escalationEventType,
+		"governance.handoff.heartbeat", EventCoverageSummary, EventEscalated,
 		"governance.exception.expired", "governance.exception.unratified"}
 	for _, s := range gcos.IssueSpecs {
 		out = append(out, s.EventType())
@@ -44,7 +46,7 @@ func AnnouncedEventTypes() []string {
 	for _, ts := range runEventTypes {
 		out = append(out, ts...)
 	}
-	out = append(out, events.CoverageEventTypes()...)
+	out = append(out, gcos.CoverageEventTypes()...)
 	slices.Sort(out)
 	return slices.Compact(out)
 }

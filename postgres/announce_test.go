@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"gcos/events"
+	"gcos"
 	"gcos/postgres"
 )
 
@@ -13,7 +13,7 @@ import (
 // docs/REFERENCE.md (so a subscriber can find it).
 func TestAnnouncedEventTypesAreRegisteredAndDocumented(t *testing.T) {
 	t.Parallel()
-	v, err := events.Load()
+	v, err := gcos.LoadVocabulary()
 	if err != nil {
 		t.Fatal(err)
 	}

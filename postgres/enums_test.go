@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"gcos"
+	"gcos/events"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -45,7 +46,7 @@ func TestCheckListsMatchTheGoEnums(t *testing.T) {
 		"gov_worker_cursor.ts_type":                          intake.TSTypes,
 		"gcos_change_feed.kind":                              postgres.FeedKinds,
 		"gcos_verdict_change.subject":                        postgres.VerdictChangeSubjects,
-		"gcos_event_escalation.outcome":                      postgres.EscalationOutcomes,
+		"gcos_event_escalation.outcome":                      events.EscalationOutcomes,
 		"governance_candidate_coverage.outcome":              outcomes,
 	}
 	pool := pgtest.NewEmptyDB(t)

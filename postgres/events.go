@@ -3,6 +3,8 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -13,13 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
-	"gcos/events"
 )
 
-// The governance event domain (SB-11, doc 41) on the substrate's event tables, with no table of its own:
+// The capture side of the governance event domain (SB-11, doc 41) on the substrate's event tables, with no table
+// of its own; the event stage (package events) registers and activates types, promotes and serves notifications:
 //
-//   - event_type_registry holds the vocabulary (package events), written with active=false; activation is a
-//     separate, approved, audited step (registering ≠ activating).
 //   - emitSignal is the one emit path. A signal of a registered and active type goes to event_outbox; any other
 //     is captured in event_pending with a GCOS envelope and raises handoff_unregistered_type (handoff stream) or
 //     issue_event_gap (other streams) once, coalesced. A payload with anything but addresses, refs and counts is
@@ -28,11 +28,9 @@ import (
 //     advisory lock on that key, the emit looks in event_outbox and in event_pending (processed or not, dead-lettered
 //     or not) and does nothing when the signal is already there, so a replay never adds a row. The key includes the
 //     event type so that one source row announcing two different facts is not mistaken for a replay.
-//   - PromotePending moves captured signals whose type has become active to the outbox in capture (id) order,
-//     under one advisory lock shared by every promoter; an emit of an active type first promotes that type's
-//     backlog, so the outbox order of one type follows capture order.
-//   - Notifications are computed, not stored: the governance outbox events a recipient's subscriptions select,
-//     minus muted ones, minus those event_read says the recipient has seen.
+//   - Promotion (promote.go) moves captured signals whose type has become active to the outbox in capture (id)
+//     order, under one advisory lock shared by every promoter; an emit of an active type first promotes that
+//     type's backlog, so the outbox order of one type follows capture order.
 //
 // Rows GCOS did not capture itself (no envelope), intake retry rows (event_type_hint governance.handoff.retry) and
 // dead-lettered rows are never promoted.
@@ -40,7 +38,7 @@ import (
 // emitRetryHint marks the intake's retry rows in event_pending: work items of the intake, not signals.
 const emitRetryHint = "governance.handoff.retry"
 
-// envelopeVersion is written into every capture so PromotePending recognises GCOS's own captures.
+// envelopeVersion is written into every capture so promotion recognises GCOS's own captures.
 const envelopeVersion = 1
 
 // Outcomes of an emit.
@@ -79,9 +77,9 @@ func (e Emit) CanonicalAddress() string { return e.CollectionName + ":" + e.Enti
 // caller's bug and is refused before anything is written.
 func (e Emit) validate() error {
 	switch {
-	case !events.ValidTypeName(e.EventType):
+	case !gcos.ValidEventType(e.EventType):
 		return gcos.Errorf(gcos.EINVALID, "emit: event type %q is not a governance.<stream>.<name> type", e.EventType)
-	case e.Stream != "" && !events.ValidStream(e.Stream):
+	case e.Stream != "" && !gcos.ValidEventStream(e.Stream):
 		return gcos.Errorf(gcos.EINVALID, "emit %s: stream %q is not a governance stream", e.EventType, e.Stream)
 	case strings.TrimSpace(e.SubjectTable) == "":
 		return gcos.Errorf(gcos.EINVALID, "emit %s: subject table must not be empty", e.EventType)
@@ -91,8 +89,8 @@ func (e Emit) validate() error {
 		return gcos.Errorf(gcos.EINVALID, "emit %s: actor_ref and source_system must not be empty (every signal carries provenance)", e.EventType)
 	case strings.TrimSpace(e.CorrelationID) == "":
 		return gcos.Errorf(gcos.EINVALID, "emit %s: correlation_id must not be empty (it is the idempotency key)", e.EventType)
-	case e.Severity != "" && !slices.Contains(events.Severities, e.Severity):
-		return gcos.Errorf(gcos.EINVALID, "emit %s: severity %q is not one of %v", e.EventType, e.Severity, events.Severities)
+	case e.Severity != "" && !slices.Contains(gcos.EventSeverities, e.Severity):
+		return gcos.Errorf(gcos.EINVALID, "emit %s: severity %q is not one of %v", e.EventType, e.Severity, gcos.EventSeverities)
 	}
 	return nil
 }
@@ -127,13 +125,9 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
 ON CONFLICT DO NOTHING
 RETURNING source_system || chr(31) || event_type || chr(31) || correlation_id`
 
-// promoteLockSQL serialises every promoter (PromotePending and the backlog flush of an emit) so the outbox order of
+// promoteLockSQL serialises every promoter (the event stage's promoter and the backlog flush of an emit) so the outbox order of
 // a type follows its capture order.
 const promoteLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('gcos.events.promote', 0))`
-
-// registryLockSQL serialises writers of the governance rows of event_type_registry (register, activate): the
-// substrate table may lack the unique key a live database was meant to have, so GCOS never relies on it.
-const registryLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('gcos.events.registry', 0))`
 
 const emitOutboxDupSQL = `
 SELECT id::text FROM event_outbox
@@ -192,10 +186,17 @@ type registryType struct {
 	stream, lane, defaultSeverity string
 }
 
+// EventTypeState says whether eventType has a governance row in event_type_registry and whether it is active (every
+// row says so, when a live table holds duplicates).
+func EventTypeState(ctx context.Context, tx pgx.Tx, eventType string) (registered, active bool, err error) {
+	rt, err := lookupType(ctx, tx, eventType)
+	return rt.registered, rt.active, err
+}
+
 func lookupType(ctx context.Context, tx pgx.Tx, eventType string) (registryType, error) {
 	var n int
 	var r registryType
-	err := tx.QueryRow(ctx, registryTypeSQL, events.Domain, eventType).Scan(&n, &r.active, &r.stream, &r.lane, &r.defaultSeverity)
+	err := tx.QueryRow(ctx, registryTypeSQL, gcos.EventDomain, eventType).Scan(&n, &r.active, &r.stream, &r.lane, &r.defaultSeverity)
 	if err != nil {
 		return r, fmt.Errorf("event type %s: %w", eventType, err)
 	}
@@ -250,14 +251,14 @@ func rejectSignal(ctx context.Context, tx pgx.Tx, e Emit, cause error) (EmitResu
 func emitDuplicate(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
 	var eventID string
 	var pendingID int64
-	switch err := tx.QueryRow(ctx, emitOutboxDupSQL, e.CorrelationID, e.SourceSystem, e.EventType, events.Domain).Scan(&eventID); err {
+	switch err := tx.QueryRow(ctx, emitOutboxDupSQL, e.CorrelationID, e.SourceSystem, e.EventType, gcos.EventDomain).Scan(&eventID); err {
 	case nil:
 		return EmitResult{Outcome: EmitOutcomeDuplicate, EventID: eventID, Reason: "already in event_outbox"}, nil
 	case pgx.ErrNoRows:
 	default:
 		return EmitResult{}, fmt.Errorf("emit %s: dedup: %w", e.EventType, err)
 	}
-	switch err := tx.QueryRow(ctx, emitPendingDupSQL, e.CorrelationID, e.SourceSystem, e.EventType, events.Domain).Scan(&pendingID); err {
+	switch err := tx.QueryRow(ctx, emitPendingDupSQL, e.CorrelationID, e.SourceSystem, e.EventType, gcos.EventDomain).Scan(&pendingID); err {
 	case nil:
 		return EmitResult{Outcome: EmitOutcomeDuplicate, PendingID: pendingID, Reason: "already captured in event_pending"}, nil
 	case pgx.ErrNoRows:
@@ -271,7 +272,7 @@ func emitDuplicate(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
 // the outbox order of a type follows capture order.
 func flushBacklog(ctx context.Context, tx pgx.Tx, eventType string) error {
 	var backlog bool
-	if err := tx.QueryRow(ctx, pendingBacklogSQL, events.Domain, eventType).Scan(&backlog); err != nil {
+	if err := tx.QueryRow(ctx, pendingBacklogSQL, gcos.EventDomain, eventType).Scan(&backlog); err != nil {
 		return fmt.Errorf("emit %s: backlog: %w", eventType, err)
 	}
 	if backlog {
@@ -296,7 +297,7 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, rt registryType, es []Emit, pa
 		sev[i], refs[i], occurred[i] = nullIfEmpty(severity), nullIfEmpty(e.SubjectRef), nullTime(e.OccurredAt)
 		tables[i], addrs[i], actors[i], srcs[i], corrs[i], pays[i] = e.SubjectTable, e.CanonicalAddress(), e.ActorRef, e.SourceSystem, e.CorrelationID, string(payloads[i])
 	}
-	rows, err := tx.Query(ctx, emitOutboxInsertSQL, events.Domain, es[0].EventType, rt.stream, rt.lane,
+	rows, err := tx.Query(ctx, emitOutboxInsertSQL, gcos.EventDomain, es[0].EventType, rt.stream, rt.lane,
 		sev, tables, refs, addrs, actors, srcs, corrs, pays, occurred)
 	if err != nil {
 		return nil, MapError(err, "emit "+es[0].EventType)
@@ -396,7 +397,7 @@ func EmitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error
 			return nil, err
 		}
 		for _, i := range byType[typ] {
-			if s := es[i].Stream; rt.registered && s != "" && events.NormalizeStream(s) != rt.stream {
+			if s := es[i].Stream; rt.registered && s != "" && gcos.NormalizeEventStream(s) != rt.stream {
 				return nil, gcos.Errorf(gcos.EINVALID, "emit %s: stream %q differs from the registered stream %q", typ, s, rt.stream)
 			}
 		}
@@ -431,17 +432,17 @@ func EmitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error
 	return out, nil
 }
 
-// captureSignal holds a signal in event_pending, with the envelope PromotePending needs: a signal whose type is not
+// captureSignal holds a signal in event_pending, with the envelope promotion needs: a signal whose type is not
 // registered and active (and raises the unregistered-type finding, coalesced), or an announcement, which the
 // promoter releases under the emission discipline.
 func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt registryType) (EmitResult, error) {
 	addr, occurred := e.CanonicalAddress(), nullTime(e.OccurredAt)
-	stream := events.NormalizeStream(e.Stream)
+	stream := gcos.NormalizeEventStream(e.Stream)
 	if rt.registered {
 		stream = rt.stream
 	} else if stream == "" {
-		stream = events.StreamOf(e.EventType)
-		if v, err := events.Load(); err == nil {
+		stream = gcos.EventStreamOf(e.EventType)
+		if v, err := gcos.LoadVocabulary(); err == nil {
 			if t, ok := v.Lookup(e.EventType); ok {
 				stream = t.EventStream
 			}
@@ -463,7 +464,7 @@ func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt re
 		return EmitResult{}, fmt.Errorf("emit %s: envelope: %w", e.EventType, err)
 	}
 	var pendingID int64
-	err = tx.QueryRow(ctx, emitPendingInsertSQL, events.Domain, e.EventType, e.SubjectTable, nullIfEmpty(e.SubjectRef),
+	err = tx.QueryRow(ctx, emitPendingInsertSQL, gcos.EventDomain, e.EventType, e.SubjectTable, nullIfEmpty(e.SubjectRef),
 		addr, e.ActorRef, string(envelope), occurred).Scan(&pendingID)
 	if err != nil {
 		return EmitResult{}, MapError(err, "capture "+e.EventType)
@@ -480,7 +481,7 @@ func captureSignal(ctx context.Context, tx pgx.Tx, e Emit, payload []byte, rt re
 		return EmitResult{}, fmt.Errorf("emit %s: %w", e.EventType, err)
 	}
 	return EmitResult{Outcome: EmitOutcomeCaptured, PendingID: pendingID, FindingID: findingID,
-		Reason: "event type " + e.EventType + " is " + state + " in domain " + events.Domain}, nil
+		Reason: "event type " + e.EventType + " is " + state + " in domain " + gcos.EventDomain}, nil
 }
 
 // heldSignalFinding is the finding of signals held for eventType (not registered, or registered but not active),
@@ -491,20 +492,11 @@ func heldSignalFinding(eventType string, registered bool, evidence map[string]an
 		state = "registered but not active"
 	}
 	ev := map[string]any{
-		"event_type": eventType, "event_domain": events.Domain, "state": state, "registered": registered, "active": false,
+		"event_type": eventType, "event_domain": gcos.EventDomain, "state": state, "registered": registered, "active": false,
 		"hold": "captured in event_pending; promoted to event_outbox once the type is registered and active",
 	}
 	maps.Copy(ev, evidence)
-	return gcos.NewFinding(unregisteredIssue(eventType), eventType, "", "", ev), state
-}
-
-// unregisteredIssue is the finding of a held signal: handoff_unregistered_type for the handoff stream (doc 32 §8),
-// issue_event_gap for every other governance stream (doc 41 §41.9).
-func unregisteredIssue(eventType string) gcos.IssueType {
-	if strings.HasPrefix(eventType, events.Domain+".handoff.") {
-		return gcos.IssueHandoffUnregisteredType
-	}
-	return gcos.IssueIssueEventGap
+	return gcos.NewFinding(gcos.UnregisteredTypeIssue(eventType), eventType, "", "", ev), state
 }
 
 // unsafeKeys names (never shows the values of) the payload keys that broke the safe-metadata rule.
@@ -531,4 +523,51 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Heartbeats.
+
+// Heartbeat is the signal announcing that a worker of stream ("handoff", "candidate", … or "governance.handoff") is alive and
+// what it did: the stream's heartbeat type from the vocabulary (governance.handoff.heartbeat, governance.candidate.
+// scan_completed, …; governance.<stream>.heartbeat for a stream without one), as an announcement whose subject is
+// the stream, so the emission discipline's cooldown makes it a periodic summary. The payload carries each count
+// whose name is a safe payload key (seen, coalesced, enqueued, failed, dlq, …), and as count the rows seen (the
+// total of the counts when there is no seen); each call is a new fact with its own correlation id. EmitSignal sends
+// it.
+func Heartbeat(stream string, counts map[string]int64) (Emit, error) {
+	full := gcos.NormalizeEventStream(stream)
+	if !gcos.ValidEventStream(full) {
+		return Emit{}, gcos.Errorf(gcos.EINVALID, "heartbeat: %q is not a governance stream", stream)
+	}
+	eventType := full + ".heartbeat"
+	if v, err := gcos.LoadVocabulary(); err == nil {
+		if t, ok := v.HeartbeatType(full); ok {
+			eventType = t.EventType
+		}
+	}
+	payload := map[string]any{"source": full}
+	var total int64
+	for k, n := range counts {
+		if k != "count" && slices.Contains(gcos.SafePayloadKeys, k) {
+			payload[k] = n
+		}
+		total += n
+	}
+	payload["count"] = total
+	if seen, ok := counts["seen"]; ok {
+		payload["count"] = seen
+	}
+	nonce := make([]byte, 12)
+	if _, err := rand.Read(nonce); err != nil {
+		return Emit{}, fmt.Errorf("heartbeat: %w", err)
+	}
+	return Emit{
+		EventType: eventType, Stream: full,
+		SubjectTable: "queue_heartbeat", SubjectRef: full,
+		CollectionName: "queue_heartbeat", EntityCode: full,
+		ActorRef: "gcos", SourceSystem: "gcos",
+		CorrelationID: "heartbeat:" + full + ":" + hex.EncodeToString(nonce),
+		Payload:       payload, Announce: true,
+	}, nil
 }

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -268,60 +270,8 @@ func ResolveFindingsExceptTx(ctx context.Context, tx pgx.Tx, issueType gcos.Issu
 	return n, nil
 }
 
-// FindingRow is one system_issues row as GCOS reports it.
-type FindingRow struct {
-	ID              int64           `json:"id"`
-	IssueType       string          `json:"issue_type"`
-	Severity        string          `json:"severity"`
-	CoalesceKey     string          `json:"coalesce_key"`
-	OccurrenceCount int             `json:"occurrence_count"`
-	ReopenCount     int             `json:"reopen_count"`
-	RulesetVersion  *string         `json:"ruleset_version"`
-	RunID           *string         `json:"run_id"`
-	Status          string          `json:"status"`
-	Evidence        json.RawMessage `json:"evidence"`
-	FirstSeenAt     any             `json:"first_seen_at"`
-	LastSeenAt      any             `json:"last_seen_at"`
-	ResolvedAt      any             `json:"resolved_at"`
-	// Explain is what explains the finding (its group or object) and where to read it; absent when nothing does.
-	Explain *FindingLink `json:"explain,omitempty"`
-}
-
-// FindingFilter narrows ListFindings.
-type FindingFilter struct {
-	OpenOnly  bool
-	IssueType string
-	Limit     int
-}
-
-// ListFindings returns GCOS's findings (coalesce keys starting with "gov:"), newest first.
-func (s *Store) ListFindings(ctx context.Context, f FindingFilter) ([]FindingRow, error) {
-	var err error
-	if f.Limit, err = CheckLimit("limit", f.Limit, DefaultFindingLimit, MaxFindingLimit); err != nil {
-		return nil, err
-	}
-	if f.IssueType != "" {
-		if _, err := gcos.ParseIssueType(f.IssueType); err != nil {
-			return nil, err
-		}
-	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT `+findingColumns+`
-		FROM system_issues
-		WHERE coalesce_key LIKE 'gov:%' AND (NOT $1 OR status = 'open') AND ($2 = '' OR issue_type = $2)
-		ORDER BY last_seen_at DESC, id DESC LIMIT $3`, f.OpenOnly, f.IssueType, f.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("list findings: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FindingRow, error) { return scanFinding(r) })
-	if err != nil {
-		return nil, fmt.Errorf("list findings: %w", err)
-	}
-	return out, nil
-}
-
-// OpenFindingExists reports whether an open finding of issueType (any subject) exists.
-func (s *Store) OpenFindingExists(ctx context.Context, issueType gcos.IssueType) (bool, error) {
+// openFindingExists reports whether an open finding of issueType (any subject) exists.
+func (s *Store) openFindingExists(ctx context.Context, issueType gcos.IssueType) (bool, error) {
 	var ok bool
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues WHERE issue_type = $1 AND status = 'open' AND coalesce_key LIKE 'gov:%')`, string(issueType)).Scan(&ok)
 	if err != nil {
@@ -353,4 +303,67 @@ func RaiseExceptionLiftedTx(ctx context.Context, tx pgx.Tx, l gcos.ExceptionLift
 	_, err := RaiseFindingTx(ctx, tx, gcos.NewFinding(gcos.IssueExceptionLifted, l.ExceptionID, runID, ruleset, map[string]any{
 		"exception_id": l.ExceptionID, "object": object, "reason": l.Reason, "detail": l.Detail, "raised_by": by}))
 	return err
+}
+
+// findingResolveByIDSQL closes one open finding by id, clears the candidate rows' links to it and returns the groups
+// of the object rows it held.
+const findingResolveByIDSQL = `
+WITH closed AS (
+    UPDATE system_issues SET status = 'resolved', resolved_at = now()
+    WHERE id = $1 AND status = 'open'
+    RETURNING ` + closedColumns + `
+` + unlinkClosedSQL + `
+SELECT closed.*, ARRAY(SELECT group_key FROM o1 UNION SELECT group_key FROM o2 ORDER BY 1) FROM closed`
+
+// ResolveFindingByIDTx closes open finding id in tx because a person (by, already allowed to) says so, with a
+// reason: under the raisers' lock, its candidate links cleared, the groups of the object rows it held marked dirty
+// (input), one audit row naming them whole with the reason, and the resolution announced like an auto-close. An
+// unknown id is ENOTFOUND, a finding already resolved ECONFLICT.
+func ResolveFindingByIDTx(ctx context.Context, tx pgx.Tx, id int64, reason string, by gcos.Actor) error {
+	var key, status string
+	err := tx.QueryRow(ctx, `SELECT coalesce_key, status FROM system_issues WHERE id = $1 AND coalesce_key LIKE 'gov:%'`, id).Scan(&key, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return gcos.Errorf(gcos.ENOTFOUND, "resolve finding %d: no such finding (gcos findings list shows them)", id)
+	}
+	if err != nil {
+		return fmt.Errorf("resolve finding %d: %w", id, err)
+	}
+	// The raisers' lock: a scan re-raising the same key waits, and then reopens what this closed.
+	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
+		return fmt.Errorf("resolve finding %d: lock: %w", id, err)
+	}
+	rows, err := tx.Query(ctx, findingResolveByIDSQL, id)
+	if err != nil {
+		return fmt.Errorf("resolve finding %d: %w", id, err)
+	}
+	var held []string // the groups of the object rows the finding held
+	closed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (findingEvent, error) {
+		var f findingEvent
+		err := r.Scan(&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason, &held)
+		return f, err
+	})
+	if err != nil {
+		return fmt.Errorf("resolve finding %d: %w", id, err)
+	}
+	if len(closed) == 0 {
+		return gcos.Errorf(gcos.ECONFLICT, "resolve finding %d: it is not open (status %s); nothing changed", id, status)
+	}
+	f := closed[0]
+	// An object row held by the finding lost its reason: its group is re-evaluated (dirty reason input, as for a
+	// corrected input), so the row becomes a tombstone there and the incremental state stays equal to a
+	// from-scratch evaluation.
+	if _, err := MarkKeysDirtyTx(ctx, tx, held, gcos.DirtyInput); err != nil {
+		return fmt.Errorf("resolve finding %d: %w", id, err)
+	}
+	f.auditID, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_finding", EntityCode: strconv.FormatInt(id, 10),
+		Action: "resolve", Actor: by.Principal, Detail: map[string]any{"reason": reason, "issue_type": string(f.issueType),
+			"coalesce_key": f.key, "occurrence_count": f.occurrences, "reopen_count": f.reopens, "actor": by.Audit()}})
+	if err != nil {
+		return err
+	}
+	f.transition, f.resolvedBy = TransitionResolved, by.Principal
+	if err := announceFinding(ctx, tx, f); err != nil {
+		return fmt.Errorf("resolve finding %d: %w", id, err)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/events"
 	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
@@ -78,16 +79,16 @@ func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv 
 // activateTypes registers the governance vocabulary and activates every type whose name starts with prefix.
 func (e *hoEnv) activateTypes(t *testing.T, prefix string) {
 	t.Helper()
-	if _, err := e.store.RegisterVocabulary(e.ctx); err != nil {
+	if _, err := events.New(e.store, e.store.Config()).RegisterVocabulary(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	types, err := e.store.ListEventTypes(e.ctx)
+	types, err := events.New(e.store, e.store.Config()).ListEventTypes(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ty := range types {
 		if strings.HasPrefix(ty.EventType, prefix) && !ty.Active {
-			if _, err := e.store.ActivateEventType(e.ctx, ty.EventType, "APR-TEST-EVENTS", "test-approver"); err != nil {
+			if _, err := events.New(e.store, e.store.Config()).ActivateEventType(e.ctx, ty.EventType, "APR-TEST-EVENTS", "test-approver"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -571,7 +572,7 @@ func TestHandoffApply(t *testing.T) {
 			hint != "governance.handoff.retry" {
 			t.Fatalf("dead letter: %d attempts, last error %q, hint %q", attempts, lastErr, hint)
 		}
-		if open, err := e.store.OpenFindingExists(e.ctx, gcos.IssueHandoffDLQ); err != nil || !open {
+		if open, err := findingOpen(e.ctx, e.pool, gcos.IssueHandoffDLQ); err != nil || !open {
 			t.Fatalf("handoff_dlq open = %v (%v)", open, err)
 		}
 		if n := e.count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_dlq' AND entity_code = $1`,

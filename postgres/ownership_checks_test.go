@@ -22,7 +22,7 @@ func TestRulesetUnowned(t *testing.T) {
 	cfg.Principals = []gcos.Principal{{Name: "bob", Roles: []string{gcos.RoleOperator}},
 		{Name: "alice", Roles: []string{gcos.RoleApprover}}}
 	store := postgres.New(pool, cfg, nil)
-	e := &evEnv{ctx: ctx, pool: pool, store: store}
+	e := &bundle{ctx: ctx, pool: pool, store: store, cfg: cfg}
 	check := func(principals []gcos.Principal) {
 		t.Helper()
 		if err := store.InTx(ctx, func(tx pgx.Tx) error { return postgres.CheckRulesetOwnerTx(ctx, tx, principals, "run-1") }); err != nil {
@@ -31,7 +31,7 @@ func TestRulesetUnowned(t *testing.T) {
 	}
 	open := func() []string {
 		t.Helper()
-		return e.strings(t, `SELECT coalesce_key || ' ' || (evidence_snapshot::jsonb ->> 'reasons') FROM system_issues
+		return e.strs(t, `SELECT coalesce_key || ' ' || (evidence_snapshot::jsonb ->> 'reasons') FROM system_issues
 			WHERE issue_type = 'ruleset_unowned' AND status = 'open' ORDER BY id`)
 	}
 	draft, _, err := store.ComputeRuleset(ctx, "bob")
@@ -49,7 +49,7 @@ func TestRulesetUnowned(t *testing.T) {
 			t.Fatalf("activation by %s: %v, want forbidden", who, err)
 		}
 	}
-	if got := open(); len(got) != 1 || e.n(t, `SELECT count(*) FROM governance_ruleset WHERE status = 'active'`) != 0 {
+	if got := open(); len(got) != 1 || e.count(t, `SELECT count(*) FROM governance_ruleset WHERE status = 'active'`) != 0 {
 		t.Fatalf("a refused activation changed something: %v", got)
 	}
 	// Activated by the configured approver: the activation itself re-checks, and the draft's finding resolves.
@@ -74,11 +74,11 @@ func TestRulesetUnowned(t *testing.T) {
 	}
 	// Off without principals: nothing raised, nothing resolved.
 	check(nil)
-	if n := e.n(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'ruleset_unowned' AND status = 'open'`); n != 0 {
+	if n := e.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'ruleset_unowned' AND status = 'open'`); n != 0 {
 		t.Fatalf("%d open with the check off", n)
 	}
 	// Every transition was announced (captured: the vocabulary is not active here).
-	got := e.strings(t, `SELECT capture_payload->'safe_payload'->>'transition' FROM event_pending
+	got := e.strs(t, `SELECT capture_payload->'safe_payload'->>'transition' FROM event_pending
 		WHERE event_type_hint = 'governance.ruleset.unowned' ORDER BY id`)
 	if !slices.Equal(got, []string{"opened", "resolved", "reopened", "resolved"}) {
 		t.Fatalf("announced %v, want opened, resolved, reopened, resolved", got)
@@ -91,7 +91,7 @@ func TestAxisUnregistered(t *testing.T) {
 	pool := pgtest.NewDB(t)
 	ctx := context.Background()
 	store := postgres.New(pool, gcos.DefaultConfig(), nil)
-	e := &evEnv{ctx: ctx, pool: pool, store: store}
+	e := &bundle{ctx: ctx, pool: pool, store: store, cfg: store.Config()}
 	e.exec(t, `INSERT INTO pivot_definitions (pivot_code, axis_family, entity_type) VALUES ('p1', 'geo', 'invoice')`)
 	e.exec(t, `INSERT INTO governance_group (group_key, object_class, axis_family, member_count) VALUES
 		('00000000000000000000000000000001', 'invoice', 'geo', 3),
@@ -105,14 +105,14 @@ func TestAxisUnregistered(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		return e.strings(t, `SELECT coalesce_key || ' groups=' || (evidence_snapshot::jsonb ->> 'groups') FROM system_issues
+		return e.strs(t, `SELECT coalesce_key || ' groups=' || (evidence_snapshot::jsonb ->> 'groups') FROM system_issues
 			WHERE issue_type = 'axis_unregistered' AND status = 'open' ORDER BY coalesce_key`)
 	}
 	// "gone" names an empty group: nothing is governed under it.
 	if got := check(); !slices.Equal(got, []string{"gov:coverage:axis_unregistered:time groups=2"}) {
 		t.Fatalf("open %v", got)
 	}
-	if got := check(); len(got) != 1 || e.n(t, `SELECT occurrence_count FROM system_issues WHERE issue_type = 'axis_unregistered'`) != 2 {
+	if got := check(); len(got) != 1 || e.count(t, `SELECT occurrence_count FROM system_issues WHERE issue_type = 'axis_unregistered'`) != 2 {
 		t.Fatalf("a second check should repeat the open finding: %v", got)
 	}
 	e.exec(t, `INSERT INTO pivot_definitions (pivot_code, axis_family, entity_type) VALUES ('p2', 'time', 'ticket')`)

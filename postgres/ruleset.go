@@ -267,7 +267,7 @@ func (s *Store) ActivateRulesetAs(ctx context.Context, version, approvalRef stri
 		return res, gcos.Errorf(gcos.EFORBIDDEN, "activate %s: %s", version, gcos.ErrorMessage(err))
 	}
 	actor := by.Principal
-	frozen, err := s.OpenFindingExists(ctx, gcos.IssueSnapshotNondeterministic)
+	frozen, err := s.openFindingExists(ctx, gcos.IssueSnapshotNondeterministic)
 	if err != nil {
 		return res, err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/events"
 	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
@@ -155,7 +156,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	if _, err := scan.New(b.store).FullAudit(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.PromotePending(ctx); err != nil {
+	if _, err := events.New(b.store, b.store.Config()).PromotePending(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.catchUp(t) // the audit's own rows come back through the tail, and are skipped
@@ -425,7 +426,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if open, err := e.store.OpenFindingExists(ctx, gcos.IssueHandoffDLQ); err != nil || !open {
+	if open, err := findingOpen(ctx, e.pool, gcos.IssueHandoffDLQ); err != nil || !open {
 		t.Fatalf("handoff_dlq open = %v (%v)", open, err)
 	}
 	t.Logf("resumed and caught up in %s", time.Since(resumeStart))
@@ -669,12 +670,12 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 	e.catchUp(t)
 
 	// The consumer reads everything it was notified of (the first few through MarkRead, the rest in bulk).
-	notes, err := e.store.Notifications(e.ctx, "owner-replay", 5)
+	notes, err := events.New(e.store, e.store.Config()).Notifications(e.ctx, "owner-replay", 5)
 	if err != nil || len(notes) == 0 {
 		t.Fatalf("notifications: %d (%v)", len(notes), err)
 	}
 	for _, n := range notes {
-		if _, err := e.store.MarkRead(e.ctx, n.Event.ID, "owner-replay"); err != nil {
+		if _, err := events.New(e.store, e.store.Config()).MarkRead(e.ctx, n.Event.ID, "owner-replay"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -683,7 +684,7 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 		WHERE event_stream = 'governance.handoff' AND NOT EXISTS (SELECT 1 FROM event_read r WHERE r.event_id = o.id)`)
 	notified := func(what string) {
 		t.Helper()
-		ns, err := e.store.Notifications(e.ctx, "owner-replay", 1000)
+		ns, err := events.New(e.store, e.store.Config()).Notifications(e.ctx, "owner-replay", 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -40,8 +39,6 @@ type Store struct {
 	// owner names this store's process in role leases: unique per process start, so a restarted process (even
 	// with the same pid) takes its roles over with a new epoch instead of renewing a dead holder's lease.
 	owner string
-	// clock, when set, is the time the emission discipline decides by (tests move it); nil: the database clock.
-	clock func() time.Time
 	// replica, when configured, is a pool over a streaming replica the gate may read through from (gate/replica.go
 	// proves when); nil: none.
 	replica *pgxpool.Pool
@@ -53,10 +50,6 @@ type Store struct {
 	// scans are this process's open scan transactions, which the births tail does not wait for (InScanTx).
 	scans scanTxs
 }
-
-// SetClock makes the emission discipline (cooldowns, windows, escalation SLAs) read now from clock instead of the
-// database clock. Tests drive time with it; nothing else should.
-func (s *Store) SetClock(clock func() time.Time) { s.clock = clock }
 
 // Databases are the URLs GCOS connects to (secrets: they come from flags or the environment, never the config file).
 type Databases struct {

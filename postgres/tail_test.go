@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/events"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -404,7 +405,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	if !lag.Lagging || len(lag.Holders) == 0 || lag.Holders[0].Role != reader || !strings.Contains(lag.Reason, reader) {
 		t.Fatalf("handoff_lag should name the reader: %+v", lag)
 	}
-	findings, err := e.store.ListFindings(e.ctx, postgres.FindingFilter{OpenOnly: true, IssueType: string(gcos.IssueHandoffLag)})
+	findings, err := events.New(e.store, e.store.Config()).ListFindings(e.ctx, events.FindingFilter{OpenOnly: true, IssueType: string(gcos.IssueHandoffLag)})
 	if err != nil || len(findings) != 1 || !strings.Contains(string(findings[0].Evidence), reader) {
 		t.Fatalf("one open handoff_lag naming %s, got %v %+v", reader, err, findings)
 	}
@@ -440,7 +441,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	if err != nil || lag.Lagging {
 		t.Fatalf("lag should clear once the reader ends: %v %+v", err, lag)
 	}
-	if open, _ := e.store.OpenFindingExists(e.ctx, gcos.IssueHandoffLag); open {
+	if open, _ := findingOpen(e.ctx, e.pool, gcos.IssueHandoffLag); open {
 		t.Fatal("handoff_lag should be resolved")
 	}
 }
@@ -940,7 +941,7 @@ func TestTailPoisonRowRetryThenDLQ(t *testing.T) {
 	if c.DeadLettered != 1 || c.EventsSeen != 9 || c.AttemptsWritten != 8 {
 		t.Fatalf("cursor counters: %+v", c)
 	}
-	if open, _ := e.store.OpenFindingExists(e.ctx, gcos.IssueHandoffDLQ); !open {
+	if open, _ := findingOpen(e.ctx, e.pool, gcos.IssueHandoffDLQ); !open {
 		t.Fatal("handoff_dlq should be open")
 	}
 	if n := e.count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_dlq' AND entity_code = $1`,

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
-	"gcos/events"
 )
 
 // The verdict change log (gcos_verdict_change): a scan records, just before it writes, every group and object row
@@ -79,7 +78,7 @@ func RecordVerdictChangesTx(ctx context.Context, tx pgx.Tx, ruleset, runID strin
 	}
 	// A change of coverage outcome is a lifecycle fact: an owner assigned or revoked, an exception granted.
 	for _, c := range changes {
-		eventType, ok := events.CoverageEvent(c.Before, c.After)
+		eventType, ok := gcos.CoverageEvent(c.Before, c.After)
 		if !ok {
 			continue
 		}

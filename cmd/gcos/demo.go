@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/events"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/world"
@@ -42,22 +43,12 @@ func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 		}
 		a.logger.Info("demo: ruleset activated by demo-approver", "ruleset", act.Version, "approval", "DEMO-APPROVAL")
 	}
-	if _, err := store.RegisterVocabulary(ctx); err != nil {
+	loop := events.New(store, a.cfg)
+	if err := loop.ActivateVocabulary(ctx, "DEMO-APPROVAL", "demo-approver"); err != nil {
 		return err
-	}
-	types, err := store.ListEventTypes(ctx)
-	if err != nil {
-		return err
-	}
-	for _, t := range types {
-		if !t.Active {
-			if _, err := store.ActivateEventType(ctx, t.EventType, "DEMO-APPROVAL", "demo-approver"); err != nil {
-				return err
-			}
-		}
 	}
 	if _, ok := gcos.FindPrincipal(a.cfg.Principals, demoOperator); ok {
-		if _, err := store.SubscribeAs(ctx, postgres.NotificationSelector{Findings: true},
+		if _, err := loop.SubscribeAs(ctx, events.NotificationSelector{Findings: true},
 			gcos.Actor{Principal: demoOperator, Name: demoOperator, Via: gcos.ViaDaemon}); err != nil {
 			return err
 		}

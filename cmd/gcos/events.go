@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"gcos"
+	"gcos/events"
 	"gcos/postgres"
 )
 
@@ -21,9 +22,9 @@ func (a *app) eventsCommand() *cobra.Command {
 		Use:   "register",
 		Short: "write the governance vocabulary into event_type_registry, inactive (idempotent; never deactivates)",
 		Args:  cobra.NoArgs,
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.RegisterResult, error) {
-			return store.RegisterVocabulary(ctx)
-		}, func(res postgres.RegisterResult) string {
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (events.RegisterResult, error) {
+			return a.eventLoop(store).RegisterVocabulary(ctx)
+		}, func(res events.RegisterResult) string {
 			human := fmt.Sprintf("domain %s: %d types registered (inactive), %d already present, vocabulary of %d",
 				res.Domain, len(res.Registered), res.Present, res.Total)
 			if len(res.Drifted) > 0 {
@@ -46,9 +47,9 @@ func (a *app) eventsCommand() *cobra.Command {
 			}
 			return nil
 		}),
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (postgres.ActivateResult, error) {
-			return store.ActivateEventType(ctx, args[0], approval, by)
-		}, func(res postgres.ActivateResult) string {
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (events.ActivateResult, error) {
+			return a.eventLoop(store).ActivateEventType(ctx, args[0], approval, by)
+		}, func(res events.ActivateResult) string {
 			human := fmt.Sprintf("%s is active (approval %s, by %s, audit row %d)", res.EventType, res.ApprovalRef,
 				res.ActivatedBy, res.AuditID)
 			if !res.Activated {
@@ -68,7 +69,7 @@ func (a *app) eventsCommand() *cobra.Command {
 		Short: "move captured signals whose type is now active from event_pending to event_outbox, in capture order (announcements under the emission discipline)",
 		Args:  cobra.NoArgs,
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.PromoteResult, error) {
-			return store.PromotePending(ctx)
+			return a.eventLoop(store).PromotePending(ctx)
 		}, func(res postgres.PromoteResult) string {
 			return fmt.Sprintf("%d promoted, %d already in the outbox, %d dead-lettered, %d still waiting (type not active, or a cooldown)\n"+
 				"announcements: %d held back by a ceiling, %d coalesced into a later one, %d digests, %d escalations",
@@ -80,9 +81,9 @@ func (a *app) eventsCommand() *cobra.Command {
 		Use:   "list",
 		Short: "list the governance event types, their state and captured backlog",
 		Args:  cobra.NoArgs,
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) ([]postgres.EventTypeRow, error) {
-			return store.ListEventTypes(ctx)
-		}, func(rows []postgres.EventTypeRow) string {
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) ([]events.EventTypeRow, error) {
+			return a.eventLoop(store).ListEventTypes(ctx)
+		}, func(rows []events.EventTypeRow) string {
 			if len(rows) == 0 {
 				return "no governance event types registered: run gcos events register"
 			}
@@ -110,10 +111,10 @@ func (a *app) eventsCommand() *cobra.Command {
 		Use:   "notifications RECIPIENT",
 		Short: "show the governance events RECIPIENT should be notified of (subscribed, not muted, not yet read)",
 		Args:  cobra.ExactArgs(1),
-		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) ([]postgres.Notification, error) {
+		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) ([]events.Notification, error) {
 			recipient = args[0]
-			return store.Notifications(ctx, args[0], limit)
-		}, func(ns []postgres.Notification) string {
+			return a.eventLoop(store).Notifications(ctx, args[0], limit)
+		}, func(ns []events.Notification) string {
 			if len(ns) == 0 {
 				return "nothing to notify " + recipient + " of"
 			}
@@ -130,3 +131,7 @@ func (a *app) eventsCommand() *cobra.Command {
 	cmd.AddCommand(register, activate, promote, list, notifications)
 	return cmd
 }
+
+// eventLoop is the event stage over a store the CLI opened (the database path of the findings, notifications and
+// events commands).
+func (a *app) eventLoop(store *postgres.Store) *events.Loop { return events.New(store, a.cfg) }

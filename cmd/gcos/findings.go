@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"gcos/events"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -23,23 +24,23 @@ func (a *app) findingsCommand() *cobra.Command {
 	show := &cobra.Command{
 		Use: "show ID", Short: "one finding whole: counts, evidence, its explanation, its announcements and resolutions",
 		Args: argsAnd(cobra.ExactArgs(1), findingIDArg),
-		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (d postgres.FindingDetail, err error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (d events.FindingDetail, err error) {
 			return d, api.get(ctx, "/v1/findings/"+url.PathEscape(args[0]), nil, &d)
-		}, func(ctx context.Context, store *postgres.Store, args []string) (postgres.FindingDetail, error) {
-			id, _ := postgres.CheckFindingID(args[0])
-			return store.GetFinding(ctx, id)
+		}, func(ctx context.Context, store *postgres.Store, args []string) (events.FindingDetail, error) {
+			id, _ := events.CheckFindingID(args[0])
+			return a.eventLoop(store).GetFinding(ctx, id)
 		}, findingText),
 	}
 	var by, reason string
 	resolve := &cobra.Command{
 		Use: "resolve ID --reason TEXT", Short: "close an open finding with a reason (it reopens, with its counts, if the condition recurs)",
 		Args: argsAnd(cobra.ExactArgs(1), findingIDArg),
-		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (row postgres.FindingRow, err error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (row events.FindingRow, err error) {
 			return row, api.as(by).post(ctx, "/v1/findings/"+url.PathEscape(args[0])+"/resolve", httpapi.ResolveRequest{Reason: reason}, &row)
-		}, func(ctx context.Context, store *postgres.Store, args []string) (postgres.FindingRow, error) {
-			id, _ := postgres.CheckFindingID(args[0])
-			return store.ResolveFindingAs(ctx, id, reason, cliActor(by))
-		}, func(row postgres.FindingRow) string {
+		}, func(ctx context.Context, store *postgres.Store, args []string) (events.FindingRow, error) {
+			id, _ := events.CheckFindingID(args[0])
+			return a.eventLoop(store).ResolveFindingAs(ctx, id, reason, cliActor(by))
+		}, func(row events.FindingRow) string {
 			return fmt.Sprintf("finding %d %s: resolved (seen %d times, reopened %d); it reopens if %s recurs",
 				row.ID, row.CoalesceKey, row.OccurrenceCount, row.ReopenCount, row.IssueType)
 		}),
@@ -52,13 +53,13 @@ func (a *app) findingsCommand() *cobra.Command {
 
 // findingIDArg refuses an id that is not a positive number before anything runs (exit 2).
 func findingIDArg(args []string) error {
-	_, err := postgres.CheckFindingID(args[0])
+	_, err := events.CheckFindingID(args[0])
 	return err
 }
 
 // findingsListCommand is the listing, under the name use.
 func (a *app) findingsListCommand(use, short string) *cobra.Command {
-	var f postgres.FindingFilter
+	var f events.FindingFilter
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -73,9 +74,9 @@ func (a *app) findingsListCommand(use, short string) *cobra.Command {
 			}
 			return l, api.get(ctx, "/v1/findings", q, &l)
 		}, func(ctx context.Context, store *postgres.Store, _ []string) (findingList, error) {
-			list, err := store.ListFindings(ctx, f)
+			list, err := a.eventLoop(store).ListFindings(ctx, f)
 			if list == nil {
-				list = []postgres.FindingRow{}
+				list = []events.FindingRow{}
 			}
 			return findingList{list}, err
 		}, findingsText),
@@ -89,7 +90,7 @@ func (a *app) findingsListCommand(use, short string) *cobra.Command {
 
 // findingList is what `gcos findings --json` prints.
 type findingList struct {
-	Findings []postgres.FindingRow `json:"findings"`
+	Findings []events.FindingRow `json:"findings"`
 }
 
 func findingsText(l findingList) string {
@@ -107,7 +108,7 @@ func findingsText(l findingList) string {
 	return b.String()
 }
 
-func findingText(d postgres.FindingDetail) string {
+func findingText(d events.FindingDetail) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "finding %d  %s  %s  %s\n", d.ID, d.IssueType, d.Severity, d.Status)
 	fmt.Fprintf(&b, "key        %s\n", d.CoalesceKey)

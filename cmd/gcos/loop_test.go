@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"gcos"
+	"gcos/events"
 	"gcos/gcostest"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -40,7 +41,7 @@ func TestTheLoopFromTheCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Store.PromotePending(w.Ctx); err != nil {
+		if _, err := events.New(w.Store, w.Store.Config()).PromotePending(w.Ctx); err != nil {
 			t.Fatal(err)
 		}
 		return id
@@ -61,7 +62,7 @@ func TestTheLoopFromTheCLI(t *testing.T) {
 		run(0, "notifications", "subscribe", "--type", "governance.candidate.*", "--by", "ops")
 		id := raise()
 		ref := strconv.FormatInt(id, 10)
-		var in postgres.NotificationInbox
+		var in events.NotificationInbox
 		if err := json.Unmarshal([]byte(run(0, "notifications", "list", "--by", "ops", "--json")), &in); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +87,7 @@ func TestTheLoopFromTheCLI(t *testing.T) {
 		run(exitUsage, "findings", "show", "999999999")
 		run(0, "findings", "resolve", ref, "--reason", "fixed upstream", "--by", "ops")
 		run(1, "findings", "resolve", ref, "--reason", "again", "--by", "ops") // not open: a conflict
-		var d postgres.FindingDetail
+		var d events.FindingDetail
 		if err := json.Unmarshal([]byte(run(0, "findings", "show", ref, "--json")), &d); err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +103,7 @@ func TestTheLoopFromTheCLI(t *testing.T) {
 		if d.Status != "open" || d.ReopenCount < 1 {
 			t.Fatalf("recurring finding: %+v", d.FindingRow)
 		}
-		var after postgres.NotificationInbox // fresh: decoding into a used one would merge the payload maps
+		var after events.NotificationInbox // fresh: decoding into a used one would merge the payload maps
 		if err := json.Unmarshal([]byte(run(0, "notifications", "list", "--by", "ops", "--json")), &after); err != nil {
 			t.Fatal(err)
 		}

@@ -24,10 +24,10 @@ func (a *app) notificationsCommand() *cobra.Command {
 	var limit int
 	list := &cobra.Command{
 		Use: "list", Short: "your unread notifications (subscribed, not muted, not read), the unread count and your mutes", Args: cobra.NoArgs,
-		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (in postgres.NotificationInbox, err error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (in events.NotificationInbox, err error) {
 			return in, api.as(by).get(ctx, "/v1/notifications", url.Values{"limit": {strconv.Itoa(limit)}}, &in)
-		}, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.NotificationInbox, error) {
-			return store.Inbox(ctx, cliActor(by).Principal, limit)
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (events.NotificationInbox, error) {
+			return a.eventLoop(store).Inbox(ctx, cliActor(by).Principal, limit)
 		}, inboxText),
 	}
 	byFlag(list.Flags(), &by, "whose notifications")
@@ -37,11 +37,11 @@ func (a *app) notificationsCommand() *cobra.Command {
 	var all bool
 	read := &cobra.Command{
 		Use: "read EVENT_ID... | --all", Short: "mark notifications read (seen by you; others still see them unread)", Args: cobra.ArbitraryArgs,
-		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (res postgres.ReadResult, err error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (res events.ReadResult, err error) {
 			return res, api.as(by).post(ctx, "/v1/notifications/read", httpapi.ReadRequest{EventIDs: args, All: all}, &res)
-		}, func(ctx context.Context, store *postgres.Store, args []string) (postgres.ReadResult, error) {
-			return store.MarkReadAs(ctx, args, all, cliActor(by))
-		}, func(res postgres.ReadResult) string {
+		}, func(ctx context.Context, store *postgres.Store, args []string) (events.ReadResult, error) {
+			return a.eventLoop(store).MarkReadAs(ctx, args, all, cliActor(by))
+		}, func(res events.ReadResult) string {
 			return fmt.Sprintf("%s: %d marked read, %d already read", res.Recipient, res.Marked, res.Already)
 		}),
 	}
@@ -49,23 +49,23 @@ func (a *app) notificationsCommand() *cobra.Command {
 	read.Flags().BoolVar(&all, "all", false, "every notification you have unread")
 
 	cmd.AddCommand(list, read,
-		a.selectorCommand(&by, "mute", "stop notifying you of a stream, a type or one finding (the finding stays open and keeps counting)", (*postgres.Store).MuteAs),
-		a.selectorCommand(&by, "unmute", "undo a mute (the same selectors it was muted with)", (*postgres.Store).UnmuteAs),
-		a.selectorCommand(&by, "subscribe", "notify you of a stream, a type or one finding", (*postgres.Store).SubscribeAs))
+		a.selectorCommand(&by, "mute", "stop notifying you of a stream, a type or one finding (the finding stays open and keeps counting)", (*events.Loop).MuteAs),
+		a.selectorCommand(&by, "unmute", "undo a mute (the same selectors it was muted with)", (*events.Loop).UnmuteAs),
+		a.selectorCommand(&by, "subscribe", "notify you of a stream, a type or one finding", (*events.Loop).SubscribeAs))
 	return cmd
 }
 
 // selectorCommand is mute, unmute or subscribe.
 func (a *app) selectorCommand(by *string, action, short string,
-	change func(*postgres.Store, context.Context, postgres.NotificationSelector, gcos.Actor) (postgres.SubscriptionChange, error)) *cobra.Command {
-	var sel postgres.NotificationSelector
+	change func(*events.Loop, context.Context, events.NotificationSelector, gcos.Actor) (events.SubscriptionChange, error)) *cobra.Command {
+	var sel events.NotificationSelector
 	cmd := &cobra.Command{
 		Use: action + " --type PATTERN | --stream PATTERN | --finding ID | --findings", Short: short, Args: cobra.NoArgs,
-		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (ch postgres.SubscriptionChange, err error) {
+		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (ch events.SubscriptionChange, err error) {
 			return ch, api.as(*by).post(ctx, "/v1/notifications/"+action, sel, &ch)
-		}, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.SubscriptionChange, error) {
-			return change(store, ctx, sel, cliActor(*by))
-		}, func(ch postgres.SubscriptionChange) string {
+		}, func(ctx context.Context, store *postgres.Store, _ []string) (events.SubscriptionChange, error) {
+			return change(a.eventLoop(store), ctx, sel, cliActor(*by))
+		}, func(ch events.SubscriptionChange) string {
 			state := "done"
 			if !ch.Changed {
 				state = "already so, nothing changed"
@@ -106,7 +106,7 @@ func selectorText(s events.Subscription) string {
 	return strings.Join(parts, ", ")
 }
 
-func inboxText(in postgres.NotificationInbox) string {
+func inboxText(in events.NotificationInbox) string {
 	var b strings.Builder
 	more := ""
 	if in.UnreadMore {

@@ -1,4 +1,4 @@
-package events
+package gcos
 
 import (
 	"bytes"
@@ -10,16 +10,16 @@ import (
 	"sync"
 )
 
-// Domain is the one event domain every GCOS event type lives under (doc 41 §41.10: one domain, no second bus).
-const Domain = "governance"
+// EventDomain is the one event domain every GCOS event type lives under (doc 41 §41.10: one domain, no second bus).
+const EventDomain = "governance"
 
 // Delivery lanes and severities a vocabulary entry may use; they are the values the live registry already uses.
 var (
-	DeliveryLanes = []string{"immediate", "digest"}
-	Severities    = []string{"info", "warning", "error"}
+	EventDeliveryLanes = []string{"immediate", "digest"}
+	EventSeverities    = []string{"info", "warning", "error"}
 )
 
-//go:embed vocabulary.json
+//go:embed event_vocabulary.json
 var vocabularyJSON []byte
 
 // EventType is one entry of the vocabulary: one event_type_registry row of domain governance.
@@ -47,9 +47,9 @@ var (
 	loadErr  error
 )
 
-// Load returns the embedded vocabulary, parsed and validated once.
-func Load() (Vocabulary, error) {
-	loadOnce.Do(func() { loaded, loadErr = Parse(vocabularyJSON) })
+// LoadVocabulary returns the embedded vocabulary, parsed and validated once.
+func LoadVocabulary() (Vocabulary, error) {
+	loadOnce.Do(func() { loaded, loadErr = ParseVocabulary(vocabularyJSON) })
 	if loadErr != nil {
 		return Vocabulary{}, loadErr
 	}
@@ -58,8 +58,8 @@ func Load() (Vocabulary, error) {
 	return v, nil
 }
 
-// Parse reads a vocabulary document (unknown fields are refused) and validates it.
-func Parse(b []byte) (Vocabulary, error) {
+// ParseVocabulary reads a vocabulary document (unknown fields are refused) and validates it.
+func ParseVocabulary(b []byte) (Vocabulary, error) {
 	var v Vocabulary
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -75,8 +75,8 @@ func Parse(b []byte) (Vocabulary, error) {
 // Validate checks that every entry is a well-formed governance type: named under its stream, unique, with a known
 // lane and severity and a description, and at most one heartbeat type per stream.
 func (v Vocabulary) Validate() error {
-	if v.Domain != Domain {
-		return fmt.Errorf("event vocabulary: domain %q, want %q", v.Domain, Domain)
+	if v.Domain != EventDomain {
+		return fmt.Errorf("event vocabulary: domain %q, want %q", v.Domain, EventDomain)
 	}
 	if len(v.Types) == 0 {
 		return fmt.Errorf("event vocabulary: no types")
@@ -86,16 +86,16 @@ func (v Vocabulary) Validate() error {
 	for i, t := range v.Types {
 		where := fmt.Sprintf("event vocabulary: entry %d (%s)", i, t.EventType)
 		switch {
-		case !ValidTypeName(t.EventType):
+		case !ValidEventType(t.EventType):
 			return fmt.Errorf("%s: event_type must be governance.<segment>.<segment>[...] in lower case", where)
 		case seen[t.EventType]:
 			return fmt.Errorf("%s: duplicate event_type", where)
-		case !strings.HasPrefix(t.EventStream, Domain+".") || strings.Count(t.EventStream, ".") != 1:
+		case !strings.HasPrefix(t.EventStream, EventDomain+".") || strings.Count(t.EventStream, ".") != 1:
 			return fmt.Errorf("%s: event_stream %q must be governance.<stream>", where, t.EventStream)
-		case !slices.Contains(DeliveryLanes, t.DeliveryLane):
-			return fmt.Errorf("%s: delivery_lane %q is not one of %v", where, t.DeliveryLane, DeliveryLanes)
-		case !slices.Contains(Severities, t.DefaultSeverity):
-			return fmt.Errorf("%s: default_severity %q is not one of %v", where, t.DefaultSeverity, Severities)
+		case !slices.Contains(EventDeliveryLanes, t.DeliveryLane):
+			return fmt.Errorf("%s: delivery_lane %q is not one of %v", where, t.DeliveryLane, EventDeliveryLanes)
+		case !slices.Contains(EventSeverities, t.DefaultSeverity):
+			return fmt.Errorf("%s: default_severity %q is not one of %v", where, t.DefaultSeverity, EventSeverities)
 		case strings.TrimSpace(t.Description) == "":
 			return fmt.Errorf("%s: description must not be empty", where)
 		case strings.TrimSpace(t.Family) == "":
@@ -136,7 +136,7 @@ func (v Vocabulary) Streams() []string {
 // HeartbeatType returns the heartbeat type of a stream ("handoff" or "governance.handoff"): the entry flagged
 // heartbeat, governance.<stream>.heartbeat / .scan_completed / .sweep_completed.
 func (v Vocabulary) HeartbeatType(stream string) (EventType, bool) {
-	s := NormalizeStream(stream)
+	s := NormalizeEventStream(stream)
 	for _, t := range v.Types {
 		if t.Heartbeat && t.EventStream == s {
 			return t, true
@@ -145,26 +145,26 @@ func (v Vocabulary) HeartbeatType(stream string) (EventType, bool) {
 	return EventType{}, false
 }
 
-// NormalizeStream turns a short stream name ("handoff") into its full form ("governance.handoff").
-func NormalizeStream(stream string) string {
+// NormalizeEventStream turns a short stream name ("handoff") into its full form ("governance.handoff").
+func NormalizeEventStream(stream string) string {
 	stream = strings.TrimSpace(stream)
-	if stream == "" || strings.HasPrefix(stream, Domain+".") {
+	if stream == "" || strings.HasPrefix(stream, EventDomain+".") {
 		return stream
 	}
-	return Domain + "." + stream
+	return EventDomain + "." + stream
 }
 
-// ValidStream reports whether stream, short ("handoff") or full ("governance.handoff"), names one governance
+// ValidEventStream reports whether stream, short ("handoff") or full ("governance.handoff"), names one governance
 // stream: exactly one segment of [a-z0-9_] under the domain.
-func ValidStream(stream string) bool {
-	rest, ok := strings.CutPrefix(NormalizeStream(stream), Domain+".")
-	return ok && ValidTypeName(Domain+".x."+rest) && !strings.Contains(rest, ".")
+func ValidEventStream(stream string) bool {
+	rest, ok := strings.CutPrefix(NormalizeEventStream(stream), EventDomain+".")
+	return ok && ValidEventType(EventDomain+".x."+rest) && !strings.Contains(rest, ".")
 }
 
-// ValidTypeName reports whether name is a governance event type name: "governance." followed by at least two
+// ValidEventType reports whether name is a governance event type name: "governance." followed by at least two
 // dot-separated segments of [a-z0-9_].
-func ValidTypeName(name string) bool {
-	rest, ok := strings.CutPrefix(name, Domain+".")
+func ValidEventType(name string) bool {
+	rest, ok := strings.CutPrefix(name, EventDomain+".")
 	if !ok {
 		return false
 	}
@@ -185,12 +185,54 @@ func ValidTypeName(name string) bool {
 	return true
 }
 
-// StreamOf is the stream a type name implies when no registry row says otherwise: its first two segments
+// EventStreamOf is the stream a type name implies when no registry row says otherwise: its first two segments
 // ("governance.handoff.object_born" → "governance.handoff").
-func StreamOf(eventType string) string {
+func EventStreamOf(eventType string) string {
 	parts := strings.SplitN(eventType, ".", 3)
 	if len(parts) < 2 {
 		return eventType
 	}
 	return parts[0] + "." + parts[1]
+}
+
+// coverageEvents are the lifecycle events a change of coverage outcome announces: a relevant group (or object row)
+// that becomes covered gained an owner, one that stops being covered lost it, one that becomes excepted was granted
+// an exception. Only changes between two outcomes count: a group becoming relevant (or no longer) is a verdict
+// change, not an ownership fact, and an exception that stops counting is announced by its exception_lifted finding.
+var coverageEvents = []struct{ from, to, eventType string }{
+	{"*", string(CoverageCovered), "governance.owner.assigned"},
+	{string(CoverageCovered), "*", "governance.owner.revoked"},
+	{"*", string(CoverageApprovedException), "governance.exception.granted"},
+}
+
+// CoverageEvent is the event announcing a coverage outcome going from before to after ("" when not relevant), if
+// any: the first matching entry of coverageEvents ("*" matches any other outcome).
+func CoverageEvent(before, after string) (string, bool) {
+	if before == after || before == "" || after == "" {
+		return "", false
+	}
+	for _, c := range coverageEvents {
+		if (c.from == "*" || c.from == before) && (c.to == "*" || c.to == after) {
+			return c.eventType, true
+		}
+	}
+	return "", false
+}
+
+// CoverageEventTypes lists the event types coverage changes announce.
+func CoverageEventTypes() []string {
+	var out []string
+	for _, c := range coverageEvents {
+		out = append(out, c.eventType)
+	}
+	return out
+}
+
+// UnregisteredTypeIssue is the finding of a held signal: handoff_unregistered_type for the handoff stream (doc 32 §8),
+// issue_event_gap for every other governance stream (doc 41 §41.9).
+func UnregisteredTypeIssue(eventType string) IssueType {
+	if strings.HasPrefix(eventType, EventDomain+".handoff.") {
+		return IssueHandoffUnregisteredType
+	}
+	return IssueIssueEventGap
 }

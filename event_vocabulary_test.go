@@ -1,20 +1,18 @@
-package events
+package gcos
 
 import (
 	"slices"
 	"strings"
 	"testing"
-
-	"gcos"
 )
 
 func TestVocabularyLoads(t *testing.T) {
 	t.Parallel()
-	v, err := Load()
+	v, err := LoadVocabulary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Domain != Domain {
+	if v.Domain != EventDomain {
 		t.Fatalf("domain %q", v.Domain)
 	}
 	for _, tt := range v.Types {
@@ -24,7 +22,7 @@ func TestVocabularyLoads(t *testing.T) {
 	}
 	// Load hands out a copy: a caller's edit cannot change the next caller's vocabulary.
 	v.Types[0].EventType = "governance.tampered.type"
-	again, _ := Load()
+	again, _ := LoadVocabulary()
 	if again.Types[0].EventType == "governance.tampered.type" {
 		t.Fatal("Load shares its slice")
 	}
@@ -32,13 +30,13 @@ func TestVocabularyLoads(t *testing.T) {
 
 func TestVocabularyFamilies(t *testing.T) {
 	t.Parallel()
-	v, err := Load()
+	v, err := LoadVocabulary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Family A: the ten handoff kinds of doc 32 §3, their heartbeat and the four faults of doc 32 §8.
 	var want []string
-	for _, k := range gcos.ChangeKinds {
+	for _, k := range ChangeKinds {
 		want = append(want, k.EventType())
 	}
 	want = append(want, "governance.handoff.heartbeat", "governance.handoff.lag", "governance.handoff.dlq",
@@ -75,7 +73,7 @@ func TestVocabularyFamilies(t *testing.T) {
 
 func TestHeartbeatType(t *testing.T) {
 	t.Parallel()
-	v, err := Load()
+	v, err := LoadVocabulary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +137,7 @@ func TestParseRefusesBadVocabulary(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Parse([]byte(tc.doc))
+			_, err := ParseVocabulary([]byte(tc.doc))
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
@@ -156,31 +154,31 @@ func TestNames(t *testing.T) {
 	invalid := []string{"", "governance", "governance.", "governance.handoff", "governance..x", "governance.x.",
 		"iu.message.received", "governance.Handoff.x", "governance.x.y-z", "Governance.x.y"}
 	for _, n := range valid {
-		if !ValidTypeName(n) {
-			t.Errorf("ValidTypeName(%q) = false", n)
+		if !ValidEventType(n) {
+			t.Errorf("ValidEventType(%q) = false", n)
 		}
 	}
 	for _, n := range invalid {
-		if ValidTypeName(n) {
-			t.Errorf("ValidTypeName(%q) = true", n)
+		if ValidEventType(n) {
+			t.Errorf("ValidEventType(%q) = true", n)
 		}
 	}
 	streams := map[string]string{"handoff": "governance.handoff", "governance.handoff": "governance.handoff", " x ": "governance.x", "": ""}
 	for in, want := range streams {
-		if got := NormalizeStream(in); got != want {
-			t.Errorf("NormalizeStream(%q) = %q, want %q", in, got, want)
+		if got := NormalizeEventStream(in); got != want {
+			t.Errorf("NormalizeEventStream(%q) = %q, want %q", in, got, want)
 		}
 	}
 	for s, want := range map[string]bool{"handoff": true, "governance.handoff": true, "": false, "iu.message": false,
 		"governance.a.b": false, "Handoff": false, "governance.": false, "a-b": false} {
-		if got := ValidStream(s); got != want {
-			t.Errorf("ValidStream(%q) = %v, want %v", s, got, want)
+		if got := ValidEventStream(s); got != want {
+			t.Errorf("ValidEventStream(%q) = %v, want %v", s, got, want)
 		}
 	}
-	if got := StreamOf("governance.handoff.object_born"); got != "governance.handoff" {
-		t.Errorf("StreamOf = %q", got)
+	if got := EventStreamOf("governance.handoff.object_born"); got != "governance.handoff" {
+		t.Errorf("EventStreamOf = %q", got)
 	}
-	v, _ := Load()
+	v, _ := LoadVocabulary()
 	if !slices.Contains(v.Streams(), "governance.lifecycle") {
 		t.Errorf("streams %v lack governance.lifecycle", v.Streams())
 	}
@@ -191,25 +189,53 @@ func TestNames(t *testing.T) {
 // needs_backfill reuse other lanes (doc 41 §41.4 C).
 func TestVocabularyAnnouncesFindings(t *testing.T) {
 	t.Parallel()
-	v, err := Load()
+	v, err := LoadVocabulary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, spec := range gcos.IssueSpecs {
+	for _, spec := range IssueSpecs {
 		if _, ok := v.Lookup(spec.EventType()); !ok {
 			t.Errorf("finding %s: event %s not in the vocabulary", spec.Type, spec.EventType())
 		}
 	}
-	for _, q := range gcos.InputQualities {
-		if q == gcos.InputAccepted || q == gcos.InputBirthOrRegistryMissing || q == gcos.InputNeedsBackfill {
+	for _, q := range InputQualities {
+		if q == InputAccepted || q == InputBirthOrRegistryMissing || q == InputNeedsBackfill {
 			continue
 		}
-		spec, ok := gcos.SpecFor(gcos.InputIssue(q))
+		spec, ok := SpecFor(InputIssue(q))
 		if !ok {
-			t.Fatalf("no spec for %s", gcos.InputIssue(q))
+			t.Fatalf("no spec for %s", InputIssue(q))
 		}
 		if _, ok := v.Lookup(spec.EventType()); !ok {
 			t.Errorf("input finding %s: event %s not in the vocabulary", spec.Type, spec.EventType())
+		}
+	}
+}
+
+func TestCoverageEvent(t *testing.T) {
+	for _, tc := range []struct{ before, after, want string }{
+		{"orphan", "covered", "governance.owner.assigned"},
+		{"approved_exception", "covered", "governance.owner.assigned"},
+		{"covered", "orphan", "governance.owner.revoked"},
+		{"covered", "approved_exception", "governance.owner.revoked"},
+		{"orphan", "approved_exception", "governance.exception.granted"},
+		{"approved_exception", "orphan", ""}, // the exception_lifted finding announces it
+		{"", "covered", ""},                  // newly relevant: a verdict change
+		{"covered", "", ""},
+		{"covered", "covered", ""},
+	} {
+		got, ok := CoverageEvent(tc.before, tc.after)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("CoverageEvent(%q, %q) = %q, %v; want %q", tc.before, tc.after, got, ok, tc.want)
+		}
+	}
+	v, err := LoadVocabulary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{"governance.owner.assigned", "governance.owner.revoked", "governance.exception.granted"} {
+		if _, ok := v.Lookup(typ); !ok {
+			t.Errorf("%s is not in the vocabulary", typ)
 		}
 	}
 }

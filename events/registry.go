@@ -1,16 +1,20 @@
-package postgres
+package events
 
 import (
 	"context"
 	"fmt"
+	"gcos/postgres"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
-	"gcos/events"
 )
+
+// registryLockSQL serialises writers of the governance rows of event_type_registry (register, activate): the
+// substrate table may lack the unique key a live database was meant to have, so GCOS never relies on it.
+const registryLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('gcos.events.registry', 0))`
 
 // The governance event vocabulary in event_type_registry: register (inactive), activate (approved, audited), list.
 
@@ -36,24 +40,24 @@ type RegisterResult struct {
 // active=false. It is idempotent: a type already present is never modified (an activated type stays active, a
 // changed description is only reported as drift), so a re-run writes nothing. Rows of other domains are never
 // read for writing. One audit row records a run that registered anything.
-func (s *Store) RegisterVocabulary(ctx context.Context) (RegisterResult, error) {
-	v, err := events.Load()
+func (l *Loop) RegisterVocabulary(ctx context.Context) (RegisterResult, error) {
+	v, err := gcos.LoadVocabulary()
 	if err != nil {
 		return RegisterResult{}, err
 	}
-	res := RegisterResult{Domain: events.Domain, Total: len(v.Types), Registered: []string{}}
-	err = s.InTx(ctx, func(tx pgx.Tx) error {
+	res := RegisterResult{Domain: gcos.EventDomain, Total: len(v.Types), Registered: []string{}}
+	err = l.core.InTx(ctx, func(tx pgx.Tx) error {
 		res.Registered, res.Present, res.Drifted, res.AuditID = []string{}, 0, nil, 0
 		if _, err := tx.Exec(ctx, registryLockSQL); err != nil {
 			return fmt.Errorf("register vocabulary: lock: %w", err)
 		}
-		existing := map[string]events.EventType{}
-		rows, err := tx.Query(ctx, registryRowsSQL, events.Domain)
+		existing := map[string]gcos.EventType{}
+		rows, err := tx.Query(ctx, registryRowsSQL, gcos.EventDomain)
 		if err != nil {
 			return fmt.Errorf("register vocabulary: %w", err)
 		}
 		for rows.Next() {
-			var t events.EventType
+			var t gcos.EventType
 			var active bool
 			if err := rows.Scan(&t.EventType, &t.EventStream, &t.DeliveryLane, &t.DefaultSeverity, &t.Description, &active); err != nil {
 				rows.Close()
@@ -73,18 +77,18 @@ func (s *Store) RegisterVocabulary(ctx context.Context) (RegisterResult, error) 
 				}
 				continue
 			}
-			if _, err := tx.Exec(ctx, registryInsertSQL, events.Domain, t.EventType, t.EventStream, t.DeliveryLane,
+			if _, err := tx.Exec(ctx, registryInsertSQL, gcos.EventDomain, t.EventType, t.EventStream, t.DeliveryLane,
 				t.DefaultSeverity, t.Description); err != nil {
-				return MapError(err, "register "+t.EventType)
+				return postgres.MapError(err, "register "+t.EventType)
 			}
 			res.Registered = append(res.Registered, t.EventType)
 		}
 		if len(res.Registered) == 0 {
 			return nil
 		}
-		res.AuditID, err = Audit(ctx, tx, AuditEntry{
-			EntityType: "governance_event_type", EntityCode: events.Domain, Action: "register",
-			Detail: map[string]any{"event_domain": events.Domain, "registered": len(res.Registered),
+		res.AuditID, err = postgres.Audit(ctx, tx, postgres.AuditEntry{
+			EntityType: "governance_event_type", EntityCode: gcos.EventDomain, Action: "register",
+			Detail: map[string]any{"event_domain": gcos.EventDomain, "registered": len(res.Registered),
 				"types": res.Registered, "active": false, "vocabulary_version": v.Version},
 		})
 		return err
@@ -111,7 +115,7 @@ WHERE event_domain = $1 AND event_type_hint = $2 AND processed_at IS NULL AND de
 // (EINVALID without one) and a registered type (ENOTFOUND otherwise); it writes one registry_changelog row carrying
 // the approval reference and closes the type's unregistered-type finding. Activating an active type changes
 // nothing. Captured signals of the type move to the outbox with PromotePending (or with the type's next emit).
-func (s *Store) ActivateEventType(ctx context.Context, eventType, approvalRef, actor string) (ActivateResult, error) {
+func (l *Loop) ActivateEventType(ctx context.Context, eventType, approvalRef, actor string) (ActivateResult, error) {
 	eventType, approvalRef, actor = strings.TrimSpace(eventType), strings.TrimSpace(approvalRef), strings.TrimSpace(actor)
 	if actor == "" {
 		actor = "gcos"
@@ -120,37 +124,37 @@ func (s *Store) ActivateEventType(ctx context.Context, eventType, approvalRef, a
 	if approvalRef == "" {
 		return res, gcos.Errorf(gcos.EINVALID, "activate %s: an approval reference is required (registering is not activating)", eventType)
 	}
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
+	err := l.core.InTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, registryLockSQL); err != nil {
 			return fmt.Errorf("activate %s: lock: %w", eventType, err)
 		}
-		rt, err := lookupType(ctx, tx, eventType)
+		registered, active, err := postgres.EventTypeState(ctx, tx, eventType)
 		if err != nil {
 			return err
 		}
-		if !rt.registered {
-			return gcos.Errorf(gcos.ENOTFOUND, "activate %s: not registered in domain %s (run gcos events register)", eventType, events.Domain)
+		if !registered {
+			return gcos.Errorf(gcos.ENOTFOUND, "activate %s: not registered in domain %s (run gcos events register)", eventType, gcos.EventDomain)
 		}
-		if err := tx.QueryRow(ctx, pendingCountSQL, events.Domain, eventType).Scan(&res.PendingBacklog); err != nil {
+		if err := tx.QueryRow(ctx, pendingCountSQL, gcos.EventDomain, eventType).Scan(&res.PendingBacklog); err != nil {
 			return fmt.Errorf("activate %s: %w", eventType, err)
 		}
-		if rt.active {
+		if active {
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `UPDATE event_type_registry SET active = true WHERE event_domain = $1 AND event_type = $2`,
-			events.Domain, eventType); err != nil {
+			gcos.EventDomain, eventType); err != nil {
 			return fmt.Errorf("activate %s: %w", eventType, err)
 		}
 		res.Activated = true
-		res.AuditID, err = Audit(ctx, tx, AuditEntry{
+		res.AuditID, err = postgres.Audit(ctx, tx, postgres.AuditEntry{
 			EntityType: "governance_event_type", EntityCode: eventType, Action: "activate", Actor: actor,
-			Detail: map[string]any{"event_domain": events.Domain, "event_type": eventType, "approval_ref": approvalRef,
+			Detail: map[string]any{"event_domain": gcos.EventDomain, "event_type": eventType, "approval_ref": approvalRef,
 				"activated_by": actor, "pending_backlog": res.PendingBacklog},
 		})
 		if err != nil {
 			return err
 		}
-		_, err = ResolveFindingTx(ctx, tx, unregisteredIssue(eventType), eventType, "")
+		_, err = postgres.ResolveFindingTx(ctx, tx, gcos.UnregisteredTypeIssue(eventType), eventType, "")
 		return err
 	})
 	return res, err
@@ -170,19 +174,19 @@ type EventTypeRow struct {
 }
 
 // ListEventTypes returns the governance rows of event_type_registry by stream and type, with their backlog.
-func (s *Store) ListEventTypes(ctx context.Context) ([]EventTypeRow, error) {
-	v, err := events.Load()
+func (l *Loop) ListEventTypes(ctx context.Context) ([]EventTypeRow, error) {
+	v, err := gcos.LoadVocabulary()
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `
+	rows, err := l.core.Pool().Query(ctx, `
 		SELECT r.event_type, r.event_stream, r.delivery_lane, coalesce(r.default_severity, ''), r.description, r.active,
 		       r.created_at,
 		       (SELECT count(*) FROM event_pending p
 		        WHERE p.event_domain = r.event_domain AND p.event_type_hint = r.event_type AND p.processed_at IS NULL
 		          AND p.dead_lettered_at IS NULL AND p.capture_payload ? 'gcos_envelope')
 		FROM event_type_registry r WHERE r.event_domain = $1
-		ORDER BY r.event_stream, r.event_type`, events.Domain)
+		ORDER BY r.event_stream, r.event_type`, gcos.EventDomain)
 	if err != nil {
 		return nil, fmt.Errorf("list event types: %w", err)
 	}
@@ -197,4 +201,25 @@ func (s *Store) ListEventTypes(ctx context.Context) ([]EventTypeRow, error) {
 		return nil, fmt.Errorf("list event types: %w", err)
 	}
 	return out, nil
+}
+
+// ActivateVocabulary registers the vocabulary and activates every inactive governance type under one approval:
+// a demo, a benchmark or a test world that wants every announcement to reach the outbox.
+func (l *Loop) ActivateVocabulary(ctx context.Context, approvalRef, actor string) error {
+	if _, err := l.RegisterVocabulary(ctx); err != nil {
+		return fmt.Errorf("register the vocabulary: %w", err)
+	}
+	types, err := l.ListEventTypes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range types {
+		if t.Active {
+			continue
+		}
+		if _, err := l.ActivateEventType(ctx, t.EventType, approvalRef, actor); err != nil {
+			return fmt.Errorf("activate event type %s: %w", t.EventType, err)
+		}
+	}
+	return nil
 }

@@ -1,10 +1,11 @@
-package postgres
+package events
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"gcos/postgres"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,18 +15,17 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"gcos"
-	"gcos/events"
 )
 
 // Notifications (computed from the outbox and subscriptions, never stored), read tracking and owner resolution.
 
 // Notification is one outbox event a recipient should be notified of.
 type Notification struct {
-	Recipient     string       `json:"recipient_ref"`
-	Event         events.Event `json:"event"`
-	OccurredAt    *time.Time   `json:"occurred_at"`
-	CreatedAt     *time.Time   `json:"created_at"`
-	Subscriptions []string     `json:"subscriptions"` // the unmuted subscriptions that selected it
+	Recipient     string     `json:"recipient_ref"`
+	Event         Event      `json:"event"`
+	OccurredAt    *time.Time `json:"occurred_at"`
+	CreatedAt     *time.Time `json:"created_at"`
+	Subscriptions []string   `json:"subscriptions"` // the unmuted subscriptions that selected it
 }
 
 const subscriptionsSQL = `
@@ -50,13 +50,13 @@ LIMIT $6`
 
 func loadSubscriptions(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, recipient *string) ([]events.Subscription, error) {
-	rows, err := q.Query(ctx, subscriptionsSQL, recipient, events.Domain)
+}, recipient *string) ([]Subscription, error) {
+	rows, err := q.Query(ctx, subscriptionsSQL, recipient, gcos.EventDomain)
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: %w", err)
 	}
-	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Subscription, error) {
-		var s events.Subscription
+	subs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Subscription, error) {
+		var s Subscription
 		var filter []byte
 		if err := r.Scan(&s.ID, &s.RecipientRef, &s.EventDomain, &s.EventType, &s.EventStream, &s.ScopeSubjectTable,
 			&filter, &s.Mute); err != nil {
@@ -85,7 +85,7 @@ func loadSubscriptions(ctx context.Context, q interface {
 }
 
 // likePattern narrows the outbox read to a subscription's event_type (a gcos.Glob, nil for any): exactly a literal,
-// else by the pattern's literal prefix. events.RouteFor then matches the whole pattern.
+// else by the pattern's literal prefix. RouteFor then matches the whole pattern.
 func likePattern(p *string) string {
 	if p == nil {
 		return "%"
@@ -106,22 +106,22 @@ func likePattern(p *string) string {
 // recipient should be notified of: selected by one of its unmuted subscriptions, not selected by a muted one, and
 // not yet recorded as read by it in event_read. Mute only suppresses the notification; the finding behind the
 // event is never touched. A replayed emit adds no outbox row, so it never re-notifies.
-func (s *Store) Notifications(ctx context.Context, recipient string, limit int) ([]Notification, error) {
+func (l *Loop) Notifications(ctx context.Context, recipient string, limit int) ([]Notification, error) {
 	recipient = strings.TrimSpace(recipient)
 	if recipient == "" {
 		return nil, gcos.Errorf(gcos.EINVALID, "notifications: recipient must not be empty")
 	}
-	subs, err := loadSubscriptions(ctx, s.pool, &recipient)
+	subs, err := loadSubscriptions(ctx, l.core.Pool(), &recipient)
 	if err != nil {
 		return nil, err
 	}
-	return s.notificationsFor(ctx, recipient, subs, clampLimit(limit))
+	return l.notificationsFor(ctx, recipient, subs, clampLimit(limit))
 }
 
 // PendingNotifications returns the notifications due to every recipient with a subscription to the governance
 // domain, recipient by recipient, at most limit per recipient.
-func (s *Store) PendingNotifications(ctx context.Context, limit int) ([]Notification, error) {
-	subs, err := loadSubscriptions(ctx, s.pool, nil)
+func (l *Loop) PendingNotifications(ctx context.Context, limit int) ([]Notification, error) {
+	subs, err := loadSubscriptions(ctx, l.core.Pool(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (s *Store) PendingNotifications(ctx context.Context, limit int) ([]Notifica
 	}
 	out := []Notification{}
 	for _, r := range recipients {
-		n, err := s.notificationsFor(ctx, r, subs, clampLimit(limit))
+		n, err := l.notificationsFor(ctx, r, subs, clampLimit(limit))
 		if err != nil {
 			return nil, err
 		}
@@ -149,7 +149,7 @@ func clampLimit(limit int) int {
 	return limit
 }
 
-func (s *Store) notificationsFor(ctx context.Context, recipient string, subs []events.Subscription, limit int) ([]Notification, error) {
+func (l *Loop) notificationsFor(ctx context.Context, recipient string, subs []Subscription, limit int) ([]Notification, error) {
 	var patterns []string
 	for _, sub := range subs {
 		if sub.RecipientRef == recipient && !sub.Mute {
@@ -164,7 +164,7 @@ func (s *Store) notificationsFor(ctx context.Context, recipient string, subs []e
 	afterID := "00000000-0000-0000-0000-000000000000"
 	page := max(limit, 200)
 	for len(out) < limit {
-		rows, err := s.pool.Query(ctx, notificationPageSQL, events.Domain, recipient, after, afterID, patterns, page)
+		rows, err := l.core.Pool().Query(ctx, notificationPageSQL, gcos.EventDomain, recipient, after, afterID, patterns, page)
 		if err != nil {
 			return nil, fmt.Errorf("notifications for %s: %w", recipient, err)
 		}
@@ -187,7 +187,7 @@ func (s *Store) notificationsFor(ctx context.Context, recipient string, subs []e
 				rows.Close()
 				return nil, fmt.Errorf("notifications for %s: event %s payload: %w", recipient, e.ID, err)
 			}
-			route := events.RouteFor(recipient, subs, *e)
+			route := RouteFor(recipient, subs, *e)
 			if !route.Notify || len(out) >= limit {
 				continue
 			}
@@ -215,7 +215,7 @@ WHERE NOT EXISTS (SELECT 1 FROM event_read WHERE event_id = $1::uuid AND actor_r
 
 // MarkRead records that actor has seen the outbox event eventID (event_read). It is idempotent: it reports
 // whether a row was written now, and a second call writes nothing. An unknown event is ENOTFOUND.
-func (s *Store) MarkRead(ctx context.Context, eventID, actor string) (bool, error) {
+func (l *Loop) MarkRead(ctx context.Context, eventID, actor string) (bool, error) {
 	eventID, actor = strings.TrimSpace(eventID), strings.TrimSpace(actor)
 	if !uuidRE.MatchString(eventID) {
 		return false, gcos.Errorf(gcos.EINVALID, "mark read: event id %q is not a uuid", eventID)
@@ -224,7 +224,7 @@ func (s *Store) MarkRead(ctx context.Context, eventID, actor string) (bool, erro
 		return false, gcos.Errorf(gcos.EINVALID, "mark read: actor must not be empty")
 	}
 	var wrote bool
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
+	err := l.core.InTx(ctx, func(tx pgx.Tx) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM event_outbox WHERE id = $1::uuid)`, eventID).Scan(&exists); err != nil {
 			return fmt.Errorf("mark read %s: %w", eventID, err)
@@ -237,7 +237,7 @@ func (s *Store) MarkRead(ctx context.Context, eventID, actor string) (bool, erro
 		}
 		tag, err := tx.Exec(ctx, markReadSQL, eventID, actor)
 		if err != nil {
-			return MapError(err, "mark read "+eventID)
+			return postgres.MapError(err, "mark read "+eventID)
 		}
 		wrote = tag.RowsAffected() > 0
 		return nil
@@ -246,21 +246,21 @@ func (s *Store) MarkRead(ctx context.Context, eventID, actor string) (bool, erro
 }
 
 // ResolveOwner resolves the owner of a scope / class / collection: an active ownership row → the scope's
-// default_owner_hint → GOV-COUNCIL (the registries as the source binding names them) (events.ResolveOwner). Either registry may be
+// default_owner_hint → GOV-COUNCIL (the registries as the source binding names them) (ResolveOwner). Either registry may be
 // absent (optional SB-2 tables): that step is skipped and the reason says so; nothing is guessed.
-func (s *Store) ResolveOwner(ctx context.Context, q events.OwnerQuery) (events.ResolvedOwner, error) {
-	return resolveOwner(ctx, s.pool, s.cfg.SourceBinding, q)
+func (l *Loop) ResolveOwner(ctx context.Context, q OwnerQuery) (ResolvedOwner, error) {
+	return resolveOwner(ctx, l.core.Pool(), l.binding, q)
 }
 
 // resolveOwner is ResolveOwner over db (the pool, or the promoter's transaction).
-func resolveOwner(ctx context.Context, db Querier, sb gcos.SourceBinding, q events.OwnerQuery) (events.ResolvedOwner, error) {
-	var src events.OwnerSources
+func resolveOwner(ctx context.Context, db postgres.Querier, sb gcos.SourceBinding, q OwnerQuery) (ResolvedOwner, error) {
+	var src OwnerSources
 	var hasOwnership, hasScopes bool
-	names := RegistryNames(sb)
+	names := postgres.RegistryNames(sb)
 	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`,
-		Quote(sb.OwnerScope.Table), Quote(sb.Scope.Table)).Scan(&hasOwnership, &hasScopes)
+		postgres.Quote(sb.OwnerScope.Table), postgres.Quote(sb.Scope.Table)).Scan(&hasOwnership, &hasScopes)
 	if err != nil {
-		return events.ResolvedOwner{}, fmt.Errorf("resolve owner: %w", err)
+		return ResolvedOwner{}, fmt.Errorf("resolve owner: %w", err)
 	}
 	if hasOwnership {
 		rows, err := db.Query(ctx, names.SQL(`
@@ -270,18 +270,18 @@ func resolveOwner(ctx context.Context, db Querier, sb gcos.SourceBinding, q even
 			  AND (entity_type IS NULL OR entity_type = $2) AND (collection_name IS NULL OR collection_name = $3)`),
 			q.Scope, q.EntityType, q.CollectionName)
 		if err != nil {
-			return events.ResolvedOwner{}, fmt.Errorf("resolve owner: ownership: %w", err)
+			return ResolvedOwner{}, fmt.Errorf("resolve owner: ownership: %w", err)
 		}
-		src.Ownerships, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Ownership, error) {
-			var o events.Ownership
+		src.Ownerships, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Ownership, error) {
+			var o Ownership
 			err := r.Scan(&o.ID, &o.ScopeCode, &o.EntityType, &o.CollectionName, &o.OwnerRef, &o.Status)
 			return o, err
 		})
 		if err != nil {
-			return events.ResolvedOwner{}, fmt.Errorf("resolve owner: ownership: %w", err)
+			return ResolvedOwner{}, fmt.Errorf("resolve owner: ownership: %w", err)
 		}
 		if src.Ownerships == nil {
-			src.Ownerships = []events.Ownership{}
+			src.Ownerships = []Ownership{}
 		}
 	}
 	if hasScopes {
@@ -289,7 +289,7 @@ func resolveOwner(ctx context.Context, db Querier, sb gcos.SourceBinding, q even
 			SELECT {scope_code}, coalesce(default_owner_hint, '') FROM {scopes}
 			WHERE $1 = '' OR {scope_code} = $1`), q.Scope)
 		if err != nil {
-			return events.ResolvedOwner{}, fmt.Errorf("resolve owner: scopes: %w", err)
+			return ResolvedOwner{}, fmt.Errorf("resolve owner: scopes: %w", err)
 		}
 		src.ScopeDefault = map[string]string{}
 		var code, hint string
@@ -298,8 +298,8 @@ func resolveOwner(ctx context.Context, db Querier, sb gcos.SourceBinding, q even
 			return nil
 		})
 		if err != nil {
-			return events.ResolvedOwner{}, fmt.Errorf("resolve owner: scopes: %w", err)
+			return ResolvedOwner{}, fmt.Errorf("resolve owner: scopes: %w", err)
 		}
 	}
-	return events.ResolveOwner(q, src), nil
+	return ResolveOwner(q, src), nil
 }

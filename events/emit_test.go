@@ -1,4 +1,4 @@
-package postgres_test
+package events_test
 
 import (
 	"context"
@@ -25,12 +25,14 @@ type evEnv struct {
 	ctx   context.Context
 	pool  *pgxpool.Pool
 	store *postgres.Store
+	loop  *events.Loop
 }
 
 func newEvEnv(t *testing.T) *evEnv {
 	t.Helper()
 	pool := pgtest.NewDB(t)
-	return &evEnv{ctx: context.Background(), pool: pool, store: postgres.New(pool, gcos.DefaultConfig(), nil)}
+	store := postgres.New(pool, gcos.DefaultConfig(), nil)
+	return &evEnv{ctx: context.Background(), pool: pool, store: store, loop: events.New(store, store.Config())}
 }
 
 func (e *evEnv) exec(t *testing.T, sql string, args ...any) {
@@ -54,18 +56,18 @@ func (e *evEnv) world() *gcostest.World {
 	return &gcostest.World{Ctx: e.ctx, Pool: e.pool, Store: e.store}
 }
 
-func (e *evEnv) register(t *testing.T) postgres.RegisterResult {
+func (e *evEnv) register(t *testing.T) events.RegisterResult {
 	t.Helper()
-	res, err := e.store.RegisterVocabulary(e.ctx)
+	res, err := e.loop.RegisterVocabulary(e.ctx)
 	if err != nil {
 		t.Fatalf("register: %v", err)
 	}
 	return res
 }
 
-func (e *evEnv) activate(t *testing.T, eventType string) postgres.ActivateResult {
+func (e *evEnv) activate(t *testing.T, eventType string) events.ActivateResult {
 	t.Helper()
-	res, err := e.store.ActivateEventType(e.ctx, eventType, "APR-EV-1", "test-approver")
+	res, err := e.loop.ActivateEventType(e.ctx, eventType, "APR-EV-1", "test-approver")
 	if err != nil {
 		t.Fatalf("activate %s: %v", eventType, err)
 	}
@@ -83,7 +85,7 @@ func (e *evEnv) emit(t *testing.T, em postgres.Emit) postgres.EmitResult {
 
 func (e *evEnv) promote(t *testing.T) postgres.PromoteResult {
 	t.Helper()
-	res, err := e.store.PromotePending(e.ctx)
+	res, err := e.loop.PromotePending(e.ctx)
 	if err != nil {
 		t.Fatalf("promote: %v", err)
 	}
@@ -114,10 +116,6 @@ func (e *evEnv) pendingCount(t *testing.T) int {
 	t.Helper()
 	return e.n(t, `SELECT count(*) FROM event_pending WHERE event_domain = 'governance' AND `+notAnnouncement)
 }
-
-// notHeldAnnouncement selects the findings that are not about a held signal of an inactive event type (which the
-// announcements of every finding, run and snapshot raise while the vocabulary is not active).
-const notHeldAnnouncement = `NOT (issue_type IN ('issue_event_gap', 'handoff_unregistered_type') AND coalesce_key ~ ':governance\.')`
 
 // notAnnouncement selects the event_pending rows that are not GCOS's own announcements.
 const notAnnouncement = `NOT coalesce((capture_payload ->> 'announce')::boolean, false)`
@@ -257,7 +255,7 @@ func TestSB11_RegisterBeforeEmit(t *testing.T) {
 		e := newEvEnv(t)
 		e.register(t)
 		for range 2 {
-			res, err := e.store.EmitHeartbeat(e.ctx, "candidate", map[string]int64{"groups": 3})
+			res, err := e.heartbeat("candidate", map[string]int64{"groups": 3})
 			if err != nil || res.Outcome != postgres.EmitOutcomeCaptured {
 				t.Fatalf("heartbeat of an inactive type: %+v, %v", res, err)
 			}
@@ -419,7 +417,7 @@ func TestSB11_EventNotJob(t *testing.T) {
 		}
 		e.emit(t, handoffEmit(k, "fin_invoices", fmt.Sprintf("INV-%d", i), fmt.Sprintf("job-test-%d", i), evBase))
 	}
-	if _, err := e.store.EmitHeartbeat(e.ctx, "handoff", map[string]int64{"seen": 10, "enqueued": 8}); err != nil {
+	if _, err := e.heartbeat("handoff", map[string]int64{"seen": 10, "enqueued": 8}); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range gcos.ChangeKinds {
@@ -427,7 +425,7 @@ func TestSB11_EventNotJob(t *testing.T) {
 	}
 	e.activate(t, "governance.handoff.heartbeat")
 	e.promote(t)
-	if _, err := e.store.EmitHeartbeat(e.ctx, "governance.handoff", map[string]int64{"seen": 1}); err != nil {
+	if _, err := e.heartbeat("governance.handoff", map[string]int64{"seen": 1}); err != nil {
 		t.Fatal(err)
 	}
 	e.promote(t) // the heartbeat is an announcement: the promoter releases it (the second waits out the cooldown)
@@ -498,7 +496,7 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 
 	ids := func(recipient string) []string {
 		t.Helper()
-		ns, err := e.store.Notifications(e.ctx, recipient, 0)
+		ns, err := e.loop.Notifications(e.ctx, recipient, 0)
 		if err != nil {
 			t.Fatalf("notifications for %s: %v", recipient, err)
 		}
@@ -533,7 +531,7 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 
 	// Seen events are not notified again; marking read is idempotent.
 	for i, want := range []bool{true, false} {
-		wrote, err := e.store.MarkRead(e.ctx, fin.EventID, "owner-handoff")
+		wrote, err := e.loop.MarkRead(e.ctx, fin.EventID, "owner-handoff")
 		if err != nil || wrote != want {
 			t.Fatalf("mark read #%d = %v, %v; want %v", i+1, wrote, err, want)
 		}
@@ -560,7 +558,7 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 		t.Fatalf("after replay: %v", got)
 	}
 
-	all, err := e.store.PendingNotifications(e.ctx, 0)
+	all, err := e.loop.PendingNotifications(e.ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,13 +574,13 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 		t.Fatalf("pending notifications %v, want %v", pairs, want)
 	}
 
-	if _, err := e.store.MarkRead(e.ctx, "00000000-0000-4000-8000-000000000000", "owner-handoff"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
+	if _, err := e.loop.MarkRead(e.ctx, "00000000-0000-4000-8000-000000000000", "owner-handoff"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		t.Fatalf("mark read of an unknown event: %v, want not found", err)
 	}
-	if _, err := e.store.MarkRead(e.ctx, "not-a-uuid", "owner-handoff"); gcos.ErrorCode(err) != gcos.EINVALID {
+	if _, err := e.loop.MarkRead(e.ctx, "not-a-uuid", "owner-handoff"); gcos.ErrorCode(err) != gcos.EINVALID {
 		t.Fatalf("mark read of a bad id: %v, want invalid", err)
 	}
-	if _, err := e.store.Notifications(e.ctx, " ", 0); gcos.ErrorCode(err) != gcos.EINVALID {
+	if _, err := e.loop.Notifications(e.ctx, " ", 0); gcos.ErrorCode(err) != gcos.EINVALID {
 		t.Fatalf("notifications without recipient: %v", err)
 	}
 }
@@ -608,7 +606,7 @@ func TestSB11_NotificationOwnerResolution(t *testing.T) {
 		{events.OwnerQuery{Scope: "health", EntityType: "entry", CollectionName: "ledger"}, events.CouncilOwner, events.OwnerFromCouncil},
 		{events.OwnerQuery{Scope: "policy", EntityType: "invoice", CollectionName: "fin_invoices"}, events.CouncilOwner, events.OwnerFromCouncil},
 	} {
-		got, err := e.store.ResolveOwner(e.ctx, tc.q)
+		got, err := e.loop.ResolveOwner(e.ctx, tc.q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -617,12 +615,12 @@ func TestSB11_NotificationOwnerResolution(t *testing.T) {
 		}
 	}
 	e.exec(t, `DROP TABLE governance_object_ownership`)
-	got, err := e.store.ResolveOwner(e.ctx, events.OwnerQuery{Scope: "health", EntityType: "invoice", CollectionName: "fin_invoices"})
+	got, err := e.loop.ResolveOwner(e.ctx, events.OwnerQuery{Scope: "health", EntityType: "invoice", CollectionName: "fin_invoices"})
 	if err != nil || got.OwnerRef != "GOV-SIV" || !strings.Contains(got.Reason, "absent") {
 		t.Fatalf("without ownership: %+v, %v", got, err)
 	}
 	e.exec(t, `DROP TABLE governance_responsibility_scope`)
-	got, err = e.store.ResolveOwner(e.ctx, events.OwnerQuery{Scope: "health"})
+	got, err = e.loop.ResolveOwner(e.ctx, events.OwnerQuery{Scope: "health"})
 	if err != nil || got.OwnerRef != events.CouncilOwner {
 		t.Fatalf("without SB-2 tables: %+v, %v", got, err)
 	}
@@ -647,16 +645,16 @@ func TestSB11_OneDomain(t *testing.T) {
 	if len(reg.Registered) != reg.Total || reg.Total == 0 {
 		t.Fatalf("register: %+v", reg)
 	}
-	if _, err := e.store.ActivateEventType(e.ctx, "iu.message.received", "APR-X", "someone"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
+	if _, err := e.loop.ActivateEventType(e.ctx, "iu.message.received", "APR-X", "someone"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		t.Fatalf("activating another domain's type: %v, want not found", err)
 	}
-	if _, err := e.store.ActivateEventType(e.ctx, "mother.cut.proposed", "APR-X", "someone"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
+	if _, err := e.loop.ActivateEventType(e.ctx, "mother.cut.proposed", "APR-X", "someone"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		t.Fatalf("activating another domain's inactive type: %v, want not found", err)
 	}
 	e.activate(t, gcos.ChangeObjectBorn.EventType())
 	e.emit(t, handoffEmit(gcos.ChangeObjectBorn, "fin_invoices", "INV-1", "d-1", evBase))
 	e.emit(t, handoffEmit(gcos.ChangeObjectRetired, "fin_invoices", "INV-1", "d-2", evBase))
-	if _, err := e.store.EmitHeartbeat(e.ctx, "handoff", nil); err != nil {
+	if _, err := e.heartbeat("handoff", nil); err != nil {
 		t.Fatal(err)
 	}
 	e.register(t)
@@ -693,7 +691,7 @@ func TestSB11_OneDomain(t *testing.T) {
 func TestEventRegisterAndActivate(t *testing.T) {
 	t.Parallel()
 	e := newEvEnv(t)
-	v, err := events.Load()
+	v, err := gcos.LoadVocabulary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -715,13 +713,13 @@ func TestEventRegisterAndActivate(t *testing.T) {
 	}
 
 	typ := "governance.candidate.stale"
-	if _, err := e.store.ActivateEventType(e.ctx, typ, "  ", "op"); gcos.ErrorCode(err) != gcos.EINVALID {
+	if _, err := e.loop.ActivateEventType(e.ctx, typ, "  ", "op"); gcos.ErrorCode(err) != gcos.EINVALID {
 		t.Fatalf("activation without approval: %v, want invalid", err)
 	}
-	if _, err := e.store.ActivateEventType(e.ctx, "governance.nope.never", "APR-1", "op"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
+	if _, err := e.loop.ActivateEventType(e.ctx, "governance.nope.never", "APR-1", "op"); gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		t.Fatalf("activation of an unregistered type: %v, want not found", err)
 	}
-	res, err := e.store.ActivateEventType(e.ctx, typ, "APR-42", "op-anna")
+	res, err := e.loop.ActivateEventType(e.ctx, typ, "APR-42", "op-anna")
 	if err != nil || !res.Activated || res.AuditID == 0 {
 		t.Fatalf("activate: %+v, %v", res, err)
 	}
@@ -732,7 +730,7 @@ func TestEventRegisterAndActivate(t *testing.T) {
 	if !strings.Contains(detail, `"approval_ref":"APR-42"`) || by != "gcos:op-anna" || action != "activate" {
 		t.Fatalf("audit row: %s by %s action %s", detail, by, action)
 	}
-	again, err := e.store.ActivateEventType(e.ctx, typ, "APR-43", "op-anna")
+	again, err := e.loop.ActivateEventType(e.ctx, typ, "APR-43", "op-anna")
 	if err != nil || again.Activated || again.AuditID != 0 {
 		t.Fatalf("second activation: %+v, %v; want a no-op", again, err)
 	}
@@ -761,7 +759,7 @@ func TestEventRegisterAndActivate(t *testing.T) {
 		t.Fatalf("fourth register: %+v", fourth)
 	}
 
-	list, err := e.store.ListEventTypes(e.ctx)
+	list, err := e.loop.ListEventTypes(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -900,7 +898,7 @@ func TestEmitHeartbeat(t *testing.T) {
 	t.Parallel()
 	e := newEvEnv(t)
 	e.register(t)
-	res, err := e.store.EmitHeartbeat(e.ctx, "handoff", map[string]int64{"seen": 5, "coalesced": 2, "enqueued": 3})
+	res, err := e.heartbeat("handoff", map[string]int64{"seen": 5, "coalesced": 2, "enqueued": 3})
 	if err != nil || res.Outcome != postgres.EmitOutcomeCaptured {
 		t.Fatalf("inactive heartbeat: %+v, %v", res, err)
 	}
@@ -908,7 +906,7 @@ func TestEmitHeartbeat(t *testing.T) {
 		t.Fatalf("findings %+v", f)
 	}
 	e.activate(t, "governance.handoff.heartbeat")
-	res, err = e.store.EmitHeartbeat(e.ctx, "governance.handoff", map[string]int64{"seen": 1})
+	res, err = e.heartbeat("governance.handoff", map[string]int64{"seen": 1})
 	if err != nil || res.Outcome != postgres.EmitOutcomeCaptured {
 		t.Fatalf("active heartbeat: %+v, %v", res, err)
 	}
@@ -924,13 +922,22 @@ func TestEmitHeartbeat(t *testing.T) {
 		AND processed_at IS NOT NULL AND last_error LIKE 'coalesced%' AND capture_payload->'safe_payload'->>'coalesced' = '2'`); n != 1 {
 		t.Fatal("the first heartbeat, with its counts, should be coalesced into the second")
 	}
-	if _, err := e.store.EmitHeartbeat(e.ctx, "", nil); gcos.ErrorCode(err) != gcos.EINVALID {
+	if _, err := e.heartbeat("", nil); gcos.ErrorCode(err) != gcos.EINVALID {
 		t.Fatalf("heartbeat without stream: %v", err)
 	}
 	// A stream without a heartbeat type in the vocabulary is held like any unregistered type.
-	res, err = e.store.EmitHeartbeat(e.ctx, "lifecycle", nil)
+	res, err = e.heartbeat("lifecycle", nil)
 	if err != nil || res.Outcome != postgres.EmitOutcomeCaptured {
 		t.Fatalf("heartbeat of a stream without one: %+v, %v", res, err)
 	}
 	e.noInactiveOutbox(t)
+}
+
+// heartbeat emits the heartbeat signal of stream, as the intake's worker does.
+func (e *evEnv) heartbeat(stream string, counts map[string]int64) (postgres.EmitResult, error) {
+	beat, err := postgres.Heartbeat(stream, counts)
+	if err != nil {
+		return postgres.EmitResult{}, err
+	}
+	return e.store.EmitSignal(e.ctx, beat)
 }

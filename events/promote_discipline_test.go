@@ -1,4 +1,4 @@
-package postgres_test
+package events_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/events"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 )
@@ -34,9 +35,9 @@ func newDisciplineEnv(t *testing.T, ev gcos.EventsConfig) (*evEnv, *testClock) {
 	pool := pgtest.NewDB(t)
 	cfg := gcos.DefaultConfig()
 	cfg.Events = ev
-	e := &evEnv{ctx: context.Background(), pool: pool, store: postgres.New(pool, cfg, nil)}
 	clock := &testClock{now: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
-	e.store.SetClock(clock.Now)
+	store := postgres.New(pool, cfg, nil)
+	e := &evEnv{ctx: context.Background(), pool: pool, store: store, loop: events.New(store, cfg, events.WithClock(clock.Now))}
 	e.register(t)
 	for _, typ := range e.strings(t, `SELECT event_type FROM event_type_registry WHERE event_domain = 'governance'`) {
 		e.activate(t, typ)
@@ -187,7 +188,7 @@ func TestDisciplineRoutingAndEscalation(t *testing.T) {
 	}
 	ids := e.strings(t, `SELECT id::text FROM event_outbox WHERE event_type = 'governance.snapshot.capture_failed'
 		ORDER BY safe_payload->>'coalesce_key'`)
-	if _, err := e.store.MarkRead(e.ctx, ids[0], "owner-fin"); err != nil {
+	if _, err := e.loop.MarkRead(e.ctx, ids[0], "owner-fin"); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(59 * time.Minute)

@@ -1,9 +1,10 @@
-package postgres
+package events
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"gcos/postgres"
 	"slices"
 	"strings"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
-	"gcos/events"
 )
 
 // The notifications a principal works: its unread governance events (its subscriptions, less what it muted, less
@@ -36,10 +36,10 @@ const findingsSubjectTable = "system_issues"
 type NotificationInbox struct {
 	Recipient string `json:"recipient"`
 	// Unread counts the recipient's unread notifications, at most UnreadCap (then UnreadMore is true).
-	Unread        int                   `json:"unread"`
-	UnreadMore    bool                  `json:"unread_more"`
-	Notifications []Notification        `json:"notifications"`
-	Subscriptions []events.Subscription `json:"subscriptions"` // the recipient's governance subscriptions and mutes
+	Unread        int            `json:"unread"`
+	UnreadMore    bool           `json:"unread_more"`
+	Notifications []Notification `json:"notifications"`
+	Subscriptions []Subscription `json:"subscriptions"` // the recipient's governance subscriptions and mutes
 }
 
 // UnreadCap bounds an unread count: past it the count says "at least".
@@ -47,16 +47,16 @@ const UnreadCap = 1000
 
 // Inbox returns recipient's unread notifications (oldest first, at most limit), its unread count and its
 // subscriptions and mutes.
-func (s *Store) Inbox(ctx context.Context, recipient string, limit int) (NotificationInbox, error) {
+func (l *Loop) Inbox(ctx context.Context, recipient string, limit int) (NotificationInbox, error) {
 	in := NotificationInbox{Recipient: strings.TrimSpace(recipient)}
 	if err := checkRecipient(in.Recipient); err != nil {
 		return in, err
 	}
-	subs, err := loadSubscriptions(ctx, s.pool, &in.Recipient)
+	subs, err := loadSubscriptions(ctx, l.core.Pool(), &in.Recipient)
 	if err != nil {
 		return in, err
 	}
-	all, err := s.notificationsFor(ctx, in.Recipient, subs, UnreadCap+1)
+	all, err := l.notificationsFor(ctx, in.Recipient, subs, UnreadCap+1)
 	if err != nil {
 		return in, err
 	}
@@ -64,14 +64,14 @@ func (s *Store) Inbox(ctx context.Context, recipient string, limit int) (Notific
 	in.Notifications = all[:min(len(all), clampLimit(limit))]
 	in.Subscriptions = subs
 	if in.Subscriptions == nil {
-		in.Subscriptions = []events.Subscription{}
+		in.Subscriptions = []Subscription{}
 	}
 	return in, nil
 }
 
 // UnreadCount is recipient's unread count (at most UnreadCap; more reports whether there are more).
-func (s *Store) UnreadCount(ctx context.Context, recipient string) (n int, more bool, err error) {
-	in, err := s.Inbox(ctx, recipient, 1)
+func (l *Loop) UnreadCount(ctx context.Context, recipient string) (n int, more bool, err error) {
+	in, err := l.Inbox(ctx, recipient, 1)
 	return in.Unread, in.UnreadMore, err
 }
 
@@ -92,7 +92,7 @@ type ReadResult struct {
 // MarkReadAs records that by's principal has read the given events, or with all every notification it has unread
 // (at most UnreadCap at a time). An id that is not a uuid is EINVALID, one not in the outbox ENOTFOUND; either
 // refuses the whole request before anything is written.
-func (s *Store) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.Actor) (ReadResult, error) {
+func (l *Loop) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.Actor) (ReadResult, error) {
 	res := ReadResult{Recipient: by.Principal}
 	if err := by.Check("mark read"); err != nil {
 		return res, err
@@ -112,11 +112,11 @@ func (s *Store) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.
 		}
 	}
 	if all {
-		subs, err := loadSubscriptions(ctx, s.pool, &by.Principal)
+		subs, err := loadSubscriptions(ctx, l.core.Pool(), &by.Principal)
 		if err != nil {
 			return res, err
 		}
-		ns, err := s.notificationsFor(ctx, by.Principal, subs, UnreadCap)
+		ns, err := l.notificationsFor(ctx, by.Principal, subs, UnreadCap)
 		if err != nil {
 			return res, err
 		}
@@ -124,7 +124,7 @@ func (s *Store) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.
 			ids = append(ids, n.Event.ID)
 		}
 	}
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
+	err := l.core.InTx(ctx, func(tx pgx.Tx) error {
 		var missing []string
 		if err := tx.QueryRow(ctx, `
 			SELECT coalesce(array_agg(x), '{}') FROM unnest($1::uuid[]) x
@@ -142,7 +142,7 @@ func (s *Store) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.
 			SELECT DISTINCT x, $2, now(), 'gcos' FROM unnest($1::uuid[]) x
 			WHERE NOT EXISTS (SELECT 1 FROM event_read WHERE event_id = x AND actor_ref = $2)`, ids, by.Principal)
 		if err != nil {
-			return MapError(err, "mark read")
+			return postgres.MapError(err, "mark read")
 		}
 		res.Marked = int(tag.RowsAffected())
 		return nil
@@ -158,10 +158,10 @@ func (s *Store) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.
 
 // SubscriptionChange says what a mute, unmute or subscribe did.
 type SubscriptionChange struct {
-	Recipient    string              `json:"recipient"`
-	Action       string              `json:"action"` // mute, unmute, subscribe
-	Changed      bool                `json:"changed"`
-	Subscription events.Subscription `json:"subscription"`
+	Recipient    string       `json:"recipient"`
+	Action       string       `json:"action"` // mute, unmute, subscribe
+	Changed      bool         `json:"changed"`
+	Subscription Subscription `json:"subscription"`
 }
 
 // subscriptionRow is the event_subscription row a selector stands for (recipient and mute aside).
@@ -172,7 +172,7 @@ type subscriptionRow struct {
 
 // selectorRow checks sel and turns it into its subscription row: a pattern must be a valid gcos.Glob that
 // matches a governance event type (or stream) GCOS knows, and a finding must exist.
-func (s *Store) selectorRow(ctx context.Context, sel NotificationSelector) (subscriptionRow, error) {
+func (l *Loop) selectorRow(ctx context.Context, sel NotificationSelector) (subscriptionRow, error) {
 	var row subscriptionRow
 	sel.EventType, sel.Stream = strings.TrimSpace(sel.EventType), strings.TrimSpace(sel.Stream)
 	if sel.EventType == "" && sel.Stream == "" && sel.FindingID == 0 && !sel.Findings {
@@ -182,7 +182,7 @@ func (s *Store) selectorRow(ctx context.Context, sel NotificationSelector) (subs
 		t := findingsSubjectTable
 		row.subjectTable = &t
 	}
-	types, streams, err := s.governanceTypes(ctx)
+	types, streams, err := l.governanceTypes(ctx)
 	if err != nil {
 		return row, err
 	}
@@ -210,7 +210,7 @@ func (s *Store) selectorRow(ctx context.Context, sel NotificationSelector) (subs
 	}
 	if sel.FindingID > 0 {
 		var key string
-		err := s.pool.QueryRow(ctx, `SELECT coalesce_key FROM system_issues WHERE id = $1 AND coalesce_key LIKE 'gov:%'`, sel.FindingID).Scan(&key)
+		err := l.core.Pool().QueryRow(ctx, `SELECT coalesce_key FROM system_issues WHERE id = $1 AND coalesce_key LIKE 'gov:%'`, sel.FindingID).Scan(&key)
 		if err == pgx.ErrNoRows {
 			return row, gcos.Errorf(gcos.ENOTFOUND, "notifications: finding %d: no such finding (gcos findings list shows them)", sel.FindingID)
 		}
@@ -223,15 +223,15 @@ func (s *Store) selectorRow(ctx context.Context, sel NotificationSelector) (subs
 }
 
 // governanceTypes lists the governance event types and streams GCOS knows: its vocabulary and the registry's rows.
-func (s *Store) governanceTypes(ctx context.Context) (types, streams []string, err error) {
-	v, err := events.Load()
+func (l *Loop) governanceTypes(ctx context.Context) (types, streams []string, err error) {
+	v, err := gcos.LoadVocabulary()
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, t := range v.Types {
 		types, streams = append(types, t.EventType), append(streams, t.EventStream)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT event_type, coalesce(event_stream, '') FROM event_type_registry WHERE event_domain = $1`, events.Domain)
+	rows, err := l.core.Pool().Query(ctx, `SELECT event_type, coalesce(event_stream, '') FROM event_type_registry WHERE event_domain = $1`, gcos.EventDomain)
 	if err != nil {
 		return nil, nil, fmt.Errorf("governance event types: %w", err)
 	}
@@ -257,31 +257,31 @@ ORDER BY created_at, id`
 // MuteAs mutes, for by's principal, the governance events sel selects: they stop notifying it; the findings behind
 // them are untouched and keep counting. Muting what is already muted changes nothing. With principals configured
 // muting needs the operator role.
-func (s *Store) MuteAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
-	return s.changeSubscription(ctx, "mute", sel, by)
+func (l *Loop) MuteAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
+	return l.changeSubscription(ctx, "mute", sel, by)
 }
 
 // UnmuteAs removes by's mute of exactly sel (the same selectors it was muted with); no such mute is ENOTFOUND.
 // What happened while it was muted stays unnotified: the events the mute held back are recorded as read
 // (read_status_source gcos:muted), so unmuting does not bring back the backlog it was meant to silence.
-func (s *Store) UnmuteAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
-	return s.changeSubscription(ctx, "unmute", sel, by)
+func (l *Loop) UnmuteAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
+	return l.changeSubscription(ctx, "unmute", sel, by)
 }
 
 // SubscribeAs subscribes by's principal to the governance events sel selects (idempotent).
-func (s *Store) SubscribeAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
-	return s.changeSubscription(ctx, "subscribe", sel, by)
+func (l *Loop) SubscribeAs(ctx context.Context, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
+	return l.changeSubscription(ctx, "subscribe", sel, by)
 }
 
-func (s *Store) changeSubscription(ctx context.Context, action string, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
+func (l *Loop) changeSubscription(ctx context.Context, action string, sel NotificationSelector, by gcos.Actor) (SubscriptionChange, error) {
 	ch := SubscriptionChange{Recipient: by.Principal, Action: action}
 	if err := by.Check(action); err != nil {
 		return ch, err
 	}
-	if err := gcos.MayAct(s.cfg.Principals, by.Principal, gcos.RoleOperator); err != nil {
+	if err := gcos.MayAct(l.principals, by.Principal, gcos.RoleOperator); err != nil {
 		return ch, gcos.Errorf(gcos.EFORBIDDEN, "%s: %s", action, gcos.ErrorMessage(err))
 	}
-	row, err := s.selectorRow(ctx, sel)
+	row, err := l.selectorRow(ctx, sel)
 	if err != nil {
 		return ch, err
 	}
@@ -294,10 +294,10 @@ func (s *Store) changeSubscription(ctx context.Context, action string, sel Notif
 		return ch, err
 	}
 	mute := action != "subscribe"
-	domain := events.Domain
-	ch.Subscription = events.Subscription{RecipientRef: by.Principal, EventDomain: &domain, EventType: row.eventType,
+	domain := gcos.EventDomain
+	ch.Subscription = Subscription{RecipientRef: by.Principal, EventDomain: &domain, EventType: row.eventType,
 		EventStream: row.stream, ScopeSubjectTable: row.subjectTable, ScopeFilter: filter, Mute: mute}
-	err = s.InTx(ctx, func(tx pgx.Tx) error {
+	err = l.core.InTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.subscription:' || $1, 0))`, by.Principal); err != nil {
 			return fmt.Errorf("%s: lock: %w", action, err)
 		}
@@ -321,7 +321,7 @@ func (s *Store) changeSubscription(ctx context.Context, action string, sel Notif
 		case action == "unmute" && len(same) == 0:
 			return gcos.Errorf(gcos.ENOTFOUND, "unmute: %s has no mute with exactly these selectors (gcos notifications list shows its mutes)", by.Principal)
 		case action == "unmute":
-			if err := s.readWhileMuted(ctx, tx, by.Principal, ch.Subscription, rowsSame[0].Since); err != nil {
+			if err := l.readWhileMuted(ctx, tx, by.Principal, ch.Subscription, rowsSame[0].Since); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `DELETE FROM event_subscription WHERE id = ANY($1::uuid[])`, same); err != nil {
@@ -336,11 +336,11 @@ func (s *Store) changeSubscription(ctx context.Context, action string, sel Notif
 				INSERT INTO event_subscription (recipient_ref, event_domain, event_type, event_stream, scope_subject_table, scope_filter, mute)
 				VALUES ($1, $2, $3, $4, $7, $5::jsonb, $6) RETURNING id::text`,
 				by.Principal, domain, row.eventType, row.stream, filterJSON, mute, row.subjectTable).Scan(&ch.Subscription.ID); err != nil {
-				return MapError(err, action)
+				return postgres.MapError(err, action)
 			}
 			ch.Changed = true
 		}
-		_, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_subscription", EntityCode: ch.Subscription.ID, Action: action,
+		_, err = postgres.Audit(ctx, tx, postgres.AuditEntry{EntityType: "governance_subscription", EntityCode: ch.Subscription.ID, Action: action,
 			Actor: by.Principal, Detail: map[string]any{"recipient": by.Principal, "selector": sel, "actor": by.Audit()}})
 		return err
 	})
@@ -352,18 +352,18 @@ func (s *Store) changeSubscription(ctx context.Context, action string, sel Notif
 
 // readWhileMuted records as read (gcos:muted) the recipient's notifications that mute held back: those it would
 // be notified of without the mute, that the mute matches, created since the mute was. At most UnreadCap.
-func (s *Store) readWhileMuted(ctx context.Context, tx pgx.Tx, recipient string, mute events.Subscription, since time.Time) error {
+func (l *Loop) readWhileMuted(ctx context.Context, tx pgx.Tx, recipient string, mute Subscription, since time.Time) error {
 	subs, err := loadSubscriptions(ctx, tx, &recipient)
 	if err != nil {
 		return err
 	}
-	var others []events.Subscription
+	var others []Subscription
 	for _, sub := range subs {
 		if !sameSelectors(sub, mute) {
 			others = append(others, sub)
 		}
 	}
-	ns, err := s.notificationsFor(ctx, recipient, others, UnreadCap)
+	ns, err := l.notificationsFor(ctx, recipient, others, UnreadCap)
 	if err != nil {
 		return err
 	}
@@ -386,7 +386,7 @@ func (s *Store) readWhileMuted(ctx context.Context, tx pgx.Tx, recipient string,
 }
 
 // sameSelectors reports whether two subscription rows select alike and are both mutes (or both not).
-func sameSelectors(a, b events.Subscription) bool {
+func sameSelectors(a, b Subscription) bool {
 	eq := func(x, y *string) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 	fa, _ := json.Marshal(a.ScopeFilter)
 	fb, _ := json.Marshal(b.ScopeFilter)

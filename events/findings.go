@@ -1,10 +1,11 @@
-package postgres
+package events
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gcos/postgres"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
-	"gcos/events"
 )
 
 // The loop a person works on a finding: show it, resolve it with a reason. Resolving closes the row the way an
@@ -53,7 +53,7 @@ type FindingResolution struct {
 // FindingDetail is one finding whole: its row, what explains it, what was announced about it and who resolved it.
 type FindingDetail struct {
 	FindingRow
-	Events      []events.Event      `json:"events"`      // its announcements in the outbox, newest first (at most 20)
+	Events      []Event             `json:"events"`      // its announcements in the outbox, newest first (at most 20)
 	Resolutions []FindingResolution `json:"resolutions"` // resolutions by a person, newest first (at most 20)
 }
 
@@ -70,6 +70,58 @@ func scanFinding(r pgx.Row) (FindingRow, error) {
 	return x, err
 }
 
+// FindingRow is one system_issues row as GCOS reports it.
+type FindingRow struct {
+	ID              int64           `json:"id"`
+	IssueType       string          `json:"issue_type"`
+	Severity        string          `json:"severity"`
+	CoalesceKey     string          `json:"coalesce_key"`
+	OccurrenceCount int             `json:"occurrence_count"`
+	ReopenCount     int             `json:"reopen_count"`
+	RulesetVersion  *string         `json:"ruleset_version"`
+	RunID           *string         `json:"run_id"`
+	Status          string          `json:"status"`
+	Evidence        json.RawMessage `json:"evidence"`
+	FirstSeenAt     any             `json:"first_seen_at"`
+	LastSeenAt      any             `json:"last_seen_at"`
+	ResolvedAt      any             `json:"resolved_at"`
+	// Explain is what explains the finding (its group or object) and where to read it; absent when nothing does.
+	Explain *FindingLink `json:"explain,omitempty"`
+}
+
+// FindingFilter narrows ListFindings.
+type FindingFilter struct {
+	OpenOnly  bool
+	IssueType string
+	Limit     int
+}
+
+// ListFindings returns GCOS's findings (coalesce keys starting with "gov:"), newest first.
+func (l *Loop) ListFindings(ctx context.Context, f FindingFilter) ([]FindingRow, error) {
+	var err error
+	if f.Limit, err = postgres.CheckLimit("limit", f.Limit, postgres.DefaultFindingLimit, postgres.MaxFindingLimit); err != nil {
+		return nil, err
+	}
+	if f.IssueType != "" {
+		if _, err := gcos.ParseIssueType(f.IssueType); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := l.core.Pool().Query(ctx, `
+		SELECT `+findingColumns+`
+		FROM system_issues
+		WHERE coalesce_key LIKE 'gov:%' AND (NOT $1 OR status = 'open') AND ($2 = '' OR issue_type = $2)
+		ORDER BY last_seen_at DESC, id DESC LIMIT $3`, f.OpenOnly, f.IssueType, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list findings: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FindingRow, error) { return scanFinding(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list findings: %w", err)
+	}
+	return out, nil
+}
+
 // CheckFindingID reads a finding id given as text.
 func CheckFindingID(s string) (int64, error) {
 	id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
@@ -80,9 +132,9 @@ func CheckFindingID(s string) (int64, error) {
 }
 
 // GetFinding returns one of GCOS's findings whole; an id GCOS did not raise is ENOTFOUND.
-func (s *Store) GetFinding(ctx context.Context, id int64) (FindingDetail, error) {
+func (l *Loop) GetFinding(ctx context.Context, id int64) (FindingDetail, error) {
 	var d FindingDetail
-	row, err := scanFinding(s.pool.QueryRow(ctx, `SELECT `+findingColumns+` FROM system_issues WHERE id = $1 AND coalesce_key LIKE 'gov:%'`, id))
+	row, err := scanFinding(l.core.Pool().QueryRow(ctx, `SELECT `+findingColumns+` FROM system_issues WHERE id = $1 AND coalesce_key LIKE 'gov:%'`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, gcos.Errorf(gcos.ENOTFOUND, "finding %d: no such finding (gcos findings list shows them)", id)
 	}
@@ -90,18 +142,18 @@ func (s *Store) GetFinding(ctx context.Context, id int64) (FindingDetail, error)
 		return d, fmt.Errorf("finding %d: %w", id, err)
 	}
 	d.FindingRow = row
-	rows, err := s.pool.Query(ctx, `
+	rows, err := l.core.Pool().Query(ctx, `
 		SELECT o.id::text, o.event_domain, o.event_type, o.event_stream, o.delivery_lane, coalesce(o.event_severity, ''),
 		       o.event_subject_table, coalesce(o.event_subject_ref, ''), o.canonical_address, o.actor_ref, o.source_system,
 		       o.safe_payload
 		FROM event_outbox o
 		WHERE o.event_domain = $1 AND o.event_subject_table = 'system_issues' AND o.event_subject_ref = $2
-		ORDER BY o.created_at DESC NULLS LAST, o.id DESC LIMIT 20`, events.Domain, row.CoalesceKey)
+		ORDER BY o.created_at DESC NULLS LAST, o.id DESC LIMIT 20`, gcos.EventDomain, row.CoalesceKey)
 	if err != nil {
 		return d, fmt.Errorf("finding %d: events: %w", id, err)
 	}
-	d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Event, error) {
-		var e events.Event
+	d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
 		var payload []byte
 		if err := r.Scan(&e.ID, &e.Domain, &e.Type, &e.Stream, &e.DeliveryLane, &e.Severity, &e.SubjectTable,
 			&e.SubjectRef, &e.CanonicalAddress, &e.ActorRef, &e.SourceSystem, &payload); err != nil {
@@ -112,7 +164,7 @@ func (s *Store) GetFinding(ctx context.Context, id int64) (FindingDetail, error)
 	if err != nil {
 		return d, fmt.Errorf("finding %d: events: %w", id, err)
 	}
-	rows, err = s.pool.Query(ctx, `
+	rows, err = l.core.Pool().Query(ctx, `
 		SELECT id, "timestamp", changed_by, coalesce(alert_detail::jsonb, '{}'::jsonb)
 		FROM registry_changelog
 		WHERE entity_type = 'governance_finding' AND entity_code = $1 AND action = 'resolve'
@@ -142,16 +194,6 @@ func (s *Store) GetFinding(ctx context.Context, id int64) (FindingDetail, error)
 	return d, nil
 }
 
-// findingResolveByIDSQL closes one open finding by id, clears the candidate rows' links to it and returns the groups
-// of the object rows it held.
-const findingResolveByIDSQL = `
-WITH closed AS (
-    UPDATE system_issues SET status = 'resolved', resolved_at = now()
-    WHERE id = $1 AND status = 'open'
-    RETURNING ` + closedColumns + `
-` + unlinkClosedSQL + `
-SELECT closed.*, ARRAY(SELECT group_key FROM o1 UNION SELECT group_key FROM o2 ORDER BY 1) FROM closed`
-
 // MaxReasonBytes bounds a resolution's reason.
 const MaxReasonBytes = 2000
 
@@ -161,7 +203,7 @@ const MaxReasonBytes = 2000
 // already resolved ECONFLICT, a missing reason EINVALID; each changes nothing. If the condition is still there,
 // the next scan raises the finding again and it reopens with its counts. The groups of the object rows it held are
 // marked dirty (input): their rows lost the reason they were materialized for.
-func (s *Store) ResolveFindingAs(ctx context.Context, id int64, reason string, by gcos.Actor) (FindingRow, error) {
+func (l *Loop) ResolveFindingAs(ctx context.Context, id int64, reason string, by gcos.Actor) (FindingRow, error) {
 	reason = strings.TrimSpace(reason)
 	switch {
 	case reason == "":
@@ -175,56 +217,15 @@ func (s *Store) ResolveFindingAs(ctx context.Context, id int64, reason string, b
 	if err := by.Check("resolve finding"); err != nil {
 		return FindingRow{}, err
 	}
-	if err := gcos.MayAct(s.cfg.Principals, by.Principal, gcos.RoleOperator); err != nil {
+	if err := gcos.MayAct(l.principals, by.Principal, gcos.RoleOperator); err != nil {
 		return FindingRow{}, gcos.Errorf(gcos.EFORBIDDEN, "resolve finding %d: %s", id, gcos.ErrorMessage(err))
 	}
 	var out FindingRow
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
-		var key, status string
-		err := tx.QueryRow(ctx, `SELECT coalesce_key, status FROM system_issues WHERE id = $1 AND coalesce_key LIKE 'gov:%'`, id).Scan(&key, &status)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return gcos.Errorf(gcos.ENOTFOUND, "resolve finding %d: no such finding (gcos findings list shows them)", id)
-		}
-		if err != nil {
-			return fmt.Errorf("resolve finding %d: %w", id, err)
-		}
-		// The raisers' lock: a scan re-raising the same key waits, and then reopens what this closed.
-		if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
-			return fmt.Errorf("resolve finding %d: lock: %w", id, err)
-		}
-		rows, err := tx.Query(ctx, findingResolveByIDSQL, id)
-		if err != nil {
-			return fmt.Errorf("resolve finding %d: %w", id, err)
-		}
-		var held []string // the groups of the object rows the finding held
-		closed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (findingEvent, error) {
-			var f findingEvent
-			err := r.Scan(&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason, &held)
-			return f, err
-		})
-		if err != nil {
-			return fmt.Errorf("resolve finding %d: %w", id, err)
-		}
-		if len(closed) == 0 {
-			return gcos.Errorf(gcos.ECONFLICT, "resolve finding %d: it is not open (status %s); nothing changed", id, status)
-		}
-		f := closed[0]
-		// An object row held by the finding lost its reason: its group is re-evaluated (dirty reason input, as for a
-		// corrected input), so the row becomes a tombstone there and the incremental state stays equal to a
-		// from-scratch evaluation.
-		if _, err := MarkKeysDirtyTx(ctx, tx, held, gcos.DirtyInput); err != nil {
-			return fmt.Errorf("resolve finding %d: %w", id, err)
-		}
-		f.auditID, err = Audit(ctx, tx, AuditEntry{EntityType: "governance_finding", EntityCode: strconv.FormatInt(id, 10),
-			Action: "resolve", Actor: by.Principal, Detail: map[string]any{"reason": reason, "issue_type": string(f.issueType),
-				"coalesce_key": f.key, "occurrence_count": f.occurrences, "reopen_count": f.reopens, "actor": by.Audit()}})
-		if err != nil {
+	err := l.core.InTx(ctx, func(tx pgx.Tx) error {
+		if err := postgres.ResolveFindingByIDTx(ctx, tx, id, reason, by); err != nil {
 			return err
 		}
-		f.transition, f.resolvedBy = TransitionResolved, by.Principal
-		if err := announceFinding(ctx, tx, f); err != nil {
-			return fmt.Errorf("resolve finding %d: %w", id, err)
-		}
+		var err error
 		out, err = scanFinding(tx.QueryRow(ctx, `SELECT `+findingColumns+` FROM system_issues WHERE id = $1`, id))
 		return err
 	})

@@ -1,16 +1,16 @@
-package postgres
+package events
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"gcos/postgres"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
-	"gcos/events"
 )
 
 // The emission discipline (doc 41 §41.8–§41.9), applied by the promoter to GCOS's announcements in capture order:
@@ -21,62 +21,49 @@ import (
 //   - ceiling: past the rule's ceiling in the type's window, an announcement is held back (marked processed with
 //     the reason) and counted; when the window closes, one governance.coverage.summary digest says how many;
 //   - routing: one owner resolver (ResolveOwner) decides the owner of every released announcement, written into
-//     its payload (owner_ref, route); authority disputes (events.council_types) go to the council whatever it says;
+//     its payload (owner_ref, route); authority disputes (council_types) go to the council whatever it says;
 //   - escalation: a released announcement of an escalated severity that its owner has not read (event_read) by
 //     its due time is announced again as governance.lifecycle.escalated, routed to the escalation's recipient.
 //
 // The promoter holds the promotion lock, so it is the one writer of the discipline's tables.
 
-// Outcomes of a disciplined promotion, beside the emit outcomes.
-const (
-	outcomeHeld      = "held_back"
-	outcomeCoalesced = "coalesced"
-	outcomeWaiting   = "waiting"
-)
-
-// Event types the discipline itself emits.
-const (
-	digestEventType     = "governance.coverage.summary"
-	escalationEventType = "governance.lifecycle.escalated"
-)
-
 type discipline struct {
-	d       events.Discipline
+	d       Discipline
 	clock   func() time.Time
 	sb      gcos.SourceBinding
 	now     time.Time
-	windows map[string]*events.Window
+	windows map[string]*Window
 	dirty   map[string]bool
 	digests []windowDigest
-	routes  map[events.OwnerQuery]events.ResolvedOwner
+	routes  map[OwnerQuery]ResolvedOwner
 }
 
 type windowDigest struct {
 	eventType string
-	w         events.Window
+	w         Window
 }
 
-func (s *Store) newDiscipline() *discipline {
-	return &discipline{d: events.DisciplineFrom(s.cfg.Events), clock: s.clock, sb: s.cfg.SourceBinding}
+func (l *Loop) newDiscipline() *discipline {
+	return &discipline{d: DisciplineFrom(l.events), clock: l.clock, sb: l.binding}
 }
 
-// begin reads the clock once per transaction: the injected clock, else the database's.
-func (dis *discipline) begin(ctx context.Context, tx pgx.Tx) error {
+// Begin reads the clock once per transaction: the injected clock, else the database's.
+func (dis *discipline) Begin(ctx context.Context, tx pgx.Tx) (time.Time, error) {
 	if dis.clock != nil {
 		dis.now = dis.clock()
 	} else if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&dis.now); err != nil {
-		return fmt.Errorf("discipline: clock: %w", err)
+		return time.Time{}, fmt.Errorf("discipline: clock: %w", err)
 	}
-	dis.windows, dis.dirty, dis.digests = map[string]*events.Window{}, map[string]bool{}, nil
-	dis.routes = map[events.OwnerQuery]events.ResolvedOwner{}
-	return nil
+	dis.windows, dis.dirty, dis.digests = map[string]*Window{}, map[string]bool{}, nil
+	dis.routes = map[OwnerQuery]ResolvedOwner{}
+	return dis.now, nil
 }
 
-func (dis *discipline) window(ctx context.Context, tx pgx.Tx, eventType string) (*events.Window, error) {
+func (dis *discipline) window(ctx context.Context, tx pgx.Tx, eventType string) (*Window, error) {
 	if w, ok := dis.windows[eventType]; ok {
 		return w, nil
 	}
-	w := &events.Window{}
+	w := &Window{}
 	err := tx.QueryRow(ctx, `SELECT window_start, window_end, emitted, held FROM gcos_event_window WHERE event_type = $1`,
 		eventType).Scan(&w.Start, &w.End, &w.Emitted, &w.Held)
 	if err != nil && err != pgx.ErrNoRows {
@@ -93,69 +80,73 @@ INSERT INTO gcos_event_cooldown (event_type, subject_ref, last_emitted_at, quiet
 ON CONFLICT (event_type, subject_ref) DO UPDATE SET last_emitted_at = EXCLUDED.last_emitted_at,
     quiet_until = EXCLUDED.quiet_until`
 
-// promote applies the discipline to one announcement.
-func (dis *discipline) promote(ctx context.Context, tx pgx.Tx, p pendingRow, superseded bool) (string, error) {
-	rule := dis.d.RuleFor(p.eventType)
+// Release applies the discipline to one announcement.
+func (dis *discipline) Release(ctx context.Context, tx pgx.Tx, p postgres.PendingSignal, superseded bool) (string, error) {
+	rule := dis.d.RuleFor(p.EventType)
 	if superseded && rule.Cooldown > 0 {
-		if _, err := tx.Exec(ctx, pendingSettledSQL, p.id, "coalesced: a later announcement about the same subject supersedes it"); err != nil {
-			return "", fmt.Errorf("promote %d: %w", p.id, err)
+		if _, err := tx.Exec(ctx, pendingSettledSQL, p.ID, "coalesced: a later announcement about the same subject supersedes it"); err != nil {
+			return "", fmt.Errorf("promote %d: %w", p.ID, err)
 		}
-		return outcomeCoalesced, nil
+		return postgres.EmitOutcomeCoalesced, nil
 	}
 	var last time.Time
 	if rule.Cooldown > 0 {
 		err := tx.QueryRow(ctx, `SELECT last_emitted_at FROM gcos_event_cooldown WHERE event_type = $1 AND subject_ref = $2`,
-			p.eventType, p.ref).Scan(&last)
+			p.EventType, p.Ref).Scan(&last)
 		if err != nil && err != pgx.ErrNoRows {
-			return "", fmt.Errorf("promote %d: cooldown: %w", p.id, err)
+			return "", fmt.Errorf("promote %d: cooldown: %w", p.ID, err)
 		}
 	}
-	w, err := dis.window(ctx, tx, p.eventType)
+	w, err := dis.window(ctx, tx, p.EventType)
 	if err != nil {
 		return "", err
 	}
-	dec := events.Decide(rule, last, *w, dis.now)
+	dec := Decide(rule, last, *w, dis.now)
 	if dec.Closed != nil && dec.Closed.Held > 0 {
-		dis.digests = append(dis.digests, windowDigest{p.eventType, *dec.Closed})
+		dis.digests = append(dis.digests, windowDigest{p.EventType, *dec.Closed})
 	}
 	*w = dec.Window
-	dis.dirty[p.eventType] = true
+	dis.dirty[p.EventType] = true
 	switch dec.Outcome {
-	case events.Wait:
+	case Wait:
 		// The cooldown grew since it was written: wait out the longer one.
-		if _, err := tx.Exec(ctx, cooldownUpsertSQL, p.eventType, p.ref, last, dec.Until); err != nil {
-			return "", fmt.Errorf("promote %d: cooldown: %w", p.id, err)
+		if _, err := tx.Exec(ctx, cooldownUpsertSQL, p.EventType, p.Ref, last, dec.Until); err != nil {
+			return "", fmt.Errorf("promote %d: cooldown: %w", p.ID, err)
 		}
-		return outcomeWaiting, nil
-	case events.Hold:
+		return postgres.EmitOutcomeWaiting, nil
+	case Hold:
 		reason := fmt.Sprintf("held back: ceiling of %d %s per %s reached; counted into the digest at %s",
-			rule.Ceiling, p.eventType, rule.Window, dec.Window.End.UTC().Format(time.RFC3339))
-		if _, err := tx.Exec(ctx, pendingSettledSQL, p.id, reason); err != nil {
-			return "", fmt.Errorf("promote %d: %w", p.id, err)
+			rule.Ceiling, p.EventType, rule.Window, dec.Window.End.UTC().Format(time.RFC3339))
+		if _, err := tx.Exec(ctx, pendingSettledSQL, p.ID, reason); err != nil {
+			return "", fmt.Errorf("promote %d: %w", p.ID, err)
 		}
-		return outcomeHeld, nil
+		return postgres.EmitOutcomeHeldBack, nil
 	}
 	var env announcement
-	if json.Unmarshal(p.capture, &env) != nil {
-		return promoteOne(ctx, tx, p, nil) // unreadable: dead-lettered with a finding, never a poison row
+	if json.Unmarshal(p.Capture, &env) != nil {
+		// unreadable: dead-lettered with a finding, never a poison row
+		_, outcome, err := postgres.PromoteSignal(ctx, tx, p, nil)
+		return outcome, err
 	}
 	route, err := dis.route(ctx, tx, p, env.Payload)
 	if err != nil {
 		return "", err
 	}
-	eventID, outcome, err := promoteCapture(ctx, tx, p, &route)
-	if err != nil || outcome != EmitOutcomeEmitted {
+	eventID, outcome, err := postgres.PromoteSignal(ctx, tx, p, func(payload []byte) ([]byte, string) {
+		return withRoute(payload, route)
+	})
+	if err != nil || outcome != postgres.EmitOutcomeEmitted {
 		return outcome, err
 	}
 	if rule.Cooldown > 0 {
-		if _, err := tx.Exec(ctx, cooldownUpsertSQL, p.eventType, p.ref, dis.now, dis.now.Add(rule.Cooldown)); err != nil {
-			return "", fmt.Errorf("promote %d: cooldown: %w", p.id, err)
+		if _, err := tx.Exec(ctx, cooldownUpsertSQL, p.EventType, p.Ref, dis.now, dis.now.Add(rule.Cooldown)); err != nil {
+			return "", fmt.Errorf("promote %d: cooldown: %w", p.ID, err)
 		}
 	}
 	if due, ok := dis.d.Escalation.EscalationDue(env.severity(p), route.OwnerRef, dis.now); ok {
 		if _, err := tx.Exec(ctx, `INSERT INTO gcos_event_escalation (event_id, event_type, owner_ref, due_at)
-			VALUES ($1::uuid, $2, $3, $4) ON CONFLICT DO NOTHING`, eventID, p.eventType, route.OwnerRef, due); err != nil {
-			return "", fmt.Errorf("promote %d: escalation: %w", p.id, err)
+			VALUES ($1::uuid, $2, $3, $4) ON CONFLICT DO NOTHING`, eventID, p.EventType, route.OwnerRef, due); err != nil {
+			return "", fmt.Errorf("promote %d: escalation: %w", p.ID, err)
 		}
 	}
 	return outcome, nil
@@ -168,12 +159,12 @@ type announcement struct {
 }
 
 // severity is the severity the outbox row gets: the capture's, else the type's default.
-func (a announcement) severity(p pendingRow) string {
+func (a announcement) severity(p postgres.PendingSignal) string {
 	if a.Severity != "" {
 		return a.Severity
 	}
-	if p.severity != nil {
-		return *p.severity
+	if p.Severity != nil {
+		return *p.Severity
 	}
 	return ""
 }
@@ -181,19 +172,19 @@ func (a announcement) severity(p pendingRow) string {
 // route decides an announcement's owner: the council for an authority dispute or a system-wide announcement (one
 // that names no scope, class, collection or group), else the owner resolver over what the announcement names (a
 // group's scope, class and collection when it names a group).
-func (dis *discipline) route(ctx context.Context, tx pgx.Tx, p pendingRow, payload map[string]any) (events.ResolvedOwner, error) {
-	if dis.d.IsDispute(p.eventType) {
-		return events.ResolvedOwner{OwnerRef: events.CouncilOwner, Source: events.OwnerFromCouncil,
-			Reason: "authority dispute: routed to " + events.CouncilOwner}, nil
+func (dis *discipline) route(ctx context.Context, tx pgx.Tx, p postgres.PendingSignal, payload map[string]any) (ResolvedOwner, error) {
+	if dis.d.IsDispute(p.EventType) {
+		return ResolvedOwner{OwnerRef: CouncilOwner, Source: OwnerFromCouncil,
+			Reason: "authority dispute: routed to " + CouncilOwner}, nil
 	}
 	text := func(k string) string { s, _ := payload[k].(string); return s }
-	q := events.OwnerQuery{Scope: text("scope"), EntityType: text("object_type"), CollectionName: text("collection_name")}
+	q := OwnerQuery{Scope: text("scope"), EntityType: text("object_type"), CollectionName: text("collection_name")}
 	if g := text("group_key"); g != "" {
 		var scope, class, coll *string
 		err := tx.QueryRow(ctx, `SELECT scope, object_class, source_registry FROM governance_group WHERE group_key = $1`, g).
 			Scan(&scope, &class, &coll)
 		if err != nil && err != pgx.ErrNoRows {
-			return events.ResolvedOwner{}, fmt.Errorf("promote %d: route: group %s: %w", p.id, g, err)
+			return ResolvedOwner{}, fmt.Errorf("promote %d: route: group %s: %w", p.ID, g, err)
 		}
 		for dst, src := range map[*string]*string{&q.Scope: scope, &q.EntityType: class, &q.CollectionName: coll} {
 			if *dst == "" && src != nil {
@@ -201,23 +192,23 @@ func (dis *discipline) route(ctx context.Context, tx pgx.Tx, p pendingRow, paylo
 			}
 		}
 	}
-	if q == (events.OwnerQuery{}) {
-		return events.ResolvedOwner{OwnerRef: events.CouncilOwner, Source: events.OwnerFromCouncil,
-			Reason: "a system-wide announcement names no scope: routed to " + events.CouncilOwner}, nil
+	if q == (OwnerQuery{}) {
+		return ResolvedOwner{OwnerRef: CouncilOwner, Source: OwnerFromCouncil,
+			Reason: "a system-wide announcement names no scope: routed to " + CouncilOwner}, nil
 	}
 	if r, ok := dis.routes[q]; ok {
 		return r, nil
 	}
 	r, err := resolveOwner(ctx, tx, dis.sb, q)
 	if err != nil {
-		return r, fmt.Errorf("promote %d: %w", p.id, err)
+		return r, fmt.Errorf("promote %d: %w", p.ID, err)
 	}
 	dis.routes[q] = r
 	return r, nil
 }
 
 // withRoute writes the routed owner into a safe payload.
-func withRoute(payload []byte, r events.ResolvedOwner) ([]byte, string) {
+func withRoute(payload []byte, r ResolvedOwner) ([]byte, string) {
 	m := map[string]any{}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
@@ -232,8 +223,8 @@ func withRoute(payload []byte, r events.ResolvedOwner) ([]byte, string) {
 	return out, ""
 }
 
-// end writes the windows this transaction moved and emits the digests of the windows it closed.
-func (dis *discipline) end(ctx context.Context, tx pgx.Tx, res *PromoteResult) error {
+// End writes the windows this transaction moved and emits the digests of the windows it closed.
+func (dis *discipline) End(ctx context.Context, tx pgx.Tx, res *postgres.PromoteResult) error {
 	for typ := range dis.dirty {
 		w := dis.windows[typ]
 		if w.Start.IsZero() {
@@ -258,7 +249,7 @@ func (dis *discipline) end(ctx context.Context, tx pgx.Tx, res *PromoteResult) e
 }
 
 // closeWindows ends every window past its end, emitting the digest of those that held something back.
-func (dis *discipline) closeWindows(ctx context.Context, tx pgx.Tx, res *PromoteResult) error {
+func (dis *discipline) closeWindows(ctx context.Context, tx pgx.Tx, res *postgres.PromoteResult) error {
 	rows, err := tx.Query(ctx, `DELETE FROM gcos_event_window WHERE window_end <= $1
 		RETURNING event_type, window_start, window_end, emitted, held`, dis.now)
 	if err != nil {
@@ -288,13 +279,13 @@ func (dis *discipline) closeWindows(ctx context.Context, tx pgx.Tx, res *Promote
 // correlation id names both, so a retried promotion emits it once).
 func emitDigest(ctx context.Context, tx pgx.Tx, d windowDigest) error {
 	start := d.w.Start.UTC().Format(time.RFC3339Nano)
-	_, err := EmitSignals(ctx, tx, []Emit{{
-		EventType: digestEventType, SubjectTable: "event_type_registry", SubjectRef: d.eventType,
+	_, err := postgres.EmitSignals(ctx, tx, []postgres.Emit{{
+		EventType: postgres.EventCoverageSummary, SubjectTable: "event_type_registry", SubjectRef: d.eventType,
 		CollectionName: "event_type_registry", EntityCode: d.eventType, ActorRef: "gcos", SourceSystem: "gcos",
 		CorrelationID: "digest:" + d.eventType + ":" + start,
 		Payload: map[string]any{"event_type": d.eventType, "held": d.w.Held, "count": d.w.Emitted,
 			"window_start": start, "window_end": d.w.End.UTC().Format(time.RFC3339Nano),
-			"owner_ref": events.CouncilOwner, "route": events.OwnerFromCouncil},
+			"owner_ref": CouncilOwner, "route": OwnerFromCouncil},
 	}})
 	if err != nil {
 		return fmt.Errorf("digest %s: %w", d.eventType, err)
@@ -307,7 +298,7 @@ const escalationBatch = 500
 
 // escalate settles the escalations that are due: read by their owner in time (settled), or announced again to
 // the escalation's recipient.
-func (dis *discipline) escalate(ctx context.Context, tx pgx.Tx, res *PromoteResult) error {
+func (dis *discipline) escalate(ctx context.Context, tx pgx.Tx, res *postgres.PromoteResult) error {
 	rows, err := tx.Query(ctx, `
 		SELECT e.event_id::text, e.event_type, e.owner_ref,
 		       EXISTS (SELECT 1 FROM event_read r WHERE r.event_id = e.event_id AND r.actor_ref = e.owner_ref)
@@ -330,8 +321,8 @@ func (dis *discipline) escalate(ctx context.Context, tx pgx.Tx, res *PromoteResu
 		outcome, ref := "read", ""
 		if !e.Read {
 			outcome, ref = "escalated", "escalate:"+e.ID
-			_, err := EmitSignals(ctx, tx, []Emit{{
-				EventType: escalationEventType, SubjectTable: "event_outbox", SubjectRef: e.ID,
+			_, err := postgres.EmitSignals(ctx, tx, []postgres.Emit{{
+				EventType: postgres.EventEscalated, SubjectTable: "event_outbox", SubjectRef: e.ID,
 				CollectionName: "event_outbox", EntityCode: e.ID, ActorRef: "gcos", SourceSystem: "gcos",
 				CorrelationID: ref,
 				Payload: map[string]any{"event_id": e.ID, "event_type": e.EventType, "owner_ref": to,
@@ -342,8 +333,8 @@ func (dis *discipline) escalate(ctx context.Context, tx pgx.Tx, res *PromoteResu
 			}
 			res.Escalations++
 		}
-		if _, err := tx.Exec(ctx, `UPDATE gcos_event_escalation SET settled_at = $2, outcome = $3, escalation_ref = $4
-			WHERE event_id = $1::uuid`, e.ID, dis.now, outcome, nullIfEmpty(ref)); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE gcos_event_escalation SET settled_at = $2, outcome = $3, escalation_ref = nullif($4::text, '')
+			WHERE event_id = $1::uuid`, e.ID, dis.now, outcome, ref); err != nil {
 			return fmt.Errorf("escalate %s: %w", e.ID, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package postgres_test
+package events_test
 
 import (
 	"testing"
