@@ -1,7 +1,10 @@
 package gcos_test
 
 import (
+	"go/ast"
 	"go/build"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -153,4 +156,144 @@ var allowedWiring = []string{"postgres/handoff_test.go", "postgres/sb11_test.go"
 func stdlib(path string) bool {
 	first, _, _ := strings.Cut(path, "/")
 	return !strings.Contains(first, ".") && first != module
+}
+
+// maxCoreMethods bounds the store core's exported surface (STYLE.md: a store core a newcomer can hold).
+const maxCoreMethods = 60
+
+// coreForOneStage are the store's exported methods that one stage alone calls and that still belong to the core,
+// each for the reason given; any other such method belongs in its stage.
+var coreForOneStage = map[string]string{
+	"CountGroups":      "the kept counts are the candidate-state surface the stages share (STYLE.md); the scans read them whole",
+	"KeepCounts":       "the kept counts (see CountGroups); the births handoff keeps them in the tail's transaction",
+	"KeepSeedCounts":   "the kept counts (see CountGroups); the backfill seeds them",
+	"ListenDirty":      "the session connection is the core's (database.session_url); the scans listen on it",
+	"ScanTransactions": "the core's record of open scan transactions (InScanTx, the scans') that the tail reads",
+	"InScanTx":         "it records the scan transaction where the tail reads it (ScanTransactions), so the tail need not wait",
+	"SettleHeld":       "it raises findings under the raisers' lock, which only the core's capture side takes",
+	"GatePools":        "the pools the core opens; only the gate stage may take them (poolTakers)",
+}
+
+// poolTakers are the only packages that may take a raw pool from the store core (Store.Pool, Store.GatePools).
+var poolTakers = map[string][]string{
+	"Pool": {"gcos/postgres/migration", "gcos/postgres/substrate", "gcos/postgres/pgtest", "gcos/evaluate",
+		"gcos/intake", "gcos/scan", "gcos/gate", "gcos/events", "gcos/oracle", "gcos/world", "gcos/gcostest",
+		"gcos/bench", "gcos/cmd/gcos", "gcos/httpapi"},
+	"GatePools": {"gcos/gate"},
+}
+
+// selectors maps every package of the module to the names it selects (x.Name) in its non-test files.
+func selectors(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	out := map[string]map[string]bool{}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		pkg := module
+		if dir := filepath.ToSlash(filepath.Dir(path)); dir != "." {
+			pkg = module + "/" + dir
+		}
+		if out[pkg] == nil {
+			out[pkg] = map[string]bool{}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				out[pkg][sel.Sel.Name] = true
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// coreMethods are the exported methods of *postgres.Store, from the core's non-test files.
+func coreMethods(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("postgres/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil || !fd.Name.IsExported() {
+				continue
+			}
+			if star, ok := fd.Recv.List[0].Type.(*ast.StarExpr); ok {
+				if id, ok := star.X.(*ast.Ident); ok && id.Name == "Store" {
+					out = append(out, fd.Name.Name)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestStoreCoreSurface holds the store core small and explicit: at most maxCoreMethods exported methods, none that
+// only one stage calls (unless coreForOneStage says why it is the core's), and raw pools only for poolTakers. A
+// name another type also has counts as a call (the check errs on the side of sharing).
+func TestStoreCoreSurface(t *testing.T) {
+	methods := coreMethods(t)
+	if len(methods) > maxCoreMethods {
+		t.Errorf("*postgres.Store has %d exported methods, more than %d: move what one stage needs into it", len(methods), maxCoreMethods)
+	}
+	if len(methods) < 20 {
+		t.Fatalf("only %d exported methods found: the test reads the wrong tree", len(methods))
+	}
+	sel := selectors(t)
+	core := func(pkg string) bool { return pkg == "gcos/postgres" || strings.HasPrefix(pkg, "gcos/postgres/") }
+	for _, m := range methods {
+		var callers []string
+		for pkg, names := range sel {
+			if names[m] {
+				callers = append(callers, pkg)
+			}
+		}
+		slices.Sort(callers)
+		if takers, ok := poolTakers[m]; ok {
+			for _, c := range callers {
+				if !core(c) && !slices.Contains(takers, c) {
+					t.Errorf("%s takes a raw pool (Store.%s); only %v may", c, m, takers)
+				}
+			}
+		}
+		if slices.Contains(callers, "gcos/postgres") {
+			continue // the core uses it itself
+		}
+		if len(callers) == 1 && slices.Contains(stages, callers[0]) && coreForOneStage[m] == "" {
+			t.Errorf("Store.%s is called by %s alone: it belongs in that stage", m, callers[0])
+		}
+	}
+	for m := range coreForOneStage {
+		if !slices.Contains(methods, m) {
+			t.Errorf("coreForOneStage names %s, which is no exported method of the store", m)
+		}
+	}
 }

@@ -71,7 +71,7 @@ func TestDaemonRunsEveryPart(t *testing.T) {
 		if err != nil || c.PositionID == nil || *c.PositionID < id {
 			return false
 		}
-		n, err := store.DirtySetSize(ctx)
+		n, err := gcostest.DirtyGroups(ctx, store.Pool())
 		if err != nil || n != 0 {
 			return false
 		}

@@ -200,7 +200,7 @@ func drainQuietly(t *testing.T, ctx context.Context, quiet *daemon.Daemon, store
 		if _, err := quiet.Scan.Once(ctx, postgres.ModeIncremental); err != nil {
 			t.Fatal(err)
 		}
-		n, err := store.DirtySetSize(ctx)
+		n, err := gcostest.DirtyGroups(ctx, store.Pool())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -260,7 +260,7 @@ func TestFailover_DemotedPrimaryDropsPooledConnections(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for deadline := time.Now().Add(60 * time.Second); store.Demotions() == 0; {
+	for deadline := time.Now().Add(60 * time.Second); store.Counters().Demotions == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the store did not drop its connections after a read-only refusal")
 		}

@@ -10,6 +10,7 @@ import (
 	"gcos"
 	"gcos/daemon"
 	"gcos/gate"
+	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
 )
@@ -66,7 +67,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 			var dirty int64 = -1
 			var scanned int
 			if err == nil && c.PositionID != nil && *c.PositionID >= id {
-				dirty, err = store.DirtySetSize(ctx)
+				dirty, err = gcostest.DirtyGroups(ctx, store.Pool())
 				if err == nil {
 					err = pool.QueryRow(ctx, `SELECT count(*) FROM candidate_scan_run WHERE mode IN ('event', 'incremental')
 						AND status = 'succeeded' AND groups_scanned > 0 AND started_at > $1`, after).Scan(&scanned)

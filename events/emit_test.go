@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
@@ -76,7 +77,7 @@ func (e *evEnv) activate(t *testing.T, eventType string) events.ActivateResult {
 
 func (e *evEnv) emit(t *testing.T, em postgres.Emit) postgres.EmitResult {
 	t.Helper()
-	res, err := e.store.EmitSignal(e.ctx, em)
+	res, err := e.emitSignal(em)
 	if err != nil {
 		t.Fatalf("emit %s/%s: %v", em.EventType, em.CorrelationID, err)
 	}
@@ -828,7 +829,7 @@ func TestEmitDuplicateCorrelation(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					res, err := e.store.EmitSignal(e.ctx, handoffEmit(gcos.ChangeObjectBorn, "fin_invoices", "INV-1", corr, evBase))
+					res, err := e.emitSignal(handoffEmit(gcos.ChangeObjectBorn, "fin_invoices", "INV-1", corr, evBase))
 					if err != nil {
 						t.Error(err)
 						return
@@ -853,7 +854,7 @@ func TestEmitDuplicateCorrelation(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := e.store.EmitSignal(e.ctx, handoffEmit(gcos.ChangeObjectRetired, "fin_invoices", "INV-1", "race-held", evBase)); err != nil {
+				if _, err := e.emitSignal(handoffEmit(gcos.ChangeObjectRetired, "fin_invoices", "INV-1", "race-held", evBase)); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -883,7 +884,7 @@ func TestEmitDuplicateCorrelation(t *testing.T) {
 		} {
 			m := good
 			mutate(&m)
-			if _, err := e.store.EmitSignal(e.ctx, m); gcos.ErrorCode(err) != gcos.EINVALID {
+			if _, err := e.emitSignal(m); gcos.ErrorCode(err) != gcos.EINVALID {
 				t.Errorf("%s: %v, want invalid", name, err)
 			}
 		}
@@ -939,5 +940,16 @@ func (e *evEnv) heartbeat(stream string, counts map[string]int64) (postgres.Emit
 	if err != nil {
 		return postgres.EmitResult{}, err
 	}
-	return e.store.EmitSignal(e.ctx, beat)
+	return e.emitSignal(beat)
+}
+
+// emitSignal emits one signal in a transaction of its own, as the intake's worker does.
+func (e *evEnv) emitSignal(em postgres.Emit) (postgres.EmitResult, error) {
+	var res postgres.EmitResult
+	err := e.store.InTx(e.ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = postgres.EmitSignal(e.ctx, tx, em)
+		return err
+	})
+	return res, err
 }

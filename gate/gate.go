@@ -621,7 +621,8 @@ func (g *Gate) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 	if len(rescan) == 0 && len(unknown) == 0 && len(orphans) == 0 && len(lifts) == 0 && len(inputs) == 0 {
 		return nil
 	}
-	err := g.core.InGateTx(ctx, func(tx pgx.Tx) error {
+	// On the gate's own pool: the follow-ups must not wait for the connections scans and readers hold.
+	err := pgx.BeginFunc(ctx, g.gatePool, func(tx pgx.Tx) error {
 		if _, err := postgres.MarkKeysDirtyTx(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
 			return err
 		}
@@ -665,6 +666,7 @@ func (g *Gate) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 		}
 		return nil
 	})
+	g.core.NoteConflict(err)
 	if err == nil {
 		window := g.cfg.Scan.CoalesceWindow.Duration()
 		g.followUps.done("rescan", rescan, window)

@@ -46,7 +46,7 @@ func New(core *postgres.Store, rescan Rescanner) *Gate {
 	if rescan != nil {
 		g.rescan = &gateRescan{fn: rescan, slots: make(chan struct{}, g.cfg.Gate.RescanConcurrency)}
 	}
-	if p := core.ReplicaPool(); p != nil {
+	if _, p := core.GatePools(); p != nil {
 		g.replica = newReplicaReads(p, g.cfg, g.logger)
 	}
 	if g.cfg.Gate.View {
@@ -58,7 +58,8 @@ func New(core *postgres.Store, rescan Rescanner) *Gate {
 // over is a gate that reads core's database and nothing else: no view, no re-scan, no replica.
 func over(core *postgres.Store) *Gate {
 	cfg := core.Config()
-	g := &Gate{core: core, pool: core.Pool(), gatePool: core.GatePool(), cfg: cfg, logger: core.Logger()}
+	gatePool, _ := core.GatePools()
+	g := &Gate{core: core, pool: core.Pool(), gatePool: gatePool, cfg: cfg, logger: core.Logger()}
 	b := core.BirthBinding()
 	g.gateSQLText, g.birthRawSQLText = gateSQL(b), birthRawSQL(b)
 	g.gateOutage.log = gcos.NewOutageLog("gate: read candidate state (such answers block)", time.Second, cfg.Outage, g.logger)

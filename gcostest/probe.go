@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"gcos/daemon"
 	"gcos/scan"
 )
@@ -108,4 +110,12 @@ func (w *World) Digest(t testing.TB, query string) string {
 		t.Fatalf("digest %s: %v", query, err)
 	}
 	return d
+}
+
+// DirtyGroups is the number of dirty groups under the current ruleset.
+func DirtyGroups(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
+		WHERE c.dirty`).Scan(&n)
+	return n, err
 }

@@ -70,7 +70,7 @@ func newMetrics(reg *prometheus.Registry, s *server, version string) (*metrics, 
 	retries := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "gcos_tx_retries_total",
 		Help: "Transactions of this process that failed on a deadlock or a serialization conflict and were retried by their loop.",
-	}, func() float64 { return float64(s.store.TxRetries()) })
+	}, func() float64 { return float64(s.store.Counters().TxRetries) })
 	// The places taken against http.max_concurrent and http.max_concurrent_gate: at the cap, requests are shed.
 	inProgress := func(class string, slots chan struct{}) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{

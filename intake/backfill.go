@@ -85,11 +85,12 @@ func (s *Stage) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 	if err != nil {
 		return err
 	}
-	snap, reused, err := s.core.CaptureOrReuse(ctx, postgres.CaptureOptions{Scope: postgres.SnapshotBackfill, RunID: res.RunID, RulesetVersion: rs.Version, Progress: opts.Progress})
+	snap, err := s.core.CaptureSnapshot(ctx, postgres.CaptureOptions{Scope: postgres.SnapshotBackfill, RunID: res.RunID,
+		RulesetVersion: rs.Version, Progress: opts.Progress, ReuseUnchanged: true})
 	if err != nil {
 		return err
 	}
-	res.SnapshotID, res.SnapshotReused, res.Births, res.Groups = snap.ID, reused, snap.Metrics.Totals.Births, len(snap.Groups)
+	res.SnapshotID, res.SnapshotReused, res.Births, res.Groups = snap.ID, snap.Reused, snap.Metrics.Totals.Births, len(snap.Groups)
 	t0 := time.Now()
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		defer func() { s.logger.Debug("backfill: seeded", "elapsed", time.Since(t0)) }()
@@ -133,7 +134,7 @@ func (s *Stage) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		}
 		sort.Strings(res.InventoryGaps)
 		for _, coll := range res.InventoryGaps {
-			if reused {
+			if snap.Reused {
 				// A re-run over unchanged sources observes nothing new: an open finding for the gap stands as it
 				// is (a re-run is a no-op); one an operator closed is re-opened, never hidden.
 				var open bool

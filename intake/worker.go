@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"gcos"
 	"gcos/postgres"
 )
@@ -165,7 +167,10 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	beat, err := postgres.Heartbeat("handoff", c)
 	var res postgres.EmitResult
 	if err == nil {
-		res, err = w.Stage.core.EmitSignal(ctx, beat)
+		err = w.Stage.core.InTx(ctx, func(tx pgx.Tx) error {
+			res, err = postgres.EmitSignal(ctx, tx, beat)
+			return err
+		})
 	}
 	if err != nil {
 		if ctx.Err() == nil {

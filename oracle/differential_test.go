@@ -167,7 +167,7 @@ func (e *env) settle() error {
 		if _, err := e.scans.Once(e.ctx, postgres.ModeIncremental); err != nil {
 			return fmt.Errorf("scan: %w", err)
 		}
-		n, err := e.store.DirtySetSize(e.ctx)
+		n, err := gcostest.DirtyGroups(e.ctx, e.store.Pool())
 		if err != nil {
 			return err
 		}
@@ -248,7 +248,7 @@ func (e *env) object(r *rand.Rand, where string) (class, coll, code string, err 
 
 func (e *env) fingerprint(coll, code string) (string, error) {
 	var fp string
-	err := e.pool.QueryRow(e.ctx, e.store.ObjectFingerprintSQL(), coll, code).Scan(&fp)
+	err := e.pool.QueryRow(e.ctx, e.store.BirthBinding().ObjectFingerprintSQL(), coll, code).Scan(&fp)
 	return fp, err
 }
 

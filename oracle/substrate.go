@@ -145,7 +145,7 @@ func refPairs(refs []string) (colls, codes []string) {
 }
 
 // Read reads the substrate in tx, which should be REPEATABLE READ so that every table is seen at one instant.
-// fingerprintSQL reads one object's fingerprint by collection ($1) and code ($2) (postgres.Store.ObjectFingerprintSQL).
+// fingerprintSQL reads one object's fingerprint by collection ($1) and code ($2) (postgres.BirthBinding.ObjectFingerprintSQL).
 // The members of every base group are counted in the database; births are read one by one only where opts asks.
 func Read(ctx context.Context, tx pgx.Tx, binding gcos.SourceBinding, fingerprintSQL string, opts ReadOptions) (Substrate, error) {
 	s := Substrate{Only: opts.Only, Collections: map[string]gcos.CollectionRow{}, Classes: map[string]bool{},

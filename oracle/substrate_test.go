@@ -59,7 +59,7 @@ func TestReadWalksParentChainsAsFoldDoes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		sub, err := oracle.Read(ctx, tx, gcos.DefaultConfig().SourceBinding, store.ObjectFingerprintSQL(), opts)
+		sub, err := oracle.Read(ctx, tx, gcos.DefaultConfig().SourceBinding, store.BirthBinding().ObjectFingerprintSQL(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -476,7 +476,7 @@ func readAt(ctx context.Context, store *postgres.Store, opts ReadOptions, also f
 		}
 		opts.Also = slices.Concat(opts.Also, more)
 	}
-	sub, err := Read(ctx, tx, store.Config().SourceBinding, store.ObjectFingerprintSQL(), opts)
+	sub, err := Read(ctx, tx, store.Config().SourceBinding, store.BirthBinding().ObjectFingerprintSQL(), opts)
 	if err != nil {
 		return sub, fmt.Errorf("verify: read the substrate: %w", err)
 	}
@@ -727,7 +727,7 @@ const estateSubject = "incremental_state"
 // A batch that is Inconclusive (its intake runs but had not handed off what the batch's instant held) ends the
 // proof there: the settled mismatches of the batches before it are raised, no finding is closed and no proof is
 // recorded, so the next audit proves the same slice.
-func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan postgres.CoverPlan, opts VerifyOptions) (Report, error) {
+func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan CoverPlan, opts VerifyOptions) (Report, error) {
 	batches := gcos.ProofBatches(plan.Collections, plan.ObjectRows, int64(store.Config().Scan.VerifyBatchObjects))
 	if len(batches) == 0 {
 		batches = [][]string{{}} // an empty slice proves nothing, but is still a slice (never "everything")
@@ -804,7 +804,7 @@ func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan 
 	if rep.Inconclusive {
 		return rep, nil
 	}
-	if err := store.RecordProof(ctx, runID, postgres.CoverProof{Plan: plan, At: rep.At, Groups: rep.Groups, Objects: rep.Objects,
+	if err := recordProof(ctx, store, runID, CoverProof{Plan: plan, At: rep.At, Groups: rep.Groups, Objects: rep.Objects,
 		GateChecks: rep.GateChecks, Mismatches: len(rep.Mismatches)}); err != nil {
 		return rep, fmt.Errorf("verify: %w", err)
 	}

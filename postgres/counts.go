@@ -337,10 +337,3 @@ func KeptDriftSettled(ctx context.Context, tx pgx.Tx, snap Snapshot) ([]string, 
 	}
 	return still, nil
 }
-
-// DirtySetSize is the number of dirty groups under the current ruleset.
-func (s *Store) DirtySetSize(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`).Scan(&n)
-	return n, err
-}

@@ -20,7 +20,7 @@ import (
 // The capture side of the governance event domain (SB-11, doc 41) on the substrate's event tables, with no table
 // of its own; the event stage (package events) registers and activates types, promotes and serves notifications:
 //
-//   - emitSignal is the one emit path. A signal of a registered and active type goes to event_outbox; any other
+//   - EmitSignal is the one emit path. A signal of a registered and active type goes to event_outbox; any other
 //     is captured in event_pending with a GCOS envelope and raises handoff_unregistered_type (handoff stream) or
 //     issue_event_gap (other streams) once, coalesced. A payload with anything but addresses, refs and counts is
 //     rejected with an input.invalid_schema finding and enqueued nowhere.
@@ -102,18 +102,6 @@ type EmitResult struct {
 	PendingID int64  `json:"pending_id,omitempty"` // the event_pending id (captured, or a duplicate of a capture)
 	FindingID int64  `json:"finding_id,omitempty"` // the system_issues id (captured, rejected)
 	Reason    string `json:"reason,omitempty"`
-}
-
-// EmitSignal emits e in its own transaction (see emitSignal). A rejected payload is not an error: the result says
-// rejected and the input finding is committed.
-func (s *Store) EmitSignal(ctx context.Context, e Emit) (EmitResult, error) {
-	var res EmitResult
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		res, err = emitSignal(ctx, tx, e)
-		return err
-	})
-	return res, err
 }
 
 // emitKeysSQL claims keys and returns those that were new (source, type and id joined by chr(31)). The key table's
@@ -205,7 +193,7 @@ func lookupType(ctx context.Context, tx pgx.Tx, eventType string) (registryType,
 	return r, nil
 }
 
-// emitSignal is the one emit path (doc 41 §41.5, SPEC §10), inside the caller's transaction:
+// EmitSignal is the one emit path (doc 41 §41.5, SPEC §10), inside the caller's transaction:
 //
 //  1. the envelope is checked (type name, subject, provenance, correlation id): a bad one is an EINVALID error and
 //     nothing is written;
@@ -216,7 +204,7 @@ func lookupType(ctx context.Context, tx pgx.Tx, eventType string) (registryType,
 //  4. a registered and active type goes to event_outbox (after that type's captured backlog, in order);
 //  5. any other type is captured in event_pending and the unregistered-type finding is raised (coalesced: the
 //     first capture opens it, later ones bump occurrence_count).
-func emitSignal(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
+func EmitSignal(ctx context.Context, tx pgx.Tx, e Emit) (EmitResult, error) {
 	res, err := EmitSignals(ctx, tx, []Emit{e})
 	if err != nil {
 		return EmitResult{}, err
@@ -320,7 +308,7 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, rt registryType, es []Emit, pa
 	return ids, nil
 }
 
-// EmitSignals is emitSignal for many signals in one transaction, with the same outcomes (a duplicate's result does
+// EmitSignals is EmitSignal for many signals in one transaction, with the same outcomes (a duplicate's result does
 // not name the earlier row): the keys are claimed in one statement and each active type's new signals are written
 // in one more. The intake emits thousands of signals per page.
 func EmitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error) {

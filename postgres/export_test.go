@@ -49,3 +49,17 @@ func MarkDirtyByReason(ctx context.Context, s *Store, byReason map[string][]stri
 		return then(tx)
 	})
 }
+
+// The store's reads and lease steps the tests call directly; the stages reach them through the store's own paths.
+
+func ActiveRuleset(s *Store, ctx context.Context) (RulesetRow, error) { return s.activeRuleset(ctx) }
+
+func LatestSnapshot(s *Store, ctx context.Context, scope string) (Snapshot, error) {
+	return s.latestSnapshot(ctx, scope)
+}
+
+func RenewLease(s *Store, ctx context.Context, l *Lease) error { return s.renewLease(ctx, l) }
+
+func RowFingerprint(s *Store, ctx context.Context, id int64) (gcos.Fingerprint, error) {
+	return s.rowFingerprint(ctx, id)
+}

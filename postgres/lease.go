@@ -103,8 +103,8 @@ func (s *Store) TakeRole(ctx context.Context, role Role, owner string, ttl time.
 	return l, nil
 }
 
-// RenewLease extends a held lease by its TTL; ErrLeaseLost when it expired or passed to another holder.
-func (s *Store) RenewLease(ctx context.Context, l *Lease) error {
+// renewLease extends a held lease by its TTL; ErrLeaseLost when it expired or passed to another holder.
+func (s *Store) renewLease(ctx context.Context, l *Lease) error {
 	return s.InTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE governance_role_lease SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + $4::interval
 			WHERE role = $1 AND owner = $2 AND epoch = $3 AND expires_at > clock_timestamp()`, l.Role.Name, l.Owner, l.Epoch, l.TTL)
@@ -168,7 +168,7 @@ func (s *Store) AsRole(ctx context.Context, role Role, fn func(context.Context) 
 		_ = s.pool.QueryRow(ctx, `SELECT coalesce(owner, '') FROM governance_role_lease WHERE role = $1`, role.Name).Scan(&holder)
 		return gcos.Errorf(gcos.ECONFLICT, "%s is held by %s (its lease expires unless renewed)", role.Name, holder)
 	}
-	rctx, stop := s.KeepRenewed(ctx, l)
+	rctx, stop := s.keepRenewed(ctx, l)
 	err = fn(rctx)
 	stop()
 	if cause := context.Cause(rctx); errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost) {
@@ -213,10 +213,10 @@ func checkFence(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// KeepRenewed renews l every third of its TTL until the returned stop is called; the returned context is cancelled
+// keepRenewed renews l every third of its TTL until the returned stop is called; the returned context is cancelled
 // (with ErrLeaseLost as its cause) when a renewal finds the lease lost, or when renewals keep failing until the
 // lease would have expired. It carries the fence (Fenced).
-func (s *Store) KeepRenewed(ctx context.Context, l *Lease) (context.Context, func()) {
+func (s *Store) keepRenewed(ctx context.Context, l *Lease) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(Fenced(ctx, l))
 	done := make(chan struct{})
 	go func() {
@@ -231,7 +231,7 @@ func (s *Store) KeepRenewed(ctx context.Context, l *Lease) (context.Context, fun
 				return
 			case <-t.C:
 			}
-			err := s.RenewLease(context.WithoutCancel(ctx), l)
+			err := s.renewLease(context.WithoutCancel(ctx), l)
 			switch {
 			case err == nil:
 				lastOK = time.Now()

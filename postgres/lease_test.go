@@ -49,7 +49,7 @@ func TestRoleLeaseEpochsFenceAndAbandon(t *testing.T) {
 		AND finished_at IS NOT NULL AND error LIKE 'abandoned:%'`); n != 2 {
 		t.Fatalf("%d runs marked abandoned with a reason, want 2", n)
 	}
-	if err := b.store.RenewLease(b.ctx, a); !errors.Is(err, postgres.ErrLeaseLost) {
+	if err := postgres.RenewLease(b.store, b.ctx, a); !errors.Is(err, postgres.ErrLeaseLost) {
 		t.Fatalf("the old holder's renewal: %v, want ErrLeaseLost", err)
 	}
 	// A's fenced work cannot commit: its full audit fails before writing a run, and nothing of it is left.
@@ -239,7 +239,7 @@ func TestMarkingNeverDeadlocks(t *testing.T) {
 	if err := <-cleared; err != nil {
 		t.Fatalf("clearing: %v", err)
 	}
-	if n := b.store.TxRetries(); n != 0 {
+	if n := b.store.Counters().TxRetries; n != 0 {
 		t.Fatalf("%d transactions failed on a lock conflict", n)
 	}
 }

@@ -161,7 +161,7 @@ func promoteTx(ctx context.Context, tx pgx.Tx, eventType string) (PromoteResult,
 	}
 }
 
-// captureEnvelope is what emitSignal wrote into capture_payload.
+// captureEnvelope is what EmitSignal wrote into capture_payload.
 type captureEnvelope struct {
 	Version       int             `json:"gcos_envelope"`
 	EventType     string          `json:"event_type"`

@@ -304,7 +304,7 @@ func TestReadSummaryCounts(t *testing.T) {
 	if _, ok := sum.ScanHealth.LastRuns["backfill"]; !ok {
 		t.Errorf("last runs %v lack the backfill", sum.ScanHealth.LastRuns)
 	}
-	active, err := b.store.ActiveRuleset(b.ctx)
+	active, err := postgres.ActiveRuleset(b.store, b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,8 +149,8 @@ func (s *Store) GetRuleset(ctx context.Context, version string) (RulesetRow, err
 	return r, MapError(err, "ruleset "+version)
 }
 
-// ActiveRuleset returns the active ruleset (ENOTFOUND when none is active).
-func (s *Store) ActiveRuleset(ctx context.Context) (RulesetRow, error) {
+// activeRuleset returns the active ruleset (ENOTFOUND when none is active).
+func (s *Store) activeRuleset(ctx context.Context) (RulesetRow, error) {
 	r, err := scanRuleset(s.pool.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE status = 'active'`))
 	return r, MapError(err, "active ruleset")
 }

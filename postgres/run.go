@@ -30,7 +30,7 @@ func (s *Store) RulesetForScan(ctx context.Context, proposer string) (RulesetRow
 	if err != nil {
 		return RulesetRow{}, "", err
 	}
-	active, err := s.ActiveRuleset(ctx)
+	active, err := s.activeRuleset(ctx)
 	switch {
 	case err == nil:
 		if active.Version != computed.Version {
@@ -42,14 +42,6 @@ func (s *Store) RulesetForScan(ctx context.Context, proposer string) (RulesetRow
 	default:
 		return RulesetRow{}, "", err
 	}
-}
-
-// CaptureOrReuse captures a snapshot unless the previous snapshot of the scope is identical, in which case that
-// one is returned (a re-run over unchanged sources writes no new row).
-func (s *Store) CaptureOrReuse(ctx context.Context, opts CaptureOptions) (Snapshot, bool, error) {
-	opts.reuseUnchanged = true
-	snap, err := s.CaptureSnapshot(ctx, opts)
-	return snap, snap.reused, err
 }
 
 // RunCounts is what a run did, recorded when it finishes.

@@ -50,7 +50,7 @@ func (b *bundle) sb10NewRuleset(t *testing.T, ruleID string) string {
 // sb10Active returns the active ruleset version.
 func (b *bundle) sb10Active(t *testing.T) string {
 	t.Helper()
-	rs, err := b.store.ActiveRuleset(b.ctx)
+	rs, err := postgres.ActiveRuleset(b.store, b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

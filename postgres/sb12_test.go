@@ -619,14 +619,14 @@ func sb12FingerprintsCombine(t *testing.T) {
 		VALUES ('SB12-ONE', $1, $2, $3, 'sb12-test', 'tester') RETURNING id`, base.registry, base.class, base.lifecycle).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	row, err := b.store.RowFingerprint(b.ctx, id)
+	row, err := postgres.RowFingerprint(b.store, b.ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if row.IsZero() {
 		t.Fatal("row fingerprint is zero")
 	}
-	if _, err := b.store.RowFingerprint(b.ctx, -1); gcos.ErrorCode(err) != gcos.ENOTFOUND {
+	if _, err := postgres.RowFingerprint(b.store, b.ctx, -1); gcos.ErrorCode(err) != gcos.ENOTFOUND {
 		t.Fatalf("row fingerprint of a missing birth: %v, want ENOTFOUND", err)
 	}
 	size := 1 + rng.Int64N(2500)
@@ -974,7 +974,7 @@ func TestSB12_ScaleBatches(t *testing.T) {
 	if n := b.sb12OpenFindings(t, gcos.IssueSnapshotCaptureFailed, postgres.SnapshotAudit); n != 1 {
 		t.Fatalf("%d open snapshot_capture_failed findings, want 1", n)
 	}
-	latest, err := b.store.LatestSnapshot(b.ctx, postgres.SnapshotAudit)
+	latest, err := postgres.LatestSnapshot(b.store, b.ctx, postgres.SnapshotAudit)
 	if err != nil || latest.ID != ok.ID {
 		t.Fatalf("latest audit snapshot %d (%v), want %d: a failed capture must not become the latest", latest.ID, err, ok.ID)
 	}

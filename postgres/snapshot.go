@@ -89,7 +89,8 @@ type Snapshot struct {
 	Registries gcos.Registries `json:"-"`
 	// AuditID is the registry_changelog row recording the capture (0 when not known, e.g. a snapshot read back).
 	AuditID int64 `json:"audit_id,omitempty"`
-	reused  bool
+	// Reused: the capture found the scope unchanged and returned its previous snapshot (CaptureOptions.ReuseUnchanged).
+	Reused bool `json:"-"`
 	// KeptDrift are the collections whose kept counts differ from the capture's (CaptureOptions.CheckKeptCounts);
 	// keptCountedAt when each was last counted, as the cut saw it (KeptDriftSettled).
 	KeptDrift     []string `json:"-"`
@@ -107,8 +108,9 @@ type CaptureOptions struct {
 	StatementTimeout time.Duration
 	Workers          int
 	Progress         func(done, total int64)
-	// reuseUnchanged returns the previous snapshot of the scope instead of writing an identical one.
-	reuseUnchanged bool
+	// ReuseUnchanged returns the previous snapshot of the scope instead of writing an identical one (a re-run over
+	// unchanged sources writes no new row); the snapshot says Reused.
+	ReuseUnchanged bool
 	// CheckKeptCounts compares the counts the births handoff keeps with the snapshot's, in the capture's instant.
 	CheckKeptCounts bool
 }
@@ -188,19 +190,15 @@ const RowHashExpr = `hashint8extended(
                                           coalesce(b.{parent}, chr(30)), coalesce(b.{src}, chr(30)), coalesce(b.{actor}, chr(30))), 0)
                # hashint8extended(b.{id}, 0) # hashfloat8extended(date_part('epoch', b.{born}), 0), 0)`
 
-// objectFingerprintSQL reads one object's fingerprint by collection ($1) and code ($2): its birth row's hash in
+// ObjectFingerprintSQL reads one object's fingerprint by collection ($1) and code ($2): its birth row's hash in
 // the two lanes of gcos.Fingerprint, rendered as Fingerprint.String (high lane, then low, 16 hex digits each), so
-// SQL views can compare it with the fingerprint an exception pins (gcos_object_fingerprint).
-func (b BirthBinding) objectFingerprintSQL() string {
+// SQL views can compare it with the fingerprint an exception pins (gcos_object_fingerprint). It is a definition, not
+// state: the reference evaluator (package oracle) runs the same statement in its own transaction.
+func (b BirthBinding) ObjectFingerprintSQL() string {
 	return b.SQL(`SELECT lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
 FROM {t} b CROSS JOIN LATERAL (SELECT ` + RowHashExpr + ` AS h) f
 WHERE b.{coll} = $1 AND b.{code} = $2`)
 }
-
-// ObjectFingerprintSQL is the statement that reads one object's fingerprint (what an exception on it pins) by
-// collection ($1) and code ($2), under the configured source binding. The fingerprint is a definition, not state:
-// the reference Evaluator (package oracle) runs the same statement in its own transaction.
-func (s *Store) ObjectFingerprintSQL() string { return s.BirthBinding().objectFingerprintSQL() }
 
 // memberCountSQL counts the members of every base group of the collections $1 through a tail position ($2, $3;
 // every row when $2 is NULL), each inherited child in its anchor's base group as baseAggregateSQL places it (the
@@ -251,7 +249,7 @@ WHERE (b.{born}, b.{id}) > ($1::timestamptz, $2::bigint)`)
 func (s *Store) RecordBindingStatements(ctx context.Context, tx pgx.Tx) error {
 	if _, err := tx.Exec(ctx, `INSERT INTO gcos_object_fingerprint_statement AS f (singleton, statement) VALUES (true, $1)
 		ON CONFLICT (singleton) DO UPDATE SET statement = EXCLUDED.statement, recorded_at = now()
-		WHERE f.statement IS DISTINCT FROM EXCLUDED.statement`, s.BirthBinding().objectFingerprintSQL()); err != nil {
+		WHERE f.statement IS DISTINCT FROM EXCLUDED.statement`, s.BirthBinding().ObjectFingerprintSQL()); err != nil {
 		return fmt.Errorf("record the object fingerprint statement: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO gcos_estate_statement AS e (singleton, statement) VALUES (true, $1)
@@ -274,9 +272,9 @@ SELECT h, hashint8extended(h, 1) FROM (SELECT ` + RowHashExpr + ` AS h
 FROM {t} b WHERE b.{id} = $1) x`)
 }
 
-// RowFingerprint returns the fingerprint contribution of one birth (by id); adding it to a group's fingerprint is
+// rowFingerprint returns the fingerprint contribution of one birth (by id); adding it to a group's fingerprint is
 // the O(1) update a new birth causes.
-func (s *Store) RowFingerprint(ctx context.Context, id int64) (gcos.Fingerprint, error) {
+func (s *Store) rowFingerprint(ctx context.Context, id int64) (gcos.Fingerprint, error) {
 	var h0, h1 int64
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -683,8 +681,8 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 			return err
 		}
 		snap.Delta = deltaOf(prev, snap.Metrics)
-		if opts.reuseUnchanged && prev != nil && len(snap.Delta.Groups) == 0 {
-			prev.Groups, prev.Registries, prev.reused, prev.KeptDrift, prev.keptCountedAt = snap.Groups, snap.Registries, true, snap.KeptDrift, snap.keptCountedAt
+		if opts.ReuseUnchanged && prev != nil && len(snap.Delta.Groups) == 0 {
+			prev.Groups, prev.Registries, prev.Reused, prev.KeptDrift, prev.keptCountedAt = snap.Groups, snap.Registries, true, snap.KeptDrift, snap.keptCountedAt
 			snap = *prev
 			// The reused capture's own audit row (GCOS's rows only: recorded in governance_audit_row).
 			err := wtx.QueryRow(ctx, `SELECT coalesce(max(r.id), 0) FROM registry_changelog r
@@ -793,8 +791,8 @@ func latestSnapshot(ctx context.Context, q Querier, scope string) (*Snapshot, er
 	return &s, nil
 }
 
-// LatestSnapshot returns the newest snapshot of a scope (ENOTFOUND when there is none).
-func (s *Store) LatestSnapshot(ctx context.Context, scope string) (Snapshot, error) {
+// latestSnapshot returns the newest snapshot of a scope (ENOTFOUND when there is none).
+func (s *Store) latestSnapshot(ctx context.Context, scope string) (Snapshot, error) {
 	snap, err := latestSnapshot(ctx, s.pool, scope)
 	if err != nil {
 		return Snapshot{}, err

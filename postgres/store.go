@@ -188,11 +188,10 @@ func (s *Store) WithGatePool(p *pgxpool.Pool) *Store {
 	return s
 }
 
-// GatePool is the pool the gate runs on (the store's pool unless WithGatePool gave it its own).
-func (s *Store) GatePool() *pgxpool.Pool { return s.gatePool }
-
-// ReplicaPool is the pool over the streaming replica the gate may read through from (nil: none configured).
-func (s *Store) ReplicaPool() *pgxpool.Pool { return s.replica }
+// GatePools are the pools the gate stage runs on: its own (the store's pool unless WithGatePool gave it one), and
+// the streaming replica's it may read through from (nil: none configured). Only the gate stage may take them
+// (layering_test.go).
+func (s *Store) GatePools() (gate, replica *pgxpool.Pool) { return s.gatePool, s.replica }
 
 // New wraps an existing pool (tests hand one in).
 func New(pool *pgxpool.Pool, cfg gcos.Config, logger *slog.Logger) *Store {
@@ -277,18 +276,7 @@ func (s *Store) Prepare(ctx context.Context, opts PrepareOptions) (PrepareResult
 // InTx runs fn in one transaction; under a Fenced context the commit first checks the role's lease. A stage that
 // writes candidate state does it in one of these.
 func (s *Store) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return s.inTxOn(ctx, s.pool, fn)
-}
-
-// InGateTx is InTx on the gate's pool: the gate's follow-ups must not wait for the connections scans and readers
-// hold.
-func (s *Store) InGateTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return s.inTxOn(ctx, s.gatePool, fn)
-}
-
-// inTxOn is InTx on a given pool.
-func (s *Store) inTxOn(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if l := leaseOf(ctx); l != nil {
 			// A holder frozen inside its transaction (a stopped process, a stalled machine) would keep the lease row
 			// locked from its fence check until it wakes, and no one could take the role over meanwhile: PostgreSQL
@@ -317,12 +305,19 @@ func (s *Store) NoteConflict(err error) {
 	}
 }
 
-// Demotions is how many times this store dropped its pooled connections because the primary turned read-only.
-func (s *Store) Demotions() int64 { return s.demotions.Load() }
+// Counters are what this store counted since it opened.
+type Counters struct {
+	// TxRetries: transactions that failed on a deadlock or a serialization conflict (and were retried by their loop:
+	// the intake's next poll, the scan's next tick).
+	TxRetries int64
+	// Demotions: the times the store dropped its pooled connections because the primary turned read-only.
+	Demotions int64
+}
 
-// TxRetries is how many of this store's transactions failed on a deadlock or a serialization conflict (and were
-// retried by their loop: the intake's next poll, the scan's next tick).
-func (s *Store) TxRetries() int64 { return s.txRetries.Load() }
+// Counters reads the store's counters.
+func (s *Store) Counters() Counters {
+	return Counters{TxRetries: s.txRetries.Load(), Demotions: s.demotions.Load()}
+}
 
 // MapError normalises driver errors at the edge so pgx never leaks upward.
 func MapError(err error, what string) error {

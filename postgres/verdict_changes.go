@@ -159,12 +159,3 @@ func (s *Store) VerdictChanges(ctx context.Context, f VerdictChangeFilter) ([]Ve
 	}
 	return out, nil
 }
-
-// PruneVerdictChanges deletes the changes older than keep.
-func (s *Store) PruneVerdictChanges(ctx context.Context, keep time.Duration) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM gcos_verdict_change WHERE changed_at < now() - $1::interval`, keep)
-	if err != nil {
-		return 0, fmt.Errorf("prune verdict changes: %w", err)
-	}
-	return tag.RowsAffected(), nil
-}

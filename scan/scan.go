@@ -114,7 +114,7 @@ type Pass struct {
 // evaluation raises verify_mismatch; an inconclusive proof (the intake behind its instant) raises and closes nothing.
 func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, error) {
 	cfg := s.Stage.cfg.Scan
-	plan, err := s.Stage.core.PlanCover(ctx, runID, cfg.VerifySlices)
+	plan, err := oracle.PlanCover(ctx, s.Stage.core, runID, cfg.VerifySlices)
 	if err != nil {
 		return oracle.Report{}, fmt.Errorf("verify after the full audit: %w", err)
 	}
@@ -235,7 +235,7 @@ func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 			if p.Scanned > 0 || p.Storm {
 				s.logger().Info("incremental scan", "run_id", p.RunID, "scanned", p.Scanned, "verdict_changes", p.VerdictChanges, "storm", p.Storm, "remaining", p.Remaining)
 			}
-			if _, err := s.Stage.core.PruneVerdictChanges(ctx, s.Config.VerdictChangesKeep.Duration()); err != nil && ctx.Err() == nil {
+			if _, err := s.Stage.pruneVerdictChanges(ctx, s.Config.VerdictChangesKeep.Duration()); err != nil && ctx.Err() == nil {
 				s.logger().Warn("prune the verdict change log", "err", err)
 			}
 		}
@@ -292,4 +292,14 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// pruneVerdictChanges deletes the verdict changes older than keep (scan.verdict_changes_keep): the log the change
+// routes and the gate's view read is a window, not a history.
+func (s *Stage) pruneVerdictChanges(ctx context.Context, keep time.Duration) (int64, error) {
+	tag, err := s.core.Pool().Exec(ctx, `DELETE FROM gcos_verdict_change WHERE changed_at < now() - $1::interval`, keep)
+	if err != nil {
+		return 0, fmt.Errorf("prune verdict changes: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

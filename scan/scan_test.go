@@ -105,7 +105,7 @@ func TestRunWakesOnDirtyMarks(t *testing.T) {
 	keys := dirtyKeys(t, store, ctx, 3)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		n, err := store.DirtySetSize(ctx)
+		n, err := gcostest.DirtyGroups(ctx, store.Pool())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package postgres
+package oracle
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/postgres"
 )
 
 // CoverPlan is what one full audit's verification proves: the next slice of the rotating cover, and every
@@ -29,10 +30,10 @@ type CoverPlan struct {
 // the last one an audit proved, and the collections with a group scanned since that audit began (or, before any
 // proof, since the backfill began). Collections are read from the births (one probe per collection on the source's
 // collection index) and from the groups GCOS holds, so neither side alone decides what is proven.
-func (s *Store) PlanCover(ctx context.Context, runID string, n int) (CoverPlan, error) {
+func PlanCover(ctx context.Context, store *postgres.Store, runID string, n int) (CoverPlan, error) {
 	p := CoverPlan{Slices: max(n, 1)}
-	b := s.BirthBinding()
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
+	b := store.BirthBinding()
+	err := store.InTx(ctx, func(tx pgx.Tx) error {
 		last := -1
 		var since *time.Time
 		err := tx.QueryRow(ctx, `SELECT verify_slice, started_at FROM candidate_scan_run
@@ -118,10 +119,10 @@ type CoverProof struct {
 	Mismatches int
 }
 
-// RecordProof records on the audit run runID which slice and collections it proved and what it found; the next
+// recordProof records on the audit run runID which slice and collections it proved and what it found; the next
 // audit's PlanCover takes the slice after it.
-func (s *Store) RecordProof(ctx context.Context, runID string, p CoverProof) error {
-	err := s.InTx(ctx, func(tx pgx.Tx) error {
+func recordProof(ctx context.Context, store *postgres.Store, runID string, p CoverProof) error {
+	err := store.InTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE candidate_scan_run SET verify_slice = $2, verify_slices = $3, verify_collections = $4,
 			verify_groups = $5, verify_objects = $6, verify_gate_checks = $7, verify_mismatches = $8, verified_at = $9
 			WHERE run_id = $1`, runID, p.Plan.Slice, p.Plan.Slices, p.Plan.Collections, p.Groups, p.Objects, p.GateChecks,
