@@ -17,6 +17,7 @@ import (
 	"gcos/daemon"
 	"gcos/gate"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -216,18 +217,14 @@ func drainQuietly(t *testing.T, ctx context.Context, quiet *daemon.Daemon, store
 
 func waitUntil(t *testing.T, done <-chan error, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
+	wait.For(t, within, what, func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("%s: the daemon stopped: %v", what, err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return cond()
+	})
 }
 
 // recordLog keeps every record at info or above as one logfmt-like line: "message key=value …".

@@ -22,6 +22,7 @@ import (
 
 	"gcos"
 	"gcos/embeddedpg"
+	"gcos/gcostest/wait"
 	"gcos/oracle"
 	"gcos/postgres"
 )
@@ -80,7 +81,7 @@ func TestFailover_PromotedReplicaTakesOver(t *testing.T) {
 		defer writer.Done()
 		for i := 0; writeCtx.Err() == nil; i++ {
 			_, _ = writers.Exec(writeCtx, birthSQL, fmt.Sprint("load-", i), collection, entityType) // fails while no primary answers
-			time.Sleep(10 * time.Millisecond)
+			wait.Pace(writeCtx, 10*time.Millisecond)                                                // the writers' pace
 		}
 	}()
 	defer func() { stopWriting(); writer.Wait() }()
@@ -110,12 +111,9 @@ func TestFailover_PromotedReplicaTakesOver(t *testing.T) {
 	if _, err := replicaPool.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); count(t, ctx, replicaPool, `SELECT count(*) FROM pg_stat_wal_receiver`) > 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the replica still streams 30 s after its primary_conninfo was cleared")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 30*time.Second, "the replica stops streaming once its primary_conninfo is cleared", func() bool {
+		return count(t, ctx, replicaPool, `SELECT count(*) FROM pg_stat_wal_receiver`) == 0
+	})
 	var lostID int64
 	for i := range 5 {
 		if err := primary.pool.QueryRow(ctx, birthSQL+` RETURNING id`, fmt.Sprint("lost-", i), collection, entityType).Scan(&lostID); err != nil {
@@ -153,12 +151,8 @@ func TestFailover_PromotedReplicaTakesOver(t *testing.T) {
 	loadAt := func() int64 {
 		return count(t, ctx, replicaPool, `SELECT count(*) FROM birth_registry WHERE actor_ref = 'failover' AND entity_code LIKE 'load-%'`)
 	}
-	for base, deadline := loadAt(), time.Now().Add(60*time.Second); loadAt() < base+30; {
-		if time.Now().After(deadline) {
-			t.Fatal("the writers committed no births on the new primary within 60 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	base := loadAt()
+	wait.For(t, 60*time.Second, "the writers commit births on the new primary", func() bool { return loadAt() >= base+30 })
 	stopWriting()
 	writer.Wait()
 	settle(t, ctx, replicaPool, promoted)
@@ -250,29 +244,15 @@ func TestFailover_DemotedPrimaryDropsPooledConnections(t *testing.T) {
 		}
 	}
 	readOnly(true)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		err := beat()
-		if postgres.IsPgCode(err, "25006") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server never refused a write as read-only (last: %v)", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var refused error
+	if !wait.Until(60*time.Second, func() bool { refused = beat(); return postgres.IsPgCode(refused, "25006") }) {
+		t.Fatalf("the server never refused a write as read-only (last: %v)", refused)
 	}
-	for deadline := time.Now().Add(60 * time.Second); store.Counters().Demotions == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the store did not drop its connections after a read-only refusal")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 60*time.Second, "the store drops its connections after a read-only refusal", func() bool {
+		return store.Counters().Demotions > 0
+	})
 	readOnly(false)
-	for deadline := time.Now().Add(60 * time.Second); beat() != nil; {
-		if time.Now().After(deadline) {
-			t.Fatal("writes did not resume once the server took them again")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 60*time.Second, "writes resume once the server takes them again", func() bool { return beat() == nil })
 	for _, pid := range pids() {
 		if slices.Contains(before, pid) {
 			t.Errorf("session %d, opened before the demotion, is still pooled (before: %v)", pid, before)
@@ -283,13 +263,9 @@ func TestFailover_DemotedPrimaryDropsPooledConnections(t *testing.T) {
 // waitHandedOff waits until the intake's birth cursor passed birth id.
 func waitHandedOff(ctx context.Context, t *testing.T, pool *pgxpool.Pool, id int64) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); count(t, ctx, pool,
-		`SELECT count(*) FROM gov_worker_cursor WHERE source = 'birth_registry' AND position_id >= $1`, id) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("birth %d was not handed off within 60 s", id)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 60*time.Second, fmt.Sprintf("birth %d is handed off", id), func() bool {
+		return count(t, ctx, pool, `SELECT count(*) FROM gov_worker_cursor WHERE source = 'birth_registry' AND position_id >= $1`, id) > 0
+	})
 }
 
 func connect(ctx context.Context, t *testing.T, dsn string) *pgxpool.Pool {
@@ -346,15 +322,9 @@ func askGate(ctx context.Context, api, object string) gateReply {
 // waitGate polls the gate until ok holds and returns when it first did.
 func waitGate(ctx context.Context, t *testing.T, api, object, what string, ok func(gateReply) bool) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		a := askGate(ctx, api, object)
-		if ok(a) {
-			return time.Now()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gate did not %s within 90 s; last answer %+v", what, a)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var a gateReply
+	if !wait.Until(90*time.Second, func() bool { a = askGate(ctx, api, object); return ok(a) }) {
+		t.Fatalf("the gate did not %s within 90 s; last answer %+v", what, a)
 	}
+	return time.Now()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -86,7 +87,7 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 					t.Logf("writer: %v (the database is down or paused; retrying)", err)
 				}
 			}
-			time.Sleep(10 * time.Millisecond)
+			wait.Pace(writeCtx, 10*time.Millisecond) // the writer's pace
 		}
 	}()
 
@@ -107,7 +108,7 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 			d.start()
 		}
 		// A random process at a random moment (mid intake poll, scan tick, promotion, or idle).
-		time.Sleep(time.Duration(r.IntN(400)) * time.Millisecond)
+		wait.Pace(ctx, time.Duration(r.IntN(400))*time.Millisecond) // a random moment to kill at
 		d.killRandom(r)
 		m.add("SIGKILL random process", "any", -1)
 		d.start()
@@ -122,9 +123,7 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 				running := func() bool {
 					return count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE mode = 'backfill' AND status = 'running'`) > 0
 				}
-				for deadline := time.Now().Add(10 * time.Second); !running() && time.Now().Before(deadline); {
-					time.Sleep(2 * time.Millisecond)
-				}
+				wait.Until(10*time.Second, running)
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
 				if running() || try == 20 {
@@ -133,16 +132,16 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 			}
 			d.kills++
 			// The killed one's lease refuses a new backfill (naming its holder) until it expires.
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				out, err := exec.Command(bin, "backfill", "--database-url", dsn, "--config", confPath).CombinedOutput()
-				if err == nil {
-					break
-				}
-				if !strings.Contains(string(out), "is held by") || time.Now().After(deadline) {
+			var out []byte
+			var err error
+			if !wait.Until(60*time.Second, func() bool {
+				out, err = exec.Command(bin, "backfill", "--database-url", dsn, "--config", confPath).CombinedOutput()
+				if err != nil && !strings.Contains(string(out), "is held by") {
 					t.Fatalf("the backfill after a killed one: %v\n%s", err, out)
 				}
-				time.Sleep(200 * time.Millisecond)
+				return err == nil
+			}) {
+				t.Fatalf("the backfill after a killed one: %v\n%s", err, out)
 			}
 			m.add("SIGKILL mid-run, then run again", "backfill", -1)
 		case 2: // an audit holder paused past its lease: it must not commit when it wakes up
@@ -168,7 +167,7 @@ func TestFaults_RolesSurviveKill9(t *testing.T) {
 			for _, p := range pids {
 				_ = syscall.Kill(p, syscall.SIGSTOP)
 			}
-			time.Sleep(2 * time.Second)
+			wait.Pass(ctx, 2*time.Second) // the pause lasts
 			for _, p := range pids {
 				_ = syscall.Kill(p, syscall.SIGCONT)
 			}
@@ -281,17 +280,11 @@ func (d *daemons) spawn() string {
 // refuses to start, which is not what this test is about).
 func (d *daemons) waitUp(log string) {
 	d.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if b, _ := os.ReadFile(log); strings.Contains(string(b), `msg="gcos up"`) {
-			return
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("%s: the daemon did not start within 60 s", filepath.Base(log))
-		}
+	wait.For(d.t, 60*time.Second, filepath.Base(log)+": the daemon starts", func() bool {
 		d.check()
-		time.Sleep(20 * time.Millisecond)
-	}
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), `msg="gcos up"`)
+	})
 }
 
 // check fails the test if a daemon exited on its own.
@@ -357,12 +350,14 @@ func (d *daemons) stopAll() {
 	for _, cmd := range procs {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for _, cmd := range procs {
-		for syscall.Kill(cmd.Process.Pid, 0) == nil && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+	wait.Until(60*time.Second, func() bool {
+		for _, cmd := range procs {
+			if syscall.Kill(cmd.Process.Pid, 0) == nil {
+				return false
+			}
 		}
-	}
+		return true
+	})
 	d.mu.Lock()
 	d.procs = nil
 	d.mu.Unlock()
@@ -380,16 +375,14 @@ func (d *daemons) killAll() {
 
 // holder returns a role's live holder and epoch, waiting for one (false when none appears in time).
 func (d *daemons) holder(ctx context.Context, pool *pgxpool.Pool, role string) (string, int64, bool) {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var owner string
-		var epoch int64
+	var owner string
+	var epoch int64
+	if wait.Until(30*time.Second, func() bool {
 		err := pool.QueryRow(ctx, `SELECT owner, epoch FROM governance_role_lease WHERE role = $1 AND owner IS NOT NULL
 			AND expires_at > clock_timestamp()`, role).Scan(&owner, &epoch)
-		if err == nil && d.alive(owner) {
-			return owner, epoch, true
-		}
-		time.Sleep(10 * time.Millisecond)
+		return err == nil && d.alive(owner)
+	}) {
+		return owner, epoch, true
 	}
 	d.t.Logf("no live holder of %s within 30 s", role)
 	return "", 0, false
@@ -397,17 +390,15 @@ func (d *daemons) holder(ctx context.Context, pool *pgxpool.Pool, role string) (
 
 // waitRunningAudit waits for a full audit under way and returns its holder.
 func (d *daemons) waitRunningAudit(ctx context.Context, pool *pgxpool.Pool) (string, int64, bool) {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		var owner string
-		var epoch int64
+	var owner string
+	var epoch int64
+	if wait.Until(30*time.Second, func() bool {
 		err := pool.QueryRow(ctx, `SELECT l.owner, l.epoch FROM governance_role_lease l
 			JOIN candidate_scan_run r ON r.lease_role = l.role AND r.lease_epoch = l.epoch AND r.status = 'running'
 			WHERE l.role = $1 AND l.owner IS NOT NULL AND l.expires_at > clock_timestamp() LIMIT 1`, postgres.RoleFullAudit.Name).Scan(&owner, &epoch)
-		if err == nil && d.alive(owner) {
-			return owner, epoch, true
-		}
-		time.Sleep(5 * time.Millisecond)
+		return err == nil && d.alive(owner)
+	}) {
+		return owner, epoch, true
 	}
 	d.t.Logf("no full audit under way within 30 s")
 	return "", 0, false
@@ -432,38 +423,29 @@ func (d *daemons) alive(owner string) bool {
 func (d *daemons) handover(ctx context.Context, pool *pgxpool.Pool, role string, epoch int64) time.Duration {
 	d.t.Helper()
 	start := time.Now()
-	deadline := start.Add(90 * time.Second)
-	for {
+	wait.For(d.t, 90*time.Second, fmt.Sprintf("%s is taken over after its holder's fault (epoch %d)", role, epoch), func() bool {
 		var now int64
-		if err := pool.QueryRow(ctx, `SELECT epoch FROM governance_role_lease WHERE role = $1`, role).Scan(&now); err == nil && now > epoch {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("%s was not taken over within 90 s of its holder's fault (epoch %d)", role, epoch)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		err := pool.QueryRow(ctx, `SELECT epoch FROM governance_role_lease WHERE role = $1`, role).Scan(&now)
+		return err == nil && now > epoch
+	})
+	return time.Since(start)
 }
 
 // settle waits until the intake has handed off every row, no group is dirty and a full audit completed after t.
 func settle(t *testing.T, ctx context.Context, pool *pgxpool.Pool, after time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		behind := count(t, ctx, pool, `SELECT
+	var behind, dirty, audited int64
+	if !wait.Until(3*time.Minute, func() bool {
+		behind = count(t, ctx, pool, `SELECT
 			(SELECT count(*) FROM birth_registry b JOIN gov_worker_cursor c ON c.source = 'birth_registry'
 			 WHERE (b.born_at, b.id) > (coalesce(c.position_tstz, '-infinity'), coalesce(c.position_id, 0))) +
 			(SELECT count(*) FROM registry_changelog r JOIN gov_worker_cursor c ON c.source = 'registry_changelog'
 			 WHERE (r."timestamp", r.id) > (coalesce(c.position_ts, '-infinity'), coalesce(c.position_id, 0)))`)
-		dirty := count(t, ctx, pool, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) WHERE c.dirty`)
-		audited := count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE mode = 'full_audit' AND status = 'succeeded' AND started_at > $1`, after)
-		if behind == 0 && dirty == 0 && audited > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled within 3 minutes: %d rows not handed off, %d dirty groups, %d audits completed since the last fault", behind, dirty, audited)
-		}
-		time.Sleep(100 * time.Millisecond)
+		dirty = count(t, ctx, pool, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) WHERE c.dirty`)
+		audited = count(t, ctx, pool, `SELECT count(*) FROM candidate_scan_run WHERE mode = 'full_audit' AND status = 'succeeded' AND started_at > $1`, after)
+		return behind == 0 && dirty == 0 && audited > 0
+	}) {
+		t.Fatalf("not settled within 3 minutes: %d rows not handed off, %d dirty groups, %d audits completed since the last fault", behind, dirty, audited)
 	}
 }
 

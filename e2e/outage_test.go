@@ -18,6 +18,7 @@ import (
 	"gcos/client"
 	"gcos/gate"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/httpapi"
 )
 
@@ -79,11 +80,7 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 	listenAt := regexp.MustCompile(`msg="gcos up" listen=(http://\S+)`)
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(90 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within 90 s: %s", what)
-			}
-		}
+		wait.For(t, 90*time.Second, what, cond)
 	}
 	readyz := func(base string) (int, httpapi.Readiness) {
 		var r httpapi.Readiness
@@ -152,7 +149,7 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 					breach.CompareAndSwap(nil, fmt.Sprintf("a batch: %s (%d allowed) from %q, %s after the database stopped", b.Decision, b.Allowed, b.Source, start-time.Duration(at)))
 				}
 			}
-			time.Sleep(10 * time.Millisecond)
+			wait.Pace(asking, 10*time.Millisecond) // a pipeline's pace
 		}
 	}()
 
@@ -176,7 +173,7 @@ func TestOutage_BackOffLogOnceReadiness(t *testing.T) {
 	waitFor("the second daemon says it cannot reach the database", func() bool {
 		return strings.Contains(read(log2), "connect to the database failed; retrying")
 	})
-	time.Sleep(8 * time.Second) // the outage lasts; loops that retried every 50 ms would log hundreds of lines
+	wait.Pass(ctx, 8*time.Second) // the outage lasts; loops that retried every 50 ms would log hundreds of lines
 	stopAsking()
 	<-askingDone
 	if n := breaches.Load(); n > 0 {

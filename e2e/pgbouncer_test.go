@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/gcostest/wait"
 	"gcos/oracle"
 )
 
@@ -251,18 +252,16 @@ ignore_startup_parameters = extra_float_digits
 		}
 	})
 	pooled := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", u.User.Username(), port, database)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
+	if !wait.UntilCtx(ctx, 30*time.Second, func() bool {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 			_ = c.Close()
-			return pooled, alive
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("pgbouncer did not listen on %d within 30 s: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("pgbouncer did not listen on %d within 30 s: %v", port, err)
 	}
+	return pooled, alive
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

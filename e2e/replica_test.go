@@ -18,6 +18,7 @@ import (
 	"gcos"
 	"gcos/embeddedpg"
 	"gcos/gate"
+	"gcos/gcostest/wait"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -68,16 +69,11 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	}
 	waitSource := func(what, object, want string) gcos.GateAnswer {
 		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); ; {
-			a := g.Gate(ctx, object, gcos.ActionRead).Answer()
-			if a.Source == want {
-				return a
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the gate never read from the %s within 60 s (last %+v, replica %+v)", what, want, a, g.ReplicaStats())
-			}
-			time.Sleep(20 * time.Millisecond)
+		var a gcos.GateAnswer
+		if !wait.Until(60*time.Second, func() bool { a = g.Gate(ctx, object, gcos.ActionRead).Answer(); return a.Source == want }) {
+			t.Fatalf("%s: the gate never read from the %s within 60 s (last %+v, replica %+v)", what, want, a, g.ReplicaStats())
 		}
+		return a
 	}
 
 	// The read-only routes of the API over the same store.
@@ -108,11 +104,8 @@ func TestReplicaReads_GateReadsReplicaWithinBound(t *testing.T) {
 	// fresh depends on the machine's load, so each is asked until the replica answers it.
 	eventually := func(what string, ok func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(60 * time.Second); !ok(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not from the replica within 60 s (replica %+v)", what, g.ReplicaStats())
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !wait.Until(60*time.Second, ok) {
+			t.Fatalf("%s: not from the replica within 60 s (replica %+v)", what, g.ReplicaStats())
 		}
 	}
 	waitSource("caught up", objects[0], gate.SourceReplica)

@@ -11,6 +11,7 @@ import (
 	"gcos/daemon"
 	"gcos/gate"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 )
@@ -106,7 +107,7 @@ func TestRestart_WorkersReconnectGateBlocks(t *testing.T) {
 			t.Fatalf("gate %s with the database down: %s (%v), want block with a reason", action, g.Decision, g.Reasons)
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // several failed polls and ticks
+	wait.Pass(ctx, 300*time.Millisecond) // several failed polls and ticks
 	select {
 	case err := <-runErrs:
 		t.Fatalf("a worker exited while the database was down instead of retrying: %v", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gcostest/wait"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -76,16 +77,12 @@ func TestException_StopsCountingTheInstantItExpires(t *testing.T) {
 	}
 
 	// No scan from here on: the clock alone lifts the exception.
-	deadline := time.Now().Add(2 * time.Minute)
-	for !expired {
-		if time.Now().After(deadline) {
-			t.Fatal("the exception never expired by the database clock")
-		}
-		time.Sleep(200 * time.Millisecond)
+	wait.For(t, 2*time.Minute, "the exception expires by the database clock", func() bool {
 		if err := b.pool.QueryRow(b.ctx, `SELECT now() >= expires_at FROM governance_exception WHERE exception_id = 'EXC-T-EXPIRY'`).Scan(&expired); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return expired
+	})
 	r := b.gate().Gate(b.ctx, obj, gcos.ActionWrite)
 	if r.Decision != gcos.GateBlock || !strings.Contains(strings.Join(r.Reasons, " | "), "no owner resolves in scope "+scope) {
 		t.Fatalf("after the exception expired, %s = %s %q, want block as an orphan in %s", obj, r.Decision, r.Reasons, scope)

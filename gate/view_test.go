@@ -16,6 +16,7 @@ import (
 
 	"gcos"
 	"gcos/gate"
+	"gcos/gcostest/wait"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
 	"gcos/scan"
@@ -156,13 +157,7 @@ func TestVerdictView_PastItsBoundReadsThrough(t *testing.T) {
 	if err := v.CatchUp(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for v.Stats().Fresh {
-		if time.Now().After(deadline) {
-			t.Fatal("the view never aged past its bound")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(t, time.Minute, "the view ages past its bound", func() bool { return !v.Stats().Fresh })
 	r := v.Decide(b.ctx, obj, gcos.ActionWrite)
 	if r.Source != gate.SourceDatabase {
 		t.Fatalf("a view past its bound answered from %q", r.Source)
@@ -273,7 +268,7 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				time.Sleep(100 * time.Microsecond) // a busy pipeline, not a benchmark: the other tests share the cores
+				wait.Pace(ctx, 100*time.Microsecond) // a busy pipeline, not a benchmark: the other tests share the cores
 				start := time.Since(epoch)
 				from := blockedFrom.Load()
 				r := g.Gate(ctx, obj, gcos.ActionWrite)
@@ -299,14 +294,13 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 	// follow-up) after that scan cleared it.
 	waitFor := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for g.Gate(b.ctx, obj, gcos.ActionWrite).Decision != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("the gate never answered %s for %s", want, obj)
+		wait.For(t, time.Minute, "the gate answers "+want+" for "+obj, func() bool {
+			if g.Gate(b.ctx, obj, gcos.ActionWrite).Decision == want {
+				return true
 			}
-			time.Sleep(10 * time.Millisecond)
 			b.world().ScanAll(t, postgres.ModeIncremental)
-		}
+			return false
+		})
 	}
 	rescan := func() {
 		t.Helper()
@@ -322,7 +316,7 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 			VALUES ($1, $2, $3, 'owner-view-test', 'active')`, scope, class, coll)
 		rescan()
 		waitFor(gcos.GateAllow)
-		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+		wait.Pace(ctx, time.Duration(rng.IntN(100))*time.Millisecond) // a random moment to take the owner away
 
 		b.exec(t, `DELETE FROM governance_object_ownership WHERE owner_ref = 'owner-view-test'`)
 		rescan() // the block has committed when it returns
@@ -330,7 +324,7 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 		if i%2 == 1 { // the catch-ups' (and the read-throughs') connections die
 			b.exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name IN ('gcos-gate', 'gcos-gate-view') AND datname = current_database()`)
 		}
-		time.Sleep(time.Duration(rng.IntN(200)) * time.Millisecond)
+		wait.Pace(ctx, time.Duration(rng.IntN(200))*time.Millisecond) // the readers go on meanwhile
 		waitFor(gcos.GateBlock)
 	}
 	cancel()
@@ -369,16 +363,12 @@ func TestVerdictView_FeedIsPrunedAndALaggardReloads(t *testing.T) {
 	if notes() == 0 {
 		t.Fatal("a dirty mark left no note in the change feed")
 	}
-	deadline := time.Now().Add(time.Minute)
-	for notes() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the feed still holds %d notes well past its retention", notes())
-		}
+	wait.For(t, time.Minute, "the feed prunes its notes past their retention", func() bool {
 		if err := keep.CatchUp(b.ctx); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return notes() == 0
+	})
 	if err := laggard.CatchUp(b.ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"gcos/daemon"
 	"gcos/events"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/httpapi"
 	"gcos/world"
 )
@@ -261,13 +262,7 @@ func poll(t *testing.T, browser context.Context, what, expr string) {
 
 func pollUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 90 s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	wait.For(t, 90*time.Second, what, cond)
 }
 
 // sameInstant waits until the page shows the API's answer from url at the same as_of, then compares the numbers:

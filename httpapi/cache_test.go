@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gcos/gcostest/wait"
 )
 
 // TestCachedReadComputesOncePerInterval: forty concurrent callers share one computation; a later caller within
@@ -87,7 +89,7 @@ func TestCachedReadComputesOncePerInterval(t *testing.T) {
 	n := 0
 	count := func(context.Context, time.Time) (int, error) { n++; return n, nil }
 	r.get(context.Background(), "", count)
-	time.Sleep(time.Millisecond)
+	wait.Pass(context.Background(), time.Millisecond) // past the interval
 	if v, _, _ := r.get(context.Background(), "", count); v != 2 {
 		t.Fatalf("past the interval got %d, want a recomputation", v)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"gcos"
 	"gcos/gate"
+	"gcos/gcostest/wait"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
@@ -230,10 +231,8 @@ func TestServerShedsLoadBeyondItsCap(t *testing.T) {
 		t.Fatal("no gcos_http_requests_in_progress{class=\"read\"} gauge")
 		return 0
 	}
-	for deadline := time.Now().Add(30 * time.Second); inProgress() < capacity; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the %d held requests never reached their handlers (%v in progress)", capacity, inProgress())
-		}
+	if !wait.Until(30*time.Second, func() bool { return inProgress() >= capacity }) {
+		t.Fatalf("the %d held requests never reached their handlers (%v in progress)", capacity, inProgress())
 	}
 	shed, body := get("/v1/summary")
 	if shed.StatusCode != http.StatusServiceUnavailable {
@@ -254,11 +253,10 @@ func TestServerShedsLoadBeyondItsCap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ok := false
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !ok; time.Sleep(20 * time.Millisecond) {
+	ok := wait.Until(30*time.Second, func() bool {
 		resp, _ := get("/v1/summary")
-		ok = resp.StatusCode == http.StatusOK
-	}
+		return resp.StatusCode == http.StatusOK
+	})
 	if !ok {
 		t.Fatal("reads are still shed after the held requests finished")
 	}
@@ -303,17 +301,15 @@ func TestServerBoundsDatabaseWork(t *testing.T) {
 		t.Fatal("the client's own deadline did not end its request")
 	}
 	// The server notices when its query is canceled; wait for the request counter to show the answer.
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	wait.Until(30*time.Second, func() bool {
 		resp, err := call(e.ctx, "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		m, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(string(m), `route="GET /v1/groups"`) {
-			break
-		}
-	}
+		return strings.Contains(string(m), `route="GET /v1/groups"`)
+	})
 	if strings.Contains(logs.String(), "level=ERROR") {
 		t.Errorf("a timed-out read or a client that left was logged as an error:\n%s", logs)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 )
 
@@ -34,13 +35,9 @@ func TestMonitorRunsUnderLease(t *testing.T) {
 			}
 		}()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for e.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'handoff_silent_gap' AND status = 'open'`) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the dead executor was never reported")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "the dead executor is reported", func() bool {
+		return e.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'handoff_silent_gap' AND status = 'open'`) > 0
+	})
 	if n := e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name = $1 AND lease_owner IN ('host-a:1', 'host-b:2')
 		AND lease_expires_at > now()`, intake.MonitorLease); n != 1 {
 		t.Fatalf("%d live monitor leases, want 1", n)
@@ -49,13 +46,9 @@ func TestMonitorRunsUnderLease(t *testing.T) {
 	wg.Wait()
 	// A stopped monitor releases its lease; a lease granted by a statement the cancellation cut short is released
 	// by its expiry (at most one TTL, 1 s here) — either way no stopped monitor holds it afterwards.
-	released := time.Now().Add(3 * time.Second)
-	for e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name = $1 AND lease_owner IS NOT NULL AND lease_expires_at > now()`, intake.MonitorLease) != 0 {
-		if time.Now().After(released) {
-			t.Fatal("a stopped monitor kept its lease")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(t, 3*time.Second, "no stopped monitor keeps its lease", func() bool {
+		return e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name = $1 AND lease_owner IS NOT NULL AND lease_expires_at > now()`, intake.MonitorLease) == 0
+	})
 	// A fresh tick resolves the finding at the next check.
 	if err := intake.New(e.store).IntakeHeartbeat(e.ctx, "birth_registry", "ok"); err != nil {
 		t.Fatal(err)
@@ -73,7 +66,7 @@ func TestWorkerEmitsHeartbeatEvent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.insert(t, 7, 3)
-	time.Sleep(30 * time.Millisecond)
+	wait.Pass(e.ctx, 30*time.Millisecond) // the horizon guard
 	ticks, err := e.worker().Once(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -97,12 +90,8 @@ func TestWorkerEmitsHeartbeatEvent(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- w.Run(ctx) }()
 	// Poll (a loaded machine may run the loop slowly): Run emits one heartbeat per interval, so more follow.
-	deadline := time.Now().Add(60 * time.Second)
-	for e.count(t, heartbeats) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d heartbeat events after 60 s of Run with a 50 ms interval", e.count(t, heartbeats))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !wait.Until(60*time.Second, func() bool { return e.count(t, heartbeats) >= 3 }) {
+		t.Fatalf("%d heartbeat events after 60 s of Run with a 50 ms interval", e.count(t, heartbeats))
 	}
 	cancel()
 	if err := <-ran; err != nil {

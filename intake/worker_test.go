@@ -14,6 +14,7 @@ import (
 
 	"gcos"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -114,23 +115,14 @@ func TestIntakeRunHandsOffTicksAndStopsCleanly(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.worker().Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.count(t, `SELECT count(*) FROM intake_applied a WHERE NOT (a.source = 'registry_changelog'
-		AND a.id IN (SELECT changelog_id FROM governance_audit_row))`) < 150 {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker did not hand the rows off in time")
-		}
-		time.Sleep(20 * time.Millisecond)
+	applied := func() int64 {
+		return e.count(t, `SELECT count(*) FROM intake_applied a WHERE NOT (a.source = 'registry_changelog'
+			AND a.id IN (SELECT changelog_id FROM governance_audit_row))`)
 	}
+	wait.For(t, 10*time.Second, "the worker hands the rows off", func() bool { return applied() >= 150 })
 	e.insert(t, 5, 5)
 	// GCOS's own audit rows are applied too (this apply step does not skip them): they are not the rows awaited.
-	for e.count(t, `SELECT count(*) FROM intake_applied a WHERE NOT (a.source = 'registry_changelog'
-		AND a.id IN (SELECT changelog_id FROM governance_audit_row))`) < 160 {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker did not pick up new rows")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, "the worker picks up new rows", func() bool { return applied() >= 160 })
 	if n := e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name IN ('gcos.intake.birth_registry',
 		'gcos.intake.registry_changelog') AND last_tick_status LIKE 'ok%' AND last_tick_at > now() - interval '5 seconds'`); n != 2 {
 		t.Fatalf("want a fresh heartbeat per source, got %d", n)
@@ -155,7 +147,7 @@ func TestIntakeOnceCatchesUp(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.insert(t, 60, 7)
-	time.Sleep(30 * time.Millisecond)
+	wait.Pass(e.ctx, 30*time.Millisecond) // the horizon guard
 	ticks, err := e.worker().Once(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +228,7 @@ func TestIntakeKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 					_, err = tx.Exec(e.ctx, `INSERT INTO registry_changelog (entity_type, entity_code, action)
 						VALUES ('collection', 'intake_test', 'update')`)
 				}
-				time.Sleep(time.Duration(rand.IntN(8)) * time.Millisecond)
+				wait.Pace(e.ctx, time.Duration(rand.IntN(8))*time.Millisecond) // a writer holds its transaction open
 				if err == nil {
 					err = tx.Commit(e.ctx)
 				}
@@ -283,19 +275,19 @@ func TestIntakeKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 	// The last worker catches up. A killed worker's transaction can linger on the server for a moment and hold the
 	// horizon back (the tail never reads past an open transaction), so the catch-up is repeated, with a generous
 	// deadline, until nothing is left; a row applied twice or from nowhere fails at once.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var lost, dup, extra int64
+	caughtUp := wait.Until(90*time.Second, func() bool {
 		if _, err := e.worker().Once(e.ctx); err != nil {
 			t.Fatal(err)
 		}
-		lost, dup, extra := e.tally(t)
-		if dup+extra > 0 || (lost > 0 && time.Now().After(deadline)) {
+		lost, dup, extra = e.tally(t)
+		if dup+extra > 0 {
 			t.Fatalf("lost %d, applied twice %d, applied but not in the source %d", lost, dup, extra)
 		}
-		if lost == 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+		return lost == 0
+	})
+	if !caughtUp {
+		t.Fatalf("lost %d, applied twice %d, applied but not in the source %d", lost, dup, extra)
 	}
 	t.Logf("%d kills; %d rows applied by killed workers, %d in all", kills, before, e.count(t, `SELECT count(*) FROM intake_applied`))
 }

@@ -20,6 +20,7 @@ import (
 	"gcos/events"
 	"gcos/gate"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -155,7 +156,7 @@ func (e *env) wire() {
 func (e *env) settle() error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for i := 0; time.Now().Before(deadline); i++ {
-		time.Sleep(30 * time.Millisecond) // past the tail's horizon guard
+		wait.Pass(e.ctx, 30*time.Millisecond) // past the tail's horizon guard
 		if _, err := e.intake.Once(e.ctx); err != nil {
 			return fmt.Errorf("intake: %w", err)
 		}
@@ -447,15 +448,17 @@ var triggers = []trigger{
 			return "", err
 		}
 		// Expiry is read-time: no changelog row, no scan; only the database clock moves past expires_at.
-		deadline := time.Now().Add(2 * time.Minute)
-		for expired := false; !expired; {
-			if time.Now().After(deadline) {
-				return "", fmt.Errorf("exception %s never expired by the database clock", id)
-			}
-			time.Sleep(100 * time.Millisecond)
-			if err := e.pool.QueryRow(e.ctx, `SELECT now() >= expires_at FROM governance_exception WHERE exception_id = $1`, id).Scan(&expired); err != nil {
-				return "", err
-			}
+		var qerr error
+		expired := wait.Until(2*time.Minute, func() bool {
+			var done bool
+			qerr = e.pool.QueryRow(e.ctx, `SELECT now() >= expires_at FROM governance_exception WHERE exception_id = $1`, id).Scan(&done)
+			return qerr != nil || done
+		})
+		switch {
+		case qerr != nil:
+			return "", qerr
+		case !expired:
+			return "", fmt.Errorf("exception %s never expired by the database clock", id)
 		}
 		return "object exception " + id + " on " + obj + " expired by the clock", nil
 	}},
@@ -1134,7 +1137,7 @@ func (e *env) intakeOnly(t *testing.T, source string) []string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		time.Sleep(30 * time.Millisecond) // past the tail's horizon guard
+		wait.Pass(e.ctx, 30*time.Millisecond) // past the tail's horizon guard
 		if _, err := e.intake.Once(e.ctx); err != nil {
 			t.Fatal(err)
 		}

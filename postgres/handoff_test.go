@@ -14,6 +14,7 @@ import (
 	"gcos"
 	"gcos/events"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
@@ -118,7 +119,7 @@ func (e *hoEnv) takeStats() []intake.HandoffStats {
 // catchUp lets the rows committed so far fall below the horizon and runs one full intake pass.
 func (e *hoEnv) catchUp(t *testing.T) []intake.SourceTick {
 	t.Helper()
-	time.Sleep(4 * hoGuard)
+	wait.Pass(e.ctx, 4*hoGuard) // the horizon guard
 	ticks, err := e.w.Once(e.ctx)
 	if err != nil {
 		t.Fatalf("intake: %v", err)
@@ -553,15 +554,14 @@ func TestHandoffApply(t *testing.T) {
 			t.Fatalf("changelog pass: %+v, want the poison row on the retry lane", ticks[1])
 		}
 		e.expectDirty(t, "the row after the poison row", e.groupsOfBirths(t, `x.k = $1`, coll), "handoff:collection_changed")
-		deadline := time.Now().Add(10 * time.Second)
-		for e.count(t, `SELECT count(*) FROM event_pending WHERE entity_table = 'registry_changelog' AND entity_ref = ($1::bigint)::text
-			AND dead_lettered_at IS NOT NULL`, poison) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("the poison row was never dead-lettered")
+		wait.For(t, 10*time.Second, "the poison row is dead-lettered", func() bool {
+			if e.count(t, `SELECT count(*) FROM event_pending WHERE entity_table = 'registry_changelog' AND entity_ref = ($1::bigint)::text
+				AND dead_lettered_at IS NOT NULL`, poison) > 0 {
+				return true
 			}
-			time.Sleep(10 * time.Millisecond)
 			e.catchUp(t)
-		}
+			return false
+		})
 		var attempts int
 		var lastErr, hint string
 		if err := e.pool.QueryRow(e.ctx, `SELECT error_count, last_error, event_type_hint FROM event_pending

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 )
@@ -63,9 +64,7 @@ func TestBackfillHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	handed = nil
-	for i := 0; poll("birth_registry") == 0 && i < 500; i++ {
-		time.Sleep(10 * time.Millisecond) // until the horizon passes the birth
-	}
+	wait.Until(10*time.Second, func() bool { return poll("birth_registry") > 0 }) // until the horizon passes the birth
 	if len(handed) != 1 || handed[0] != id {
 		t.Fatalf("after the backfill, a new birth was handed off as %v, want [%d]", handed, id)
 	}

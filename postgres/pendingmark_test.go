@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/gcostest/wait"
 	"gcos/postgres"
 )
 
@@ -264,7 +265,7 @@ func TestPendingMarks(t *testing.T) {
 		makeDirty()
 		scan := b.holdRow(t, key)
 		done := b.markSoon(key, gcos.DirtyAxis)
-		waitUntil(t, "the mark waits for the scan's row", func() bool {
+		wait.For(t, time.Minute, "the mark waits for the scan's row", func() bool {
 			return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
 		})
 		scan.clear(t, b.ctx)
@@ -344,16 +345,6 @@ func TestPendingMarks(t *testing.T) {
 			t.Fatal("a mark of a ruleset no longer current was kept")
 		}
 	})
-}
-
-// waitUntil polls cond until it holds, failing the test after a minute.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within a minute", what)
-		}
-	}
 }
 
 // TestCountGroupsReadsBirthsNotHandedOff: a scan's count includes the births the tail has not handed off yet and

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -1099,7 +1100,7 @@ func TestSB10_ExplainStatement(t *testing.T) {
 			r.Snapshot == nil || !r.Snapshot.Equal(want.snapshotAt) || !r.Effective.Clean || r.Effective.Verdict != gcos.Verdict(want.verdict) {
 			t.Fatalf("explained row %+v does not carry the stored values %+v", r, want)
 		}
-		time.Sleep(1100 * time.Millisecond)
+		wait.Pass(b.ctx, 1100*time.Millisecond) // a second later, the same statement
 		again, err := b.gate().ExplainGroup(b.ctx, key)
 		if err != nil || strings.Join(again.Statements, "\n") != strings.Join(ex.Statements, "\n") {
 			t.Fatalf("the statement is not reproducible: %q then %q (%v)", ex.Statements, again.Statements, err)

@@ -23,6 +23,7 @@ import (
 	"gcos/daemon"
 	"gcos/events"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -143,7 +144,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	if err := churn.Run(churnCtx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	wait.Pass(ctx, 300*time.Millisecond) // the daemon goes on ticking a little after the churn
 	stop()
 	if err := <-runErr; err != nil {
 		t.Fatal(err)
@@ -270,7 +271,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 							return err
 						}
 					}
-					time.Sleep(time.Duration(r.IntN(8)) * time.Millisecond)
+					wait.Pace(ctx, time.Duration(r.IntN(8))*time.Millisecond) // a writer holds its transaction open
 					for range 1 + r.IntN(3) {
 						src := []string{"birth-api", "registry-sync"}[r.IntN(2)]
 						if r.IntN(6) == 0 {
@@ -301,7 +302,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 							return err
 						}
 					}
-					time.Sleep(time.Duration(r.IntN(8)) * time.Millisecond)
+					wait.Pace(ctx, time.Duration(r.IntN(8))*time.Millisecond) // a writer holds its transaction open
 					if r.IntN(10) == 0 {
 						return errRollback
 					}
@@ -424,7 +425,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 			t.Fatalf("never caught up: births %d/%d, changes %d/%d, poison %d dead-lettered %d (retry lane: %s)", bc.EventsSeen,
 				births, cc.EventsSeen, changes, poison.Load(), dead, pending)
 		}
-		time.Sleep(50 * time.Millisecond)
+		wait.Pace(ctx, 50*time.Millisecond) // the intake's poll interval
 	}
 	if open, err := findingOpen(ctx, e.pool, gcos.IssueHandoffDLQ); err != nil || !open {
 		t.Fatalf("handoff_dlq open = %v (%v)", open, err)
@@ -574,12 +575,7 @@ func TestSB11_SilentGap(t *testing.T) {
 	waitFor := func(what string, limit time.Duration, ok func() bool) time.Duration {
 		t.Helper()
 		start := time.Now()
-		for !ok() {
-			if time.Since(start) > limit {
-				t.Fatalf("%s: not within %s", what, limit)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		wait.For(t, limit, what, ok)
 		return time.Since(start)
 	}
 
@@ -587,7 +583,7 @@ func TestSB11_SilentGap(t *testing.T) {
 	waitFor("the worker's first ticks", 5*time.Second, func() bool {
 		return b.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name IN ($1, $2)`, birthExec, changeExec) == 2
 	})
-	time.Sleep(1400 * time.Millisecond)
+	wait.Pass(ctx, 1400*time.Millisecond) // more than the silence threshold
 	rep, err := intake.New(store).CheckSilence(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"gcos"
 	"gcos/gate"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
@@ -331,12 +332,10 @@ func TestScanTTLExpiry(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE stale_after - scan_time <> $1::interval`, ttl); n != 0 {
 		t.Fatalf("%d rows do not expire exactly one TTL after their scan", n)
 	}
-	// Wait (at most one TTL) until the newest verdict has expired: no write happens in between.
-	var wait float64
-	if err := b.pool.QueryRow(b.ctx, `SELECT greatest(extract(epoch FROM max(stale_after) - now()), 0)::float8 FROM governance_candidate_state`).Scan(&wait); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Duration(wait*float64(time.Second)) + 100*time.Millisecond)
+	// Wait (about one TTL) until the newest verdict has expired by the database clock: no write happens in between.
+	wait.For(t, ttl+time.Minute, "every verdict expires by the database clock", func() bool {
+		return b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE stale_after > now()`) == 0
+	})
 	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE clean`); n != 0 {
 		t.Fatalf("%d groups still clean past their TTL: verdicts must decay on their own", n)
 	}
@@ -443,7 +442,7 @@ func TestEventDebounce(t *testing.T) {
 			t.Fatalf("a second tick inside the window scanned %d groups", res.Scanned)
 		}
 	}
-	time.Sleep(time.Until(start.Add(window + 100*time.Millisecond)))
+	wait.Pass(b.ctx, time.Until(start.Add(window+100*time.Millisecond))) // the coalesce window closes
 	if res := event(); res.Scanned != 1 || res.Remaining != 0 {
 		t.Fatalf("after the window: scanned %d, remaining %d; want the hot group", res.Scanned, res.Remaining)
 	}
@@ -474,7 +473,7 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 		if res.Read > 0 {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		wait.Pace(b.ctx, 10*time.Millisecond) // until the horizon passes the birth
 	}
 	occurrences := func() int64 {
 		return b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE issue_type = 'candidate_unknown'
@@ -498,7 +497,7 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 	if n := occurrences(); time.Since(start) < window && n != first {
 		t.Fatalf("repeated gate calls inside the window wrote the finding again: %d occurrences, want %d", n, first)
 	}
-	time.Sleep(time.Until(opened.Add(window + 50*time.Millisecond)))
+	wait.Pass(b.ctx, time.Until(opened.Add(window+50*time.Millisecond))) // the coalesce window closes
 	b.gate().Gate(b.ctx, obj, gcos.ActionRead)
 	if n := occurrences(); n != 2*first {
 		t.Fatalf("after the window: %d occurrences, want %d", n, 2*first)

@@ -20,6 +20,7 @@ import (
 
 	"gcos"
 	"gcos/events"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -90,7 +91,7 @@ func (e *tailEnv) poll(t *testing.T, src postgres.TailSource, apply intake.Apply
 // drain waits until rows committed so far are below the horizon, then polls until a page is not full.
 func (e *tailEnv) drain(t *testing.T, src postgres.TailSource, apply intake.ApplyFunc) intake.PollResult {
 	t.Helper()
-	time.Sleep(2 * tailGuard)
+	wait.Pass(e.ctx, 2*tailGuard) // the horizon guard: every row committed so far falls below it
 	for range 10_000 {
 		res := e.poll(t, src, apply)
 		if !res.PageFull {
@@ -273,7 +274,7 @@ func TestTailS2_InsertThenHoldOpen(t *testing.T) {
 	t.Parallel()
 	e := newTailEnv(t)
 	before := e.births(t, 2)
-	time.Sleep(2 * tailGuard)
+	wait.Pass(e.ctx, 2*tailGuard)
 	conn := e.session(t)
 	a := tailBegin(t, conn)
 	aID, err := tailInsertBirth(e.ctx, a)
@@ -397,7 +398,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	if res.Read != 0 || res.HeldBy == nil || res.HeldBy.Role != reader {
 		t.Fatalf("without a role filter the reader's transaction holds the horizon: %+v %+v", res, res.HeldBy)
 	}
-	time.Sleep(e.cfg.LagThreshold.Duration() + 50*time.Millisecond)
+	wait.Pass(e.ctx, e.cfg.LagThreshold.Duration()+50*time.Millisecond) // the lag threshold runs out
 	lag, err := intake.New(e.store).CheckTailLag(e.ctx, e.birth, e.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -416,7 +417,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	if _, err := intake.New(e.store).CheckTail(e.ctx, e.birth, filtered); err != nil {
 		t.Fatalf("the reader cannot write, so the filter is sound: %v", err)
 	}
-	time.Sleep(2 * tailGuard)
+	wait.Pass(e.ctx, 2*tailGuard)
 	res, err = intake.New(e.store).PollTail(e.ctx, e.birth, filtered, tailRecord)
 	if err != nil {
 		t.Fatal(err)
@@ -530,7 +531,7 @@ func TestTailS6_WriterLongerThanAnyFixedLag(t *testing.T) {
 		if res := e.poll(t, e.birth, tailRecord); res.Read != 0 {
 			t.Fatalf("read %d rows past an open writer", res.Read)
 		}
-		time.Sleep(40 * time.Millisecond)
+		wait.Pace(e.ctx, 40*time.Millisecond) // the other writers' pace
 	}
 	aID, err := tailInsertBirth(e.ctx, a)
 	if err != nil {
@@ -558,7 +559,7 @@ func tailStressWriters(t *testing.T, pool *pgxpool.Pool, n int, stop <-chan stru
 		go func() {
 			defer wg.Done()
 			ctx := context.Background()
-			hold := func() { time.Sleep(time.Duration(mrand.IntN(21)) * time.Millisecond) }
+			hold := func() { wait.Pace(ctx, time.Duration(mrand.IntN(21))*time.Millisecond) } // a writer's random hold
 			for {
 				select {
 				case <-stop:
@@ -667,7 +668,7 @@ func tailNaive(e *tailEnv, src postgres.TailSource, stop <-chan struct{}, seen m
 		if last {
 			return
 		}
-		time.Sleep(time.Millisecond)
+		wait.Pace(e.ctx, time.Millisecond) // the reader's pace
 	}
 }
 
@@ -704,7 +705,7 @@ func TestTailStress_ConcurrentWriters(t *testing.T) {
 			}
 			defer writers.Close()
 			stop := make(chan struct{})
-			wait := tailStressWriters(t, writers, 16, stop, tc.insert)
+			writersDone := tailStressWriters(t, writers, 16, stop, tc.insert)
 			cfg := e.cfg
 			cfg.PageSize = 50
 			// A naive tail (no horizon) runs alongside as the control: it must lose rows, or the run proved nothing.
@@ -724,11 +725,11 @@ func TestTailStress_ConcurrentWriters(t *testing.T) {
 				polls++
 				reads += res.Read
 				if !res.PageFull {
-					time.Sleep(time.Duration(mrand.IntN(5)) * time.Millisecond)
+					wait.Pace(e.ctx, time.Duration(mrand.IntN(5))*time.Millisecond) // a poller's random pace
 				}
 			}
 			close(stop)
-			committed := wait()
+			committed := writersDone()
 			<-naiveDone
 			e.drain(t, src, tailRecord)
 			naiveLost := 0
@@ -770,7 +771,7 @@ func TestTailKill_ExactlyOnceAcrossAbortedPolls(t *testing.T) {
 	}
 	defer writers.Close()
 	stop := make(chan struct{})
-	wait := tailStressWriters(t, writers, 4, stop, tailTxInsertBirth)
+	writersDone := tailStressWriters(t, writers, 4, stop, tailTxInsertBirth)
 	cfg := e.cfg
 	cfg.PageSize = 20
 	killer := e.session(t)
@@ -827,7 +828,7 @@ func TestTailKill_ExactlyOnceAcrossAbortedPolls(t *testing.T) {
 			prev := cancel
 			cancel = func() { cancelInner(); prev() }
 		}
-		time.Sleep(time.Duration(mrand.IntN(10)) * time.Millisecond)
+		wait.Pace(e.ctx, time.Duration(mrand.IntN(10))*time.Millisecond) // a crash's random moment
 		res, err := intake.New(e.store).PollTail(ctx, e.birth, cfg, apply)
 		cancel()
 		switch {
@@ -838,7 +839,7 @@ func TestTailKill_ExactlyOnceAcrossAbortedPolls(t *testing.T) {
 		}
 	}
 	close(stop)
-	committed := wait()
+	committed := writersDone()
 	e.drain(t, e.birth, tailRecord)
 	if n := tailSum(kills); n < 20 {
 		t.Fatalf("only %d aborted polls: %v", n, kills)
@@ -908,15 +909,12 @@ func TestTailPoisonRowRetryThenDLQ(t *testing.T) {
 	if payload["change_kind"] != "object_born" || payload["source"] != "birth_registry" {
 		t.Fatalf("payload %v", payload)
 	}
-	for range 200 {
-		time.Sleep(5 * time.Millisecond)
+	wait.Until(10*time.Second, func() bool {
 		if _, err := intake.New(e.store).RetryDue(e.ctx, e.birth, e.cfg, apply); err != nil {
 			t.Fatal(err)
 		}
-		if e.count(t, `SELECT count(*) FROM event_pending WHERE processed_at IS NULL AND dead_lettered_at IS NULL`) == 0 {
-			break
-		}
-	}
+		return e.count(t, `SELECT count(*) FROM event_pending WHERE processed_at IS NULL AND dead_lettered_at IS NULL`) == 0
+	})
 	var errCount int
 	var dead *time.Time
 	var addr, actor string
@@ -1229,7 +1227,7 @@ func TestTailChangelogLocalTimeZone(t *testing.T) {
 		}
 		later = append(later, id)
 	}
-	time.Sleep(2 * tailGuard)
+	wait.Pass(e.ctx, 2*tailGuard)
 	for _, src := range []postgres.TailSource{right, wrong} {
 		if _, err := intake.New(store).PollTail(e.ctx, src, e.cfg, tailRecord); err != nil {
 			t.Fatal(err)
@@ -1242,20 +1240,19 @@ func TestTailChangelogLocalTimeZone(t *testing.T) {
 	if err := a.Commit(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * tailGuard)
+	wait.Pass(e.ctx, 2*tailGuard)
 	if _, err := intake.New(store).PollTail(e.ctx, right, e.cfg, tailRecord); err != nil {
 		t.Fatal(err)
 	}
 	tailExactlyOnce(t, "right zone", append(later, aID), e.applied(t, right.Name))
 	// The wrong-zone cursor read the later rows before the held one committed, so that row sorts behind it: the id
 	// sweep finds it (once the transactions open at its mark have ended), hands it off and reports it.
-	deadline := time.Now().Add(30 * time.Second)
-	for e.applied(t, wrong.Name)[aID] == 0 && time.Now().Before(deadline) {
+	wait.Until(30*time.Second, func() bool {
 		if _, err := intake.New(store).PollTail(e.ctx, wrong, e.cfg, tailRecord); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * tailGuard)
-	}
+		return e.applied(t, wrong.Name)[aID] != 0
+	})
 	tailExactlyOnce(t, "wrong zone", append(later, aID), e.applied(t, wrong.Name))
 	c, err := intake.New(store).GetCursor(e.ctx, wrong.Name)
 	if err != nil || c.LateRows != 1 {
@@ -1324,7 +1321,7 @@ func TestTailWritersInOtherTimeZones(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !res.PageFull {
-			time.Sleep(time.Duration(mrand.IntN(5)) * time.Millisecond)
+			wait.Pace(e.ctx, time.Duration(mrand.IntN(5))*time.Millisecond) // a poller's random pace
 		}
 	}
 	close(stop)
@@ -1386,7 +1383,7 @@ func TestTailSweepStartClaimsNoRowInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(2 * tailGuard)
+	wait.Pass(e.ctx, 2*tailGuard)
 	tx, err := ny.Begin(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1458,7 +1455,7 @@ func BenchmarkPollTail(b *testing.B) {
 	cfg := full.Intake
 	cfg.PageSize = 10_000
 	noop := func(context.Context, pgx.Tx, []postgres.TailRow) ([]intake.RowFailure, error) { return nil, nil }
-	time.Sleep(50 * time.Millisecond)
+	wait.Pass(ctx, 50*time.Millisecond) // past the horizon guard
 	b.ResetTimer()
 	read := 0
 	for range b.N {
@@ -1507,13 +1504,12 @@ func TestTailSweepHandsOffMisplacedRows(t *testing.T) {
 		misplaced = append(misplaced, id)
 	}
 	want := append([]int64{first}, misplaced...)
-	deadline := time.Now().Add(30 * time.Second)
-	for len(e.applied(t, src.Name)) < len(want) && time.Now().Before(deadline) {
-		time.Sleep(2 * tailGuard)
+	wait.Until(30*time.Second, func() bool {
 		if _, err := intake.New(e.store).PollTail(e.ctx, src, cfg, tailRecord); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return len(e.applied(t, src.Name)) >= len(want)
+	})
 	for range 3 {
 		e.drain(t, src, tailRecord)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"gcos/gate"
+	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -180,21 +181,14 @@ func TestAMovedBirthIsNeverCountedTwice(t *testing.T) {
 		res, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeEvent})
 		done <- tickResult{res, err}
 	}()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	wait.For(t, time.Minute, "the tick waits for the count lock", func() bool {
 		var waiting int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the tick never waited for the count lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return waiting > 0
+	})
 	if _, err := holder.Exec(ctx, `UPDATE governance_candidate_state SET member_count = member_count + 1
 		WHERE group_key = $1 AND ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`, other); err != nil {
 		t.Fatal(err)

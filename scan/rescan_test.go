@@ -8,6 +8,7 @@ import (
 	"gcos"
 	"gcos/gate"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -129,15 +130,11 @@ func TestGateRescansAStaleHighRiskGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The re-scan runs on after its caller stopped waiting; a caller after it re-scans if it could not.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		res := short.Gate(ctx, object, gcos.ActionWrite)
-		if res.Decision == gcos.GateAllow && clean() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the row was freed the gate still answers %s (%v)", res.Decision, res.Reasons)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var last gate.GateResult
+	if !wait.Until(time.Minute, func() bool {
+		last = short.Gate(ctx, object, gcos.ActionWrite)
+		return last.Decision == gcos.GateAllow && clean()
+	}) {
+		t.Fatalf("a minute after the row was freed the gate still answers %s (%v)", last.Decision, last.Reasons)
 	}
 }

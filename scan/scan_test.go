@@ -10,6 +10,7 @@ import (
 	"gcos"
 	"gcos/gate"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/oracle"
 	"gcos/postgres"
 	"gcos/postgres/pgtest"
@@ -55,7 +56,7 @@ func TestOnceModes(t *testing.T) {
 	store, ctx := seeded(t)
 	s := &scan.Scheduler{Stage: scan.New(store, scan.WithLedger(gate.New(store, nil).Invariant)), Config: store.Config().Scan}
 	keys := dirtyKeys(t, store, ctx, 12)
-	time.Sleep(30 * time.Millisecond) // past the coalesce window
+	wait.Pass(ctx, 30*time.Millisecond) // past the coalesce window
 	p, err := s.Once(ctx, postgres.ModeEvent)
 	if err != nil || p.Scanned != len(keys) || p.Remaining != 0 {
 		t.Fatalf("event pass: %+v %v, want %d scanned and nothing left", p, err, len(keys))
@@ -103,23 +104,19 @@ func TestRunWakesOnDirtyMarks(t *testing.T) {
 	s := &scan.Scheduler{Stage: scan.New(store), Config: store.Config().Scan, Modes: []string{postgres.ModeEvent}}
 	go func() { done <- s.Run(runCtx) }()
 	keys := dirtyKeys(t, store, ctx, 3)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, err := gcostest.DirtyGroups(ctx, store.Pool())
-		if err != nil {
+	var n int64
+	var ticks int
+	if !wait.Until(10*time.Second, func() bool {
+		var err error
+		if n, err = gcostest.DirtyGroups(ctx, store.Pool()); err != nil {
 			t.Fatal(err)
 		}
-		var ticks int
 		if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM queue_heartbeat WHERE executor_name = 'gcos.scan.event'`).Scan(&ticks); err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 && ticks == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: %d of %d groups still dirty, %d heartbeat rows", n, len(keys), ticks)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return n == 0 && ticks == 1
+	}) {
+		t.Fatalf("after 10 s: %d of %d groups still dirty, %d heartbeat rows", n, len(keys), ticks)
 	}
 	cancel()
 	if err := <-done; err != nil {

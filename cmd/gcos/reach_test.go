@@ -15,6 +15,7 @@ import (
 	"gcos/daemon"
 	"gcos/gate"
 	"gcos/gcostest"
+	"gcos/gcostest/wait"
 	"gcos/httpapi"
 	"gcos/postgres/pgtest"
 )
@@ -184,20 +185,18 @@ func startUp(t *testing.T, args ...string) (stop func() (int, string)) {
 		return code, upErr.String()
 	}
 	t.Cleanup(func() { stop() })
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "api.json")); err == nil {
-			return stop
-		}
+	published := wait.Until(2*time.Minute, func() bool {
 		select {
 		case c := <-done:
 			code, stopped = c, true
 			t.Fatalf("gcos up exited %d before publishing its API:\n%s", c, upErr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gcos up published no api.json:\n%s", upErr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		_, err := os.Stat(filepath.Join(dir, "api.json"))
+		return err == nil
+	})
+	if !published {
+		t.Fatalf("gcos up published no api.json:\n%s", upErr.String())
 	}
+	return stop
 }
