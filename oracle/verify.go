@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -101,6 +102,9 @@ type VerifyOptions struct {
 	// committed before the instant has been handed off, so that the groups those rows move are known.
 	InFlight bool
 	Settle   func(ctx context.Context, at time.Time) error
+	// BatchObjects bounds the object rows one batch of AuditVerify holds (the scan stage's
+	// scan.verify_batch_objects); 0: the whole slice in one batch.
+	BatchObjects int64
 }
 
 // ErrBehind marks a Settle error that says the intake runs (in the caller's process) but has not handed off what
@@ -720,7 +724,7 @@ const estateSubject = "incremental_state"
 // the next audit proves the next slice. A collection's finding stays open until an audit proves it clean again:
 // another slice's clean proof does not close it.
 //
-// The plan is proven in batches of about scan.verify_batch_objects object rows (gcos.ProofBatches), each read at
+// The plan is proven in batches of about opts.BatchObjects object rows (gcos.ProofBatches), each read at
 // its own instant and compared before the next is read, so the proof holds one batch's object rows whatever the
 // size of the estate; a collection is always proven whole, at one instant. The batches share the gate sample.
 //
@@ -728,7 +732,11 @@ const estateSubject = "incremental_state"
 // proof there: the settled mismatches of the batches before it are raised, no finding is closed and no proof is
 // recorded, so the next audit proves the same slice.
 func AuditVerify(ctx context.Context, store *postgres.Store, runID string, plan CoverPlan, opts VerifyOptions) (Report, error) {
-	batches := gcos.ProofBatches(plan.Collections, plan.ObjectRows, int64(store.Config().Scan.VerifyBatchObjects))
+	budget := opts.BatchObjects
+	if budget <= 0 {
+		budget = math.MaxInt64
+	}
+	batches := gcos.ProofBatches(plan.Collections, plan.ObjectRows, budget)
 	if len(batches) == 0 {
 		batches = [][]string{{}} // an empty slice proves nothing, but is still a slice (never "everything")
 	}

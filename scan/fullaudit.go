@@ -206,10 +206,10 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 			return err
 		}
 		// Who owns the ruleset verdicts are read under, and whether every group's axis is registered.
-		if err := postgres.CheckRulesetOwnerTx(ctx, tx, s.core.Config().Principals, res.RunID); err != nil {
+		if err := postgres.CheckRulesetOwnerTx(ctx, tx, s.cfg.Principals, res.RunID); err != nil {
 			return err
 		}
-		if err := postgres.CheckAxesTx(ctx, tx, s.core.Config().SourceBinding, res.RunID, rs.Version); err != nil {
+		if err := postgres.CheckAxesTx(ctx, tx, s.cfg.SourceBinding, res.RunID, rs.Version); err != nil {
 			return err
 		}
 		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never

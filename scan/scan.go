@@ -123,7 +123,8 @@ func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, er
 	// transaction that committed after it, once the intake has handed off every source row committed before it) is
 	// listed apart and raises nothing; everything settled must agree.
 	rep, err := oracle.AuditVerify(ctx, s.Stage.core, runID, plan, oracle.VerifyOptions{Sample: sample, GateLimit: sample,
-		Seed: uint64(time.Now().UnixNano()), InFlight: true, Settle: s.Stage.settle})
+		BatchObjects: int64(cfg.VerifyBatchObjects),
+		Seed:         uint64(time.Now().UnixNano()), InFlight: true, Settle: s.Stage.settle})
 	if err != nil {
 		return rep, fmt.Errorf("verify after the full audit: %w", err)
 	}
