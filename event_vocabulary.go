@@ -22,8 +22,8 @@ var (
 //go:embed event_vocabulary.json
 var vocabularyJSON []byte
 
-// EventType is one entry of the vocabulary: one event_type_registry row of domain governance.
-type EventType struct {
+// VocabularyEntry is one entry of the vocabulary: one event_type_registry row of domain governance.
+type VocabularyEntry struct {
 	Family          string `json:"family"` // A–E of doc 41 §41.4, or SB-12
 	EventType       string `json:"event_type"`
 	EventStream     string `json:"event_stream"`
@@ -35,10 +35,10 @@ type EventType struct {
 
 // Vocabulary is the governance event vocabulary.
 type Vocabulary struct {
-	Domain  string      `json:"domain"`
-	Version int         `json:"version"`
-	Source  string      `json:"source"`
-	Types   []EventType `json:"types"`
+	Domain  string            `json:"domain"`
+	Version int               `json:"version"`
+	Source  string            `json:"source"`
+	Types   []VocabularyEntry `json:"types"`
 }
 
 var (
@@ -113,13 +113,13 @@ func (v Vocabulary) Validate() error {
 }
 
 // Lookup returns the entry of eventType.
-func (v Vocabulary) Lookup(eventType string) (EventType, bool) {
+func (v Vocabulary) Lookup(eventType string) (VocabularyEntry, bool) {
 	for _, t := range v.Types {
 		if t.EventType == eventType {
 			return t, true
 		}
 	}
-	return EventType{}, false
+	return VocabularyEntry{}, false
 }
 
 // Streams lists the vocabulary's streams in first-appearance order.
@@ -135,14 +135,14 @@ func (v Vocabulary) Streams() []string {
 
 // HeartbeatType returns the heartbeat type of a stream ("handoff" or "governance.handoff"): the entry flagged
 // heartbeat, governance.<stream>.heartbeat / .scan_completed / .sweep_completed.
-func (v Vocabulary) HeartbeatType(stream string) (EventType, bool) {
+func (v Vocabulary) HeartbeatType(stream string) (VocabularyEntry, bool) {
 	s := NormalizeEventStream(stream)
 	for _, t := range v.Types {
 		if t.Heartbeat && t.EventStream == s {
 			return t, true
 		}
 	}
-	return EventType{}, false
+	return VocabularyEntry{}, false
 }
 
 // NormalizeEventStream turns a short stream name ("handoff") into its full form ("governance.handoff").

@@ -51,13 +51,13 @@ func (l *Loop) RegisterVocabulary(ctx context.Context) (RegisterResult, error) {
 		if _, err := tx.Exec(ctx, registryLockSQL); err != nil {
 			return fmt.Errorf("register vocabulary: lock: %w", err)
 		}
-		existing := map[string]gcos.EventType{}
+		existing := map[string]gcos.VocabularyEntry{}
 		rows, err := tx.Query(ctx, registryRowsSQL, gcos.EventDomain)
 		if err != nil {
 			return fmt.Errorf("register vocabulary: %w", err)
 		}
 		for rows.Next() {
-			var t gcos.EventType
+			var t gcos.VocabularyEntry
 			var active bool
 			if err := rows.Scan(&t.EventType, &t.EventStream, &t.DeliveryLane, &t.DefaultSeverity, &t.Description, &active); err != nil {
 				rows.Close()
