@@ -134,7 +134,7 @@ func TestWorkersAreAssembledOnce(t *testing.T) {
 				continue
 			}
 			found++
-			if !slices.Contains(own, dir) && !slices.Contains(allowedWiring, filepath.ToSlash(path)) {
+			if !slices.Contains(own, dir) {
 				t.Errorf("%s builds a %s by hand: start the daemon (daemon.New) instead", path, strings.TrimSuffix(w, "{"))
 			}
 		}
@@ -147,10 +147,6 @@ func TestWorkersAreAssembledOnce(t *testing.T) {
 		t.Fatal("no worker is built anywhere: the test reads the wrong tree")
 	}
 }
-
-// allowedWiring are the intake's fault-injection tests that still live beside the store core: they replace the
-// worker's apply step to fail, block or die mid-poll, which a daemon does not offer.
-var allowedWiring = []string{"postgres/handoff_test.go", "postgres/sb11_test.go"}
 
 // stdlib reports whether an import path names a standard library package (no dot in its first element).
 func stdlib(path string) bool {

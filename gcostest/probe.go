@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"gcos"
 	"gcos/daemon"
 	"gcos/scan"
 )
@@ -118,4 +119,12 @@ func DirtyGroups(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	err := pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
 		WHERE c.dirty`).Scan(&n)
 	return n, err
+}
+
+// FindingOpen reports whether an open GCOS finding of issue (any subject) exists.
+func FindingOpen(ctx context.Context, pool *pgxpool.Pool, issue gcos.IssueType) (bool, error) {
+	var open bool
+	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues
+		WHERE issue_type = $1 AND status = 'open' AND coalesce_key LIKE 'gov:%')`, string(issue)).Scan(&open)
+	return open, err
 }

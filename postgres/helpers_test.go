@@ -108,14 +108,6 @@ func pgtestClosedPool(t *testing.T, b *bundle) *pgxpool.Pool {
 	return pool
 }
 
-// findingOpen reports whether an open GCOS finding of issue (any subject) exists.
-func findingOpen(ctx context.Context, pool *pgxpool.Pool, issue gcos.IssueType) (bool, error) {
-	var open bool
-	err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM system_issues
-		WHERE issue_type = $1 AND status = 'open' AND coalesce_key LIKE 'gov:%')`, string(issue)).Scan(&open)
-	return open, err
-}
-
 // notHeldAnnouncement selects the findings that are not about a held signal of an inactive event type (which the
 // announcements of every finding, run and snapshot raise while the vocabulary is not active).
 const notHeldAnnouncement = `NOT (issue_type IN ('issue_event_gap', 'handoff_unregistered_type') AND coalesce_key ~ ':governance\.')`

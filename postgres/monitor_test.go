@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gcostest"
 	"gcos/intake"
 	"gcos/postgres"
 )
@@ -121,7 +122,7 @@ func TestMonitorDirtySetLag(t *testing.T) {
 	if err != nil || !rep.DirtySet.Lagging || rep.DirtySet.AgeSeconds < 5 {
 		t.Fatalf("old marks: %+v (%v)", rep.DirtySet, err)
 	}
-	if open, _ := findingOpen(b.ctx, b.pool, gcos.IssueCandidateScanLag); !open {
+	if open, _ := gcostest.FindingOpen(b.ctx, b.pool, gcos.IssueCandidateScanLag); !open {
 		t.Fatal("candidate_scan_lag should be open")
 	}
 	b.exec(t, `UPDATE governance_candidate_state SET recompute_status = 'failed' WHERE group_key = $1 AND dirty`, keys[0])

@@ -1,6 +1,6 @@
-package postgres_test
+package intake_test
 
-// Doc 41 §41.11 acceptance tests not covered in events_test.go / tail_test.go: Birth untouched (3), no lost handoff
+// Doc 41 §41.11 acceptance tests not covered in events/emit_test.go / tail_test.go: Birth untouched (3), no lost handoff
 // (4), silent gap (6), and the replay clause of §41.7 / SPEC §9.3 ("dirty marks are idempotent and consumers that
 // already saw a signal are not re-notified").
 
@@ -66,7 +66,7 @@ FROM pg_class c WHERE c.oid = ANY (SELECT to_regclass(t) FROM unnest($1::text[])
 // audit rows, each with changed_by 'gcos:…' and entity_type 'governance_…'.
 func TestSB11_BirthUntouched(t *testing.T) {
 	t.Parallel()
-	b := bundleOf(gcostest.New(t, gcostest.Options{Births: 800, Changes: 100, Seed: 5, Config: func(cfg *gcos.Config) {
+	b := gcostest.New(t, gcostest.Options{Births: 800, Changes: 100, Seed: 5, Config: func(cfg *gcos.Config) {
 		cfg.Intake.PageSize = 200
 		cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
 		cfg.Intake.HorizonGuard = gcos.Duration(hoGuard)
@@ -74,8 +74,8 @@ func TestSB11_BirthUntouched(t *testing.T) {
 		cfg.Intake.SilentGapThreshold = gcos.Duration(time.Second)
 		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
 		cfg.Scan.IncrementalInterval = gcos.Duration(200 * time.Millisecond)
-	}}))
-	ctx, pool, cfg := b.ctx, b.pool, b.cfg
+	}})
+	ctx, pool, cfg := b.Ctx, b.Pool, b.Cfg
 
 	var tables []string
 	for _, tb := range substrate.Tables {
@@ -96,7 +96,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	}
 	noTriggers := func(when string) {
 		t.Helper()
-		if n := b.count(t, `SELECT count(*) FROM pg_trigger WHERE tgrelid = ANY (SELECT to_regclass(t) FROM unnest($1::text[]) t)`, tables); n != 0 {
+		if n := b.Count(t, `SELECT count(*) FROM pg_trigger WHERE tgrelid = ANY (SELECT to_regclass(t) FROM unnest($1::text[]) t)`, tables); n != 0 {
 			t.Fatalf("%s: %d triggers on substrate tables", when, n)
 		}
 	}
@@ -120,18 +120,18 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	}
 	digests := map[string]string{}
 	for name, q := range untouched {
-		digests[name] = b.digest(t, q)
+		digests[name] = b.Digest(t, q)
 	}
 	schemaBefore := schema()
 	noTriggers("before")
 
-	res := b.backfill(t)
-	b.activate(t, res.RulesetVersion)
-	e := &hoEnv{bundle: b, stage: intake.New(b.store)}
+	res := b.Backfill(t)
+	b.Activate(t, res.RulesetVersion)
+	e := &hoEnv{World: b, stage: intake.New(b.Store)}
 	e.w = &intake.Worker{Stage: e.stage, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}
 	e.activateTypes(t, "governance.")
 	// The daemon's intake and event-driven and incremental scans run while the churn writes.
-	d, err := daemon.New(daemon.Config{Store: b.store, ScanModes: []string{postgres.ModeEvent, postgres.ModeIncremental}, NoPromotion: true})
+	d, err := daemon.New(daemon.Config{Store: b.Store, ScanModes: []string{postgres.ModeEvent, postgres.ModeIncremental}, NoPromotion: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +153,11 @@ func TestSB11_BirthUntouched(t *testing.T) {
 		t.Fatalf("churn wrote %d births and %d changes: nothing moved", churn.Births(), churn.Changes())
 	}
 	e.catchUp(t)
-	b.world().ScanAll(t, postgres.ModeIncremental)
-	if _, err := scan.New(b.store).FullAudit(ctx, nil); err != nil {
+	b.ScanAll(t, postgres.ModeIncremental)
+	if _, err := scan.New(b.Store).FullAudit(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := events.New(b.store, b.store.Config()).PromotePending(ctx); err != nil {
+	if _, err := events.New(b.Store, b.Store.Config()).PromotePending(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.catchUp(t) // the audit's own rows come back through the tail, and are skipped
@@ -167,11 +167,11 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	}
 	noTriggers("after")
 	for name, q := range untouched {
-		if got := b.digest(t, q); got != digests[name] {
+		if got := b.Digest(t, q); got != digests[name] {
 			t.Errorf("%s: pre-existing rows changed", name)
 		}
 	}
-	if n := b.count(t, `SELECT count(*) FROM birth_registry WHERE id > $1`, maxBirth); n != churn.Births() {
+	if n := b.Count(t, `SELECT count(*) FROM birth_registry WHERE id > $1`, maxBirth); n != churn.Births() {
 		t.Fatalf("%d births added, the churn wrote %d: GCOS wrote birth_registry", n, churn.Births())
 	}
 	var other, own, ownOff int64
@@ -186,7 +186,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 			"outside governance_*", other, churn.Changes(), own, ownOff)
 	}
 	// The loop did run: the churn's births were handed off and scanned (those before the backfill are in its seed).
-	if c, err := intake.New(b.store).GetCursor(ctx, "birth_registry"); err != nil || c.EventsSeen != b.count(t, `SELECT count(*) FROM birth_registry WHERE id > $1`, maxBirth) {
+	if c, err := intake.New(b.Store).GetCursor(ctx, "birth_registry"); err != nil || c.EventsSeen != b.Count(t, `SELECT count(*) FROM birth_registry WHERE id > $1`, maxBirth) {
 		t.Fatalf("birth cursor %+v (%v): not every birth was handed off", c, err)
 	}
 	t.Logf("churn: %d births, %d changes; GCOS audit rows: %d", churn.Births(), churn.Changes(), own)
@@ -205,13 +205,13 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 	setupStart := time.Now()
 	e := newHandoffEnv(t, 800, func(c *gcos.Config) { c.Intake.SignalBucket = bucket })
 	t.Logf("setup %s", time.Since(setupStart))
-	ctx := e.ctx
+	ctx := e.Ctx
 	var maxBirth int64
-	if err := e.pool.QueryRow(ctx, `SELECT max(id) FROM birth_registry`).Scan(&maxBirth); err != nil {
+	if err := e.Pool.QueryRow(ctx, `SELECT max(id) FROM birth_registry`).Scan(&maxBirth); err != nil {
 		t.Fatal(err)
 	}
 	type class struct{ typ, coll string }
-	rows, err := e.pool.Query(ctx, `SELECT entity_type, registry_collection FROM meta_catalog ORDER BY 1`)
+	rows, err := e.Pool.Query(ctx, `SELECT entity_type, registry_collection FROM meta_catalog ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	type parent struct{ typ, coll, code string }
-	rows, err = e.pool.Query(ctx, `SELECT entity_type, collection_name, entity_code FROM birth_registry
+	rows, err = e.Pool.Query(ctx, `SELECT entity_type, collection_name, entity_code FROM birth_registry
 		WHERE parent_code IS NULL ORDER BY id LIMIT 40`)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 	}
 	changed := []string{classes[3].coll, classes[40].coll, classes[90].coll} // collections the change writer updates
 
-	pcfg, err := pgxpool.ParseConfig(pgtest.DSN(e.pool))
+	pcfg, err := pgxpool.ParseConfig(pgtest.DSN(e.Pool))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 		}()
 	}
 
-	killer, err := pgx.Connect(ctx, pgtest.DSN(e.pool))
+	killer, err := pgx.Connect(ctx, pgtest.DSN(e.Pool))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 	var killerMu sync.Mutex
 	var terminated, cancelled, deadlines atomic.Int64
 	kills := func() int64 { return terminated.Load() + cancelled.Load() + deadlines.Load() }
-	cfg := e.cfg.Intake
+	cfg := e.Cfg.Intake
 	cfg.PageSize = 40 // small pages: many polls, many points to be killed at
 	killStart := time.Now()
 	enough := func() bool { return kills() >= 21 && terminated.Load() >= 4 && cancelled.Load() >= 4 }
@@ -343,7 +343,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		var fired atomic.Bool
 		apply := func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
-			failures, _, err := intake.New(e.store).ApplyHandoff(ctx, tx, rows)
+			failures, _, err := intake.New(e.Store).ApplyHandoff(ctx, tx, rows)
 			if err != nil || len(rows) == 0 || mode == 0 || !fired.CompareAndSwap(false, true) {
 				return failures, err
 			}
@@ -370,7 +370,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 		done := make(chan error, n)
 		for range n {
 			go func() {
-				w := &intake.Worker{Stage: intake.New(e.store), Config: cfg, DisableMonitor: true, Apply: apply}
+				w := &intake.Worker{Stage: intake.New(e.Store), Config: cfg, DisableMonitor: true, Apply: apply}
 				done <- w.Run(runCtx)
 			}()
 		}
@@ -400,18 +400,18 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 
 	// Resume: catch up (a killed worker's transaction may linger a moment and hold the horizon), and let the
 	// poison row run out of attempts.
-	births := e.count(t, `SELECT count(*) FROM birth_registry`)
+	births := e.Count(t, `SELECT count(*) FROM birth_registry`)
 	resumeStart := time.Now()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		e.catchUp(t)
-		bc, err1 := intake.New(e.store).GetCursor(ctx, "birth_registry")
-		cc, err2 := intake.New(e.store).GetCursor(ctx, "registry_changelog")
+		bc, err1 := intake.New(e.Store).GetCursor(ctx, "birth_registry")
+		cc, err2 := intake.New(e.Store).GetCursor(ctx, "registry_changelog")
 		if err1 != nil || err2 != nil {
 			t.Fatal(err1, err2)
 		}
-		dead := e.count(t, `SELECT count(*) FROM event_pending WHERE entity_ref = ($1::bigint)::text AND dead_lettered_at IS NOT NULL`, poison.Load())
-		changes := e.count(t, `SELECT count(*) FROM registry_changelog`)
+		dead := e.Count(t, `SELECT count(*) FROM event_pending WHERE entity_ref = ($1::bigint)::text AND dead_lettered_at IS NOT NULL`, poison.Load())
+		changes := e.Count(t, `SELECT count(*) FROM registry_changelog`)
 		if bc.EventsSeen == births && cc.EventsSeen == changes && dead == 1 {
 			break
 		}
@@ -420,27 +420,27 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			var pending string
-			_ = e.pool.QueryRow(ctx, `SELECT coalesce(string_agg(row_to_json(p)::text, '; '), 'none') FROM event_pending p
+			_ = e.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(row_to_json(p)::text, '; '), 'none') FROM event_pending p
 				WHERE entity_ref = ($1::bigint)::text`, poison.Load()).Scan(&pending)
 			t.Fatalf("never caught up: births %d/%d, changes %d/%d, poison %d dead-lettered %d (retry lane: %s)", bc.EventsSeen,
 				births, cc.EventsSeen, changes, poison.Load(), dead, pending)
 		}
 		wait.Pace(ctx, 50*time.Millisecond) // the intake's poll interval
 	}
-	if open, err := findingOpen(ctx, e.pool, gcos.IssueHandoffDLQ); err != nil || !open {
+	if open, err := gcostest.FindingOpen(ctx, e.Pool, gcos.IssueHandoffDLQ); err != nil || !open {
 		t.Fatalf("handoff_dlq open = %v (%v)", open, err)
 	}
 	t.Logf("resumed and caught up in %s", time.Since(resumeStart))
 
 	// Every committed birth's group, in every scope, is recorded and marked (or, new, waiting to be seeded).
-	newBirths := e.count(t, `SELECT count(*) FROM birth_registry WHERE id > $1`, maxBirth)
-	bases := e.count(t, hoBases+`SELECT count(DISTINCT (x.c, x.k, x.s)) FROM x WHERE x.id > $1`, maxBirth)
-	scopes := e.count(t, `SELECT count(*) FROM governance_responsibility_scope`)
+	newBirths := e.Count(t, `SELECT count(*) FROM birth_registry WHERE id > $1`, maxBirth)
+	bases := e.Count(t, hoBases+`SELECT count(DISTINCT (x.c, x.k, x.s)) FROM x WHERE x.id > $1`, maxBirth)
+	scopes := e.Count(t, `SELECT count(*) FROM governance_responsibility_scope`)
 	born := e.groupsOfBirths(t, `x.id > $1`, maxBirth)
 	if newBirths < 100 || int64(len(born)) != bases*scopes {
 		t.Fatalf("%d new births in %d base groups: %d groups recorded, want %d", newBirths, bases, len(born), bases*scopes)
 	}
-	state := e.pairs(t, `SELECT g.group_key, CASE WHEN c.group_key IS NULL THEN 'unseeded' WHEN c.dirty THEN 'dirty' ELSE 'clean' END
+	state := e.Pairs(t, `SELECT g.group_key, CASE WHEN c.group_key IS NULL THEN 'unseeded' WHEN c.dirty THEN 'dirty' ELSE 'clean' END
 		FROM governance_group g LEFT JOIN (governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version))
 		ON c.group_key = g.group_key WHERE g.group_key = ANY($1)`, born)
 	for _, k := range born {
@@ -461,13 +461,13 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 	}
 
 	// Exactly one signal per key: per (base group, id bucket, source system) for births, and no key twice anywhere.
-	if n := e.count(t, `SELECT count(*) FROM (SELECT 1 FROM event_outbox GROUP BY source_system, event_type, correlation_id
+	if n := e.Count(t, `SELECT count(*) FROM (SELECT 1 FROM event_outbox GROUP BY source_system, event_type, correlation_id
 		HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d signal keys emitted more than once", n)
 	}
-	wantBorn := e.count(t, hoBases+`SELECT count(DISTINCT (x.c, x.k, x.s, x.id / $1, x.src)) FROM x`, bucket)
-	gotBorn := e.count(t, `SELECT count(*) FROM event_outbox WHERE event_type = $1`, gcos.ChangeObjectBorn.EventType())
-	keys := e.count(t, `SELECT count(*) FROM governance_signal_key WHERE event_type = $1`, gcos.ChangeObjectBorn.EventType())
+	wantBorn := e.Count(t, hoBases+`SELECT count(DISTINCT (x.c, x.k, x.s, x.id / $1, x.src)) FROM x`, bucket)
+	gotBorn := e.Count(t, `SELECT count(*) FROM event_outbox WHERE event_type = $1`, gcos.ChangeObjectBorn.EventType())
+	keys := e.Count(t, `SELECT count(*) FROM governance_signal_key WHERE event_type = $1`, gcos.ChangeObjectBorn.EventType())
 	if gotBorn != wantBorn || keys != wantBorn {
 		t.Fatalf("object_born signals: %d in the outbox, %d keys, want %d (one per base group, bucket and source)", gotBorn, keys, wantBorn)
 	}
@@ -496,7 +496,7 @@ func TestSB11_SilentGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := postgres.New(pool, cfg, nil)
-	b := &bundle{ctx: ctx, pool: pool, store: store, cfg: cfg}
+	b := &gcostest.World{Ctx: ctx, Pool: pool, Store: store, Cfg: cfg}
 
 	// The intake worker: its apply step hangs once armed (a worker that is alive for the OS but ticks no more).
 	var armed atomic.Bool
@@ -581,7 +581,7 @@ func TestSB11_SilentGap(t *testing.T) {
 
 	// Quiet: everything keeps ticking with nothing to do; after more than the threshold nothing is raised.
 	waitFor("the worker's first ticks", 5*time.Second, func() bool {
-		return b.count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name IN ($1, $2)`, birthExec, changeExec) == 2
+		return b.Count(t, `SELECT count(*) FROM queue_heartbeat WHERE executor_name IN ($1, $2)`, birthExec, changeExec) == 2
 	})
 	wait.Pass(ctx, 1400*time.Millisecond) // more than the silence threshold
 	rep, err := intake.New(store).CheckSilence(ctx)
@@ -596,13 +596,13 @@ func TestSB11_SilentGap(t *testing.T) {
 			t.Fatalf("quiet executor %+v", ex)
 		}
 	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type IN ('handoff_silent_gap', 'candidate_scan_lag')`); n != 0 {
+	if n := b.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type IN ('handoff_silent_gap', 'candidate_scan_lag')`); n != 0 {
 		t.Fatalf("quiet workers raised %d silent-gap findings", n)
 	}
 
 	// Dead: the intake hangs in apply and the full-audit executor stops ticking.
 	armed.Store(true)
-	b.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system) VALUES ('x-1', 'c', 't', 'active', 'birth-api')`)
+	b.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system) VALUES ('x-1', 'c', 't', 'active', 'birth-api')`)
 	close(auditStop)
 	took := waitFor("handoff_silent_gap", 5*time.Second, func() bool {
 		f, g := get(gcos.IssueHandoffSilentGap, birthExec), get(gcos.IssueCandidateScanLag, "gcos.scan.full_audit")
@@ -644,21 +644,21 @@ func TestSB11_SilentGap(t *testing.T) {
 func TestSB11_ReplayIsNoOp(t *testing.T) {
 	t.Parallel()
 	e := newHandoffWorld(t, 800, nil)
-	e.exec(t, `INSERT INTO event_subscription (recipient_ref, event_domain, event_type, event_stream, scope_subject_table, scope_filter, mute)
+	e.Exec(t, `INSERT INTO event_subscription (recipient_ref, event_domain, event_type, event_stream, scope_subject_table, scope_filter, mute)
 		VALUES ('owner-replay', 'governance', NULL, 'governance.handoff', NULL, '{}', false)`)
 	// Fresh changes of every kind on top of the world's history.
 	var coll, class, code, pivot, owner string
-	if err := e.pool.QueryRow(e.ctx, `SELECT b.collection_name, b.entity_type, b.entity_code,
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT b.collection_name, b.entity_type, b.entity_code,
 		(SELECT pivot_code FROM pivot_definitions ORDER BY 1 LIMIT 1), (SELECT min(id)::text FROM governance_object_ownership)
 		FROM birth_registry b WHERE b.parent_code IS NULL ORDER BY b.id DESC LIMIT 1`).Scan(&coll, &class, &code, &pivot, &owner); err != nil {
 		t.Fatal(err)
 	}
-	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+	e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 		SELECT $2 || '-replay-' || g, $1, $2, CASE WHEN g % 4 = 0 THEN 'draft' ELSE 'active' END, 'birth-api', 'birth-gateway'
 		FROM generate_series(1, 60) g`, coll, class)
-	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, parent_code, source_system, actor_ref)
+	e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, parent_code, source_system, actor_ref)
 		VALUES ($3 || '-kid', $1, $2, 'pending', $3, 'registry-sync', 'registry-sync-bot')`, coll, class, code)
-	e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES
+	e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES
 		('collection', $1, 'update', 'ops:replay'), ('collection', $1, 'count_changed', 'registry-sync-bot'),
 		('source', $1, 'source_changed', 'ops:replay'), ('pivot', $4, 'axis_introduced', 'ops:replay'),
 		('ownership', $5, 'owner_changed', 'gov:council'), ('measurement', 'MSR-0002', 'policy_changed', 'gov:council'),
@@ -666,21 +666,21 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 	e.catchUp(t)
 
 	// The consumer reads everything it was notified of (the first few through MarkRead, the rest in bulk).
-	notes, err := events.New(e.store, e.store.Config()).Notifications(e.ctx, "owner-replay", 5)
+	notes, err := events.New(e.Store, e.Store.Config()).Notifications(e.Ctx, "owner-replay", 5)
 	if err != nil || len(notes) == 0 {
 		t.Fatalf("notifications: %d (%v)", len(notes), err)
 	}
 	for _, n := range notes {
-		if _, err := events.New(e.store, e.store.Config()).MarkRead(e.ctx, n.Event.ID, "owner-replay"); err != nil {
+		if _, err := events.New(e.Store, e.Store.Config()).MarkRead(e.Ctx, n.Event.ID, "owner-replay"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.exec(t, `INSERT INTO event_read (event_id, actor_ref, read_at, read_status_source)
+	e.Exec(t, `INSERT INTO event_read (event_id, actor_ref, read_at, read_status_source)
 		SELECT id, 'owner-replay', now(), 'test' FROM event_outbox o
 		WHERE event_stream = 'governance.handoff' AND NOT EXISTS (SELECT 1 FROM event_read r WHERE r.event_id = o.id)`)
 	notified := func(what string) {
 		t.Helper()
-		ns, err := events.New(e.store, e.store.Config()).Notifications(e.ctx, "owner-replay", 1000)
+		ns, err := events.New(e.Store, e.Store.Config()).Notifications(e.Ctx, "owner-replay", 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -707,7 +707,7 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 	snapshot := func() map[string]string {
 		out := map[string]string{}
 		for name, q := range signals {
-			out[name] = e.digest(t, q)
+			out[name] = e.Digest(t, q)
 		}
 		return out
 	}
@@ -715,20 +715,20 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 		t.Helper()
 		after := snapshot()
 		for name, d := range before {
-			if d != after[name] && !contains(skip, name) {
+			if d != after[name] && !slices.Contains(skip, name) {
 				t.Errorf("%s changed %s", what, name)
 			}
 		}
 	}
 	before := snapshot()
-	if n := e.count(t, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) WHERE c.dirty`); n == 0 {
+	if n := e.Count(t, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) WHERE c.dirty`); n == 0 {
 		t.Fatal("the first intake dirtied nothing: the replay would prove nothing")
 	}
 
 	replay := func() {
 		t.Helper()
 		for _, src := range []string{"birth_registry", "registry_changelog"} {
-			if _, err := intake.New(e.store).ResetCursor(e.ctx, src, "start"); err != nil {
+			if _, err := intake.New(e.Store).ResetCursor(e.Ctx, src, "start"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -750,21 +750,21 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 	notified("after the replay")
 
 	// After a scan, a replay re-dirties what it re-delivers; the re-scan reaches the same verdicts.
-	e.world().ScanAll(t, postgres.ModeIncremental)
+	e.ScanAll(t, postgres.ModeIncremental)
 	verdicts := `SELECT group_key, ruleset_version, candidate_verdict, input_quality_state, evidence_fingerprint, member_count,
 		risk_class, coverage_required, owner_scope, source_snapshot_ref FROM governance_candidate_state`
-	scanned, afterScan := e.digest(t, verdicts), snapshot()
+	scanned, afterScan := e.Digest(t, verdicts), snapshot()
 	for _, src := range []string{"birth_registry", "registry_changelog"} {
-		if _, err := intake.New(e.store).ResetCursor(e.ctx, src, "start"); err != nil {
+		if _, err := intake.New(e.Store).ResetCursor(e.Ctx, src, "start"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.catchUp(t)
-	if n := e.count(t, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) WHERE c.dirty`); n == 0 {
+	if n := e.Count(t, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version) WHERE c.dirty`); n == 0 {
 		t.Fatal("a replay after the scan re-dirtied nothing")
 	}
-	e.world().ScanAll(t, postgres.ModeIncremental)
-	if e.digest(t, verdicts) != scanned {
+	e.ScanAll(t, postgres.ModeIncremental)
+	if e.Digest(t, verdicts) != scanned {
 		t.Fatal("re-scanning the replayed groups changed their verdicts")
 	}
 	// Re-scanning re-raises the scan's own findings (occurrence counts); what the intake wrote is unchanged.

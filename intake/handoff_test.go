@@ -1,4 +1,4 @@
-package postgres_test
+package intake_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"gcos"
 	"gcos/events"
+	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/gcostest/wait"
 	"gcos/intake"
@@ -30,7 +31,7 @@ const hoGuard = 5 * time.Millisecond
 // governance.handoff.* type active; newHandoffEnv also has the intake caught up with the world's history and every
 // group clean.
 type hoEnv struct {
-	*bundle
+	*gcostest.World
 	w     *intake.Worker
 	stage *intake.Stage // the worker's: its route fallbacks are counted here
 	mu    sync.Mutex
@@ -41,7 +42,7 @@ func newHandoffEnv(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
 	t.Helper()
 	e := newHandoffWorld(t, births, tweak)
 	e.catchUp(t)
-	e.world().ScanAll(t, postgres.ModeIncremental)
+	e.ScanAll(t, postgres.ModeIncremental)
 	if d := e.dirty(t); len(d) != 0 {
 		t.Fatalf("%d groups still dirty after the baseline scan", len(d))
 	}
@@ -51,7 +52,7 @@ func newHandoffEnv(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
 // newHandoffWorld is newHandoffEnv before the intake has read anything (its cursors are created at "start").
 func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv {
 	t.Helper()
-	b := bundleOf(gcostest.New(t, gcostest.Options{Births: births, Changes: 100, Seed: 11, Config: func(cfg *gcos.Config) {
+	b := gcostest.New(t, gcostest.Options{Births: births, Changes: 100, Seed: 11, Config: func(cfg *gcos.Config) {
 		in := &cfg.Intake
 		in.PageSize = 500
 		in.PollInterval = gcos.Duration(20 * time.Millisecond)
@@ -61,17 +62,17 @@ func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv 
 		if tweak != nil {
 			tweak(cfg)
 		}
-	}}))
-	ctx, cfg := b.ctx, b.cfg
-	res := b.backfill(t)
-	b.activate(t, res.RulesetVersion)
+	}})
+	ctx, cfg := b.Ctx, b.Cfg
+	res := b.Backfill(t)
+	b.Activate(t, res.RulesetVersion)
 	// These tests hand off the whole history: undo the backfill's handshake (TestBackfillHandshake covers it).
 	for _, src := range res.CursorsAtHorizon {
-		if _, err := intake.New(b.store).ResetCursor(ctx, src, "start"); err != nil {
+		if _, err := intake.New(b.Store).ResetCursor(ctx, src, "start"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e := &hoEnv{bundle: b, stage: intake.New(b.store)}
+	e := &hoEnv{World: b, stage: intake.New(b.Store)}
 	e.activateTypes(t, "governance.handoff.")
 	e.w = &intake.Worker{Stage: e.stage, Config: cfg.Intake, DisableMonitor: true, Apply: e.apply}
 	return e
@@ -80,16 +81,16 @@ func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv 
 // activateTypes registers the governance vocabulary and activates every type whose name starts with prefix.
 func (e *hoEnv) activateTypes(t *testing.T, prefix string) {
 	t.Helper()
-	if _, err := events.New(e.store, e.store.Config()).RegisterVocabulary(e.ctx); err != nil {
+	if _, err := events.New(e.Store, e.Store.Config()).RegisterVocabulary(e.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	types, err := events.New(e.store, e.store.Config()).ListEventTypes(e.ctx)
+	types, err := events.New(e.Store, e.Store.Config()).ListEventTypes(e.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ty := range types {
 		if strings.HasPrefix(ty.EventType, prefix) && !ty.Active {
-			if _, err := events.New(e.store, e.store.Config()).ActivateEventType(e.ctx, ty.EventType, "APR-TEST-EVENTS", "test-approver"); err != nil {
+			if _, err := events.New(e.Store, e.Store.Config()).ActivateEventType(e.Ctx, ty.EventType, "APR-TEST-EVENTS", "test-approver"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -119,8 +120,8 @@ func (e *hoEnv) takeStats() []intake.HandoffStats {
 // catchUp lets the rows committed so far fall below the horizon and runs one full intake pass.
 func (e *hoEnv) catchUp(t *testing.T) []intake.SourceTick {
 	t.Helper()
-	wait.Pass(e.ctx, 4*hoGuard) // the horizon guard
-	ticks, err := e.w.Once(e.ctx)
+	wait.Pass(e.Ctx, 4*hoGuard) // the horizon guard
+	ticks, err := e.w.Once(e.Ctx)
 	if err != nil {
 		t.Fatalf("intake: %v", err)
 	}
@@ -130,7 +131,7 @@ func (e *hoEnv) catchUp(t *testing.T) []intake.SourceTick {
 // dirty returns the dirty groups under the current ruleset and their reasons.
 func (e *hoEnv) dirty(t *testing.T) map[string]string {
 	t.Helper()
-	return e.pairs(t, `SELECT c.group_key, c.dirty_reason FROM governance_candidate_state c
+	return e.Pairs(t, `SELECT c.group_key, c.dirty_reason FROM governance_candidate_state c
 		JOIN v_current_ruleset cr USING (ruleset_version) WHERE c.dirty`)
 }
 
@@ -149,14 +150,14 @@ WITH x AS (
 // groupsOfBirths returns the group keys (every scope) of the base groups of the births selected by cond on x.
 func (e *hoEnv) groupsOfBirths(t *testing.T, cond string, args ...any) []string {
 	t.Helper()
-	return e.strs(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
+	return e.Strings(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
 		JOIN x ON (g.object_class, g.source_registry, g.lifecycle_status) = (x.c, x.k, x.s) WHERE `+cond, args...)
 }
 
 // signalIDs returns the ids of the handoff signals (heartbeats aside) in the outbox.
 func (e *hoEnv) signalIDs(t *testing.T) []string {
 	t.Helper()
-	return e.strs(t, `SELECT id::text FROM event_outbox WHERE event_type LIKE 'governance.handoff.%'
+	return e.Strings(t, `SELECT id::text FROM event_outbox WHERE event_type LIKE 'governance.handoff.%'
 		AND event_type <> 'governance.handoff.heartbeat'`)
 }
 
@@ -167,7 +168,7 @@ type hoSignal struct {
 // newSignals returns the handoff signals emitted since before (a signalIDs result).
 func (e *hoEnv) newSignals(t *testing.T, before []string) []hoSignal {
 	t.Helper()
-	rows, err := e.pool.Query(e.ctx, `SELECT event_type, coalesce(safe_payload->>'change_kind', ''),
+	rows, err := e.Pool.Query(e.Ctx, `SELECT event_type, coalesce(safe_payload->>'change_kind', ''),
 		coalesce(safe_payload->>'group_key', ''), coalesce(event_subject_ref, ''), source_system, correlation_id
 		FROM event_outbox WHERE event_type LIKE 'governance.handoff.%' AND event_type <> 'governance.handoff.heartbeat'
 		  AND NOT (id::text = ANY($1)) ORDER BY created_at, id`, before)
@@ -188,7 +189,7 @@ func (e *hoEnv) newSignals(t *testing.T, before []string) []hoSignal {
 // clean re-scans the dirty set so the next case starts from a clean store.
 func (e *hoEnv) clean(t *testing.T) {
 	t.Helper()
-	e.world().ScanAll(t, postgres.ModeIncremental)
+	e.ScanAll(t, postgres.ModeIncremental)
 	if d := e.dirty(t); len(d) != 0 {
 		t.Fatalf("%d groups still dirty after the scan", len(d))
 	}
@@ -241,14 +242,14 @@ func TestHandoffApply(t *testing.T) {
 	t.Parallel()
 	const bucket = 20
 	e := newHandoffEnv(t, 800, func(c *gcos.Config) { c.Intake.SignalBucket = bucket })
-	scopes := e.count(t, `SELECT count(*) FROM governance_responsibility_scope`)
+	scopes := e.Count(t, `SELECT count(*) FROM governance_responsibility_scope`)
 	if scopes < 2 {
 		t.Fatalf("the world has %d scopes; the test needs several", scopes)
 	}
 
 	t.Run("births map to their group in every scope, a child to its anchor's, coalesced per page", func(t *testing.T) {
 		var c1, k1, c2, k2 string
-		if err := e.pool.QueryRow(e.ctx, `SELECT a.object_class, a.source_registry, b.object_class, b.source_registry
+		if err := e.Pool.QueryRow(e.Ctx, `SELECT a.object_class, a.source_registry, b.object_class, b.source_registry
 			FROM (SELECT object_class, source_registry FROM governance_group WHERE lifecycle_status = 'active'
 			      GROUP BY 1, 2 ORDER BY sum(member_count) DESC, 1 LIMIT 2) a
 			CROSS JOIN LATERAL (SELECT object_class, source_registry FROM governance_group
@@ -259,7 +260,7 @@ func TestHandoffApply(t *testing.T) {
 		// A container whose class and collection have no 'pending' group: its pending children must land in the
 		// container's (active) group, never in a group of their own.
 		var c3, k3, container string
-		if err := e.pool.QueryRow(e.ctx, `SELECT b.entity_type, b.collection_name, b.entity_code FROM birth_registry b
+		if err := e.Pool.QueryRow(e.Ctx, `SELECT b.entity_type, b.collection_name, b.entity_code FROM birth_registry b
 			WHERE b.parent_code IS NULL AND b.status = 'active' AND b.entity_type NOT IN ($1, $2)
 			  AND NOT EXISTS (SELECT 1 FROM governance_group g WHERE g.object_class = b.entity_type
 			                  AND g.source_registry = b.collection_name AND g.lifecycle_status = 'pending')
@@ -268,21 +269,21 @@ func TestHandoffApply(t *testing.T) {
 		}
 		// Start the new births on a fresh signal bucket.
 		var first int64
-		if err := e.pool.QueryRow(e.ctx, `SELECT setval(pg_get_serial_sequence('birth_registry', 'id'),
+		if err := e.Pool.QueryRow(e.Ctx, `SELECT setval(pg_get_serial_sequence('birth_registry', 'id'),
 			(SELECT (max(id) / $1 + 1) * $1 + $1 - 1 FROM birth_registry)) + 1`, bucket).Scan(&first); err != nil {
 			t.Fatal(err)
 		}
 		before := e.signalIDs(t)
-		cur, err := intake.New(e.store).GetCursor(e.ctx, "birth_registry")
+		cur, err := intake.New(e.Store).GetCursor(e.Ctx, "birth_registry")
 		if err != nil {
 			t.Fatal(err)
 		}
 		pos := cur.Position
-		e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 			SELECT 'ho-b-' || g, CASE WHEN g % 3 = 0 THEN $3 ELSE $1 END, CASE WHEN g % 3 = 0 THEN $4 ELSE $2 END,
 			       'active', 'birth-api', 'birth-gateway'
 			FROM generate_series(1, 70) g`, k1, c1, k2, c2)
-		e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, parent_code, source_system, actor_ref)
+		e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, parent_code, source_system, actor_ref)
 			SELECT $3 || '-c' || g, $1, $2, 'pending', $3, 'birth-api', 'birth-gateway' FROM generate_series(1, 3) g`, k3, c3, container)
 		e.takeStats()
 		e.catchUp(t)
@@ -298,7 +299,7 @@ func TestHandoffApply(t *testing.T) {
 				t.Fatalf("the children's groups %v do not include their anchor's group %s", want, k)
 			}
 		}
-		if n := e.count(t, `SELECT count(*) FROM governance_group WHERE object_class = $1 AND source_registry = $2
+		if n := e.Count(t, `SELECT count(*) FROM governance_group WHERE object_class = $1 AND source_registry = $2
 			AND lifecycle_status = 'pending'`, c3, k3); n != 0 {
 			t.Fatalf("inherited children created %d groups of their own", n)
 		}
@@ -313,7 +314,7 @@ func TestHandoffApply(t *testing.T) {
 				page = &st
 			}
 		}
-		wantSignals := e.count(t, hoBases+`SELECT count(DISTINCT (x.c, x.k, x.s, x.id / $2, x.src)) FROM x WHERE x.id >= $1`, first, bucket)
+		wantSignals := e.Count(t, hoBases+`SELECT count(DISTINCT (x.c, x.k, x.s, x.id / $2, x.src)) FROM x WHERE x.id >= $1`, first, bucket)
 		if page == nil || page.Dirtied != int64(len(want)) || int64(page.Signals) != wantSignals || int64(page.Emitted) != wantSignals {
 			t.Fatalf("page stats %+v: want %d groups dirtied, %d signals emitted", page, len(want), wantSignals)
 		}
@@ -331,8 +332,8 @@ func TestHandoffApply(t *testing.T) {
 		}
 
 		// Re-delivering the same page (a replay) marks nothing again and emits nothing again.
-		dirtyBefore := e.digest(t, `SELECT * FROM governance_candidate_state`)
-		if _, err := intake.New(e.store).ResetCursor(e.ctx, "birth_registry", pos); err != nil {
+		dirtyBefore := e.Digest(t, `SELECT * FROM governance_candidate_state`)
+		if _, err := intake.New(e.Store).ResetCursor(e.Ctx, "birth_registry", pos); err != nil {
 			t.Fatal(err)
 		}
 		e.takeStats()
@@ -340,7 +341,7 @@ func TestHandoffApply(t *testing.T) {
 		if got := e.newSignals(t, before); len(got) != len(sigs) {
 			t.Fatalf("replay emitted %d more signals", len(got)-len(sigs))
 		}
-		if e.digest(t, `SELECT * FROM governance_candidate_state`) != dirtyBefore {
+		if e.Digest(t, `SELECT * FROM governance_candidate_state`) != dirtyBefore {
 			t.Fatal("replaying the page changed candidate state")
 		}
 		for _, st := range e.takeStats() {
@@ -352,34 +353,34 @@ func TestHandoffApply(t *testing.T) {
 	})
 
 	var coll, otherColl string
-	if err := e.pool.QueryRow(e.ctx, `SELECT (SELECT collection_name FROM birth_registry GROUP BY 1 ORDER BY count(*) DESC, 1 OFFSET 1 LIMIT 1),
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT (SELECT collection_name FROM birth_registry GROUP BY 1 ORDER BY count(*) DESC, 1 OFFSET 1 LIMIT 1),
 		(SELECT collection_name FROM birth_registry GROUP BY 1 ORDER BY count(*) DESC, 1 OFFSET 2 LIMIT 1)`).Scan(&coll, &otherColl); err != nil {
 		t.Fatal(err)
 	}
 	var pivot, pivotClass string
-	if err := e.pool.QueryRow(e.ctx, `SELECT pivot_code, entity_type FROM pivot_definitions ORDER BY pivot_code LIMIT 1`).Scan(&pivot, &pivotClass); err != nil {
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT pivot_code, entity_type FROM pivot_definitions ORDER BY pivot_code LIMIT 1`).Scan(&pivot, &pivotClass); err != nil {
 		t.Fatal(err)
 	}
 	var objID int64
 	var objClass, objCode string
-	if err := e.pool.QueryRow(e.ctx, `SELECT id, entity_type, entity_code FROM birth_registry
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT id, entity_type, entity_code FROM birth_registry
 		WHERE parent_code IS NULL AND status = 'active' AND entity_type <> $1 ORDER BY id DESC LIMIT 1`, pivotClass).Scan(&objID, &objClass, &objCode); err != nil {
 		t.Fatal(err)
 	}
 	var ownerID string
-	if err := e.pool.QueryRow(e.ctx, `SELECT o.id::text FROM governance_object_ownership o
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT o.id::text FROM governance_object_ownership o
 		WHERE o.collection_name IS NOT NULL AND EXISTS (SELECT 1 FROM birth_registry b WHERE b.collection_name = o.collection_name)
 		ORDER BY o.id LIMIT 1`).Scan(&ownerID); err != nil {
 		t.Fatal(err)
 	}
 	var exceptionID string
-	if err := e.pool.QueryRow(e.ctx, `SELECT x.exception_id FROM governance_exception x
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT x.exception_id FROM governance_exception x
 		WHERE EXISTS (SELECT 1 FROM birth_registry b WHERE b.collection_name = x.collection_name OR b.entity_type = x.entity_type)
 		ORDER BY x.exception_id LIMIT 1`).Scan(&exceptionID); err != nil {
 		t.Fatal(err)
 	}
 	// Three other active objects of the class, each moved to a terminal status by its retire, supersede or merge.
-	movers := e.strs(t, `SELECT b.collection_name || ':' || b.entity_code FROM birth_registry b
+	movers := e.Strings(t, `SELECT b.collection_name || ':' || b.entity_code FROM birth_registry b
 		WHERE b.parent_code IS NULL AND b.status = 'active' AND b.entity_type = $1 AND b.id <> $2
 		  AND NOT EXISTS (SELECT 1 FROM birth_registry c WHERE c.collection_name = b.collection_name AND c.parent_code = b.entity_code)
 		ORDER BY b.id DESC LIMIT 3`, objClass, objID)
@@ -389,7 +390,7 @@ func TestHandoffApply(t *testing.T) {
 	move := func(i int, status string) func(t *testing.T) {
 		return func(t *testing.T) {
 			coll, code, _ := strings.Cut(movers[i], ":")
-			e.exec(t, `UPDATE birth_registry SET status = $3 WHERE collection_name = $1 AND entity_code = $2`, coll, code, status)
+			e.Exec(t, `UPDATE birth_registry SET status = $3 WHERE collection_name = $1 AND entity_code = $2`, coll, code, status)
 		}
 	}
 	// A lifecycle move dirties the group it is in and every live group of its class in its registry (the one it left
@@ -398,7 +399,7 @@ func TestHandoffApply(t *testing.T) {
 	moved := func(i int, status string) func(t *testing.T) []string {
 		return func(t *testing.T) []string {
 			coll, _, _ := strings.Cut(movers[i], ":")
-			return e.strs(t, `SELECT g.group_key FROM governance_group g
+			return e.Strings(t, `SELECT g.group_key FROM governance_group g
 				WHERE g.object_class = $1 AND g.source_registry = $2
 				  AND (g.retired_at IS NULL OR g.lifecycle_status = $3)
 				  AND EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = g.group_key)`, objClass, coll, status)
@@ -438,14 +439,14 @@ func TestHandoffApply(t *testing.T) {
 			func(t *testing.T) []string { return nil }, nil},
 		{"ownership owner_changed", []row{{"ownership", ownerID, "owner_changed"}}, gcos.ChangeAuthority, gcos.DirtyAuthority,
 			func(t *testing.T) []string {
-				return e.strs(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
+				return e.Strings(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
 					JOIN x ON (g.object_class, g.source_registry, g.lifecycle_status) = (x.c, x.k, x.s)
 					JOIN governance_object_ownership o ON o.id::text = $1
 					WHERE g.scope = o.scope_code AND (x.k = o.collection_name OR x.c = o.entity_type)`, ownerID)
 			}, nil},
 		{"exception exception_changed", []row{{"exception", exceptionID, "exception_changed"}}, gcos.ChangeAuthority, gcos.DirtyAuthority,
 			func(t *testing.T) []string {
-				return e.strs(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
+				return e.Strings(t, hoBases+`SELECT DISTINCT g.group_key FROM governance_group g
 					JOIN x ON (g.object_class, g.source_registry, g.lifecycle_status) = (x.c, x.k, x.s)
 					JOIN governance_exception o ON o.exception_id = $1
 					WHERE g.scope = o.scope_code AND (x.k = o.collection_name OR x.c = o.entity_type)`, exceptionID)
@@ -474,7 +475,7 @@ func TestHandoffApply(t *testing.T) {
 				tc.write(t)
 			}
 			for _, r := range tc.rows {
-				e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, $3, $4)`,
+				e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, $3, $4)`,
 					r.entityType, r.code, r.action, actor)
 			}
 			e.catchUp(t)
@@ -515,12 +516,12 @@ func TestHandoffApply(t *testing.T) {
 	t.Run("governance_* rows are skipped by rule, a ruleset activation maps to ruleset_changed once", func(t *testing.T) {
 		before := e.signalIDs(t)
 		var pos string
-		if c, err := intake.New(e.store).GetCursor(e.ctx, "registry_changelog"); err != nil {
+		if c, err := intake.New(e.Store).GetCursor(e.Ctx, "registry_changelog"); err != nil {
 			t.Fatal(err)
 		} else {
 			pos = c.Position
 		}
-		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES
+		e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES
 			('governance_snapshot', '42', 'capture', 'gcos:snapshot'),
 			('governance_dlq', 'birth_registry:7', 'dead_letter', 'gcos:intake'),
 			('governance_ruleset', 'gov-rs-test000000', 'activate', 'gcos:test-approver')`)
@@ -534,7 +535,7 @@ func TestHandoffApply(t *testing.T) {
 			}
 		}
 		check("first delivery")
-		if _, err := intake.New(e.store).ResetCursor(e.ctx, "registry_changelog", pos); err != nil {
+		if _, err := intake.New(e.Store).ResetCursor(e.Ctx, "registry_changelog", pos); err != nil {
 			t.Fatal(err)
 		}
 		e.catchUp(t)
@@ -544,18 +545,18 @@ func TestHandoffApply(t *testing.T) {
 
 	t.Run("an unmappable row is retried, dead-lettered and visible while later rows flow", func(t *testing.T) {
 		var poison int64
-		if err := e.pool.QueryRow(e.ctx, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by)
+		if err := e.Pool.QueryRow(e.Ctx, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by)
 			VALUES ('mystery_registry', 'M-1', 'update', 'ops:poison') RETURNING id`).Scan(&poison); err != nil {
 			t.Fatal(err)
 		}
-		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ('collection', $1, 'update', 'ops:after-poison')`, coll)
+		e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ('collection', $1, 'update', 'ops:after-poison')`, coll)
 		ticks := e.catchUp(t)
 		if ticks[1].Failed != 1 {
 			t.Fatalf("changelog pass: %+v, want the poison row on the retry lane", ticks[1])
 		}
 		e.expectDirty(t, "the row after the poison row", e.groupsOfBirths(t, `x.k = $1`, coll), "handoff:collection_changed")
 		wait.For(t, 10*time.Second, "the poison row is dead-lettered", func() bool {
-			if e.count(t, `SELECT count(*) FROM event_pending WHERE entity_table = 'registry_changelog' AND entity_ref = ($1::bigint)::text
+			if e.Count(t, `SELECT count(*) FROM event_pending WHERE entity_table = 'registry_changelog' AND entity_ref = ($1::bigint)::text
 				AND dead_lettered_at IS NOT NULL`, poison) > 0 {
 				return true
 			}
@@ -564,27 +565,27 @@ func TestHandoffApply(t *testing.T) {
 		})
 		var attempts int
 		var lastErr, hint string
-		if err := e.pool.QueryRow(e.ctx, `SELECT error_count, last_error, event_type_hint FROM event_pending
+		if err := e.Pool.QueryRow(e.Ctx, `SELECT error_count, last_error, event_type_hint FROM event_pending
 			WHERE entity_table = 'registry_changelog' AND entity_ref = ($1::bigint)::text`, poison).Scan(&attempts, &lastErr, &hint); err != nil {
 			t.Fatal(err)
 		}
-		if attempts != e.cfg.Intake.MaxAttempts || !strings.Contains(lastErr, "neither a registry word nor a known class") ||
+		if attempts != e.Cfg.Intake.MaxAttempts || !strings.Contains(lastErr, "neither a registry word nor a known class") ||
 			hint != "governance.handoff.retry" {
 			t.Fatalf("dead letter: %d attempts, last error %q, hint %q", attempts, lastErr, hint)
 		}
-		if open, err := findingOpen(e.ctx, e.pool, gcos.IssueHandoffDLQ); err != nil || !open {
+		if open, err := gcostest.FindingOpen(e.Ctx, e.Pool, gcos.IssueHandoffDLQ); err != nil || !open {
 			t.Fatalf("handoff_dlq open = %v (%v)", open, err)
 		}
-		if n := e.count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_dlq' AND entity_code = $1`,
+		if n := e.Count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_dlq' AND entity_code = $1`,
 			fmt.Sprintf("registry_changelog:%d", poison)); n != 1 {
 			t.Fatalf("%d audit rows for the dead letter, want 1", n)
 		}
-		if c, err := intake.New(e.store).GetCursor(e.ctx, "registry_changelog"); err != nil || c.DeadLettered != 1 {
+		if c, err := intake.New(e.Store).GetCursor(e.Ctx, "registry_changelog"); err != nil || c.DeadLettered != 1 {
 			t.Fatalf("cursor %+v (%v), want one dead letter counted", c, err)
 		}
 		e.clean(t)
 		// Intake continues after the dead letter.
-		e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ('source', $1, 'source_changed', 'ops:after-dlq')`, otherColl)
+		e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ('source', $1, 'source_changed', 'ops:after-dlq')`, otherColl)
 		e.catchUp(t)
 		e.expectDirty(t, "a row after the dead letter", e.groupsOfBirths(t, `x.k = $1`, otherColl), "handoff:source_changed")
 		e.clean(t)
@@ -601,7 +602,7 @@ func TestHandoffUntrustedSource(t *testing.T) {
 		c.Intake.TrustedSources = []string{"import-*", "birth-api", "registry-sync"}
 	})
 	// Two classes whose active group is relevant and that have no 'pending' group yet.
-	rows, err := e.pool.Query(e.ctx, `SELECT object_class, source_registry FROM v_candidate_effective v
+	rows, err := e.Pool.Query(e.Ctx, `SELECT object_class, source_registry FROM v_candidate_effective v
 		WHERE effective_verdict = 'relevant' AND lifecycle_status = 'active'
 		  AND NOT EXISTS (SELECT 1 FROM governance_group g WHERE g.object_class = v.object_class
 		                  AND g.source_registry = v.source_registry AND g.lifecycle_status = 'pending')
@@ -626,9 +627,9 @@ func TestHandoffUntrustedSource(t *testing.T) {
 	activeCount := `SELECT sum(c.member_count) FROM governance_candidate_state c JOIN governance_group g USING (group_key)
 		WHERE g.object_class = '` + rogue.class + `' AND g.source_registry = '` + rogue.coll + `' AND g.lifecycle_status = 'active' AND c.ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`
 	activeGroups := `SELECT count(*) FROM governance_group g WHERE g.object_class = '` + rogue.class + `' AND g.source_registry = '` + rogue.coll + `' AND g.lifecycle_status = 'active' AND g.retired_at IS NULL`
-	activeBefore, countBefore := e.digest(t, activeRows), e.count(t, activeCount)
+	activeBefore, countBefore := e.Digest(t, activeRows), e.Count(t, activeCount)
 	before := e.signalIDs(t)
-	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref) VALUES
+	e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref) VALUES
 		('rogue-1', $1, $2, 'pending', 'rogue-loader', 'mallory'),
 		('rogue-2', $1, $2, 'active', 'rogue-loader', 'mallory'),
 		('rogue-3', $1, $2, 'active', NULL, 'mallory'),
@@ -640,16 +641,16 @@ func TestHandoffUntrustedSource(t *testing.T) {
 	if len(sigs) != 1 || sigs[0].kind != string(gcos.ChangeObjectBorn) {
 		t.Fatalf("signals %+v, want only the trusted birth's", sigs)
 	}
-	if e.digest(t, activeRows) != activeBefore {
+	if e.Digest(t, activeRows) != activeBefore {
 		t.Fatal("an untrusted birth touched the verdict rows of its (existing) group")
 	}
 	// rogue-2 and rogue-3 are active: counted once in the active group of every scope.
-	if got, want := e.count(t, activeCount), countBefore+2*e.count(t, activeGroups); got != want {
+	if got, want := e.Count(t, activeCount), countBefore+2*e.Count(t, activeGroups); got != want {
 		t.Fatalf("members of the rogue class's active groups = %d, want %d (two quarantined births counted in every scope)", got, want)
 	}
 	objects := `SELECT candidate_key, candidate_verdict || '/' || input_quality_state || '/' || materialization_reason
 		FROM governance_candidate_object WHERE object_ref LIKE $1 || ':rogue-%'`
-	got := e.pairs(t, objects, rogue.coll)
+	got := e.Pairs(t, objects, rogue.coll)
 	if len(got) != 3 {
 		t.Fatalf("object rows %v, want one per untrusted birth", got)
 	}
@@ -657,7 +658,7 @@ func TestHandoffUntrustedSource(t *testing.T) {
 		if v != "needs_input/untrusted_source/open_finding" {
 			t.Fatalf("object %s: %s", k, v)
 		}
-		f := e.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'input.untrusted_source' AND status = 'open'
+		f := e.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'input.untrusted_source' AND status = 'open'
 			AND occurrence_count = 1 AND coalesce_key = $1`, gcos.CoalesceKey(gcos.InputIssue(gcos.InputUntrustedSource), k))
 		if f != 1 {
 			t.Fatalf("object %s: want one open input.untrusted_source finding", k)
@@ -666,14 +667,14 @@ func TestHandoffUntrustedSource(t *testing.T) {
 	// Each quarantined row refers to its open finding (input_quality_ref, doc 40 §40.4).
 	linked := `SELECT count(*) FROM governance_candidate_object o JOIN system_issues s ON s.id = o.input_quality_ref
 		WHERE o.object_ref LIKE $1 || ':rogue-%' AND s.issue_type = 'input.untrusted_source' AND s.status = 'open'`
-	if n := e.count(t, linked, rogue.coll); n != 3 {
+	if n := e.Count(t, linked, rogue.coll); n != 3 {
 		t.Fatalf("%d quarantined object rows refer to their open finding, want 3", n)
 	}
-	objectDigest := e.digest(t, `SELECT * FROM governance_candidate_object`)
+	objectDigest := e.Digest(t, `SELECT * FROM governance_candidate_object`)
 
-	e.world().ScanAll(t, postgres.ModeIncremental)
+	e.ScanAll(t, postgres.ModeIncremental)
 	verdicts := func(c cls) map[string]string {
-		return e.pairs(t, `SELECT group_key, effective_verdict FROM v_candidate_effective
+		return e.Pairs(t, `SELECT group_key, effective_verdict FROM v_candidate_effective
 			WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status = 'pending'`, c.class, c.coll)
 	}
 	rv, tv := verdicts(rogue), verdicts(trusted)
@@ -695,30 +696,30 @@ func TestHandoffUntrustedSource(t *testing.T) {
 		t.Fatalf("control: the trusted birth's new group never became relevant (%v), so the test proves nothing", tv)
 	}
 	for _, obj := range []string{rogue.coll + ":rogue-1", rogue.coll + ":rogue-2"} {
-		if g := e.gate().Gate(e.ctx, obj, "write"); g.Decision != "block" {
+		if g := gate.New(e.Store, nil).Gate(e.Ctx, obj, "write"); g.Decision != "block" {
 			t.Fatalf("gate %s: %s (%v), want block", obj, g.Decision, g.Reasons)
 		}
 	}
 
 	// A replay of the same births quarantines nothing twice.
-	if _, err := intake.New(e.store).ResetCursor(e.ctx, "birth_registry", "start"); err != nil {
+	if _, err := intake.New(e.Store).ResetCursor(e.Ctx, "birth_registry", "start"); err != nil {
 		t.Fatal(err)
 	}
 	e.catchUp(t)
-	if n := e.count(t, `SELECT max(occurrence_count) FROM system_issues WHERE issue_type = 'input.untrusted_source'`); n != 1 {
+	if n := e.Count(t, `SELECT max(occurrence_count) FROM system_issues WHERE issue_type = 'input.untrusted_source'`); n != 1 {
 		t.Fatalf("a replay raised the untrusted-source findings again (occurrences %d)", n)
 	}
-	if e.digest(t, `SELECT * FROM governance_candidate_object`) != objectDigest {
+	if e.Digest(t, `SELECT * FROM governance_candidate_object`) != objectDigest {
 		t.Fatal("a replay rewrote the quarantined object rows")
 	}
 	// Closing a finding clears the reference to it.
-	if closed, err := e.store.ResolveFinding(e.ctx, gcos.InputIssue(gcos.InputUntrustedSource), rogue.coll+":rogue-1", ""); err != nil || !closed {
+	if closed, err := e.Store.ResolveFinding(e.Ctx, gcos.InputIssue(gcos.InputUntrustedSource), rogue.coll+":rogue-1", ""); err != nil || !closed {
 		t.Fatalf("resolve: %v (closed %v)", err, closed)
 	}
-	if n := e.count(t, linked, rogue.coll); n != 2 {
+	if n := e.Count(t, linked, rogue.coll); n != 2 {
 		t.Fatalf("%d object rows still refer to an open finding, want 2", n)
 	}
-	if n := e.count(t, `SELECT count(*) FROM governance_candidate_object WHERE object_ref = $1 AND input_quality_ref IS NOT NULL`, rogue.coll+":rogue-1"); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM governance_candidate_object WHERE object_ref = $1 AND input_quality_ref IS NOT NULL`, rogue.coll+":rogue-1"); n != 0 {
 		t.Fatal("input_quality_ref still points at the closed finding")
 	}
 }
@@ -726,14 +727,14 @@ func TestHandoffUntrustedSource(t *testing.T) {
 // candidateRows is every candidate row under the current ruleset, as text, by group key.
 func (e *hoEnv) candidateRows(t *testing.T) map[string]string {
 	t.Helper()
-	return e.pairs(t, `SELECT c.group_key, c::text FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)`)
+	return e.Pairs(t, `SELECT c.group_key, c::text FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)`)
 }
 
 // keptCountsDiffer counts the base groups of kept collections whose kept member count differs from the source's
 // (a collection with a pending recount request is not read by any scan and not compared).
 func (e *hoEnv) keptCountsDiffer(t *testing.T) int64 {
 	t.Helper()
-	return e.count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
+	return e.Count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
 		SELECT count(*) FROM (SELECT b.object_class, b.source_registry, b.lifecycle_status, b.members FROM governance_base_count b) kb
 		FULL JOIN src ON (src.c, src.k, src.s) = (kb.object_class, kb.source_registry, kb.lifecycle_status)
 		WHERE coalesce(kb.source_registry, src.k) IN (SELECT source_registry FROM governance_collection_count)
@@ -747,7 +748,7 @@ func (e *hoEnv) keptCountsDiffer(t *testing.T) int64 {
 func TestHandoffKeepsMemberCounts(t *testing.T) {
 	t.Parallel()
 	e := newHandoffEnv(t, 1500, nil)
-	kept := func() int64 { return e.count(t, `SELECT count(*) FROM governance_collection_count`) }
+	kept := func() int64 { return e.Count(t, `SELECT count(*) FROM governance_collection_count`) }
 	if kept() == 0 {
 		t.Fatal("the handoff of the history kept no counts")
 	}
@@ -755,40 +756,40 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 		t.Fatalf("%d kept base counts differ from the source after the history", n)
 	}
 	var coll, class, code string
-	if err := e.pool.QueryRow(e.ctx, `SELECT collection_name, entity_type, entity_code FROM birth_registry
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT collection_name, entity_type, entity_code FROM birth_registry
 		WHERE status = 'active' AND parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class, &code); err != nil {
 		t.Fatal(err)
 	}
-	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+	e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 		SELECT 'kept-' || g, $1, $2, 'active', 'birth-api', 'tester' FROM generate_series(1, 30) g`, coll, class)
 	e.catchUp(t)
 	if n := e.keptCountsDiffer(t); n != 0 {
 		t.Fatalf("%d kept base counts differ from the source after 30 births", n)
 	}
 	// A retire moves a birth between base groups: the changelog files a recount, the next births page honours it.
-	e.exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
-	e.exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:kept')`, class, code)
+	e.Exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
+	e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:kept')`, class, code)
 	e.catchUp(t)
-	e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+	e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 		VALUES ('kept-after-retire', $1, $2, 'active', 'birth-api', 'tester')`, coll, class)
 	e.catchUp(t)
-	if n := e.count(t, `SELECT count(*) FROM governance_recount_request`); n != 0 {
+	if n := e.Count(t, `SELECT count(*) FROM governance_recount_request`); n != 0 {
 		t.Fatalf("%d recount requests left after a births page", n)
 	}
 	if n := e.keptCountsDiffer(t); n != 0 {
 		t.Fatalf("%d kept base counts differ from the source after a retire and a recount", n)
 	}
 	// A replay of the last births drops every kept count rather than counting them twice.
-	cur, err := intake.New(e.store).GetCursor(e.ctx, "birth_registry")
+	cur, err := intake.New(e.Store).GetCursor(e.Ctx, "birth_registry")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var back string
-	if err := e.pool.QueryRow(e.ctx, `SELECT to_char(born_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM birth_registry
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT to_char(born_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') FROM birth_registry
 		WHERE entity_code LIKE 'kept-%' ORDER BY born_at, id LIMIT 1`).Scan(&back); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := intake.New(e.store).ResetCursor(e.ctx, "birth_registry", back); err != nil {
+	if _, err := intake.New(e.Store).ResetCursor(e.Ctx, "birth_registry", back); err != nil {
 		t.Fatalf("reset from %s to %s: %v", cur.Position, back, err)
 	}
 	if kept() != 0 {
@@ -799,8 +800,8 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 		t.Fatalf("%d kept base counts differ from the source after a replay", n)
 	}
 	// The scans read the kept counts: every group's member count is its base's count at the source.
-	e.world().ScanAll(t, postgres.ModeIncremental)
-	if n := e.count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
+	e.ScanAll(t, postgres.ModeIncremental)
+	if n := e.Count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
 		SELECT count(*) FROM v_candidate_effective v JOIN src ON (src.c, src.k, src.s) = (v.object_class, v.source_registry, v.lifecycle_status)
 		WHERE v.member_count <> src.n AND v.lifecycle_status IS NOT NULL AND v.group_member_count > 0`); n != 0 {
 		t.Fatalf("%d groups' member counts differ from the source after the scans", n)
@@ -811,7 +812,7 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 // from their base's count at the source, a base with no births counting 0.
 func (e *hoEnv) groupCountsDiffer(t *testing.T) int64 {
 	t.Helper()
-	return e.count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
+	return e.Count(t, hoBases+`, src AS (SELECT c, k, s, count(*) AS n FROM x GROUP BY 1, 2, 3)
 		SELECT count(*) FROM v_candidate_effective v
 		LEFT JOIN src ON (src.c, src.k, src.s) = (v.object_class, v.source_registry, v.lifecycle_status)
 		WHERE coalesce(v.member_count, v.group_member_count) > 0 AND v.lifecycle_status IS NOT NULL
@@ -827,7 +828,7 @@ func TestFullAuditCorrectsCountsAfterSilentChanges(t *testing.T) {
 	e := newHandoffEnv(t, 800, nil)
 	audit := func(what string) {
 		t.Helper()
-		if _, err := scan.New(e.store).FullAudit(e.ctx, nil); err != nil {
+		if _, err := scan.New(e.Store).FullAudit(e.Ctx, nil); err != nil {
 			t.Fatalf("%s: full audit: %v", what, err)
 		}
 		if n := e.groupCountsDiffer(t); n != 0 {
@@ -839,36 +840,36 @@ func TestFullAuditCorrectsCountsAfterSilentChanges(t *testing.T) {
 	}
 	audit("baseline")
 	var coll, class string
-	if err := e.pool.QueryRow(e.ctx, `SELECT collection_name, entity_type FROM birth_registry
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT collection_name, entity_type FROM birth_registry
 		WHERE status = 'active' AND parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class); err != nil {
 		t.Fatal(err)
 	}
 	birth := func(code, status string) {
-		e.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 			VALUES ($1, $2, $3, $4, 'birth-api', 'tester')`, code, coll, class, status)
 		e.catchUp(t)
 	}
 
 	// A birth handed off and scanned, then retired silently: the active group holds what the baseline saw again.
 	birth("silent-1", "active")
-	e.world().ScanAll(t, postgres.ModeIncremental)
-	e.exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = 'silent-1'`, coll)
+	e.ScanAll(t, postgres.ModeIncremental)
+	e.Exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = 'silent-1'`, coll)
 	audit("a scanned birth retired silently")
 
 	// A birth handed off (added to the kept counts) but not scanned yet, then deleted silently.
 	birth("silent-2", "active")
-	e.exec(t, `DELETE FROM birth_registry WHERE collection_name = $1 AND entity_code = 'silent-2'`, coll)
+	e.Exec(t, `DELETE FROM birth_registry WHERE collection_name = $1 AND entity_code = 'silent-2'`, coll)
 	audit("a handed-off birth deleted silently")
 
 	// A birth that made a group of its own, scanned, then deleted silently: that group has no member left.
 	var status string
-	if err := e.pool.QueryRow(e.ctx, `SELECT s FROM unnest(ARRAY['draft', 'pending', 'merged', 'superseded']) s
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT s FROM unnest(ARRAY['draft', 'pending', 'merged', 'superseded']) s
 		WHERE NOT EXISTS (SELECT 1 FROM birth_registry WHERE collection_name = $1 AND entity_type = $2 AND status = s) LIMIT 1`,
 		coll, class).Scan(&status); err != nil {
 		t.Fatal(err)
 	}
 	birth("silent-3", status)
-	e.world().ScanAll(t, postgres.ModeIncremental)
-	e.exec(t, `DELETE FROM birth_registry WHERE collection_name = $1 AND entity_code = 'silent-3'`, coll)
+	e.ScanAll(t, postgres.ModeIncremental)
+	e.Exec(t, `DELETE FROM birth_registry WHERE collection_name = $1 AND entity_code = 'silent-3'`, coll)
 	audit("the only member of a group deleted silently")
 }

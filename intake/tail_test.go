@@ -1,4 +1,4 @@
-package postgres_test
+package intake_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 
 	"gcos"
 	"gcos/events"
+	"gcos/gcostest"
 	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
@@ -442,7 +443,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	if err != nil || lag.Lagging {
 		t.Fatalf("lag should clear once the reader ends: %v %+v", err, lag)
 	}
-	if open, _ := findingOpen(e.ctx, e.pool, gcos.IssueHandoffLag); open {
+	if open, _ := gcostest.FindingOpen(e.ctx, e.pool, gcos.IssueHandoffLag); open {
 		t.Fatal("handoff_lag should be resolved")
 	}
 }
@@ -939,7 +940,7 @@ func TestTailPoisonRowRetryThenDLQ(t *testing.T) {
 	if c.DeadLettered != 1 || c.EventsSeen != 9 || c.AttemptsWritten != 8 {
 		t.Fatalf("cursor counters: %+v", c)
 	}
-	if open, _ := findingOpen(e.ctx, e.pool, gcos.IssueHandoffDLQ); !open {
+	if open, _ := gcostest.FindingOpen(e.ctx, e.pool, gcos.IssueHandoffDLQ); !open {
 		t.Fatal("handoff_dlq should be open")
 	}
 	if n := e.count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_dlq' AND entity_code = $1`,
