@@ -128,3 +128,8 @@ func FindingOpen(ctx context.Context, pool *pgxpool.Pool, issue gcos.IssueType) 
 		WHERE issue_type = $1 AND status = 'open' AND coalesce_key LIKE 'gov:%')`, string(issue)).Scan(&open)
 	return open, err
 }
+
+// NotHeldAnnouncement selects (a condition on system_issues) the findings that are not about a held signal of an
+// inactive event type, which the announcements of every finding, run and snapshot raise while the vocabulary is
+// not active.
+const NotHeldAnnouncement = `NOT (issue_type IN ('issue_event_gap', 'handoff_unregistered_type') AND coalesce_key ~ ':governance\.')`

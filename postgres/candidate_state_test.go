@@ -1,7 +1,7 @@
 package postgres_test
 
 // Acceptance tests of SB-10 (doc 40 §40.10, SPEC §3.2, §4, §7, §11, §12): the candidate-state store against a real
-// PostgreSQL. TestSB10_TargetedInvalidation and TestSB10_FailClosed (clauses 4 and 5) live in scan_test.go.
+// PostgreSQL. TestSB10_TargetedInvalidation and TestSB10_FailClosed (clauses 4 and 5) live in scan/tick_test.go.
 
 import (
 	"context"
@@ -1193,4 +1193,12 @@ func TestSB10_ExplainStatement(t *testing.T) {
 			t.Fatal("the group registry is gone")
 		}
 	})
+}
+
+// TestSelectedKeysNeverNil: a ruleset diff that selects no group must reach SQL as an empty array, not NULL (NULL
+// made the carried rows' dirty flag NULL and the activation fail; found by the differential soak).
+func TestSelectedKeysNeverNil(t *testing.T) {
+	if keys := postgres.SelectedKeys(nil, nil); keys == nil {
+		t.Fatal("selectedKeys of an empty selection is nil")
+	}
 }

@@ -1,4 +1,4 @@
-package postgres_test
+package scan_test
 
 import (
 	"context"
@@ -11,68 +11,43 @@ import (
 
 	"gcos"
 	"gcos/gate"
+	"gcos/gcostest"
 	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
 )
 
-// seededWorld returns a bundle whose world is backfilled under an active ruleset, every group clean.
-func seededWorld(t *testing.T, births int, tweak func(*gcos.Config)) *bundle {
-	t.Helper()
-	b := setup(t, births)
-	if tweak != nil {
-		tweak(&b.cfg)
-		b.store = postgres.New(b.pool, b.cfg, nil)
-	}
-	res := b.backfill(t)
-	b.activate(t, res.RulesetVersion)
-	return b
-}
-
-// groupWhere returns one group key matching a condition on v_candidate_effective.
-func (b *bundle) groupWhere(t *testing.T, cond string) string {
-	t.Helper()
-	var key string
-	// Groups whose objects all have their own rows are skipped: the gate would consult those rows instead.
-	if err := b.pool.QueryRow(b.ctx, `SELECT group_key FROM v_candidate_effective WHERE `+cond+`
-		AND object_class NOT IN (SELECT object_type FROM governance_candidate_object)
-		ORDER BY group_member_count DESC, group_key LIMIT 1`).Scan(&key); err != nil {
-		t.Fatalf("no group where %s: %v", cond, err)
-	}
-	return key
-}
-
 const otherRows = `SELECT * FROM governance_candidate_state WHERE group_key <> ALL($1)`
 
 func TestSB10_TargetedInvalidation(t *testing.T) {
 	t.Parallel()
-	b := seededWorld(t, 20000, nil)
-	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE NOT clean`); n != 0 {
+	b := gcostest.Ready(t, gcostest.Options{Births: 20000, Seed: 7})
+	if n := b.Count(t, `SELECT count(*) FROM v_candidate_effective WHERE NOT clean`); n != 0 {
 		t.Fatalf("%d groups not clean after backfill + activation", n)
 	}
 
 	t.Run("handoff dirties only its group", func(t *testing.T) {
-		key := b.groupWhere(t, `effective_verdict = 'relevant'`)
-		before := b.digestExcept(t, []string{key})
-		n, err := b.store.MarkDirty(b.ctx, []string{key}, "handoff:object_born")
+		key := groupWhere(t, b, `effective_verdict = 'relevant'`)
+		before := digestExcept(t, b, []string{key})
+		n, err := b.Store.MarkDirty(b.Ctx, []string{key}, "handoff:object_born")
 		if err != nil || n != 1 {
 			t.Fatalf("mark dirty: n=%d err=%v", n, err)
 		}
-		again, err := b.store.MarkDirty(b.ctx, []string{key}, "handoff:object_born")
+		again, err := b.Store.MarkDirty(b.Ctx, []string{key}, "handoff:object_born")
 		if err != nil || again != 0 {
 			t.Fatalf("re-delivered mark changed %d rows (err %v), want a no-op", again, err)
 		}
-		if after := b.digestExcept(t, []string{key}); after != before {
+		if after := digestExcept(t, b, []string{key}); after != before {
 			t.Fatal("a handoff on one group changed another group's row")
 		}
-		if got := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty`); got != 1 {
+		if got := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty`); got != 1 {
 			t.Fatalf("dirty rows = %d, want 1", got)
 		}
-		if scanned := b.world().ScanAll(t, postgres.ModeEvent); scanned != 1 {
+		if scanned := b.ScanAll(t, postgres.ModeEvent); scanned != 1 {
 			t.Fatalf("event scan re-evaluated %d groups, want 1", scanned)
 		}
-		if after := b.digestExcept(t, []string{key}); after != before {
+		if after := digestExcept(t, b, []string{key}); after != before {
 			t.Fatal("the scan of one group changed another group's row")
 		}
 	})
@@ -80,19 +55,19 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 	t.Run("snapshot drift behind the tail's back is found only by the full audit", func(t *testing.T) {
 		// Move births from one group to a new lifecycle status with an UPDATE: no birth is added, so no tail
 		// would ever see it. Only the full audit's reconciliation can find the changed fingerprints.
-		key := b.groupWhere(t, `effective_verdict = 'relevant' AND group_member_count > 10`)
+		key := groupWhere(t, b, `effective_verdict = 'relevant' AND group_member_count > 10`)
 		var class, coll, status string
-		if err := b.pool.QueryRow(b.ctx, `SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1`, key).Scan(&class, &coll, &status); err != nil {
+		if err := b.Pool.QueryRow(b.Ctx, `SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1`, key).Scan(&class, &coll, &status); err != nil {
 			t.Fatal(err)
 		}
-		b.exec(t, `UPDATE birth_registry SET status = 'retired' WHERE id IN (
+		b.Exec(t, `UPDATE birth_registry SET status = 'retired' WHERE id IN (
 			SELECT id FROM birth_registry WHERE entity_type = $1 AND collection_name = $2 AND status = $3 ORDER BY id LIMIT 3)`, class, coll, status)
-		affected := b.keysWhere(t, `object_class = $1 AND source_registry = $2 AND lifecycle_status IN ($3, 'retired')`, class, coll, status)
-		before := b.digestExcept(t, affected)
-		if scanned := b.world().ScanAll(t, postgres.ModeIncremental); scanned != 0 {
+		affected := b.Strings(t, `SELECT group_key FROM governance_group WHERE object_class = $1 AND source_registry = $2 AND lifecycle_status IN ($3, 'retired')`, class, coll, status)
+		before := digestExcept(t, b, affected)
+		if scanned := b.ScanAll(t, postgres.ModeIncremental); scanned != 0 {
 			t.Fatalf("incremental scan found %d groups to scan: nothing signalled the change", scanned)
 		}
-		res, err := scan.New(b.store, scan.WithLedger(b.gate().Invariant)).FullAudit(b.ctx, nil)
+		res, err := scan.New(b.Store, scan.WithLedger(gateOf(b).Invariant)).FullAudit(b.Ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,14 +75,14 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 			t.Fatal("the full audit found no lost signal")
 		}
 		for _, k := range res.LostSignals {
-			if !contains(affected, k) {
+			if !slices.Contains(affected, k) {
 				t.Fatalf("lost-signal group %s is not one of the changed groups %v", k, affected)
 			}
 		}
-		if got := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open' AND `+notHeldAnnouncement); got != 1 {
+		if got := b.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open' AND `+gcostest.NotHeldAnnouncement); got != 1 {
 			t.Fatalf("issue_event_gap findings = %d, want 1", got)
 		}
-		if after := b.digestExcept(t, affected); after != before {
+		if after := digestExcept(t, b, affected); after != before {
 			t.Fatal("the full audit changed rows of groups whose fingerprint did not move")
 		}
 		if !res.Ledger.Closes {
@@ -116,62 +91,26 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 	})
 
 	t.Run("idempotent re-seed", func(t *testing.T) {
-		b.backfill(t) // takes in the moved births
-		before := b.digest(t, `SELECT * FROM governance_candidate_state`)
-		res := b.backfill(t)
+		b.Backfill(t) // takes in the moved births
+		before := b.Digest(t, `SELECT * FROM governance_candidate_state`)
+		res := b.Backfill(t)
 		if res.RowsWritten != 0 {
 			t.Fatalf("re-seed wrote %d rows", res.RowsWritten)
 		}
-		if after := b.digest(t, `SELECT * FROM governance_candidate_state`); after != before {
+		if after := b.Digest(t, `SELECT * FROM governance_candidate_state`); after != before {
 			t.Fatal("re-seed changed rows")
 		}
 	})
 }
 
-func (b *bundle) keysWhere(t *testing.T, cond string, args ...any) []string {
-	t.Helper()
-	rows, err := b.pool.Query(b.ctx, `SELECT group_key FROM governance_group WHERE `+cond, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, k)
-	}
-	return out
-}
-
-func (b *bundle) digestExcept(t *testing.T, keys []string) string {
-	t.Helper()
-	var d string
-	if err := b.pool.QueryRow(b.ctx, `SELECT md5(string_agg(x::text, E'\n' ORDER BY x::text)) FROM (`+otherRows+`) x`, keys).Scan(&d); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 func TestSB10_FailClosed(t *testing.T) {
 	t.Parallel()
-	b := seededWorld(t, 20000, nil)
-	ask := func(object, action string) gate.GateResult { return b.gate().Gate(b.ctx, object, action) }
+	b := gcostest.Ready(t, gcostest.Options{Births: 20000, Seed: 7})
+	ask := func(object, action string) gate.GateResult { return gateOf(b).Gate(b.Ctx, object, action) }
 
 	t.Run("clean relevant high-risk object covered in every scope is allowed", func(t *testing.T) {
-		base, _ := b.world().BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND coverage_outcome = 'covered' AND risk_class = 'write_medium')`)
-		obj := b.world().ObjectOfBase(t, base)
+		base, _ := b.BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND coverage_outcome = 'covered' AND risk_class = 'write_medium')`)
+		obj := b.ObjectOfBase(t, base)
 		if r := ask(obj, "write"); r.Decision != gcos.GateAllow {
 			t.Fatalf("gate %s = %s %v, want allow", obj, r.Decision, r.Reasons)
 		}
@@ -185,10 +124,10 @@ func TestSB10_FailClosed(t *testing.T) {
 		}
 	})
 	t.Run("high-risk stale blocks", func(t *testing.T) {
-		key := b.groupWhere(t, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
-		obj := b.world().ObjectOf(t, key)
+		key := groupWhere(t, b, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
+		obj := b.ObjectOf(t, key)
 		// A birth alone would not do (no verdict rests on membership): a changed collection might.
-		if _, err := b.store.MarkDirty(b.ctx, b.keysOfObjectBase(t, key), "handoff:collection_changed"); err != nil {
+		if _, err := b.Store.MarkDirty(b.Ctx, keysOfObjectBase(t, b, key), "handoff:collection_changed"); err != nil {
 			t.Fatal(err)
 		}
 		r := ask(obj, "write")
@@ -197,23 +136,23 @@ func TestSB10_FailClosed(t *testing.T) {
 		}
 	})
 	t.Run("low-risk stale allows and schedules a re-scan", func(t *testing.T) {
-		key := b.groupWhere(t, `risk_class = 'read_descriptive' AND effective_verdict = 'not_relevant' AND NOT dirty`)
-		obj := b.world().ObjectOf(t, key)
-		b.exec(t, `UPDATE governance_candidate_state SET scan_time = now() - interval '2 days', stale_after = now() - interval '1 second'
+		key := groupWhere(t, b, `risk_class = 'read_descriptive' AND effective_verdict = 'not_relevant' AND NOT dirty`)
+		obj := b.ObjectOf(t, key)
+		b.Exec(t, `UPDATE governance_candidate_state SET scan_time = now() - interval '2 days', stale_after = now() - interval '1 second'
 			WHERE group_key IN (SELECT group_key FROM governance_group WHERE (object_class, source_registry, lifecycle_status) =
 			      (SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1))`, key)
 		r := ask(obj, "write")
 		if r.Decision != gcos.GateAllow || !r.RescanScheduled {
 			t.Fatalf("low-risk stale: %s rescan=%v %v", r.Decision, r.RescanScheduled, r.Reasons)
 		}
-		if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND dirty AND dirty_reason = 'ttl'`, key); n != 1 {
+		if n := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = $1 AND dirty AND dirty_reason = 'ttl'`, key); n != 1 {
 			t.Fatal("the re-scan was not scheduled (no ttl dirty mark)")
 		}
 	})
 	t.Run("failed recompute blocks", func(t *testing.T) {
-		key := b.groupWhere(t, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
-		obj := b.world().ObjectOf(t, key)
-		b.exec(t, `UPDATE governance_candidate_state SET recompute_status = 'failed' WHERE group_key IN (
+		key := groupWhere(t, b, `effective_verdict = 'relevant' AND risk_class = 'write_medium' AND NOT dirty`)
+		obj := b.ObjectOf(t, key)
+		b.Exec(t, `UPDATE governance_candidate_state SET recompute_status = 'failed' WHERE group_key IN (
 			SELECT group_key FROM governance_group WHERE (object_class, source_registry, lifecycle_status) =
 			      (SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1))`, key)
 		if r := ask(obj, "write"); r.Decision != gcos.GateBlock {
@@ -221,10 +160,10 @@ func TestSB10_FailClosed(t *testing.T) {
 		}
 	})
 	t.Run("unreachable database blocks", func(t *testing.T) {
-		pool := pgtestClosedPool(t, b)
-		closed := postgres.New(pool, b.cfg, nil)
-		key := b.groupWhere(t, `effective_verdict = 'relevant'`)
-		obj := b.world().ObjectOf(t, key)
+		pool := closedPool(t, b)
+		closed := postgres.New(pool, b.Cfg, nil)
+		key := groupWhere(t, b, `effective_verdict = 'relevant'`)
+		obj := b.ObjectOf(t, key)
 		if r := gate.New(closed, nil).Gate(context.Background(), obj, "read"); r.Decision != gcos.GateBlock {
 			t.Fatalf("closed pool: %s", r.Decision)
 		}
@@ -233,55 +172,50 @@ func TestSB10_FailClosed(t *testing.T) {
 
 func TestSB10_FailClosedDraftRuleset(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 5000)
-	b.backfill(t) // under a draft: nobody approved the ruleset yet
-	key := b.groupWhere(t, `risk_class = 'write_medium'`)
-	obj := b.world().ObjectOf(t, key)
-	r := b.gate().Gate(b.ctx, obj, "write")
+	b := gcostest.New(t, gcostest.Options{Births: 5000, Seed: 7})
+	b.Backfill(t) // under a draft: nobody approved the ruleset yet
+	key := groupWhere(t, b, `risk_class = 'write_medium'`)
+	obj := b.ObjectOf(t, key)
+	r := gateOf(b).Gate(b.Ctx, obj, "write")
 	if r.Decision != gcos.GateBlock || r.EffectiveVerdict != gcos.VerdictUnknown {
 		t.Fatalf("verdict under a draft ruleset: %s %s %v, want block unknown", r.Decision, r.EffectiveVerdict, r.Reasons)
 	}
 }
 
-// keysOfObjectBase returns the keys of a base group in every scope.
-func (b *bundle) keysOfObjectBase(t *testing.T, key string) []string {
-	return b.keysWhere(t, `(object_class, source_registry, lifecycle_status) = (SELECT object_class, source_registry, lifecycle_status FROM governance_group WHERE group_key = $1)`, key)
-}
-
 func TestScanStormGuardThrottlesHighRiskFirst(t *testing.T) {
 	t.Parallel()
-	b := seededWorld(t, 10000, func(c *gcos.Config) { c.Scan.StormFraction = 0.2; c.Scan.StormBatch = 25 })
-	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'ruleset_bump', dirtied_at = now(), recompute_status = 'dirty'`)
-	res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
+	b := gcostest.Ready(t, gcostest.Options{Births: 10000, Seed: 7, Config: func(c *gcos.Config) { c.Scan.StormFraction = 0.2; c.Scan.StormBatch = 25 }})
+	b.Exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'ruleset_bump', dirtied_at = now(), recompute_status = 'dirty'`)
+	res, err := scan.New(b.Store).ScanTick(b.Ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.Storm || res.Scanned != 25 {
 		t.Fatalf("storm tick: storm=%v scanned=%d, want storm and 25", res.Storm, res.Scanned)
 	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'group_invalidation_storm' AND status = 'open'`); n != 1 {
+	if n := b.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'group_invalidation_storm' AND status = 'open'`); n != 1 {
 		t.Fatalf("storm findings = %d", n)
 	}
 	// The throttled tick took high-risk groups first: no low-risk group was scanned while high-risk ones wait.
-	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE NOT dirty AND risk_class = 'read_descriptive'`); n != 0 {
-		high := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty AND risk_class <> 'read_descriptive'`)
+	if n := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE NOT dirty AND risk_class = 'read_descriptive'`); n != 0 {
+		high := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty AND risk_class <> 'read_descriptive'`)
 		if high > 0 {
 			t.Fatalf("%d low-risk groups scanned while %d high-risk groups still dirty", n, high)
 		}
 	}
-	b.world().ScanAll(t, postgres.ModeIncremental)
-	if _, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
+	b.ScanAll(t, postgres.ModeIncremental)
+	if _, err := scan.New(b.Store).ScanTick(b.Ctx, scan.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'group_invalidation_storm' AND status = 'open'`); n != 0 {
+	if n := b.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'group_invalidation_storm' AND status = 'open'`); n != 0 {
 		t.Fatal("storm finding still open after the dirty set drained")
 	}
 }
 
 func TestScanMultipleScannersScanEachDirtyGroupOnce(t *testing.T) {
 	t.Parallel()
-	b := seededWorld(t, 10000, func(c *gcos.Config) { c.Scan.BatchSize = 7; c.Scan.StormFraction = 1 })
-	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'handoff:object_born', dirtied_at = now(), recompute_status = 'dirty'
+	b := gcostest.Ready(t, gcostest.Options{Births: 10000, Seed: 7, Config: func(c *gcos.Config) { c.Scan.BatchSize = 7; c.Scan.StormFraction = 1 }})
+	b.Exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'handoff:object_born', dirtied_at = now(), recompute_status = 'dirty'
 		WHERE group_key IN (SELECT group_key FROM governance_candidate_state ORDER BY group_key LIMIT 300)`)
 	var mu sync.Mutex
 	scanned := 0
@@ -291,9 +225,9 @@ func TestScanMultipleScannersScanEachDirtyGroupOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			store := postgres.New(b.pool, b.cfg, nil)
+			store := postgres.New(b.Pool, b.Cfg, nil)
 			for {
-				res, err := scan.New(store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
+				res, err := scan.New(store).ScanTick(b.Ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 				if err != nil {
 					errs <- err
 					return
@@ -315,7 +249,7 @@ func TestScanMultipleScannersScanEachDirtyGroupOnce(t *testing.T) {
 	if scanned != 300 {
 		t.Fatalf("3 scanners scanned %d groups in total, want each of the 300 dirty groups exactly once", scanned)
 	}
-	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty`); n != 0 {
+	if n := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty`); n != 0 {
 		t.Fatalf("%d groups still dirty", n)
 	}
 }
@@ -323,35 +257,35 @@ func TestScanMultipleScannersScanEachDirtyGroupOnce(t *testing.T) {
 func TestScanTTLExpiry(t *testing.T) {
 	t.Parallel()
 	const ttl = 2 * time.Second
-	b := seededWorld(t, 5000, func(c *gcos.Config) {
+	b := gcostest.Ready(t, gcostest.Options{Births: 5000, Seed: 7, Config: func(c *gcos.Config) {
 		for k := range c.TTL {
 			c.TTL[k] = gcos.Duration(ttl)
 		}
-	})
+	}})
 	// Every verdict carries the configured TTL as its own expiry.
-	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE stale_after - scan_time <> $1::interval`, ttl); n != 0 {
+	if n := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE stale_after - scan_time <> $1::interval`, ttl); n != 0 {
 		t.Fatalf("%d rows do not expire exactly one TTL after their scan", n)
 	}
 	// Wait (about one TTL) until the newest verdict has expired by the database clock: no write happens in between.
 	wait.For(t, ttl+time.Minute, "every verdict expires by the database clock", func() bool {
-		return b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE stale_after > now()`) == 0
+		return b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE stale_after > now()`) == 0
 	})
-	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE clean`); n != 0 {
+	if n := b.Count(t, `SELECT count(*) FROM v_candidate_effective WHERE clean`); n != 0 {
 		t.Fatalf("%d groups still clean past their TTL: verdicts must decay on their own", n)
 	}
-	expired, err := scan.New(b.store).ExpireStale(b.ctx)
+	expired, err := scan.New(b.Store).ExpireStale(b.Ctx)
 	if err != nil || expired == 0 {
 		t.Fatalf("expire: %d %v", expired, err)
 	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'`); n == 0 {
+	if n := b.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'`); n == 0 {
 		t.Fatal("no candidate_stale finding for expired high-risk rows")
 	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'
+	if n := b.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'
 		AND coalesce_key LIKE '%' || (SELECT group_key FROM governance_candidate_state WHERE risk_class = 'read_descriptive' LIMIT 1)`); n != 0 {
 		t.Fatal("candidate_stale raised for a low-risk row")
 	}
-	b.world().ScanAll(t, postgres.ModeIncremental)
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'`); n != 0 {
+	b.ScanAll(t, postgres.ModeIncremental)
+	if n := b.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'candidate_stale' AND status = 'open'`); n != 0 {
 		t.Fatalf("%d candidate_stale findings still open after a fresh scan", n)
 	}
 }
@@ -361,19 +295,19 @@ func TestScanTTLExpiry(t *testing.T) {
 // groups dirty (nothing lost) and a finished one is committed once (nothing duplicated).
 func TestScanKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 	t.Parallel()
-	b := seededWorld(t, 5000, func(c *gcos.Config) { c.Scan.BatchSize = 40; c.Scan.StormFraction = 1 })
-	rows := b.count(t, `SELECT count(*) FROM governance_candidate_state`)
-	b.exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'input', dirtied_at = now(), recompute_status = 'dirty'`)
+	b := gcostest.Ready(t, gcostest.Options{Births: 5000, Seed: 7, Config: func(c *gcos.Config) { c.Scan.BatchSize = 40; c.Scan.StormFraction = 1 }})
+	rows := b.Count(t, `SELECT count(*) FROM governance_candidate_state`)
+	b.Exec(t, `UPDATE governance_candidate_state SET dirty = true, dirty_reason = 'input', dirtied_at = now(), recompute_status = 'dirty'`)
 	var mu sync.Mutex
 	killed := 0
 	for i := 0; killed < 24 && i < 200; i++ {
-		ctx, cancel := context.WithTimeout(b.ctx, time.Duration(1+i%25)*time.Millisecond)
+		ctx, cancel := context.WithTimeout(b.Ctx, time.Duration(1+i%25)*time.Millisecond)
 		var wg sync.WaitGroup
 		for range 1 + i%2 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := scan.New(b.store).ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
+				if _, err := scan.New(b.Store).ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeIncremental}); err != nil {
 					mu.Lock()
 					killed++
 					mu.Unlock()
@@ -386,14 +320,14 @@ func TestScanKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 	if killed < 20 {
 		t.Fatalf("only %d ticks were killed", killed)
 	}
-	b.world().ScanAll(t, postgres.ModeIncremental)
-	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty OR recompute_status <> 'ok'`); n != 0 {
+	b.ScanAll(t, postgres.ModeIncremental)
+	if n := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty OR recompute_status <> 'ok'`); n != 0 {
 		t.Fatalf("%d groups lost their re-scan", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state`); n != rows {
+	if n := b.Count(t, `SELECT count(*) FROM governance_candidate_state`); n != rows {
 		t.Fatalf("candidate rows %d → %d: a killed scan duplicated or lost rows", rows, n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM v_candidate_effective WHERE NOT clean`); n != 0 {
+	if n := b.Count(t, `SELECT count(*) FROM v_candidate_effective WHERE NOT clean`); n != 0 {
 		t.Fatalf("%d groups not clean after the kills and a final scan", n)
 	}
 }
@@ -404,29 +338,29 @@ func TestScanKilledAtRandomPointsLosesAndDuplicatesNothing(t *testing.T) {
 func TestEventDebounce(t *testing.T) {
 	t.Parallel()
 	const window = 2 * time.Second
-	b := seededWorld(t, 3000, func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(window); c.Scan.StormFraction = 1 })
+	b := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 7, Config: func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(window); c.Scan.StormFraction = 1 }})
 	var cold, hot string
-	if err := b.pool.QueryRow(b.ctx, `SELECT min(group_key), max(group_key) FROM governance_candidate_state`).Scan(&cold, &hot); err != nil {
+	if err := b.Pool.QueryRow(b.Ctx, `SELECT min(group_key), max(group_key) FROM governance_candidate_state`).Scan(&cold, &hot); err != nil {
 		t.Fatal(err)
 	}
 	// hot was scanned just now; cold's last scan is older than the window.
-	if _, err := b.pool.Exec(b.ctx, `UPDATE governance_candidate_state SET scan_time = now() - interval '1 hour', stale_after = now() + interval '1 day'
+	if _, err := b.Pool.Exec(b.Ctx, `UPDATE governance_candidate_state SET scan_time = now() - interval '1 hour', stale_after = now() + interval '1 day'
 		WHERE group_key = $1`, cold); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pool.Exec(b.ctx, `UPDATE governance_candidate_state SET scan_time = now() WHERE group_key = $1`, hot); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, `UPDATE governance_candidate_state SET scan_time = now() WHERE group_key = $1`, hot); err != nil {
 		t.Fatal(err)
 	}
 	event := func() scan.ScanResult {
 		t.Helper()
-		res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeEvent, Debounce: true})
+		res, err := scan.New(b.Store).ScanTick(b.Ctx, scan.ScanOptions{Mode: postgres.ModeEvent, Debounce: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res
 	}
 	for range 3 { // repeated marks collapse into the one pending mark
-		if _, err := b.store.MarkDirty(b.ctx, []string{cold, hot}, "handoff:object_born"); err != nil {
+		if _, err := b.Store.MarkDirty(b.Ctx, []string{cold, hot}, "handoff:object_born"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -434,7 +368,7 @@ func TestEventDebounce(t *testing.T) {
 	if res := event(); res.Scanned != 1 || res.Remaining != 1 {
 		t.Fatalf("first tick: scanned %d, remaining %d; want the cold group at once and the hot one held", res.Scanned, res.Remaining)
 	}
-	if dirty := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty AND group_key = '`+hot+`'`); dirty != 1 {
+	if dirty := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE dirty AND group_key = '`+hot+`'`); dirty != 1 {
 		t.Fatalf("the hot group was scanned inside its window")
 	}
 	if time.Since(start) < window-200*time.Millisecond {
@@ -442,7 +376,7 @@ func TestEventDebounce(t *testing.T) {
 			t.Fatalf("a second tick inside the window scanned %d groups", res.Scanned)
 		}
 	}
-	wait.Pass(b.ctx, time.Until(start.Add(window+100*time.Millisecond))) // the coalesce window closes
+	wait.Pass(b.Ctx, time.Until(start.Add(window+100*time.Millisecond))) // the coalesce window closes
 	if res := event(); res.Scanned != 1 || res.Remaining != 0 {
 		t.Fatalf("after the window: scanned %d, remaining %d; want the hot group", res.Scanned, res.Remaining)
 	}
@@ -453,18 +387,18 @@ func TestEventDebounce(t *testing.T) {
 func TestGateFollowUpsCoalesce(t *testing.T) {
 	t.Parallel()
 	const window = 400 * time.Millisecond
-	b := seededWorld(t, 3000, func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(window) })
+	b := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 7, Config: func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(window) }})
 	// A birth in a lifecycle its class has never had: the intake records its groups, nothing seeds them.
 	var coll, class string
-	if err := b.pool.QueryRow(b.ctx, `SELECT collection_name, entity_type FROM birth_registry WHERE parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class); err != nil {
+	if err := b.Pool.QueryRow(b.Ctx, `SELECT collection_name, entity_type FROM birth_registry WHERE parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class); err != nil {
 		t.Fatal(err)
 	}
-	b.exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+	b.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 		VALUES ('followup-1', $1, $2, 'quarantined_test', 'followup-test', 'tester')`, coll, class)
-	src := postgres.BirthTailSource(b.cfg.SourceBinding)
+	src := postgres.BirthTailSource(b.Cfg.SourceBinding)
 	for i := 0; i < 200; i++ {
-		res, err := intake.New(b.store).PollTail(b.ctx, src, b.cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
-			f, _, err := intake.New(b.store).ApplyHandoff(ctx, tx, rows)
+		res, err := intake.New(b.Store).PollTail(b.Ctx, src, b.Cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
+			f, _, err := intake.New(b.Store).ApplyHandoff(ctx, tx, rows)
 			return f, err
 		})
 		if err != nil {
@@ -473,15 +407,15 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 		if res.Read > 0 {
 			break
 		}
-		wait.Pace(b.ctx, 10*time.Millisecond) // until the horizon passes the birth
+		wait.Pace(b.Ctx, 10*time.Millisecond) // until the horizon passes the birth
 	}
 	occurrences := func() int64 {
-		return b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE issue_type = 'candidate_unknown'
+		return b.Count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE issue_type = 'candidate_unknown'
 			AND status = 'open' AND evidence_snapshot->>'raised_by' = 'gate'`)
 	}
 	obj := coll + ":followup-1"
 	start := time.Now()
-	r := b.gate().Gate(b.ctx, obj, gcos.ActionRead)
+	r := gateOf(b).Gate(b.Ctx, obj, gcos.ActionRead)
 	// The window opens when the follow-up commits, inside Gate: on a loaded machine that is well after start.
 	opened := time.Now()
 	if r.Decision != gcos.GateBlock || len(r.Consulted) == 0 {
@@ -492,13 +426,13 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 		t.Fatal("the gate raised no candidate_unknown for never-seeded groups")
 	}
 	for range 5 {
-		b.gate().Gate(b.ctx, obj, gcos.ActionRead)
+		gateOf(b).Gate(b.Ctx, obj, gcos.ActionRead)
 	}
 	if n := occurrences(); time.Since(start) < window && n != first {
 		t.Fatalf("repeated gate calls inside the window wrote the finding again: %d occurrences, want %d", n, first)
 	}
-	wait.Pass(b.ctx, time.Until(opened.Add(window+50*time.Millisecond))) // the coalesce window closes
-	b.gate().Gate(b.ctx, obj, gcos.ActionRead)
+	wait.Pass(b.Ctx, time.Until(opened.Add(window+50*time.Millisecond))) // the coalesce window closes
+	gateOf(b).Gate(b.Ctx, obj, gcos.ActionRead)
 	if n := occurrences(); n != 2*first {
 		t.Fatalf("after the window: %d occurrences, want %d", n, 2*first)
 	}
@@ -509,12 +443,12 @@ func TestGateFollowUpsCoalesce(t *testing.T) {
 // and the count in an issue_event_gap; the same change signalled by a change row raises nothing.
 func TestFullAuditFindsRegistryDrift(t *testing.T) {
 	t.Parallel()
-	b := seededWorld(t, 3000, nil)
-	if _, err := scan.New(b.store).FullAudit(b.ctx, nil); err != nil { // a baseline snapshot that records the inputs
+	b := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 7})
+	if _, err := scan.New(b.Store).FullAudit(b.Ctx, nil); err != nil { // a baseline snapshot that records the inputs
 		t.Fatal(err)
 	}
 	var coll, status string
-	if err := b.pool.QueryRow(b.ctx, `SELECT c.collection_name, c.coverage_status FROM collection_registry c
+	if err := b.Pool.QueryRow(b.Ctx, `SELECT c.collection_name, c.coverage_status FROM collection_registry c
 		WHERE EXISTS (SELECT 1 FROM governance_group g WHERE g.source_registry = c.collection_name AND g.retired_at IS NULL)
 		ORDER BY c.collection_name LIMIT 1`).Scan(&coll, &status); err != nil {
 		t.Fatal(err)
@@ -523,10 +457,10 @@ func TestFullAuditFindsRegistryDrift(t *testing.T) {
 	if status == flipped {
 		flipped = "BIRTH_REQUIRED"
 	}
-	affected := b.keysWhere(t, `source_registry = $1 AND retired_at IS NULL`, coll)
-	before := b.digestExcept(t, affected)
-	b.exec(t, `UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, flipped)
-	res, err := scan.New(b.store).FullAudit(b.ctx, nil)
+	affected := b.Strings(t, `SELECT group_key FROM governance_group WHERE source_registry = $1 AND retired_at IS NULL`, coll)
+	before := digestExcept(t, b, affected)
+	b.Exec(t, `UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, flipped)
+	res, err := scan.New(b.Store).FullAudit(b.Ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +475,7 @@ func TestFullAuditFindsRegistryDrift(t *testing.T) {
 		Registry string `json:"registry"`
 		Groups   int    `json:"groups"`
 	}
-	if err := b.pool.QueryRow(b.ctx, `SELECT evidence_snapshot FROM system_issues WHERE issue_type = 'issue_event_gap'
+	if err := b.Pool.QueryRow(b.Ctx, `SELECT evidence_snapshot FROM system_issues WHERE issue_type = 'issue_event_gap'
 		AND status = 'open' AND coalesce_key = $1`, gcos.CoalesceKey(gcos.IssueIssueEventGap, "registry-drift:"+gcos.InputCollections)).Scan(&evidence); err != nil {
 		t.Fatalf("no open issue_event_gap naming collection_registry: %v", err)
 	}
@@ -549,30 +483,30 @@ func TestFullAuditFindsRegistryDrift(t *testing.T) {
 		t.Fatalf("finding evidence %+v, want registry %s and %d groups", evidence, gcos.InputCollections, len(affected))
 	}
 	// The drifted groups were re-scanned under the new coverage; no other group's row moved.
-	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = ANY($1) AND dirty`, affected); n != 0 {
+	if n := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = ANY($1) AND dirty`, affected); n != 0 {
 		t.Fatalf("%d drifted groups still dirty after the audit", n)
 	}
-	if n := b.count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = ANY($1) AND last_run_id = $2`, affected, res.RunID); n != int64(len(affected)) {
+	if n := b.Count(t, `SELECT count(*) FROM governance_candidate_state WHERE group_key = ANY($1) AND last_run_id = $2`, affected, res.RunID); n != int64(len(affected)) {
 		t.Fatalf("the audit re-scanned %d of the %d drifted groups", n, len(affected))
 	}
-	if after := b.digestExcept(t, affected); after != before {
+	if after := digestExcept(t, b, affected); after != before {
 		t.Fatal("the audit changed rows of groups whose inputs did not drift")
 	}
 
 	// Signalled: the same kind of change with its change row, handed off before the audit, raises nothing new.
-	b.exec(t, `UPDATE system_issues SET status = 'resolved', resolved_at = now() WHERE issue_type = 'issue_event_gap'`)
-	b.exec(t, `UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, status)
-	if _, err := b.store.MarkDirty(b.ctx, affected, "handoff:collection_changed"); err != nil {
+	b.Exec(t, `UPDATE system_issues SET status = 'resolved', resolved_at = now() WHERE issue_type = 'issue_event_gap'`)
+	b.Exec(t, `UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, status)
+	if _, err := b.Store.MarkDirty(b.Ctx, affected, "handoff:collection_changed"); err != nil {
 		t.Fatal(err)
 	}
-	res, err = scan.New(b.store).FullAudit(b.ctx, nil)
+	res, err = scan.New(b.Store).FullAudit(b.Ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if drift := res.RegistryDrift[gcos.InputCollections]; drift.Groups != len(affected) || drift.Unsignalled != 0 {
 		t.Fatalf("signalled drift %+v, want %d groups, none unsignalled", drift, len(affected))
 	}
-	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open' AND `+notHeldAnnouncement); n != 0 {
+	if n := b.Count(t, `SELECT count(*) FROM system_issues WHERE issue_type = 'issue_event_gap' AND status = 'open' AND `+gcostest.NotHeldAnnouncement); n != 0 {
 		t.Fatalf("%d issue_event_gap findings for a signalled change", n)
 	}
 }
@@ -581,24 +515,24 @@ func TestFullAuditFindsRegistryDrift(t *testing.T) {
 // snapshot, ruleset), raises nothing and is counted as unchanged in its run.
 func TestScanEarlyCutoff(t *testing.T) {
 	t.Parallel()
-	b := seededWorld(t, 2000, nil)
-	key := b.groupWhere(t, `effective_verdict = 'unknown' OR effective_verdict = 'relevant'`)
-	b.world().ScanAll(t, postgres.ModeIncremental) // settle the first counts
-	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyTTL); err != nil {
+	b := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 7})
+	key := groupWhere(t, b, `effective_verdict = 'unknown' OR effective_verdict = 'relevant'`)
+	b.ScanAll(t, postgres.ModeIncremental) // settle the first counts
+	if _, err := b.Store.MarkDirty(b.Ctx, []string{key}, gcos.DirtyTTL); err != nil {
 		t.Fatal(err)
 	}
-	b.world().ScanAll(t, postgres.ModeIncremental)
-	findings := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE `+notHeldAnnouncement)
-	if _, err := b.store.MarkDirty(b.ctx, []string{key}, gcos.DirtyTTL); err != nil {
+	b.ScanAll(t, postgres.ModeIncremental)
+	findings := b.Count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE `+gcostest.NotHeldAnnouncement)
+	if _, err := b.Store.MarkDirty(b.Ctx, []string{key}, gcos.DirtyTTL); err != nil {
 		t.Fatal(err)
 	}
 	// The row as the mark left it: the scan may move its qualification only.
 	var updated, scanned time.Time
-	if err := b.pool.QueryRow(b.ctx, `SELECT c.updated_at, c.scan_time FROM governance_candidate_state c
+	if err := b.Pool.QueryRow(b.Ctx, `SELECT c.updated_at, c.scan_time FROM governance_candidate_state c
 		JOIN v_current_ruleset USING (ruleset_version) WHERE c.group_key = $1`, key).Scan(&updated, &scanned); err != nil {
 		t.Fatal(err)
 	}
-	res, err := scan.New(b.store).ScanTick(b.ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
+	res, err := scan.New(b.Store).ScanTick(b.Ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +541,7 @@ func TestScanEarlyCutoff(t *testing.T) {
 	}
 	var updated2, scanned2 time.Time
 	var dirty bool
-	if err := b.pool.QueryRow(b.ctx, `SELECT c.updated_at, c.scan_time, c.dirty FROM governance_candidate_state c
+	if err := b.Pool.QueryRow(b.Ctx, `SELECT c.updated_at, c.scan_time, c.dirty FROM governance_candidate_state c
 		JOIN v_current_ruleset USING (ruleset_version) WHERE c.group_key = $1`, key).Scan(&updated2, &scanned2, &dirty); err != nil {
 		t.Fatal(err)
 	}
@@ -617,28 +551,20 @@ func TestScanEarlyCutoff(t *testing.T) {
 	if !updated2.Equal(updated) {
 		t.Fatalf("an unchanged result rewrote the row: updated_at %v → %v", updated, updated2)
 	}
-	if n := b.count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE `+notHeldAnnouncement); n != findings {
+	if n := b.Count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE `+gcostest.NotHeldAnnouncement); n != findings {
 		t.Fatalf("an unchanged result raised findings: occurrences %d → %d", findings, n)
 	}
-	if n := b.count(t, `SELECT groups_unchanged FROM candidate_scan_run WHERE run_id = $1`, res.RunID); n != 1 {
+	if n := b.Count(t, `SELECT groups_unchanged FROM candidate_scan_run WHERE run_id = $1`, res.RunID); n != 1 {
 		t.Fatalf("run %s counts %d unchanged scans, want 1", res.RunID, n)
 	}
 	// The run is audited once and announced on both streams it served.
-	if n := b.count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_scan_run' AND entity_code = $1
+	if n := b.Count(t, `SELECT count(*) FROM registry_changelog WHERE entity_type = 'governance_scan_run' AND entity_code = $1
 		AND action = 'succeeded' AND alert_detail::jsonb ->> 'mode' = 'incremental'`, res.RunID); n != 1 {
 		t.Fatalf("%d audit rows of run %s, want 1", n, res.RunID)
 	}
-	if got := b.strs(t, `SELECT event_type_hint FROM event_pending WHERE capture_payload ->> 'correlation_id' = 'run:' || $1
+	if got := b.Strings(t, `SELECT event_type_hint FROM event_pending WHERE capture_payload ->> 'correlation_id' = 'run:' || $1
 		ORDER BY event_type_hint`, res.RunID); !slices.Equal(got, []string{"governance.candidate.scan_completed",
 		"governance.coverage.scan_completed"}) {
 		t.Fatalf("run %s announced %v", res.RunID, got)
-	}
-}
-
-// TestSelectedKeysNeverNil: a ruleset diff that selects no group must reach SQL as an empty array, not NULL (NULL
-// made the carried rows' dirty flag NULL and the activation fail; found by the differential soak).
-func TestSelectedKeysNeverNil(t *testing.T) {
-	if keys := postgres.SelectedKeys(nil, nil); keys == nil {
-		t.Fatal("selectedKeys of an empty selection is nil")
 	}
 }

@@ -1,4 +1,4 @@
-package postgres_test
+package intake_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"gcos/gcostest"
 	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
@@ -17,13 +18,13 @@ import (
 // birth committed after the backfill is still handed off, and a cursor that has already moved is left alone.
 func TestBackfillHandshake(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 3000)
-	res := b.backfill(t)
+	b := gcostest.New(t, gcostest.Options{Births: 3000, Seed: 7})
+	res := b.Backfill(t)
 	if len(res.CursorsAtHorizon) != 2 {
 		t.Fatalf("cursors started at the horizon: %v, want birth_registry and registry_changelog", res.CursorsAtHorizon)
 	}
 	for _, c := range []string{"birth_registry", "registry_changelog"} {
-		cur, err := intake.New(b.store).GetCursor(b.ctx, c)
+		cur, err := intake.New(b.Store).GetCursor(b.Ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,11 +36,11 @@ func TestBackfillHandshake(t *testing.T) {
 	var handed []int64
 	poll := func(source string) int {
 		t.Helper()
-		src := postgres.BirthTailSource(b.cfg.SourceBinding)
+		src := postgres.BirthTailSource(b.Cfg.SourceBinding)
 		if source != src.Name {
 			src = postgres.ChangelogTailSource()
 		}
-		res, err := intake.New(b.store).PollTail(b.ctx, src, b.cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
+		res, err := intake.New(b.Store).PollTail(b.Ctx, src, b.Cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 			for _, r := range rows {
 				handed = append(handed, r.ID)
 			}
@@ -54,12 +55,12 @@ func TestBackfillHandshake(t *testing.T) {
 		t.Fatalf("first poll of birth_registry after the backfill read %d rows", n)
 	}
 	// On the changelog, only the backfill's own audit rows (written in and after its seed) follow the horizon.
-	if n := poll("registry_changelog"); n != int(b.count(t, `SELECT count(*) FROM registry_changelog
+	if n := poll("registry_changelog"); n != int(b.Count(t, `SELECT count(*) FROM registry_changelog
 		WHERE entity_type LIKE 'governance\_%' AND id = ANY($1)`, handed)) {
 		t.Fatalf("first poll of registry_changelog after the backfill read %d rows, not all GCOS's own audit rows", n)
 	}
 	var id int64
-	if err := b.pool.QueryRow(b.ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status)
+	if err := b.Pool.QueryRow(b.Ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status)
 		SELECT 'handshake-1', collection_name, entity_type, 'active' FROM birth_registry ORDER BY id LIMIT 1 RETURNING id`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestBackfillHandshake(t *testing.T) {
 		t.Fatalf("after the backfill, a new birth was handed off as %v, want [%d]", handed, id)
 	}
 	// A second backfill (sources changed: the new birth) moves no cursor: neither is at start any more.
-	if res := b.backfill(t); len(res.CursorsAtHorizon) != 0 {
+	if res := b.Backfill(t); len(res.CursorsAtHorizon) != 0 {
 		t.Fatalf("a re-run moved cursors %v", res.CursorsAtHorizon)
 	}
 }
