@@ -270,7 +270,7 @@ func prepare(ctx context.Context, store *postgres.Store) (intake.BackfillResult,
 			return res, fmt.Errorf("activate ruleset: %w", err)
 		}
 	}
-	return res, events.New(store, store.Config()).ActivateVocabulary(ctx, "APR-BENCH", "bench-approver")
+	return res, events.New(store).ActivateVocabulary(ctx, "APR-BENCH", "bench-approver")
 }
 
 // handoffSince is what the intake stage's apply step did between two of its HandoffTotals.

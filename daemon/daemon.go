@@ -103,7 +103,7 @@ func New(cfg Config) (*Daemon, error) {
 		Store:  cfg.Store,
 		Intake: worker,
 		Scan:   &scan.Scheduler{Stage: scans, Config: conf.Scan, Logger: logger, Modes: cfg.ScanModes},
-		Events: events.New(cfg.Store, conf, events.WithLogger(logger)),
+		Events: events.New(cfg.Store, events.WithLogger(logger)),
 		Gate:   g,
 		cfg:    cfg,
 		logger: logger,

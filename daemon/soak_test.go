@@ -205,7 +205,7 @@ func drainQuietly(t *testing.T, ctx context.Context, quiet *daemon.Daemon, store
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, src := range postgres.DefaultTailSources(store.Config()) {
+		for _, src := range postgres.DefaultTailSources(store.Config().SourceBinding) {
 			lag, err := intake.New(store).CheckTailLag(ctx, src, store.Config().Intake)
 			if err != nil || lag.OldestUnreadAt != nil {
 				return false

@@ -33,7 +33,7 @@ func newEvEnv(t *testing.T) *evEnv {
 	t.Helper()
 	pool := pgtest.NewDB(t)
 	store := postgres.New(pool, gcos.DefaultConfig(), nil)
-	return &evEnv{ctx: context.Background(), pool: pool, store: store, loop: events.New(store, store.Config())}
+	return &evEnv{ctx: context.Background(), pool: pool, store: store, loop: events.New(store)}
 }
 
 func (e *evEnv) exec(t *testing.T, sql string, args ...any) {

@@ -217,7 +217,7 @@ func (l *Loop) ResolveFindingAs(ctx context.Context, id int64, reason string, by
 	if err := by.Check("resolve finding"); err != nil {
 		return FindingRow{}, err
 	}
-	if err := gcos.MayAct(l.principals, by.Principal, gcos.RoleOperator); err != nil {
+	if err := gcos.MayAct(l.cfg.Principals, by.Principal, gcos.RoleOperator); err != nil {
 		return FindingRow{}, gcos.Errorf(gcos.EFORBIDDEN, "resolve finding %d: %s", id, gcos.ErrorMessage(err))
 	}
 	var out FindingRow

@@ -278,7 +278,7 @@ func (l *Loop) changeSubscription(ctx context.Context, action string, sel Notifi
 	if err := by.Check(action); err != nil {
 		return ch, err
 	}
-	if err := gcos.MayAct(l.principals, by.Principal, gcos.RoleOperator); err != nil {
+	if err := gcos.MayAct(l.cfg.Principals, by.Principal, gcos.RoleOperator); err != nil {
 		return ch, gcos.Errorf(gcos.EFORBIDDEN, "%s: %s", action, gcos.ErrorMessage(err))
 	}
 	row, err := l.selectorRow(ctx, sel)

@@ -14,11 +14,7 @@ import (
 // captures (AnnounceTx, EmitSignals, RaiseFindingTx); the Loop releases and reads.
 type Loop struct {
 	core *postgres.Store
-	// The configuration sections the stage decides by.
-	events     gcos.EventsConfig
-	principals []gcos.Principal
-	binding    gcos.SourceBinding
-	outage     gcos.OutageConfig
+	cfg  Config
 	// clock, when set, is the time the emission discipline decides by (tests move it); nil: the database clock.
 	clock  func() time.Time
 	logger *slog.Logger
@@ -34,10 +30,24 @@ func WithClock(clock func() time.Time) Option { return func(l *Loop) { l.clock =
 // WithLogger sets where the promoter reports its outages (default: nowhere).
 func WithLogger(logger *slog.Logger) Option { return func(l *Loop) { l.logger = logger } }
 
-// New builds the event stage over core, deciding by cfg's events, principals, source binding and outage sections.
-func New(core *postgres.Store, cfg gcos.Config, opts ...Option) *Loop {
-	l := &Loop{core: core, events: cfg.Events, principals: cfg.Principals, binding: cfg.SourceBinding,
-		outage: cfg.Outage, logger: slog.New(slog.DiscardHandler)}
+// Config is what the event stage decides by: its own section (events.*) and, of the others, only what it reads.
+type Config struct {
+	Events gcos.EventsConfig
+	// Principals say who may resolve a finding or mute (principals).
+	Principals []gcos.Principal
+	// Binding names the registries an owner is resolved from (source_binding).
+	Binding gcos.SourceBinding
+	Outage  gcos.OutageConfig
+}
+
+// ConfigOf picks the event stage's configuration out of the whole.
+func ConfigOf(c gcos.Config) Config {
+	return Config{Events: c.Events, Principals: c.Principals, Binding: c.SourceBinding, Outage: c.Outage}
+}
+
+// New builds the event stage over core, deciding by its sections of the core's configuration.
+func New(core *postgres.Store, opts ...Option) *Loop {
+	l := &Loop{core: core, cfg: ConfigOf(core.Config()), logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(l)
 	}
@@ -48,8 +58,8 @@ func New(core *postgres.Store, cfg gcos.Config, opts ...Option) *Loop {
 // process holding it (ECONFLICT) is not a failure; any other error is logged as an outage and retried with
 // back-off.
 func (l *Loop) Run(ctx context.Context) error {
-	every := l.events.PromoteEvery.Duration()
-	outage := gcos.NewOutageLog("promote pending signals", every, l.outage, l.logger)
+	every := l.cfg.Events.PromoteEvery.Duration()
+	outage := gcos.NewOutageLog("promote pending signals", every, l.cfg.Outage, l.logger)
 	wait := every
 	for {
 		t := time.NewTimer(wait)

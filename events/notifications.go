@@ -249,7 +249,7 @@ func (l *Loop) MarkRead(ctx context.Context, eventID, actor string) (bool, error
 // default_owner_hint → GOV-COUNCIL (the registries as the source binding names them) (ResolveOwner). Either registry may be
 // absent (optional SB-2 tables): that step is skipped and the reason says so; nothing is guessed.
 func (l *Loop) ResolveOwner(ctx context.Context, q OwnerQuery) (ResolvedOwner, error) {
-	return resolveOwner(ctx, l.core.Pool(), l.binding, q)
+	return resolveOwner(ctx, l.core.Pool(), l.cfg.Binding, q)
 }
 
 // resolveOwner is ResolveOwner over db (the pool, or the promoter's transaction).

@@ -44,7 +44,7 @@ type windowDigest struct {
 }
 
 func (l *Loop) newDiscipline() *discipline {
-	return &discipline{d: DisciplineFrom(l.events), clock: l.clock, sb: l.binding}
+	return &discipline{d: DisciplineFrom(l.cfg.Events), clock: l.clock, sb: l.cfg.Binding}
 }
 
 // Begin reads the clock once per transaction: the injected clock, else the database's.

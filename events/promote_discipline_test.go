@@ -37,7 +37,7 @@ func newDisciplineEnv(t *testing.T, ev gcos.EventsConfig) (*evEnv, *testClock) {
 	cfg.Events = ev
 	clock := &testClock{now: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}
 	store := postgres.New(pool, cfg, nil)
-	e := &evEnv{ctx: context.Background(), pool: pool, store: store, loop: events.New(store, cfg, events.WithClock(clock.Now))}
+	e := &evEnv{ctx: context.Background(), pool: pool, store: store, loop: events.New(store, events.WithClock(clock.Now))}
 	e.register(t)
 	for _, typ := range e.strings(t, `SELECT event_type FROM event_type_registry WHERE event_domain = 'governance'`) {
 		e.activate(t, typ)

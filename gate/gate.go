@@ -668,7 +668,7 @@ func (g *Gate) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 	})
 	g.core.NoteConflict(err)
 	if err == nil {
-		window := g.cfg.Scan.CoalesceWindow.Duration()
+		window := g.cfg.CoalesceWindow.Duration()
 		g.followUps.done("rescan", rescan, window)
 		g.followUps.done("unknown", unknown, window)
 		for _, o := range orphans {

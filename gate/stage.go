@@ -24,7 +24,7 @@ type Gate struct {
 	// gatePool answers the gate (its reads and its follow-ups) and nothing else, so readers, scans and intake can
 	// never take the connections a gate decision needs (the core's gate pool: gate.pool_conns).
 	gatePool *pgxpool.Pool
-	cfg      gcos.Config
+	cfg      Config
 	logger   *slog.Logger
 
 	view    atomic.Pointer[VerdictView] // nil: every question reads through
@@ -37,17 +37,30 @@ type Gate struct {
 	gateSQLText, birthRawSQLText string
 }
 
-// New builds the gate over core with its configuration (gate.*). rescan re-scans stale groups synchronously (the
-// scan stage's RescanGroups, handed in by whoever assembles the stages; nil: never, such answers block). With
-// gate.view on, the gate answers from a verdict view that Run keeps current; with a replica open in the core
-// (database.replica_url), read-throughs go to the replica while Run proves it fresh.
+// Config is what the gate decides by: its own section (gate.*) and, of the others, only what it reads.
+type Config struct {
+	Gate gcos.GateConfig
+	// CoalesceWindow is how long a follow-up the gate wrote is not written again (scan.coalesce_window).
+	CoalesceWindow gcos.Duration
+	Outage         gcos.OutageConfig
+}
+
+// ConfigOf picks the gate's configuration out of the whole.
+func ConfigOf(c gcos.Config) Config {
+	return Config{Gate: c.Gate, CoalesceWindow: c.Scan.CoalesceWindow, Outage: c.Outage}
+}
+
+// New builds the gate over core, deciding by its sections of the core's configuration. rescan re-scans stale groups
+// synchronously (the scan stage's RescanGroups, handed in by whoever assembles the stages; nil: never, such answers
+// block). With gate.view on, the gate answers from a verdict view that Run keeps current; with a replica open in the
+// core (database.replica_url), read-throughs go to the replica while Run proves it fresh.
 func New(core *postgres.Store, rescan Rescanner) *Gate {
 	g := over(core)
 	if rescan != nil {
 		g.rescan = &gateRescan{fn: rescan, slots: make(chan struct{}, g.cfg.Gate.RescanConcurrency)}
 	}
 	if _, p := core.GatePools(); p != nil {
-		g.replica = newReplicaReads(p, g.cfg, g.logger)
+		g.replica = newReplicaReads(p, core.Config(), g.logger) // a store core of its own over the replica
 	}
 	if g.cfg.Gate.View {
 		g.view.Store(NewVerdictView(g))
@@ -57,7 +70,7 @@ func New(core *postgres.Store, rescan Rescanner) *Gate {
 
 // over is a gate that reads core's database and nothing else: no view, no re-scan, no replica.
 func over(core *postgres.Store) *Gate {
-	cfg := core.Config()
+	cfg := ConfigOf(core.Config())
 	gatePool, _ := core.GatePools()
 	g := &Gate{core: core, pool: core.Pool(), gatePool: gatePool, cfg: cfg, logger: core.Logger()}
 	b := core.BirthBinding()

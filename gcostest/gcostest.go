@@ -128,7 +128,7 @@ func (w *World) Activate(t testing.TB, version string) postgres.ActivationResult
 // approver, so announcements reach the outbox when promoted.
 func (w *World) ActivateVocabulary(t testing.TB, approver string) {
 	t.Helper()
-	if err := events.New(w.Store, w.Store.Config()).ActivateVocabulary(w.Ctx, "APR-EV", approver); err != nil {
+	if err := events.New(w.Store).ActivateVocabulary(w.Ctx, "APR-EV", approver); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -124,7 +124,7 @@ func TestDashboardInABrowser(t *testing.T) {
 
 	// The caller's unread count and a finding linked to its explanation: the dashboard reads as "local" (no auth
 	// on loopback), subscribed here to the candidate findings; a finding about a group opens.
-	loop := events.New(w.Store, w.Store.Config())
+	loop := events.New(w.Store)
 	if _, err := loop.RegisterVocabulary(ctx); err != nil {
 		t.Fatal(err)
 	}

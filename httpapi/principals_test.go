@@ -186,7 +186,7 @@ func TestPrincipalsNotificationLoop(t *testing.T) {
 	id := openFinding(t, e)
 	promote := func() {
 		t.Helper()
-		if _, err := events.New(e.store, e.store.Config()).PromotePending(e.ctx); err != nil {
+		if _, err := events.New(e.store).PromotePending(e.ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -203,7 +203,7 @@ func New(cfg Config) (http.Handler, error) {
 		s.gate = gate.New(cfg.Store, nil)
 	}
 	if s.events == nil && cfg.Store != nil {
-		s.events = events.New(cfg.Store, cfg.Store.Config())
+		s.events = events.New(cfg.Store)
 	}
 	s.ready = append([]ReadyCheck{
 		{"database", func(ctx context.Context) error {

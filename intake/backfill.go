@@ -158,7 +158,7 @@ func (s *Stage) backfill(ctx context.Context, opts BackfillOptions, res *Backfil
 		}
 		res.ObjectsMaterialized, res.ObjectsRetired = mat, ret
 		res.CursorsAtHorizon, err = startCursorsAtHorizon(ctx, tx, sources, horizon, res.RunID)
-		if err != nil || !slices.Contains(res.CursorsAtHorizon, postgres.BirthTailSource(s.cfg.SourceBinding).Name) {
+		if err != nil || !slices.Contains(res.CursorsAtHorizon, postgres.BirthTailSource(s.cfg.Binding).Name) {
 			return err
 		}
 		return s.core.KeepSeedCounts(ctx, tx, snap)

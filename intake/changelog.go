@@ -219,7 +219,7 @@ func (s *Stage) authoritySubject(ctx context.Context, tx pgx.Tx, r postgres.Tail
 	var table string
 	switch r.EntityType {
 	case "ownership":
-		table = s.cfg.SourceBinding.RegistryTable(gcos.TableOwnership)
+		table = s.cfg.Binding.RegistryTable(gcos.TableOwnership)
 		q = `SELECT coalesce(scope_code, ''), coalesce(entity_type, ''), coalesce(collection_name, '') FROM {t} WHERE id::text = $1`
 	case "exception":
 		table = gcos.TableExceptions

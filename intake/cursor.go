@@ -227,7 +227,7 @@ func (s *Stage) ResetCursorAs(ctx context.Context, source, watermark string, by 
 			WHERE source = $1`, source, posTZ, posTS, posID, instant, from, to); err != nil {
 			return postgres.MapError(err, "reset cursor "+source)
 		}
-		if source == postgres.BirthTailSource(s.cfg.SourceBinding).Name {
+		if source == postgres.BirthTailSource(s.cfg.Binding).Name {
 			// The births after the new position are handed off again: the counts kept from them would count them
 			// twice, so every collection is counted again.
 			if _, err := tx.Exec(ctx, `DELETE FROM governance_collection_count`); err != nil {

@@ -181,7 +181,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	counts := collectionCounts{} // member counts per collection, counted at most once per page
 	births := make([]*postgres.TailRow, 0, len(rows))
 	var sigs []*signal
-	birthSource := postgres.BirthTailSource(s.cfg.SourceBinding).Name
+	birthSource := postgres.BirthTailSource(s.cfg.Binding).Name
 	own, err := ownAuditRows(ctx, tx, rows, birthSource)
 	if err != nil {
 		return nil, st, err
@@ -347,7 +347,7 @@ func (s *Stage) objectRowClasses(ctx context.Context, tx pgx.Tx) (map[string]boo
 	classes := map[string]bool{}
 	if !rs.Components.IsAbsent(gcos.ComponentCoverageProfile) {
 		for _, p := range rs.Components.CoverageProfile {
-			if gcos.ObjectRowClassReason(p, s.cfg.Gate.ObjectRiskClasses) != "" {
+			if gcos.ObjectRowClassReason(p, s.cfg.ObjectRiskClasses) != "" {
 				classes[p.EntityType] = true
 			}
 		}

@@ -157,7 +157,7 @@ func TestSB11_BirthUntouched(t *testing.T) {
 	if _, err := scan.New(b.Store).FullAudit(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := events.New(b.Store, b.Store.Config()).PromotePending(ctx); err != nil {
+	if _, err := events.New(b.Store).PromotePending(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.catchUp(t) // the audit's own rows come back through the tail, and are skipped
@@ -666,12 +666,12 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 	e.catchUp(t)
 
 	// The consumer reads everything it was notified of (the first few through MarkRead, the rest in bulk).
-	notes, err := events.New(e.Store, e.Store.Config()).Notifications(e.Ctx, "owner-replay", 5)
+	notes, err := events.New(e.Store).Notifications(e.Ctx, "owner-replay", 5)
 	if err != nil || len(notes) == 0 {
 		t.Fatalf("notifications: %d (%v)", len(notes), err)
 	}
 	for _, n := range notes {
-		if _, err := events.New(e.Store, e.Store.Config()).MarkRead(e.Ctx, n.Event.ID, "owner-replay"); err != nil {
+		if _, err := events.New(e.Store).MarkRead(e.Ctx, n.Event.ID, "owner-replay"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -680,7 +680,7 @@ func TestSB11_ReplayIsNoOp(t *testing.T) {
 		WHERE event_stream = 'governance.handoff' AND NOT EXISTS (SELECT 1 FROM event_read r WHERE r.event_id = o.id)`)
 	notified := func(what string) {
 		t.Helper()
-		ns, err := events.New(e.Store, e.Store.Config()).Notifications(e.Ctx, "owner-replay", 1000)
+		ns, err := events.New(e.Store).Notifications(e.Ctx, "owner-replay", 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -81,16 +81,16 @@ func newHandoffWorld(t *testing.T, births int, tweak func(*gcos.Config)) *hoEnv 
 // activateTypes registers the governance vocabulary and activates every type whose name starts with prefix.
 func (e *hoEnv) activateTypes(t *testing.T, prefix string) {
 	t.Helper()
-	if _, err := events.New(e.Store, e.Store.Config()).RegisterVocabulary(e.Ctx); err != nil {
+	if _, err := events.New(e.Store).RegisterVocabulary(e.Ctx); err != nil {
 		t.Fatal(err)
 	}
-	types, err := events.New(e.Store, e.Store.Config()).ListEventTypes(e.Ctx)
+	types, err := events.New(e.Store).ListEventTypes(e.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ty := range types {
 		if strings.HasPrefix(ty.EventType, prefix) && !ty.Active {
-			if _, err := events.New(e.Store, e.Store.Config()).ActivateEventType(e.Ctx, ty.EventType, "APR-TEST-EVENTS", "test-approver"); err != nil {
+			if _, err := events.New(e.Store).ActivateEventType(e.Ctx, ty.EventType, "APR-TEST-EVENTS", "test-approver"); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -54,7 +54,7 @@ func (s *Stage) readSeedHorizon(ctx context.Context) (seedHorizon, error) {
 // transaction can position those still at start.
 func (s *Stage) ensureSeedCursors(ctx context.Context) ([]string, error) {
 	var names []string
-	for _, src := range postgres.DefaultTailSources(s.cfg) {
+	for _, src := range postgres.DefaultTailSources(s.cfg.Binding) {
 		ok, err := postgres.TableExists(ctx, s.pool, qualifiedTable(src))
 		if err != nil {
 			return nil, err

@@ -19,7 +19,7 @@ import (
 // yet is in flight, never a lost signal, a count drift or a mismatch.
 func (s *Stage) HandedOff(ctx context.Context, sources []postgres.TailSource, at time.Time, timeout, idle time.Duration) error {
 	if len(sources) == 0 {
-		sources = postgres.DefaultTailSources(s.cfg)
+		sources = postgres.DefaultTailSources(s.cfg.Binding)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -20,7 +20,7 @@ import (
 type Stage struct {
 	core   *postgres.Store
 	pool   *pgxpool.Pool
-	cfg    gcos.Config
+	cfg    Config
 	logger *slog.Logger
 
 	regCache registryCache
@@ -36,9 +36,27 @@ type Stage struct {
 // entity_table, and a dead-lettered one waits there for an operator.
 const RetryDomain = "governance"
 
-// New returns the intake stage over store.
+// Config is what the intake stage decides by: its own section (intake.*) and, of the others, only what it reads.
+type Config struct {
+	Intake gcos.IntakeConfig
+	// Binding says where the births are (source_binding): the births source, the registries' tables.
+	Binding gcos.SourceBinding
+	Outage  gcos.OutageConfig
+	// TTL gives a quarantined group's verdict its time to live (ttl).
+	TTL gcos.TTLConfig
+	// ObjectRiskClasses are the classes whose objects get rows of their own (gate.object_risk_classes).
+	ObjectRiskClasses []string
+}
+
+// ConfigOf picks the intake stage's configuration out of the whole.
+func ConfigOf(c gcos.Config) Config {
+	return Config{Intake: c.Intake, Binding: c.SourceBinding, Outage: c.Outage, TTL: c.TTL,
+		ObjectRiskClasses: c.Gate.ObjectRiskClasses}
+}
+
+// New returns the intake stage over store, deciding by its sections of the store's configuration.
 func New(store *postgres.Store) *Stage {
-	return &Stage{core: store, pool: store.Pool(), cfg: store.Config(), logger: store.Logger()}
+	return &Stage{core: store, pool: store.Pool(), cfg: ConfigOf(store.Config()), logger: store.Logger()}
 }
 
 // Store is the store core the stage runs on.

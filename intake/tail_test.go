@@ -407,7 +407,7 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	if !lag.Lagging || len(lag.Holders) == 0 || lag.Holders[0].Role != reader || !strings.Contains(lag.Reason, reader) {
 		t.Fatalf("handoff_lag should name the reader: %+v", lag)
 	}
-	findings, err := events.New(e.store, e.store.Config()).ListFindings(e.ctx, events.FindingFilter{OpenOnly: true, IssueType: string(gcos.IssueHandoffLag)})
+	findings, err := events.New(e.store).ListFindings(e.ctx, events.FindingFilter{OpenOnly: true, IssueType: string(gcos.IssueHandoffLag)})
 	if err != nil || len(findings) != 1 || !strings.Contains(string(findings[0].Evidence), reader) {
 		t.Fatalf("one open handoff_lag naming %s, got %v %+v", reader, err, findings)
 	}

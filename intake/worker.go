@@ -84,7 +84,7 @@ func (w *Worker) sources() []postgres.TailSource {
 	if w.Sources != nil {
 		return w.Sources
 	}
-	return postgres.DefaultTailSources(w.Stage.cfg)
+	return postgres.DefaultTailSources(w.Stage.cfg.Binding)
 }
 
 // Start checks every source's preconditions (refusing, with the store's message, when a tail could not be

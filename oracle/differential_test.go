@@ -662,7 +662,7 @@ var triggers = []trigger{
 			return "a birth from an untrusted source (no finding open to resolve by hand)", e.births(r, 1, "rogue-writer")
 		}
 		id, _ := strconv.ParseInt(ids[0], 10, 64)
-		_, err = events.New(e.store, e.store.Config()).ResolveFindingAs(e.ctx, id, "resolved by hand", gcos.Actor{Principal: "differential", Via: gcos.ViaCLI})
+		_, err = events.New(e.store).ResolveFindingAs(e.ctx, id, "resolved by hand", gcos.Actor{Principal: "differential", Via: gcos.ViaCLI})
 		return "finding " + ids[0] + " resolved by hand", err
 	}},
 	{"gcos_prefixed", func(e *env, r *rand.Rand) (string, error) {

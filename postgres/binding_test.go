@@ -91,8 +91,8 @@ func TestSourceBindingDrivesEveryRead(t *testing.T) {
 		queries = append(queries, events.OwnerQuery{Scope: f[0], EntityType: f[1], CollectionName: f[2]})
 	}
 	for _, q := range queries {
-		got, err1 := events.New(renamed.store, renamed.store.Config()).ResolveOwner(renamed.ctx, q)
-		exp, err2 := events.New(want.store, want.store.Config()).ResolveOwner(want.ctx, q)
+		got, err1 := events.New(renamed.store).ResolveOwner(renamed.ctx, q)
+		exp, err2 := events.New(want.store).ResolveOwner(want.ctx, q)
 		if err1 != nil || err2 != nil || got.OwnerRef != exp.OwnerRef || got.Source != exp.Source || got.RowID != exp.RowID {
 			t.Errorf("owner of %+v: renamed %+v (%v), default %+v (%v)", q, got, err1, exp, err2)
 		}

@@ -70,8 +70,8 @@ func ChangelogTailSource() TailSource {
 }
 
 // DefaultTailSources are the sources the intake tails: births (as bound in cfg) and the change ledger.
-func DefaultTailSources(cfg gcos.Config) []TailSource {
-	return []TailSource{BirthTailSource(cfg.SourceBinding), ChangelogTailSource()}
+func DefaultTailSources(b gcos.SourceBinding) []TailSource {
+	return []TailSource{BirthTailSource(b), ChangelogTailSource()}
 }
 
 var tailNameRE = regexp.MustCompile(`^[a-z][a-z0-9_.]*$`)

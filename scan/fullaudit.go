@@ -209,7 +209,7 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if err := postgres.CheckRulesetOwnerTx(ctx, tx, s.cfg.Principals, res.RunID); err != nil {
 			return err
 		}
-		if err := postgres.CheckAxesTx(ctx, tx, s.cfg.SourceBinding, res.RunID, rs.Version); err != nil {
+		if err := postgres.CheckAxesTx(ctx, tx, s.cfg.Binding, res.RunID, rs.Version); err != nil {
 			return err
 		}
 		// Object rows are re-qualified with every audit (the scans work at group grain), so an object row never

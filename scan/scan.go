@@ -250,7 +250,7 @@ func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 // holder killed mid-audit is succeeded within about one TTL plus that.
 func (s *Scheduler) auditLoop(ctx context.Context) error {
 	interval := s.Config.FullAuditInterval.Duration()
-	every := min(interval, max(s.Stage.cfg.Roles.LeaseTTL.Duration()/3, 100*time.Millisecond))
+	every := min(interval, max(s.Stage.cfg.LeaseTTL.Duration()/3, 100*time.Millisecond))
 	outage := s.outage("full audit", every)
 	for ctx.Err() == nil {
 		res, ran, err := s.Stage.FullAuditIfDue(ctx, interval, nil)

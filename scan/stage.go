@@ -19,7 +19,7 @@ import (
 type Stage struct {
 	core   *postgres.Store
 	pool   *pgxpool.Pool
-	cfg    gcos.Config
+	cfg    Config
 	logger *slog.Logger
 
 	// settle waits until the intake has handed off every source row committed before an instant (the audit's
@@ -35,9 +35,29 @@ type Stage struct {
 	total     groupCount // the storm guard's denominator, re-counted at most every groupCountTTL
 }
 
-// New returns the scan stage over store.
+// Config is what the scan stage decides by: its own section (scan.*) and, of the others, only what it reads.
+type Config struct {
+	Scan gcos.ScanConfig
+	// LowRiskClasses are the classes whose stale verdicts may wait (gate.low_risk_classes): a scan takes the others
+	// first.
+	LowRiskClasses []string
+	// LeaseTTL paces the look for a due full audit (roles.lease_ttl).
+	LeaseTTL gcos.Duration
+	Outage   gcos.OutageConfig
+	// Principals and Binding are what the full audit checks the ruleset's owners and the axes against.
+	Principals []gcos.Principal
+	Binding    gcos.SourceBinding
+}
+
+// ConfigOf picks the scan stage's configuration out of the whole.
+func ConfigOf(c gcos.Config) Config {
+	return Config{Scan: c.Scan, LowRiskClasses: c.Gate.LowRiskClasses, LeaseTTL: c.Roles.LeaseTTL, Outage: c.Outage,
+		Principals: c.Principals, Binding: c.SourceBinding}
+}
+
+// New returns the scan stage over store, deciding by its sections of the store's configuration.
 func New(store *postgres.Store, opts ...Option) *Stage {
-	s := &Stage{core: store, pool: store.Pool(), cfg: store.Config(), logger: store.Logger()}
+	s := &Stage{core: store, pool: store.Pool(), cfg: ConfigOf(store.Config()), logger: store.Logger()}
 	for _, o := range opts {
 		o(s)
 	}

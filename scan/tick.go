@@ -297,17 +297,17 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			}
 		} else {
 			// Verdict-relevant marks first, in a tick of their own; member-count refreshes when there are none.
-			if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.Gate.LowRiskClasses, limit, gcos.MembershipDirtyReasons, false); err != nil {
+			if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.LowRiskClasses, limit, gcos.MembershipDirtyReasons, false); err != nil {
 				return err
 			}
 			if len(keys) == 0 {
-				if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.Gate.LowRiskClasses, limit, gcos.MembershipDirtyReasons, true); err != nil {
+				if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.LowRiskClasses, limit, gcos.MembershipDirtyReasons, true); err != nil {
 					return err
 				}
 			}
 		}
 		if room := limit - len(keys); opts.Expired && !targeted && room > 0 {
-			if err := claim("expired", claimExpiredSQL, rs.Version, s.cfg.Gate.LowRiskClasses, room, res.RunID, append([]string{}, keys...)); err != nil {
+			if err := claim("expired", claimExpiredSQL, rs.Version, s.cfg.LowRiskClasses, room, res.RunID, append([]string{}, keys...)); err != nil {
 				return err
 			}
 		}
@@ -841,7 +841,7 @@ func (s *Stage) ExpireStale(ctx context.Context) (int64, error) {
 		}
 		n = int64(len(list))
 		for _, e := range list {
-			if !gcos.IsHighRisk(e.risk, s.cfg.Gate.LowRiskClasses) {
+			if !gcos.IsHighRisk(e.risk, s.cfg.LowRiskClasses) {
 				continue
 			}
 			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateStale, Subject: e.key, Group: e.key, RulesetVersion: e.ruleset,

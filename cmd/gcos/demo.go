@@ -43,7 +43,7 @@ func (a *app) demoWorld(ctx context.Context, store *postgres.Store) error {
 		}
 		a.logger.Info("demo: ruleset activated by demo-approver", "ruleset", act.Version, "approval", "DEMO-APPROVAL")
 	}
-	loop := events.New(store, a.cfg)
+	loop := events.New(store)
 	if err := loop.ActivateVocabulary(ctx, "DEMO-APPROVAL", "demo-approver"); err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ func (a *app) eventsCommand() *cobra.Command {
 		Short: "write the governance vocabulary into event_type_registry, inactive (idempotent; never deactivates)",
 		Args:  cobra.NoArgs,
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (events.RegisterResult, error) {
-			return a.eventLoop(store).RegisterVocabulary(ctx)
+			return events.New(store).RegisterVocabulary(ctx)
 		}, func(res events.RegisterResult) string {
 			human := fmt.Sprintf("domain %s: %d types registered (inactive), %d already present, vocabulary of %d",
 				res.Domain, len(res.Registered), res.Present, res.Total)
@@ -48,7 +48,7 @@ func (a *app) eventsCommand() *cobra.Command {
 			return nil
 		}),
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) (events.ActivateResult, error) {
-			return a.eventLoop(store).ActivateEventType(ctx, args[0], approval, by)
+			return events.New(store).ActivateEventType(ctx, args[0], approval, by)
 		}, func(res events.ActivateResult) string {
 			human := fmt.Sprintf("%s is active (approval %s, by %s, audit row %d)", res.EventType, res.ApprovalRef,
 				res.ActivatedBy, res.AuditID)
@@ -69,7 +69,7 @@ func (a *app) eventsCommand() *cobra.Command {
 		Short: "move captured signals whose type is now active from event_pending to event_outbox, in capture order (announcements under the emission discipline)",
 		Args:  cobra.NoArgs,
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) (postgres.PromoteResult, error) {
-			return a.eventLoop(store).PromotePending(ctx)
+			return events.New(store).PromotePending(ctx)
 		}, func(res postgres.PromoteResult) string {
 			return fmt.Sprintf("%d promoted, %d already in the outbox, %d dead-lettered, %d still waiting (type not active, or a cooldown)\n"+
 				"announcements: %d held back by a ceiling, %d coalesced into a later one, %d digests, %d escalations",
@@ -82,7 +82,7 @@ func (a *app) eventsCommand() *cobra.Command {
 		Short: "list the governance event types, their state and captured backlog",
 		Args:  cobra.NoArgs,
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, _ []string) ([]events.EventTypeRow, error) {
-			return a.eventLoop(store).ListEventTypes(ctx)
+			return events.New(store).ListEventTypes(ctx)
 		}, func(rows []events.EventTypeRow) string {
 			if len(rows) == 0 {
 				return "no governance event types registered: run gcos events register"
@@ -113,7 +113,7 @@ func (a *app) eventsCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: storeRunE(a, func(ctx context.Context, store *postgres.Store, args []string) ([]events.Notification, error) {
 			recipient = args[0]
-			return a.eventLoop(store).Notifications(ctx, args[0], limit)
+			return events.New(store).Notifications(ctx, args[0], limit)
 		}, func(ns []events.Notification) string {
 			if len(ns) == 0 {
 				return "nothing to notify " + recipient + " of"
@@ -131,7 +131,3 @@ func (a *app) eventsCommand() *cobra.Command {
 	cmd.AddCommand(register, activate, promote, list, notifications)
 	return cmd
 }
-
-// eventLoop is the event stage over a store the CLI opened (the database path of the findings, notifications and
-// events commands).
-func (a *app) eventLoop(store *postgres.Store) *events.Loop { return events.New(store, a.cfg) }

@@ -28,7 +28,7 @@ func (a *app) findingsCommand() *cobra.Command {
 			return d, api.get(ctx, "/v1/findings/"+url.PathEscape(args[0]), nil, &d)
 		}, func(ctx context.Context, store *postgres.Store, args []string) (events.FindingDetail, error) {
 			id, _ := events.CheckFindingID(args[0])
-			return a.eventLoop(store).GetFinding(ctx, id)
+			return events.New(store).GetFinding(ctx, id)
 		}, findingText),
 	}
 	var by, reason string
@@ -39,7 +39,7 @@ func (a *app) findingsCommand() *cobra.Command {
 			return row, api.as(by).post(ctx, "/v1/findings/"+url.PathEscape(args[0])+"/resolve", httpapi.ResolveRequest{Reason: reason}, &row)
 		}, func(ctx context.Context, store *postgres.Store, args []string) (events.FindingRow, error) {
 			id, _ := events.CheckFindingID(args[0])
-			return a.eventLoop(store).ResolveFindingAs(ctx, id, reason, cliActor(by))
+			return events.New(store).ResolveFindingAs(ctx, id, reason, cliActor(by))
 		}, func(row events.FindingRow) string {
 			return fmt.Sprintf("finding %d %s: resolved (seen %d times, reopened %d); it reopens if %s recurs",
 				row.ID, row.CoalesceKey, row.OccurrenceCount, row.ReopenCount, row.IssueType)
@@ -74,7 +74,7 @@ func (a *app) findingsListCommand(use, short string) *cobra.Command {
 			}
 			return l, api.get(ctx, "/v1/findings", q, &l)
 		}, func(ctx context.Context, store *postgres.Store, _ []string) (findingList, error) {
-			list, err := a.eventLoop(store).ListFindings(ctx, f)
+			list, err := events.New(store).ListFindings(ctx, f)
 			if list == nil {
 				list = []events.FindingRow{}
 			}

@@ -41,7 +41,7 @@ func TestTheLoopFromTheCLI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := events.New(w.Store, w.Store.Config()).PromotePending(w.Ctx); err != nil {
+		if _, err := events.New(w.Store).PromotePending(w.Ctx); err != nil {
 			t.Fatal(err)
 		}
 		return id

@@ -27,7 +27,7 @@ func (a *app) notificationsCommand() *cobra.Command {
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (in events.NotificationInbox, err error) {
 			return in, api.as(by).get(ctx, "/v1/notifications", url.Values{"limit": {strconv.Itoa(limit)}}, &in)
 		}, func(ctx context.Context, store *postgres.Store, _ []string) (events.NotificationInbox, error) {
-			return a.eventLoop(store).Inbox(ctx, cliActor(by).Principal, limit)
+			return events.New(store).Inbox(ctx, cliActor(by).Principal, limit)
 		}, inboxText),
 	}
 	byFlag(list.Flags(), &by, "whose notifications")
@@ -40,7 +40,7 @@ func (a *app) notificationsCommand() *cobra.Command {
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, args []string) (res events.ReadResult, err error) {
 			return res, api.as(by).post(ctx, "/v1/notifications/read", httpapi.ReadRequest{EventIDs: args, All: all}, &res)
 		}, func(ctx context.Context, store *postgres.Store, args []string) (events.ReadResult, error) {
-			return a.eventLoop(store).MarkReadAs(ctx, args, all, cliActor(by))
+			return events.New(store).MarkReadAs(ctx, args, all, cliActor(by))
 		}, func(res events.ReadResult) string {
 			return fmt.Sprintf("%s: %d marked read, %d already read", res.Recipient, res.Marked, res.Already)
 		}),
@@ -64,7 +64,7 @@ func (a *app) selectorCommand(by *string, action, short string,
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (ch events.SubscriptionChange, err error) {
 			return ch, api.as(*by).post(ctx, "/v1/notifications/"+action, sel, &ch)
 		}, func(ctx context.Context, store *postgres.Store, _ []string) (events.SubscriptionChange, error) {
-			return change(a.eventLoop(store), ctx, sel, cliActor(*by))
+			return change(events.New(store), ctx, sel, cliActor(*by))
 		}, func(ch events.SubscriptionChange) string {
 			state := "done"
 			if !ch.Changed {
