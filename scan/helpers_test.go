@@ -1,24 +1,13 @@
 package scan_test
 
 import (
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/postgres/pgtest"
 )
-
-// gates keeps one gate per store, so a test's gate keeps its follow-up log across its questions.
-var gates sync.Map // *postgres.Store → *gate.Gate
-
-// gateOf is the gate over w's store, with no re-scanner.
-func gateOf(w *gcostest.World) *gate.Gate {
-	g, _ := gates.LoadOrStore(w.Store, gate.New(w.Store, nil))
-	return g.(*gate.Gate)
-}
 
 // groupWhere returns one group key matching a condition on v_candidate_effective.
 func groupWhere(t *testing.T, w *gcostest.World, cond string) string {

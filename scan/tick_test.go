@@ -7,13 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"gcos"
 	"gcos/gate"
 	"gcos/gcostest"
 	"gcos/gcostest/wait"
-	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -67,7 +64,7 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 		if scanned := b.ScanAll(t, postgres.ModeIncremental); scanned != 0 {
 			t.Fatalf("incremental scan found %d groups to scan: nothing signalled the change", scanned)
 		}
-		res, err := scan.New(b.Store, scan.WithLedger(gateOf(b).Invariant)).FullAudit(b.Ctx, nil)
+		res, err := scan.New(b.Store, scan.WithLedger(gate.New(b.Store, nil).Invariant)).FullAudit(b.Ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +103,8 @@ func TestSB10_TargetedInvalidation(t *testing.T) {
 func TestSB10_FailClosed(t *testing.T) {
 	t.Parallel()
 	b := gcostest.Ready(t, gcostest.Options{Births: 20000, Seed: 7})
-	ask := func(object, action string) gate.GateResult { return gateOf(b).Gate(b.Ctx, object, action) }
+	g := gate.New(b.Store, nil)
+	ask := func(object, action string) gate.GateResult { return g.Gate(b.Ctx, object, action) }
 
 	t.Run("clean relevant high-risk object covered in every scope is allowed", func(t *testing.T) {
 		base, _ := b.BaseWhere(t, `bool_and(clean AND effective_verdict = 'relevant' AND coverage_outcome = 'covered' AND risk_class = 'write_medium')`)
@@ -176,7 +174,7 @@ func TestSB10_FailClosedDraftRuleset(t *testing.T) {
 	b.Backfill(t) // under a draft: nobody approved the ruleset yet
 	key := groupWhere(t, b, `risk_class = 'write_medium'`)
 	obj := b.ObjectOf(t, key)
-	r := gateOf(b).Gate(b.Ctx, obj, "write")
+	r := gate.New(b.Store, nil).Gate(b.Ctx, obj, "write")
 	if r.Decision != gcos.GateBlock || r.EffectiveVerdict != gcos.VerdictUnknown {
 		t.Fatalf("verdict under a draft ruleset: %s %s %v, want block unknown", r.Decision, r.EffectiveVerdict, r.Reasons)
 	}
@@ -379,62 +377,6 @@ func TestEventDebounce(t *testing.T) {
 	wait.Pass(b.Ctx, time.Until(start.Add(window+100*time.Millisecond))) // the coalesce window closes
 	if res := event(); res.Scanned != 1 || res.Remaining != 0 {
 		t.Fatalf("after the window: scanned %d, remaining %d; want the hot group", res.Scanned, res.Remaining)
-	}
-}
-
-// TestGateFollowUpsCoalesce: the gate's follow-up writes (candidate_unknown for a never-seeded group) are made once
-// per coalesce window however often the same object is asked about, and again after the window.
-func TestGateFollowUpsCoalesce(t *testing.T) {
-	t.Parallel()
-	const window = 400 * time.Millisecond
-	b := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 7, Config: func(c *gcos.Config) { c.Scan.CoalesceWindow = gcos.Duration(window) }})
-	// A birth in a lifecycle its class has never had: the intake records its groups, nothing seeds them.
-	var coll, class string
-	if err := b.Pool.QueryRow(b.Ctx, `SELECT collection_name, entity_type FROM birth_registry WHERE parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class); err != nil {
-		t.Fatal(err)
-	}
-	b.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
-		VALUES ('followup-1', $1, $2, 'quarantined_test', 'followup-test', 'tester')`, coll, class)
-	src := postgres.BirthTailSource(b.Cfg.SourceBinding)
-	for i := 0; i < 200; i++ {
-		res, err := intake.New(b.Store).PollTail(b.Ctx, src, b.Cfg.Intake, func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
-			f, _, err := intake.New(b.Store).ApplyHandoff(ctx, tx, rows)
-			return f, err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Read > 0 {
-			break
-		}
-		wait.Pace(b.Ctx, 10*time.Millisecond) // until the horizon passes the birth
-	}
-	occurrences := func() int64 {
-		return b.Count(t, `SELECT coalesce(sum(occurrence_count), 0) FROM system_issues WHERE issue_type = 'candidate_unknown'
-			AND status = 'open' AND evidence_snapshot->>'raised_by' = 'gate'`)
-	}
-	obj := coll + ":followup-1"
-	start := time.Now()
-	r := gateOf(b).Gate(b.Ctx, obj, gcos.ActionRead)
-	// The window opens when the follow-up commits, inside Gate: on a loaded machine that is well after start.
-	opened := time.Now()
-	if r.Decision != gcos.GateBlock || len(r.Consulted) == 0 {
-		t.Fatalf("never-seeded groups: %s %v", r.Decision, r.Reasons)
-	}
-	first := occurrences()
-	if first == 0 {
-		t.Fatal("the gate raised no candidate_unknown for never-seeded groups")
-	}
-	for range 5 {
-		gateOf(b).Gate(b.Ctx, obj, gcos.ActionRead)
-	}
-	if n := occurrences(); time.Since(start) < window && n != first {
-		t.Fatalf("repeated gate calls inside the window wrote the finding again: %d occurrences, want %d", n, first)
-	}
-	wait.Pass(b.Ctx, time.Until(opened.Add(window+50*time.Millisecond))) // the coalesce window closes
-	gateOf(b).Gate(b.Ctx, obj, gcos.ActionRead)
-	if n := occurrences(); n != 2*first {
-		t.Fatalf("after the window: %d occurrences, want %d", n, 2*first)
 	}
 }
 
