@@ -168,6 +168,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	var res postgres.EmitResult
 	if err == nil {
 		err = w.Stage.core.InTx(ctx, func(tx pgx.Tx) error {
+			var err error
 			res, err = postgres.EmitSignal(ctx, tx, beat)
 			return err
 		})
