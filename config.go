@@ -230,6 +230,10 @@ type GateConfig struct {
 	// RescanConcurrency bounds the re-scans the gate runs at once: past it a stale answer blocks as before.
 	RescanDeadline    Duration `json:"rescan_deadline"`
 	RescanConcurrency int      `json:"rescan_concurrency"`
+	// HandOffPoll is how often a question asked with a consistency token (or at full consistency) looks at the
+	// intake's progress while it waits, within gate.timeout, for every source row committed before it to be handed
+	// off (SPEC §12 freshness).
+	HandOffPoll Duration `json:"handoff_poll"`
 	// BatchMax is the most checks one batch question may hold (POST /v1/gate, gcos gate --objects-from): a batch is
 	// answered from one instant, so its size bounds how long that instant's read holds a connection.
 	BatchMax int `json:"batch_max"`
@@ -436,7 +440,8 @@ func DefaultConfig() Config {
 		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), PoolConns: 4, ObjectRiskClasses: []string{},
 			View: true, ViewObjects: 200_000, MaxStaleness: Duration(100 * time.Millisecond), ViewRefresh: Duration(20 * time.Millisecond),
 			ViewBirthMaxAge: Duration(30 * time.Second), FeedRetention: Duration(10 * time.Minute),
-			RescanDeadline: Duration(50 * time.Millisecond), RescanConcurrency: 2, BatchMax: 1000},
+			RescanDeadline: Duration(50 * time.Millisecond), RescanConcurrency: 2, BatchMax: 1000,
+			HandOffPoll: Duration(10 * time.Millisecond)},
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
@@ -728,6 +733,7 @@ func (c Config) Validate() error {
 	p.positive("gate.feed_retention", c.Gate.FeedRetention)
 	p.positiveInt("gate.view_objects", c.Gate.ViewObjects)
 	p.nonNegative("gate.rescan_deadline", c.Gate.RescanDeadline)
+	p.positive("gate.handoff_poll", c.Gate.HandOffPoll)
 	p.positiveInt("gate.rescan_concurrency", c.Gate.RescanConcurrency)
 	p.positiveInt("gate.batch_max", c.Gate.BatchMax)
 	if c.Gate.ViewRefresh >= c.Gate.MaxStaleness/2 {

@@ -39,7 +39,9 @@ func quick(t *testing.T, url string, opts ...client.Option) *client.Client {
 func served(t *testing.T, births int, seed uint64) (*gcostest.World, *httptest.Server) {
 	t.Helper()
 	w := gcostest.Ready(t, gcostest.Options{Births: births, Seed: seed})
-	h, err := httpapi.New(httpapi.Config{Store: w.Store, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}},
+	// No daemon runs: a question with a token runs the intake itself.
+	g := gate.New(w.Store, nil, gate.WithHandOff(w.HandOff()))
+	h, err := httpapi.New(httpapi.Config{Store: w.Store, Gate: g, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}},
 		Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)

@@ -98,7 +98,8 @@ func New(cfg Config) (*Daemon, error) {
 	var g *gate.Gate
 	ledger := func(ctx context.Context, scope string) (gcos.LedgerReport, error) { return g.Invariant(ctx, scope) }
 	scans := scan.New(cfg.Store, scan.WithSettle(settle), scan.WithLedger(ledger))
-	g = gate.New(cfg.Store, scans.RescanGroups)
+	// A question asked with a consistency token waits for the intake to hand off the source writes before it.
+	g = gate.New(cfg.Store, scans.RescanGroups, gate.WithHandOff(stage.Present))
 	d := &Daemon{
 		Store:  cfg.Store,
 		Intake: worker,

@@ -38,6 +38,9 @@ type GateResult struct {
 	// Rescanned says the decision was taken on verdicts the gate had re-scanned for it, synchronously: the first
 	// read found them stale (SPEC §12).
 	Rescanned bool `json:"rescanned,omitempty"`
+	// Refused is set when the question itself is bad input (EINVALID: a token the database has not issued): the
+	// answer blocks, and a caller reports the error as bad input (HTTP 400, exit 2).
+	Refused error `json:"-"`
 }
 
 // Consistency levels a caller may ask the gate for (SPEC §12 freshness).
@@ -55,8 +58,17 @@ var Consistencies = []string{ConsistencyMinimizeLatency, ConsistencyFull}
 type GateOptions struct {
 	Consistency string // "" is ConsistencyMinimizeLatency
 	// AtLeast is a consistency token (a write's, or an earlier answer's): the decision reads at least the state it
-	// names, from the view when the view has caught up past it, else from the database.
+	// names and every source write committed before the question (settle), from the view when the view has caught
+	// up past that, else from the database.
 	AtLeast string
+	// settled: the question was settled already (a second decision after a synchronous re-scan), or must not wait
+	// (Decide, which compares the state as it is).
+	settled bool
+}
+
+// fresh reports whether the question must first wait for the intake (settle).
+func (opt GateOptions) fresh() bool {
+	return !opt.settled && (opt.AtLeast != "" || opt.Consistency == ConsistencyFull)
 }
 
 // parse checks the options and parses the token a caller demands (nil when none).
@@ -240,7 +252,7 @@ func (g *Gate) GateWith(ctx context.Context, object, action string, opt GateOpti
 	res, fu := g.decide(ctx, object, action, opt)
 	if len(fu.sync) > 0 && g.rescanNow(ctx, fu.sync) {
 		// The re-scan committed: the database has its verdicts (the view catches up a moment later).
-		res, fu = g.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
+		res, fu = g.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull, settled: true})
 		res.Rescanned = true
 	}
 	if fu.empty() {
@@ -268,7 +280,7 @@ func (g *Gate) GateWith(ctx context.Context, object, action string, opt GateOpti
 // Decide is the gate's decision with no follow-up: it schedules no re-scan and raises no finding, so a reader
 // that compares decisions (gcos verify) leaves the state it compares as it found it.
 func (g *Gate) Decide(ctx context.Context, object, action string) GateResult {
-	res, _ := g.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull})
+	res, _ := g.decide(ctx, object, action, GateOptions{Consistency: ConsistencyFull, settled: true})
 	return res
 }
 
@@ -291,7 +303,13 @@ func (g *Gate) decide(ctx context.Context, object, action string, opt GateOption
 	atLeast, err := opt.parse()
 	if err != nil {
 		res.Reasons = append(res.Reasons, gcos.ErrorMessage(err))
+		res.Refused = err
 		return res, fu
+	}
+	if opt.fresh() {
+		if atLeast, err = g.settle(ctx, atLeast); err != nil {
+			return settleFailed(res, err), fu
+		}
 	}
 	if v := g.view.Load(); v != nil && opt.Consistency != ConsistencyFull {
 		if res, fu, ok := v.decide(ctx, ref, action, atLeast); ok {

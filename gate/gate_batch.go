@@ -27,6 +27,8 @@ type GateBatchResult struct {
 	Token   string
 	// Rescanned says the answers were read after the gate re-scanned the stale groups some of them blocked on.
 	Rescanned bool
+	// Refused is set when the batch itself is bad input (GateResult.Refused): every answer blocks.
+	Refused error
 }
 
 // Answers are the batch's lean answers (the state is the batch's, so each answer leaves it out).
@@ -65,6 +67,12 @@ func (g *Gate) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt GateO
 	refs, actions, atLeast, refused := g.checkBatch(checks, opt)
 	if refused != nil {
 		return *refused
+	}
+	if opt.fresh() {
+		var err error
+		if atLeast, err = g.settle(ctx, atLeast); err != nil {
+			return blockBatch(checks, actions, err)
+		}
 	}
 	out, fus := g.decideBatch(ctx, refs, actions, atLeast, opt.Consistency == ConsistencyFull)
 	var sync []string
@@ -115,8 +123,8 @@ func (g *Gate) GateBatch(ctx context.Context, checks []gcos.GateCheck, opt GateO
 	return out
 }
 
-// DecideBatch is GateBatch with no follow-up and no re-scan: a reader that compares decisions (gcos verify)
-// leaves the state it compares as it found it.
+// DecideBatch is GateBatch with no follow-up, no re-scan and no wait for the intake: a reader that compares
+// decisions (gcos verify) leaves the state it compares as it found it, and reads it as it is.
 func (g *Gate) DecideBatch(ctx context.Context, checks []gcos.GateCheck, opt GateOptions) GateBatchResult {
 	refs, actions, atLeast, refused := g.checkBatch(checks, opt)
 	if refused != nil {
@@ -147,12 +155,21 @@ func (g *Gate) checkBatch(checks []gcos.GateCheck, opt GateOptions) ([]postgres.
 	if err == nil {
 		return refs, actions, atLeast, nil
 	}
+	out := blockBatch(checks, actions, err)
+	return nil, nil, nil, &out
+}
+
+// blockBatch blocks every check of a batch for err; an EINVALID err refuses the batch as bad input.
+func blockBatch(checks []gcos.GateCheck, actions []string, err error) GateBatchResult {
 	out := GateBatchResult{Results: make([]GateResult, len(checks))}
 	reason := gcos.ErrorMessage(err) + "; the gate fails closed"
 	for i, c := range checks {
 		out.Results[i] = GateResult{Object: c.Object, Action: actions[i], Decision: gcos.GateBlock, Reasons: []string{reason}, Consulted: []ConsultedRow{}}
 	}
-	return nil, nil, nil, &out
+	if gcos.ErrorCode(err) == gcos.EINVALID {
+		out.Refused = err
+	}
+	return out
 }
 
 // decideBatch takes every decision of a batch from one instant: the view's when it can answer them all (and full

@@ -43,10 +43,10 @@ func seededWorld(t *testing.T, births int, tweak func(*gcos.Config)) *bundle {
 }
 
 // gate is the gate over the bundle's current store (one per store, so its follow-up log and view persist), with
-// no re-scanner.
+// no re-scanner; asked with a token, it runs the intake itself (gcostest.World.HandOff).
 func (b *bundle) gate() *gate.Gate {
 	if b.g == nil || b.g.Store() != b.store {
-		b.g = gate.New(b.store, nil)
+		b.g = gate.New(b.store, nil, gate.WithHandOff(b.world().HandOff()))
 	}
 	return b.g
 }

@@ -30,6 +30,7 @@ type Gate struct {
 	view    atomic.Pointer[VerdictView] // nil: every question reads through
 	rescan  *gateRescan                 // nil: no synchronous re-scan, a stale high-risk verdict blocks
 	replica *replicaReads               // nil: no replica, read-throughs go to the primary
+	handOff HandOff                     // nil: a question with a token or at full consistency blocks (settle)
 
 	followUps  followUpLog // follow-ups recently written
 	gateOutage gateOutage
@@ -54,8 +55,11 @@ func ConfigOf(c gcos.Config) Config {
 // synchronously (the scan stage's RescanGroups, handed in by whoever assembles the stages; nil: never, such answers
 // block). With gate.view on, the gate answers from a verdict view that Run keeps current; with a replica open in the
 // core (database.replica_url), read-throughs go to the replica while Run proves it fresh.
-func New(core *postgres.Store, rescan Rescanner) *Gate {
+func New(core *postgres.Store, rescan Rescanner, opts ...Option) *Gate {
 	g := over(core)
+	for _, o := range opts {
+		o(g)
+	}
 	if rescan != nil {
 		g.rescan = &gateRescan{fn: rescan, slots: make(chan struct{}, g.cfg.Gate.RescanConcurrency)}
 	}

@@ -2,6 +2,7 @@ package gcostest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +10,9 @@ import (
 
 	"gcos"
 	"gcos/daemon"
+	"gcos/gate"
+	"gcos/intake"
+	"gcos/postgres"
 	"gcos/scan"
 )
 
@@ -133,3 +137,26 @@ func FindingOpen(ctx context.Context, pool *pgxpool.Pool, issue gcos.IssueType) 
 // inactive event type, which the announcements of every finding, run and snapshot raise while the vocabulary is
 // not active.
 const NotHeldAnnouncement = `NOT (issue_type IN ('issue_event_gap', 'handoff_unregistered_type') AND coalesce_key ~ ':governance\.')`
+
+// HandOff is the gate's view of the intake (gate.WithHandOff) in a test with no daemon: it runs the intake itself,
+// pass after pass, until every source row committed before the bound is handed off, as a running daemon's would
+// have, and then reads the present.
+func (w *World) HandOff() gate.HandOff {
+	stage := intake.New(w.Store)
+	worker := &intake.Worker{Stage: stage, Config: w.Store.Config().Intake}
+	var mu sync.Mutex // a worker makes one pass at a time
+	return func(ctx context.Context, at time.Time) (postgres.SourcePresent, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for {
+			p, err := stage.Present(ctx, at)
+			if err != nil || len(p.Waiting) == 0 {
+				return p, err
+			}
+			at = p.At
+			if _, err := worker.Once(ctx); err != nil {
+				return p, err
+			}
+		}
+	}
+}

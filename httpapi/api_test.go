@@ -34,6 +34,7 @@ const (
 
 // env is a real store over a backfilled small world, served by httptest.
 type env struct {
+	w       *gcostest.World
 	ctx     context.Context
 	pool    *pgxpool.Pool
 	store   *postgres.Store
@@ -44,7 +45,7 @@ type env struct {
 func newEnv(t *testing.T, births int, activate bool) *env {
 	t.Helper()
 	w := gcostest.New(t, gcostest.Options{Births: births, Seed: 7})
-	e := &env{ctx: w.Ctx, pool: w.Pool, store: w.Store}
+	e := &env{w: w, ctx: w.Ctx, pool: w.Pool, store: w.Store}
 	if births > 0 {
 		e.ruleset = w.Backfill(t).RulesetVersion
 		if activate {
@@ -58,7 +59,9 @@ func newEnv(t *testing.T, births int, activate bool) *env {
 // serve starts the API over e's store with these tokens, for the test's lifetime.
 func (e *env) serve(t *testing.T, cfg gcos.HTTPConfig) {
 	t.Helper()
-	h, err := httpapi.New(httpapi.Config{Store: e.store, HTTP: cfg, Registry: prometheus.NewRegistry(), Version: "test"})
+	// No daemon runs: a question with a token runs the intake itself.
+	g := gate.New(e.store, nil, gate.WithHandOff(e.w.HandOff()))
+	h, err := httpapi.New(httpapi.Config{Store: e.store, Gate: g, HTTP: cfg, Registry: prometheus.NewRegistry(), Version: "test"})
 	if err != nil {
 		t.Fatalf("httpapi.New: %v", err)
 	}

@@ -90,6 +90,9 @@ func (s *server) gateOne(w http.ResponseWriter, r *http.Request) int {
 		return s.gateRefused(w, r, err)
 	}
 	res := s.gate.GateWith(r.Context(), object, action, gq.opt)
+	if res.Refused != nil {
+		return s.gateRefused(w, r, res.Refused) // a token the database never issued
+	}
 	s.m.observeGate(r, res.Decision, res.Source, time.Since(start))
 	w.Header()["X-Gcos-Decision"] = hdrDecision[res.Decision]
 	if gq.explain {
@@ -128,6 +131,9 @@ func (s *server) gateBatch(w http.ResponseWriter, r *http.Request) int {
 		return s.gateBatchRefused(w, r, batch.Checks, err)
 	}
 	res := s.gate.GateBatch(r.Context(), batch.Checks, gq.opt)
+	if res.Refused != nil {
+		return s.gateBatchRefused(w, r, batch.Checks, res.Refused)
+	}
 	took := time.Since(start)
 	answers := res.Answers()
 	out := gcos.NewGateBatchAnswer(answers)

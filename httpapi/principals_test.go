@@ -38,7 +38,7 @@ func principalsEnv(t *testing.T) (*env, *gcostest.World) {
 			{Name: "rita", Roles: []string{gcos.RoleReader}, Tokens: []string{"tok-rita-0123456789"}},
 		}
 	}})
-	e := &env{ctx: w.Ctx, pool: w.Pool, store: w.Store}
+	e := &env{w: w, ctx: w.Ctx, pool: w.Pool, store: w.Store}
 	e.ruleset = w.Backfill(t).RulesetVersion
 	e.serve(t, gcos.HTTPConfig{Listen: "127.0.0.1:0", OperatorTokens: []string{operatorToken}, LocalTokens: []string{"tok-local-0123456789"}})
 	return e, w

@@ -33,8 +33,8 @@ type Config struct {
 	// Intake is the running intake stage (its route fallbacks are exported; cursors are listed and reset through it);
 	// nil: a stage over Store.
 	Intake *intake.Stage
-	// Gate is the running gate stage (its view, its re-scanner); nil: a gate over Store that reads through and never
-	// re-scans.
+	// Gate is the running gate stage (its view, its re-scanner); nil: a gate over Store that reads through, never
+	// re-scans and waits for Intake's progress when asked with a token.
 	Gate *gate.Gate
 	// Events is the event stage (findings, notifications, event types); nil: one over Store.
 	Events   *events.Loop
@@ -200,7 +200,7 @@ func New(cfg Config) (http.Handler, error) {
 		s.intake = intake.New(cfg.Store)
 	}
 	if s.gate == nil && cfg.Store != nil {
-		s.gate = gate.New(cfg.Store, nil)
+		s.gate = gate.New(cfg.Store, nil, gate.WithHandOff(s.intake.Present))
 	}
 	if s.events == nil && cfg.Store != nil {
 		s.events = events.New(cfg.Store)

@@ -2,9 +2,13 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"gcos/postgres"
 )
@@ -16,36 +20,30 @@ import (
 // gives up at once instead of at the timeout. The error names the sources still waiting and their oldest rows.
 //
 // This is the cut every live proof takes (SPEC §13): a source row committed before its instant but not handed off
-// yet is in flight, never a lost signal, a count drift or a mismatch.
+// yet is in flight, never a lost signal, a count drift or a mismatch. It only reads (presentSQL).
 func (s *Stage) HandedOff(ctx context.Context, sources []postgres.TailSource, at time.Time, timeout, idle time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	if len(sources) == 0 {
 		sources = postgres.DefaultTailSources(s.cfg.Binding)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
 	var positions string
-	moved := time.Now()
+	start := time.Now()
+	moved := start
+	var waiting []string
 	for {
-		var waiting, now []string
-		for _, src := range sources {
-			lag, err := s.CheckTailLag(ctx, src, s.cfg.Intake)
-			if err != nil {
-				if ctx.Err() != nil {
-					break // the deadline's message below says more than the cancelled read
-				}
-				return fmt.Errorf("handed off: %w", err)
-			}
-			now = append(now, lag.Position)
-			if lag.OldestUnreadAt != nil && !lag.OldestUnreadAt.After(at) {
-				waiting = append(waiting, fmt.Sprintf("%s (oldest unread row %s)", src.Name, lag.OldestUnreadAt.UTC().Format(time.RFC3339Nano)))
-			}
-		}
-		if len(waiting) == 0 && ctx.Err() == nil {
+		now, still, err := s.behind(ctx, sources, at)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return fmt.Errorf("handed off: %w", err)
+		case err == nil && len(still) == 0:
 			return nil
+		case err == nil:
+			waiting = still // a read the deadline cut short keeps the last full list for the message
 		}
-		if p := strings.Join(now, ","); p != positions {
+		if p := strings.Join(now, ","); err == nil && p != positions {
 			positions, moved = p, time.Now()
 		}
 		if idle > 0 && time.Since(moved) > idle {
@@ -56,7 +54,7 @@ func (s *Stage) HandedOff(ctx context.Context, sources []postgres.TailSource, at
 		case <-ctx.Done():
 			if ctx.Err() == context.DeadlineExceeded {
 				return fmt.Errorf("rows committed before %s were not handed off within %s: %s",
-					at.UTC().Format(time.RFC3339Nano), timeout, strings.Join(waiting, ", "))
+					at.UTC().Format(time.RFC3339Nano), time.Since(start).Round(time.Millisecond), strings.Join(waiting, ", "))
 			}
 			return ctx.Err()
 		case <-tick.C:
@@ -66,3 +64,123 @@ func (s *Stage) HandedOff(ctx context.Context, sources []postgres.TailSource, at
 
 // settlePoll is how often HandedOff looks at the tails' positions.
 const settlePoll = 100 * time.Millisecond
+
+// Present reads, in one statement, the database's present and which of the default sources still hold rows
+// stamped at or before at (zero at: the statement's own start) that the intake has not handed off. A row is
+// stamped inside its writing transaction, before that commits: a row committed before the statement began is
+// visible to it, and stamped before at when at is the statement's start.
+func (s *Stage) Present(ctx context.Context, at time.Time) (postgres.SourcePresent, error) {
+	p, err := s.present(ctx, postgres.DefaultTailSources(s.cfg.Binding), at)
+	return p.SourcePresent, err
+}
+
+// Behind lists the sources (default: the configuration's) that hold a row committed before at the intake has not
+// handed off yet, each with its oldest such row; none when everything before at is handed off.
+func (s *Stage) Behind(ctx context.Context, sources []postgres.TailSource, at time.Time) ([]string, error) {
+	if len(sources) == 0 {
+		sources = postgres.DefaultTailSources(s.cfg.Binding)
+	}
+	_, waiting, err := s.behind(ctx, sources, at)
+	return waiting, err
+}
+
+// behind is Present over sources at a given instant, with each source's position (what shows an intake moving).
+func (s *Stage) behind(ctx context.Context, sources []postgres.TailSource, at time.Time) (positions, waiting []string, err error) {
+	p, err := s.present(ctx, sources, at)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.positions, p.Waiting, nil
+}
+
+// presentSQL reads, for each source ($1 names, $2 the bound, null: the statement's start), its cursor's position
+// and the instant of its first row after it, in one statement: one snapshot for the whole present.
+func presentSQL(sources []postgres.TailSource, noTZ []bool) string {
+	var parts []string
+	for i, src := range sources {
+		pos, instant := "coalesce(c.position_tstz, '-infinity'::timestamptz)", "{ts}"
+		if noTZ[i] {
+			pos, instant = "coalesce(c.position_ts, '-infinity'::timestamp)", "({ts} AT TIME ZONE c.time_zone)"
+		}
+		parts = append(parts, src.SQL(fmt.Sprintf(`SELECT %d AS i, c.source IS NOT NULL AS found, c.position_tstz, c.position_ts, c.position_id, f.instant
+	FROM (SELECT 1) one
+	LEFT JOIN gov_worker_cursor c ON c.source = ($1::text[])[%d]
+	LEFT JOIN LATERAL (SELECT `+instant+` AS instant FROM {t}
+	                   WHERE ({ts}, {id}) > (`+pos+`, coalesce(c.position_id, -9223372036854775808))
+	                   ORDER BY {ts}, {id} LIMIT 1) f ON c.source IS NOT NULL`, i, i+1)))
+	}
+	return `SELECT coalesce($2::timestamptz, statement_timestamp()), pg_current_snapshot()::text, p.*
+FROM (` + strings.Join(parts, "\nUNION ALL\n") + `) p ORDER BY p.i`
+}
+
+// present reads the present over sources (presentSQL); a source's column type (timestamp or timestamptz) is its
+// cursor's, read once.
+func (s *Stage) present(ctx context.Context, sources []postgres.TailSource, at time.Time) (present, error) {
+	names, noTZ := make([]string, len(sources)), make([]bool, len(sources))
+	for i, src := range sources {
+		names[i] = src.Name
+		known, ok := s.tsTypes.Load(src.Name)
+		if !ok {
+			cur, err := tailScanCursor(s.pool.QueryRow(ctx, `SELECT `+tailCursorCols+` FROM gov_worker_cursor c WHERE c.source = $1`, src.Name))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return present{}, tailErrNoCursor(src.Name)
+			}
+			if err != nil {
+				return present{}, fmt.Errorf("cursor %s: %w", src.Name, err)
+			}
+			if err := cur.matches(src); err != nil {
+				return present{}, err
+			}
+			known, _ = s.tsTypes.LoadOrStore(src.Name, cur.noTZ)
+		}
+		noTZ[i] = known.(bool)
+	}
+	var bound any
+	if !at.IsZero() {
+		bound = at
+	}
+	rows, err := s.pool.Query(ctx, presentSQL(sources, noTZ), names, bound)
+	if err != nil {
+		s.tsTypes.Clear() // a cursor reset since may have changed a column's type: read them again
+		return present{}, fmt.Errorf("the sources' present: %w", err)
+	}
+	var p present
+	for rows.Next() {
+		var i int
+		var found bool
+		var tstz pgtype.Timestamptz
+		var ts pgtype.Timestamp
+		var id *int64
+		var first pgtype.Timestamptz
+		if err := rows.Scan(&p.At, &p.Snapshot, &i, &found, &tstz, &ts, &id, &first); err != nil {
+			rows.Close()
+			return present{}, fmt.Errorf("the sources' present: %w", err)
+		}
+		src := sources[i]
+		if !found {
+			rows.Close()
+			return present{}, tailErrNoCursor(src.Name)
+		}
+		pos := tailPos{start: id == nil}
+		if id != nil {
+			pos.id, pos.ts = *id, tstz.Time
+			if noTZ[i] {
+				pos.ts = ts.Time
+			}
+		}
+		p.positions = append(p.positions, pos.watermark(noTZ[i]))
+		if first.Valid && first.InfinityModifier == pgtype.Finite && !first.Time.After(p.At) {
+			p.Waiting = append(p.Waiting, fmt.Sprintf("%s (oldest unread row %s)", src.Name, first.Time.UTC().Format(time.RFC3339Nano)))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return present{}, fmt.Errorf("the sources' present: %w", err)
+	}
+	return p, nil
+}
+
+// present is a SourcePresent with each source's position.
+type present struct {
+	postgres.SourcePresent
+	positions []string
+}

@@ -30,6 +30,7 @@ type Stage struct {
 	totalsMu            sync.Mutex
 	totals              HandoffStats // what every applied page did (HandoffTotals)
 	lags                sync.Map     // source → its last LagReport (Lags)
+	tsTypes             sync.Map     // source → whether its cursor's column is a timestamp without time zone (present)
 }
 
 // RetryDomain is the event_pending.event_domain of the intake's retry lane: its entries name their source in

@@ -116,6 +116,12 @@ func ReferenceOf(ctx context.Context, store *postgres.Store) (*Reference, error)
 	return evaluateIn(ctx, store, ReadOptions{}, nil)
 }
 
+// ReferenceAlso is ReferenceOf that also reads these objects (collection:code) one by one, so Reference.Gate can
+// judge each of them.
+func ReferenceAlso(ctx context.Context, store *postgres.Store, objects []string) (*Reference, error) {
+	return evaluateIn(ctx, store, ReadOptions{Also: objects}, nil)
+}
+
 // Verify compares the store's incremental state with the reference at one instant: every group with members,
 // every object row and every scope's ledger (or, with opts.Only, those of a slice) are read in the transaction that
 // reads the substrate; the gate is then asked (without follow-ups) about every object with a row and a sample of

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -46,6 +47,17 @@ func CloseConn(ctx context.Context, conn *pgx.Conn) {
 	case <-conn.PgConn().CleanupDone():
 	case <-ctx.Done():
 	}
+}
+
+// SourcePresent is the database's present as a question asked with a consistency token must see it (SPEC §12
+// freshness): the bound At, the snapshot of the read, and the sources still holding a row stamped at or before At
+// that the intake has not handed off, each named with its oldest such row. None waiting: everything committed before
+// At is handed off, and a read at least as fresh as Snapshot sees what those handoffs wrote. The intake reads it
+// (intake.Stage.Present); the gate waits on it.
+type SourcePresent struct {
+	At       time.Time
+	Snapshot string
+	Waiting  []string
 }
 
 // ConsistencyToken is a token for the database's present: taken after a write committed, a gate question passing it

@@ -18,6 +18,7 @@ import (
 	"gcos/client"
 	"gcos/gate"
 	"gcos/httpapi"
+	"gcos/intake"
 	"gcos/scan"
 )
 
@@ -130,7 +131,9 @@ func (a *app) openGate(ctx context.Context) (*gate.Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return gate.New(store, scan.New(store).RescanGroups), nil
+	// A question with a token waits for the daemon's intake to hand off the source writes before it (none running
+	// here: it blocks at gate.timeout, naming the rows that wait).
+	return gate.New(store, scan.New(store).RescanGroups, gate.WithHandOff(intake.New(store).Present)), nil
 }
 
 // gateOne asks about one object.
@@ -163,6 +166,9 @@ func (a *app) gateOne(ctx context.Context, f gateFlags) error {
 			return err
 		}
 		res := g.GateWith(ctx, f.object, f.action, gate.GateOptions{AtLeast: f.atLeast})
+		if res.Refused != nil {
+			return res.Refused // a token the database never issued: a block, exit 2
+		}
 		ans, full = res.Answer(), &res
 	}
 	var err error
@@ -202,6 +208,9 @@ func (a *app) gateBatch(ctx context.Context, f gateFlags, checks []gcos.GateChec
 			return &batchFailed{checks: checks, err: err}
 		}
 		res := g.GateBatch(ctx, checks, gate.GateOptions{AtLeast: f.atLeast})
+		if res.Refused != nil {
+			return &batchFailed{checks: checks, err: res.Refused}
+		}
 		out = gcos.NewGateBatchAnswer(res.Answers())
 		out.AsOf, out.Source, out.Token, out.Rescanned = res.AsOf, res.Source, res.Token, res.Rescanned
 	}
