@@ -387,6 +387,11 @@ type HTTPConfig struct {
 	// ReadCacheInterval: the expensive reads (invariant, summary) are computed at most once per interval and
 	// served from that result with its as_of.
 	ReadCacheInterval Duration `json:"read_cache_interval"`
+	// WatchPoll is how often a change watch (GET /v1/changes/watch) reads the log for changes committed since its
+	// last read; WatchHeartbeat is how long it stays silent at most (a comment line keeps proxies and clients from
+	// timing the stream out).
+	WatchPoll      Duration `json:"watch_poll"`
+	WatchHeartbeat Duration `json:"watch_heartbeat"`
 }
 
 // VerdictPolicyConfig overrides the shipped verdict policy with a file (Path) or an inline Document; neither
@@ -500,6 +505,7 @@ func DefaultConfig() Config {
 			WriteTimeout: Duration(30 * time.Second), IdleTimeout: Duration(60 * time.Second),
 			RequestTimeout: Duration(15 * time.Second), MaxHeaderBytes: 64 << 10, MaxBodyBytes: 1 << 20,
 			MaxConcurrent: 64, MaxConcurrentGate: 512, ReadCacheInterval: Duration(2 * time.Second),
+			WatchPoll: Duration(250 * time.Millisecond), WatchHeartbeat: Duration(15 * time.Second),
 		},
 	}
 }
@@ -892,6 +898,7 @@ func (c Config) Validate() error {
 		"http.read_header_timeout": c.HTTP.ReadHeaderTimeout, "http.read_timeout": c.HTTP.ReadTimeout,
 		"http.write_timeout": c.HTTP.WriteTimeout, "http.idle_timeout": c.HTTP.IdleTimeout,
 		"http.request_timeout": c.HTTP.RequestTimeout, "http.read_cache_interval": c.HTTP.ReadCacheInterval,
+		"http.watch_poll": c.HTTP.WatchPoll, "http.watch_heartbeat": c.HTTP.WatchHeartbeat,
 	} {
 		p.positive(name, d)
 	}

@@ -14,6 +14,7 @@ const (
 	EFORBIDDEN    = "forbidden"    // a valid credential without the needed role
 	EINTERNAL     = "internal"     // a bug or an unexpected failure; details are logged, not shown
 	EUNAVAILABLE  = "unavailable"  // a dependency (the database) cannot be reached right now
+	EGONE         = "gone"         // what was asked for existed but is gone for good (a feed cursor past retention)
 )
 
 // Error is a domain error whose code decides how the edge (HTTP, CLI) reports it and whose message is safe to show.

@@ -145,12 +145,12 @@ func TestDemoChurnMovesVerdicts(t *testing.T) {
 
 	whys := map[string]int{}
 	waitFor(t, done, "verdicts change for several reasons", func() bool {
-		changes, err := store.VerdictChanges(ctx, postgres.VerdictChangeFilter{Limit: 500})
+		page, err := store.LatestChanges(ctx, 500)
 		if err != nil {
 			return false
 		}
 		clear(whys)
-		for _, c := range changes {
+		for _, c := range page.Changes {
 			whys[c.Why]++
 		}
 		return len(whys) >= 3 && churn.Governance() >= 20 && len(proposals) > 0
@@ -177,18 +177,18 @@ func TestDemoChurnMovesVerdicts(t *testing.T) {
 		if i > 0 && c.ChangedAt.After(view.Changes[i-1].ChangedAt) {
 			t.Errorf("changes not newest first at %d", i)
 		}
-		if c.DirtiedAt != nil && (c.LatencySeconds == nil || *c.LatencySeconds < 0) {
-			t.Errorf("change %d: latency %v from its mark %v", c.ID, c.LatencySeconds, c.DirtiedAt)
+		if c.DirtiedAt == nil || c.LatencySeconds == nil || *c.LatencySeconds < 0 {
+			t.Errorf("change %d (%s): latency %v from its mark %v", c.ID, c.Why, c.LatencySeconds, c.DirtiedAt)
 		}
 	}
 	since := view.Changes[len(view.Changes)-1].ChangedAt
-	newer, err := store.VerdictChanges(ctx, postgres.VerdictChangeFilter{Since: since, Limit: 500})
+	newer, err := store.ChangesSince(ctx, since, 500)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range newer {
-		if !c.ChangedAt.After(since) {
-			t.Errorf("since %s answered a change at %s", since, c.ChangedAt)
+	for _, c := range newer.Changes {
+		if !c.ChangedAt.After(since) || c.ChangedAt.After(newer.AsOf) {
+			t.Errorf("since %s answered a change at %s (as of %s)", since, c.ChangedAt, newer.AsOf)
 		}
 	}
 

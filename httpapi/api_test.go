@@ -182,6 +182,7 @@ func TestAPI(t *testing.T) {
 			"GET /v1/findings":                     {"/v1/findings?open=true", "", []int{200}},
 			"GET /v1/workers":                      {"/v1/workers", "", []int{200}},
 			"GET /v1/changes":                      {"/v1/changes?limit=5", "", []int{200}},
+			"GET /v1/changes/watch":                {"/v1/changes/watch?after=not-a-cursor", "", []int{400}}, // a stream otherwise
 			"POST /v1/rulesets/{version}/activate": {"/v1/rulesets/" + e.ruleset + "/activate", `{"approval_ref":"APR-2","actor":"someone"}`, []int{409}},
 			"POST /v1/rulesets":                    {"/v1/rulesets", `{"proposer":"someone"}`, []int{200}},
 			"GET /v1/findings/{id}":                {"/v1/findings/999999999", "", []int{404}},

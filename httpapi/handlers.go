@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -419,41 +421,115 @@ func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 	return writeJSON(w, http.StatusOK, map[string]any{"findings": list})
 }
 
-// ChangesView is GET /v1/changes: the verdict change log, newest first, as of an instant.
-type ChangesView struct {
-	AsOf    time.Time                `json:"as_of"`
-	Changes []postgres.VerdictChange `json:"changes"`
-}
-
-// changes answers GET /v1/changes?since=RFC3339&limit=N: the verdict changes after since, newest first.
+// changes answers GET /v1/changes (SPEC §13 feed), one of three ways:
+//   - after=<cursor> (or start, or now): the changes after the cursor in commit order, a page of at most limit,
+//     with next (the cursor to read on from) and more (the page was full: ask again at once);
+//   - since=<RFC 3339 time>: the changes stamped after it and at or before as_of, oldest first; asked again with
+//     since = the previous as_of, every change comes once;
+//   - neither: the newest limit changes, newest first, with next: the cursor to follow every later one from.
 func (s *server) changes(w http.ResponseWriter, r *http.Request) int {
 	q := r.URL.Query()
-	var f postgres.VerdictChangeFilter
-	if v := q.Get("since"); v != "" {
-		t, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "since %q: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", v))
-		}
-		f.Since = t
-	}
-	var err error
-	if f.Limit, err = intParam(q, "limit", postgres.DefaultChangeLimit, postgres.MaxChangeLimit); err != nil {
-		return s.fail(w, r, err)
-	}
-	ctx, cancel := s.requestContext(r)
-	defer cancel()
-	var asOf time.Time
-	if err := s.store.Pool().QueryRow(ctx, `SELECT now()`).Scan(&asOf); err != nil {
-		return s.fail(w, r, err)
-	}
-	list, err := s.store.VerdictChanges(ctx, f)
+	limit, err := intParam(q, "limit", postgres.DefaultChangeLimit, postgres.MaxChangeLimit)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
-	if list == nil {
-		list = []postgres.VerdictChange{}
+	after, since := q.Get("after"), q.Get("since")
+	if after != "" && since != "" {
+		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "give after (a cursor) or since (a time), not both"))
 	}
-	return writeJSON(w, http.StatusOK, ChangesView{AsOf: asOf, Changes: list})
+	ctx, cancel := s.requestContext(r)
+	defer cancel()
+	var page postgres.ChangePage
+	switch {
+	case after != "":
+		page, err = s.store.ChangesAfter(ctx, after, limit)
+	case since != "":
+		t, perr := time.Parse(time.RFC3339Nano, since)
+		if perr != nil {
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "since %q: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", since))
+		}
+		page, err = s.store.ChangesSince(ctx, t, limit)
+	default:
+		page, err = s.store.LatestChanges(ctx, limit)
+	}
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	return writeJSON(w, http.StatusOK, page)
+}
+
+// watchChanges answers GET /v1/changes/watch: the verdict changes as Server-Sent Events, in commit order, from a
+// cursor (after=, or the Last-Event-ID a reconnecting client sends; neither: from now). Each event is one change,
+// its id the cursor just past it, so a client that reconnects with Last-Event-ID receives every later change once.
+// The stream reads the log every http.watch_poll and sends a comment at least every http.watch_heartbeat; it ends
+// with the request (or, with an error event, when the log cannot be read).
+func (s *server) watchChanges(w http.ResponseWriter, r *http.Request) int {
+	after := cmp.Or(r.URL.Query().Get("after"), r.Header.Get("Last-Event-ID"), postgres.ChangesFromNow)
+	if err := gcos.CheckParam("Last-Event-ID", after); err != nil {
+		return s.fail(w, r, err)
+	}
+	read := func() (postgres.ChangePage, error) {
+		ctx, cancel := s.requestContext(r)
+		defer cancel()
+		return s.store.ChangesAfter(ctx, after, postgres.MaxChangeLimit)
+	}
+	page, err := read() // a bad cursor is an answer of its own, before the stream starts
+	if err != nil {
+		return s.fail(w, r, err)
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	send := func(text string) bool {
+		// Each write has the server's write timeout, not the stream as a whole.
+		_ = rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout.Duration()))
+		if _, err := io.WriteString(w, text); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(": watching GCOS verdict changes\n\n") {
+		return http.StatusOK
+	}
+	poll := time.NewTicker(s.limits.WatchPoll.Duration())
+	defer poll.Stop()
+	quiet := time.Now()
+	for {
+		for _, c := range page.Changes {
+			body, err := json.Marshal(c)
+			if err != nil {
+				return http.StatusOK
+			}
+			if !send("id: " + page.CursorAfter(c) + "\nevent: change\ndata: " + string(body) + "\n\n") {
+				return http.StatusOK
+			}
+			quiet = time.Now()
+		}
+		after = page.Next
+		if !page.More {
+			select {
+			case <-r.Context().Done():
+				return http.StatusOK
+			case <-poll.C:
+			}
+		}
+		if time.Since(quiet) >= s.limits.WatchHeartbeat.Duration() {
+			if !send(": heartbeat\n\n") {
+				return http.StatusOK
+			}
+			quiet = time.Now()
+		}
+		if page, err = read(); err != nil {
+			if r.Context().Err() == nil {
+				body, _ := json.Marshal(ErrorDetail{Code: gcos.ErrorCode(err), Message: gcos.ErrorMessage(err)})
+				send("event: error\ndata: " + string(body) + "\n\n")
+			}
+			return http.StatusOK
+		}
+	}
 }
 
 // workers answers GET /v1/workers.

@@ -104,7 +104,8 @@ var routeTable = []route{
 	{Route{http.MethodPost, "/v1/notifications/subscribe", AccessOperator, nil}, (*server).subscribeNotifications},
 	{Route{http.MethodGet, "/v1/me", AccessReader, nil}, (*server).me},
 	{Route{http.MethodGet, "/v1/workers", AccessReader, nil}, (*server).workers},
-	{Route{http.MethodGet, "/v1/changes", AccessReader, []string{"since", "limit"}}, (*server).changes},
+	{Route{http.MethodGet, "/v1/changes", AccessReader, []string{"after", "since", "limit"}}, (*server).changes},
+	{Route{http.MethodGet, "/v1/changes/watch", AccessReader, []string{"after"}}, (*server).watchChanges},
 	{Route{http.MethodPost, "/v1/rulesets", AccessOperator, nil}, (*server).propose},
 	{Route{http.MethodPost, "/v1/rulesets/{version}/activate", AccessApprover, nil}, (*server).activate},
 	{Route{http.MethodPost, "/v1/cursors/{source}/reset", AccessOperator, nil}, (*server).resetCursor},
@@ -258,6 +259,7 @@ func withDefaults(c gcos.HTTPConfig) gcos.HTTPConfig {
 	for _, f := range []struct{ v, def *gcos.Duration }{
 		{&c.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&c.ReadTimeout, &d.ReadTimeout}, {&c.WriteTimeout, &d.WriteTimeout},
 		{&c.IdleTimeout, &d.IdleTimeout}, {&c.RequestTimeout, &d.RequestTimeout}, {&c.ReadCacheInterval, &d.ReadCacheInterval},
+		{&c.WatchPoll, &d.WatchPoll}, {&c.WatchHeartbeat, &d.WatchHeartbeat},
 	} {
 		if *f.v <= 0 {
 			*f.v = *f.def
@@ -468,6 +470,8 @@ func statusOf(code string) int {
 		return http.StatusForbidden
 	case gcos.EUNAVAILABLE:
 		return http.StatusServiceUnavailable
+	case gcos.EGONE:
+		return http.StatusGone
 	}
 	return http.StatusInternalServerError
 }

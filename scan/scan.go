@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"gcos"
 	"gcos/oracle"
 	"gcos/postgres"
@@ -296,11 +298,23 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // pruneVerdictChanges deletes the verdict changes older than keep (scan.verdict_changes_keep): the log the change
-// routes and the gate's view read is a window, not a history.
+// routes and the gate's view read is a window, not a history. It deletes by transaction, below the oldest
+// transaction that wrote a change still kept (and below every transaction still open), and moves the log's horizon
+// there, so that a feed cursor that may have missed a deleted change is refused, never silently short
+// (postgres.Store.ChangesAfter).
 func (s *Stage) pruneVerdictChanges(ctx context.Context, keep time.Duration) (int64, error) {
-	tag, err := s.core.Pool().Exec(ctx, `DELETE FROM gcos_verdict_change WHERE changed_at < now() - $1::interval`, keep)
+	var n int64
+	err := pgx.BeginFunc(ctx, s.core.Pool(), func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `WITH below AS (
+				SELECT least((SELECT min(xid) FROM gcos_verdict_change WHERE changed_at >= now() - $1::interval),
+				             pg_snapshot_xmin(pg_current_snapshot())) AS xid),
+			moved AS (UPDATE gcos_verdict_change_horizon h SET pruned_below = greatest(h.pruned_below, below.xid) FROM below)
+			DELETE FROM gcos_verdict_change v USING below WHERE v.xid < below.xid`, keep)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("prune verdict changes: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

@@ -167,7 +167,7 @@ func (a *app) execute(ctx context.Context, args []string) (code int) {
 	}
 	a.reportError(err)
 	switch gcos.ErrorCode(err) {
-	case gcos.EINVALID, gcos.ENOTFOUND, gcos.EFORBIDDEN, gcos.EUNAUTHORIZED:
+	case gcos.EINVALID, gcos.ENOTFOUND, gcos.EGONE, gcos.EFORBIDDEN, gcos.EUNAUTHORIZED:
 		return exitUsage
 	}
 	return 1

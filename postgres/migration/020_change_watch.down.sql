@@ -1,0 +1,4 @@
+-- Back to step 019: the change log is read by time again (GET /v1/changes?since=).
+DROP TABLE gcos_verdict_change_horizon;
+DROP INDEX gcos_verdict_change_xid;
+ALTER TABLE gcos_verdict_change DROP COLUMN xid;
