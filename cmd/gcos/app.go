@@ -98,7 +98,7 @@ func (a *app) rootCommand() *cobra.Command {
 		// the gate's reads
 		a.gateCommand(), a.explainCommand(), a.invariantCommand(),
 		// the operator's reads and the event domain
-		a.findingsCommand(), a.notificationsCommand(), a.statusCommand(), a.eventsCommand(),
+		a.findingsCommand(), a.notificationsCommand(), a.statusCommand(), a.eventsCommand(), a.changesCommand(),
 	)
 	argsAreInput(root)
 	return root

@@ -77,6 +77,12 @@ func TestExitCodes(t *testing.T) {
 		{1, []string{"--database-url", unreachable, "invariant"}},
 		{exitBlock, []string{"--database-url", dsn, "gate", "--object", "no_such_collection:x"}},
 		{exitBlock, []string{"--database-url", unreachable, "gate", "--object", "a:b"}},
+		// A consistency token the database never issued is bad input: a block, exit 2.
+		{exitUsage, []string{"--database-url", dsn, "gate", "--object", "a:b", "--at-least", "99999999:99999999:"}},
+		{0, []string{"--database-url", dsn, "changes", "--limit", "3"}},
+		{0, []string{"--database-url", dsn, "changes", "--after", "start", "--limit", "3"}},
+		{exitUsage, []string{"--database-url", dsn, "changes", "--after", "not-a-cursor"}},
+		{exitUsage, []string{"--database-url", dsn, "changes", "--after", "now", "--since", "2026-01-01T00:00:00Z"}},
 	} {
 		if code, stdout, stderr := runGate(t, append([]string{"--data-dir", t.TempDir()}, tc.args...)...); code != tc.want {
 			t.Errorf("gcos %s: exit %d, want %d\nstdout %.300s\nstderr %.300s", strings.Join(tc.args, " "), code, tc.want, stdout, stderr)

@@ -251,9 +251,68 @@
     return tr;
   }
 
-  function renderChanges(rep) {
-    asOf('changes-asof', rep.as_of);
-    replaceRows('change-rows', (rep.changes || []).map(change), 7, 'no verdict change yet');
+  // The live feed: the newest changes once, then every later one as GET /v1/changes/watch streams it (Server-Sent
+  // Events read through fetch, so the reader token travels as a header, as on every other request). A dropped
+  // stream is resumed by the next poll from the last event's id: no change is missed or shown twice.
+  var feed = { rows: [], cursor: '', running: false };
+
+  function renderFeed() {
+    replaceRows('change-rows', feed.rows.map(change), 7, 'no verdict change yet');
+  }
+
+  function startFeed() {
+    if (feed.running) { return; }
+    feed.running = true;
+    var begin = feed.cursor ? Promise.resolve() : get('/v1/changes?limit=' + CHANGES_SHOWN).then(function (rep) {
+      feed.rows = rep.changes || [];
+      feed.cursor = rep.next;
+      asOf('changes-asof', rep.as_of);
+      renderFeed();
+    });
+    begin.then(watchFeed).catch(function () { /* the next poll resumes from the cursor */ }).then(function () {
+      feed.running = false;
+    });
+  }
+
+  function watchFeed() {
+    var headers = { 'Accept': 'text/event-stream', 'Last-Event-ID': feed.cursor };
+    var t = token();
+    if (t) { headers['Authorization'] = 'Bearer ' + t; }
+    return fetch('/v1/changes/watch', { headers: headers, cache: 'no-store', credentials: 'omit' }).then(function (r) {
+      if (!r.ok || !r.body) { throw new Error('watch: HTTP ' + r.status); }
+      var reader = r.body.getReader();
+      var decoder = new TextDecoder();
+      var buf = '';
+      function pump() {
+        return reader.read().then(function (res) {
+          if (res.done) { return null; }
+          buf += decoder.decode(res.value, { stream: true });
+          var i;
+          while ((i = buf.indexOf('\n\n')) >= 0) {
+            onFeedEvent(buf.slice(0, i));
+            buf = buf.slice(i + 2);
+          }
+          return pump();
+        });
+      }
+      return pump();
+    });
+  }
+
+  function onFeedEvent(block) {
+    var id = '', data = '', type = 'message';
+    block.split('\n').forEach(function (line) {
+      if (line.indexOf('id: ') === 0) { id = line.slice(4); }
+      else if (line.indexOf('event: ') === 0) { type = line.slice(7); }
+      else if (line.indexOf('data: ') === 0) { data += line.slice(6); }
+    });
+    if (type !== 'change' || !data) { return; }
+    var c = JSON.parse(data);
+    feed.cursor = id;
+    feed.rows.unshift(c);
+    if (feed.rows.length > CHANGES_SHOWN) { feed.rows.length = CHANGES_SHOWN; }
+    asOf('changes-asof', c.changed_at);
+    renderFeed();
   }
 
   function renderChangeCount(rep) {
@@ -270,16 +329,15 @@
     var jobs = [
       get('/v1/summary').then(renderSummary),
       get('/v1/workers').then(renderWorkers),
-      get('/v1/findings?limit=20').then(renderFindings),
-      get('/v1/changes?limit=' + CHANGES_SHOWN).then(function (rep) {
-        renderChanges(rep);
-        if (!heavy) { return null; }
-        // The count of the last 5 minutes, by the server's clock (the as_of of the changes just read).
+      get('/v1/findings?limit=20').then(renderFindings)
+    ];
+    startFeed();
+    if (heavy) {
+      // The count of the last 5 minutes, by the server's clock (the as_of of a read of the log).
+      jobs.push(get('/v1/changes?limit=1').then(function (rep) {
         var since = new Date(new Date(rep.as_of).getTime() - COUNT_WINDOW_MS).toISOString();
         return get('/v1/changes?limit=500&since=' + encodeURIComponent(since)).then(renderChangeCount);
-      })
-    ];
-    if (heavy) {
+      }));
       jobs.push(get('/v1/invariant').then(renderLedger));
       jobs.push(get('/v1/me').then(renderMe)); // the unread count reads the caller's notifications: not every poll
     }
