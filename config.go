@@ -324,6 +324,33 @@ type IntakeConfig struct {
 	// by the bucket so that a replay produces the same events and the outbox deduplicates them.
 	SignalBucket   int64           `json:"signal_bucket"`
 	ChangelogKinds []ChangelogRule `json:"changelog_kinds"` // first match wins; no match means no signal
+	// Registries are the authority and rule registries the intake watches directly, every RegistryPoll (SPEC §12:
+	// a token covers their rows too): an edit made without a change-ledger row is handed off as a change-ledger row
+	// of its entity_type would be (changelog_kinds decides its kind), never waiting for the full audit.
+	Registries   []WatchedRegistry `json:"registries"`
+	RegistryPoll Duration          `json:"registry_poll"`
+}
+
+// WatchedRegistry is one registry the intake watches by a fingerprint of each row (no trigger on it, no writer
+// needed): Table (the registry's default name, which the source binding may bind to another table), Key (the column
+// naming a row: its text is the change's entity_code) and EntityType (the change-ledger word a change of it is
+// handed off as).
+type WatchedRegistry struct {
+	Table      string `json:"table"`
+	Key        string `json:"key"`
+	EntityType string `json:"entity_type"`
+}
+
+// DefaultWatchedRegistries are the seeds' authority and rule registries, by the change-ledger word of each.
+func DefaultWatchedRegistries() []WatchedRegistry {
+	return []WatchedRegistry{
+		{Table: TableOwnership, Key: "id", EntityType: "ownership"},
+		{Table: TableExceptions, Key: "exception_id", EntityType: "exception"},
+		{Table: "collection_registry", Key: "collection_name", EntityType: "collection"},
+		{Table: TablePivots, Key: "pivot_code", EntityType: "pivot"},
+		{Table: TableJurisdiction, Key: "law_code", EntityType: "law_jurisdiction"},
+		{Table: "measurement_registry", Key: "measurement_id", EntityType: "measurement"},
+	}
 }
 
 // KindFor maps a registry_changelog row to its change kind with the first matching rule; ok is false when no rule
@@ -498,6 +525,8 @@ func DefaultConfig() Config {
 			TrustedSources: []string{"*"},
 			SignalBucket:   100_000,
 			ChangelogKinds: DefaultChangelogKinds(),
+			Registries:     DefaultWatchedRegistries(),
+			RegistryPoll:   Duration(time.Second),
 		},
 		HTTP: HTTPConfig{
 			Listen: "127.0.0.1:8080", ReaderTokens: []string{}, OperatorTokens: []string{},
@@ -847,6 +876,22 @@ func (c Config) Validate() error {
 	in := c.Intake
 	p.positiveInt("intake.page_size", in.PageSize)
 	p.positive("intake.poll_interval", in.PollInterval)
+	p.positive("intake.registry_poll", in.RegistryPoll)
+	watched := map[string]bool{}
+	for i, r := range in.Registries {
+		key := fmt.Sprintf("intake.registries[%d]", i)
+		p.table(key+".table", r.Table)
+		p.column(key+".key", r.Key)
+		if watched[r.Table] {
+			p.add(key+".table", "%s is watched twice", r.Table)
+		}
+		watched[r.Table] = true
+		if kind, ok := in.KindFor(r.EntityType, "update"); !ok {
+			p.add(key+".entity_type", "%q: no intake.changelog_kinds rule maps it to a change kind, so its changes would be dropped", r.EntityType)
+		} else if kind == ChangeObjectBorn {
+			p.add(key+".entity_type", "%q maps to %s, which only births are", r.EntityType, kind)
+		}
+	}
 	p.nonNegative("intake.horizon_guard", in.HorizonGuard)
 	for i, r := range in.RoleFilter {
 		if r == "" {

@@ -59,7 +59,7 @@ func TestLoadConfigOverrides(t *testing.T) {
 		"ttl": {"write_high": "12h", "experimental": "30m"},
 		"gate": {"low_risk_classes": ["read_descriptive", "read_low"]},
 		"scan": {"batch_size": 50, "retry_base": "250ms"},
-		"intake": {"changelog_kinds": [{"entity_type": "thing", "action": "zap", "kind": "object_retired"}]}
+		"intake": {"changelog_kinds": [{"entity_type": "thing", "action": "zap", "kind": "object_retired"}], "registries": []}
 	}`))
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func served(t *testing.T, births int, seed uint64) (*gcostest.World, *httptest.S
 	t.Helper()
 	w := gcostest.Ready(t, gcostest.Options{Births: births, Seed: seed})
 	// No daemon runs: a question with a token runs the intake itself.
-	g := gate.New(w.Store, nil, gate.WithHandOff(w.HandOff()))
+	g := gate.New(w.Store, nil, gate.WithHandOff(w.HandOff(t)))
 	h, err := httpapi.New(httpapi.Config{Store: w.Store, Gate: g, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}},
 		Registry: prometheus.NewRegistry()})
 	if err != nil {

@@ -145,7 +145,7 @@ func TestDemoChurnMovesVerdicts(t *testing.T) {
 
 	whys := map[string]int{}
 	waitFor(t, done, "verdicts change for several reasons", func() bool {
-		page, err := store.LatestChanges(ctx, 500)
+		page, err := store.Changes(ctx, postgres.ChangeQuery{Limit: 500})
 		if err != nil {
 			return false
 		}
@@ -182,7 +182,7 @@ func TestDemoChurnMovesVerdicts(t *testing.T) {
 		}
 	}
 	since := view.Changes[len(view.Changes)-1].ChangedAt
-	newer, err := store.ChangesSince(ctx, since, 500)
+	newer, err := store.Changes(ctx, postgres.ChangeQuery{Since: since, Limit: 500})
 	if err != nil {
 		t.Fatal(err)
 	}

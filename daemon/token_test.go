@@ -123,6 +123,7 @@ func TestTokenCoversSourceWrites(t *testing.T) {
 		// own reason, which the test tells from a decided block.
 		cfg.Gate.Timeout = gcos.Duration(30 * time.Second)
 		cfg.Gate.RescanDeadline = gcos.Duration(10 * time.Second)
+		cfg.Intake.RegistryPoll = gcos.Duration(300 * time.Millisecond)
 	}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -196,8 +197,8 @@ func TestTokenCoversSourceWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// revoke applies the first edit that revokes an allowed high-risk object and checks the gate blocks every
-	// object it revoked, on the first question with a token taken after the commit.
+	// revoke applies the first edit that revokes an allowed high-risk object, checks the gate blocks every object it
+	// revoked on the first question with a token taken after the commit, and undoes it.
 	revoke := func(t *testing.T, allowed []string, edits []revocation) {
 		t.Helper()
 		if len(allowed) == 0 {
@@ -225,6 +226,7 @@ func TestTokenCoversSourceWrites(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d allowed high-risk objects revoked, each blocked on the first question with a token", e.what, len(revoked))
+			exec(e.undo) // the world as it was, for the next edit
 			return
 		}
 		t.Fatalf("no edit of %d revoked one of %d allowed high-risk objects", len(edits), len(allowed))
@@ -298,6 +300,21 @@ func TestTokenCoversSourceWrites(t *testing.T) {
 			edit: []stmt{{`UPDATE governance_exception SET status = 'revoked' WHERE exception_id LIKE 'EXC-TOKEN-%'`, nil},
 				{`INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by)
 				 SELECT 'exception', exception_id, 'update', 'registry-sync' FROM governance_exception WHERE exception_id LIKE 'EXC-TOKEN-%'`, nil}}}})
+	})
+
+	// No change-ledger row at all: the registry watch sees the edit, and the token covers it too.
+	t.Run("ownership deactivated silently", func(t *testing.T) {
+		allowed := allowedHighRisk()
+		var edits []revocation
+		for _, scope := range w.Strings(t, `SELECT scope_code FROM governance_object_ownership WHERE status = 'active'
+			GROUP BY scope_code ORDER BY count(*) DESC, scope_code`) {
+			move := func(from, to string) []stmt {
+				return []stmt{{`UPDATE governance_object_ownership SET status = $3 WHERE scope_code = $1 AND status = $2`, []any{scope, from, to}}}
+			}
+			edits = append(edits, revocation{what: "every owner of scope " + scope + " revoked with no change-ledger row",
+				edit: move("active", "withdrawn"), undo: move("withdrawn", "active")})
+		}
+		revoke(t, allowed, edits)
 	})
 
 	t.Run("ownership deactivated", func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 // that store and a context (a gcostest.World's, under short names; a test may swap the store for one under another
 // configuration, and gets a gate over it).
 type bundle struct {
+	t     testing.TB // the test that set the bundle up
 	ctx   context.Context
 	pool  *pgxpool.Pool
 	store *postgres.Store
@@ -26,7 +27,7 @@ type bundle struct {
 // setup returns an isolated, migrated database with a small synthetic world of births.
 func setup(t *testing.T, births int) *bundle {
 	w := gcostest.New(t, gcostest.Options{Births: births, Seed: 7})
-	return &bundle{ctx: w.Ctx, pool: w.Pool, store: w.Store, cfg: w.Cfg}
+	return &bundle{t: t, ctx: w.Ctx, pool: w.Pool, store: w.Store, cfg: w.Cfg}
 }
 
 // seededWorld is setup, backfilled and activated, under a configuration tweak first applies (nil: the default).
@@ -46,7 +47,7 @@ func seededWorld(t *testing.T, births int, tweak func(*gcos.Config)) *bundle {
 // no re-scanner; asked with a token, it runs the intake itself (gcostest.World.HandOff).
 func (b *bundle) gate() *gate.Gate {
 	if b.g == nil || b.g.Store() != b.store {
-		b.g = gate.New(b.store, nil, gate.WithHandOff(b.world().HandOff()))
+		b.g = gate.New(b.store, nil, gate.WithHandOff(b.world().HandOff(b.t)))
 	}
 	return b.g
 }

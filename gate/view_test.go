@@ -249,7 +249,7 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer opened.Close()
-	g := gate.New(opened, nil, gate.WithHandOff(b.world().HandOff()))
+	g := gate.New(opened, nil, gate.WithHandOff(b.world().HandOff(t)))
 	v := gate.NewVerdictView(g)
 	g.AttachView(v)
 	obj, scope, key, _ := b.orphanInOneScope(t)

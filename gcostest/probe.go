@@ -11,7 +11,6 @@ import (
 	"gcos"
 	"gcos/daemon"
 	"gcos/gate"
-	"gcos/intake"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -141,9 +140,9 @@ const NotHeldAnnouncement = `NOT (issue_type IN ('issue_event_gap', 'handoff_unr
 // HandOff is the gate's view of the intake (gate.WithHandOff) in a test with no daemon: it runs the intake itself,
 // pass after pass, until every source row committed before the bound is handed off, as a running daemon's would
 // have, and then reads the present.
-func (w *World) HandOff() gate.HandOff {
-	stage := intake.New(w.Store)
-	worker := &intake.Worker{Stage: stage, Config: w.Store.Config().Intake}
+func (w *World) HandOff(t testing.TB) gate.HandOff {
+	worker := w.Daemon(t, daemon.Config{}).Intake
+	stage := worker.Stage
 	var mu sync.Mutex // a worker makes one pass at a time
 	return func(ctx context.Context, at time.Time) (postgres.SourcePresent, error) {
 		mu.Lock()

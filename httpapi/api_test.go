@@ -60,7 +60,7 @@ func newEnv(t *testing.T, births int, activate bool) *env {
 func (e *env) serve(t *testing.T, cfg gcos.HTTPConfig) {
 	t.Helper()
 	// No daemon runs: a question with a token runs the intake itself.
-	g := gate.New(e.store, nil, gate.WithHandOff(e.w.HandOff()))
+	g := gate.New(e.store, nil, gate.WithHandOff(e.w.HandOff(t)))
 	h, err := httpapi.New(httpapi.Config{Store: e.store, Gate: g, HTTP: cfg, Registry: prometheus.NewRegistry(), Version: "test"})
 	if err != nil {
 		t.Fatalf("httpapi.New: %v", err)

@@ -433,25 +433,15 @@ func (s *server) changes(w http.ResponseWriter, r *http.Request) int {
 	if err != nil {
 		return s.fail(w, r, err)
 	}
-	after, since := q.Get("after"), q.Get("since")
-	if after != "" && since != "" {
-		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "give after (a cursor) or since (a time), not both"))
+	cq := postgres.ChangeQuery{After: q.Get("after"), Limit: limit}
+	if v := q.Get("since"); v != "" {
+		if cq.Since, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "since %q: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", v))
+		}
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	var page postgres.ChangePage
-	switch {
-	case after != "":
-		page, err = s.store.ChangesAfter(ctx, after, limit)
-	case since != "":
-		t, perr := time.Parse(time.RFC3339Nano, since)
-		if perr != nil {
-			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "since %q: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", since))
-		}
-		page, err = s.store.ChangesSince(ctx, t, limit)
-	default:
-		page, err = s.store.LatestChanges(ctx, limit)
-	}
+	page, err := s.store.Changes(ctx, cq)
 	if err != nil {
 		return s.fail(w, r, err)
 	}
@@ -471,7 +461,7 @@ func (s *server) watchChanges(w http.ResponseWriter, r *http.Request) int {
 	read := func() (postgres.ChangePage, error) {
 		ctx, cancel := s.requestContext(r)
 		defer cancel()
-		return s.store.ChangesAfter(ctx, after, postgres.MaxChangeLimit)
+		return s.store.Changes(ctx, postgres.ChangeQuery{After: after, Limit: postgres.MaxChangeLimit})
 	}
 	page, err := read() // a bad cursor is an answer of its own, before the stream starts
 	if err != nil {

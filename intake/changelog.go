@@ -25,8 +25,12 @@ import (
 // decision; this function only resolves what the row names.
 func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, counts collectionCounts, r postgres.TailRow, kind gcos.ChangeKind) (*signal, error) {
 	regs := rset.regs
-	sig := &signal{kind: kind, subject: r.EntityCode, actor: cmp.Or(r.ChangedBy, "unknown"), source: cmp.Or(r.ChangedBy, "registry_changelog"),
-		firstID: r.ID, occurred: r.TS, table: "registry_changelog", objectTyp: r.EntityType, coll: r.EntityType, code: cmp.Or(r.EntityCode, fmt.Sprint(r.ID))}
+	table := "registry_changelog"
+	if r.Observed {
+		table = r.Source // the registry watch's own (registry:<table>): its rows are no change-ledger ids
+	}
+	sig := &signal{kind: kind, subject: r.EntityCode, actor: cmp.Or(r.ChangedBy, "unknown"), source: cmp.Or(r.ChangedBy, table),
+		firstID: r.ID, occurred: r.TS, table: table, objectTyp: r.EntityType, coll: r.EntityType, code: cmp.Or(r.EntityCode, fmt.Sprint(r.ID))}
 	subject := gcos.ChangeSubject{Kind: kind, Code: r.EntityCode}
 	classColl, isClass := regs.Classes[r.EntityType]
 	if isClass && classColl != nil {

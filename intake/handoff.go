@@ -213,7 +213,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 			case kind == "":
 				st.Skipped++ // a rule says skip
 				continue
-			case !own[r.ID] && !s.cfg.Intake.Trusted(r.ChangedBy):
+			case !own[r.ID] && !r.Observed && !s.cfg.Intake.Trusted(r.ChangedBy):
 				st.Untrusted++
 				untrusted.add(r.Source, r.ChangedBy, r.ID)
 				continue

@@ -95,20 +95,22 @@ func (s *Stage) behind(ctx context.Context, sources []postgres.TailSource, at ti
 
 // presentSQL reads, for each source ($1 names, $2 the bound, null: the statement's start), its cursor's position
 // and the instant of its first row after it, in one statement: one snapshot for the whole present.
-func presentSQL(sources []postgres.TailSource, noTZ []bool) string {
+func presentSQL(sources []postgres.TailSource, noTZ []bool, regs []watchedRegistry) string {
 	var parts []string
 	for i, src := range sources {
 		pos, instant := "coalesce(c.position_tstz, '-infinity'::timestamptz)", "{ts}"
 		if noTZ[i] {
 			pos, instant = "coalesce(c.position_ts, '-infinity'::timestamp)", "({ts} AT TIME ZONE c.time_zone)"
 		}
-		parts = append(parts, src.SQL(fmt.Sprintf(`SELECT %d AS i, c.source IS NOT NULL AS found, c.position_tstz, c.position_ts, c.position_id, f.instant
+		parts = append(parts, src.SQL(fmt.Sprintf(`SELECT %d AS i, c.source IS NOT NULL AS found, c.position_tstz, c.position_ts, c.position_id, f.instant,
+	    NULL::boolean AS changed
 	FROM (SELECT 1) one
 	LEFT JOIN gov_worker_cursor c ON c.source = ($1::text[])[%d]
 	LEFT JOIN LATERAL (SELECT `+instant+` AS instant FROM {t}
 	                   WHERE ({ts}, {id}) > (`+pos+`, coalesce(c.position_id, -9223372036854775808))
 	                   ORDER BY {ts}, {id} LIMIT 1) f ON c.source IS NOT NULL`, i, i+1)))
 	}
+	parts = append(parts, registriesPresentSQL(regs, len(sources))...)
 	return `SELECT coalesce($2::timestamptz, statement_timestamp()), pg_current_snapshot()::text, p.*
 FROM (` + strings.Join(parts, "\nUNION ALL\n") + `) p ORDER BY p.i`
 }
@@ -139,7 +141,14 @@ func (s *Stage) present(ctx context.Context, sources []postgres.TailSource, at t
 	if !at.IsZero() {
 		bound = at
 	}
-	rows, err := s.pool.Query(ctx, presentSQL(sources, noTZ), names, bound)
+	regs := s.registries.Load()
+	if regs == nil {
+		if _, err := s.watchedRegistries(ctx); err != nil {
+			return present{}, err
+		}
+		regs = s.registries.Load()
+	}
+	rows, err := s.pool.Query(ctx, presentSQL(sources, noTZ, *regs), names, bound)
 	if err != nil {
 		s.tsTypes.Clear() // a cursor reset since may have changed a column's type: read them again
 		return present{}, fmt.Errorf("the sources' present: %w", err)
@@ -152,9 +161,22 @@ func (s *Stage) present(ctx context.Context, sources []postgres.TailSource, at t
 		var ts pgtype.Timestamp
 		var id *int64
 		var first pgtype.Timestamptz
-		if err := rows.Scan(&p.At, &p.Snapshot, &i, &found, &tstz, &ts, &id, &first); err != nil {
+		var changed *bool
+		if err := rows.Scan(&p.At, &p.Snapshot, &i, &found, &tstz, &ts, &id, &first, &changed); err != nil {
 			rows.Close()
 			return present{}, fmt.Errorf("the sources' present: %w", err)
+		}
+		if i >= len(sources) {
+			// A watched registry: it waits while it holds what its last poll did not hand off. One never polled
+			// waits for nothing: its first poll only records it.
+			r := (*regs)[i-len(sources)]
+			if found && changed != nil && *changed {
+				p.Waiting = append(p.Waiting, fmt.Sprintf("%s (changed since its last poll at %s)", r.Table, tstz.Time.UTC().Format(time.RFC3339Nano)))
+			}
+			if found {
+				p.positions = append(p.positions, tstz.Time.UTC().Format(time.RFC3339Nano))
+			}
+			continue
 		}
 		src := sources[i]
 		if !found {

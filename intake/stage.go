@@ -28,9 +28,10 @@ type Stage struct {
 	routeFallbacks      atomic.Int64
 	routeFallbackLogged atomic.Bool
 	totalsMu            sync.Mutex
-	totals              HandoffStats // what every applied page did (HandoffTotals)
-	lags                sync.Map     // source → its last LagReport (Lags)
-	tsTypes             sync.Map     // source → whether its cursor's column is a timestamp without time zone (present)
+	totals              HandoffStats                      // what every applied page did (HandoffTotals)
+	lags                sync.Map                          // source → its last LagReport (Lags)
+	tsTypes             sync.Map                          // source → whether its cursor's column is a timestamp without time zone (present)
+	registries          atomic.Pointer[[]watchedRegistry] // the watched registries that existed at the last poll
 }
 
 // RetryDomain is the event_pending.event_domain of the intake's retry lane: its entries name their source in

@@ -134,6 +134,9 @@ func (w *Worker) Once(ctx context.Context) ([]SourceTick, error) {
 			errs = append(errs, err)
 		}
 	}
+	if _, err := w.Stage.PollRegistries(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	w.heartbeat(ctx)
 	return ticks, errors.Join(errs...)
 }
@@ -231,9 +234,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.lastLag = map[string]time.Time{}
 	outage := gcos.NewOutageLog("intake poll (nothing is skipped)", w.pollInterval(), outageCfg, log)
 	lastBeat := time.Now()
+	var lastRegistries time.Time
 	for {
 		busy, failed := false, false
 		var pollErr error
+		if time.Since(lastRegistries) >= w.Config.RegistryPoll.Duration() {
+			lastRegistries = time.Now()
+			rt, err := w.Stage.PollRegistries(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				failed, pollErr = true, err
+			case len(rt.Changed) > 0:
+				log.Debug("registry watch: handed off changed rows", "changed", rt.Changed,
+					"signals", rt.Stats.Signals, "dirtied", rt.Stats.Dirtied)
+			}
+		}
 		for _, src := range w.sources() {
 			if ctx.Err() != nil {
 				break

@@ -615,6 +615,38 @@ var triggers = []trigger{
 		}
 		return fmt.Sprintf("silent coverage edit of %s → %s, then a full audit", coll, status), nil
 	}},
+	// Registry edits with no change row and no audit: the intake's registry watch finds them.
+	{"silent_owner_revoked", func(e *env, r *rand.Rand) (string, error) {
+		ids, err := e.strings(`SELECT id::text FROM governance_object_ownership WHERE status = 'active' ORDER BY id`)
+		if err != nil || len(ids) == 0 {
+			return "", fmt.Errorf("no ownership row (%v)", err)
+		}
+		id := pick(r, ids)
+		return "ownership " + id + " revoked with no change row", e.exec(`UPDATE governance_object_ownership SET status = 'revoked' WHERE id = $1::bigint`, id)
+	}},
+	{"silent_exception_granted", func(e *env, r *rand.Rand) (string, error) {
+		orphans, err := e.strings(`SELECT scope || '|' || object_class || '|' || source_registry FROM v_candidate_effective
+			WHERE coverage_outcome = 'orphan' AND lifecycle_status = 'active' ORDER BY group_key`)
+		if err != nil || len(orphans) == 0 {
+			return "", fmt.Errorf("no orphan group (%v)", err)
+		}
+		o := strings.SplitN(pick(r, orphans), "|", 3)
+		e.seq++
+		id := fmt.Sprintf("EXC-SILENT-%d-%d", e.seq, r.Uint32())
+		return fmt.Sprintf("exception %s on %s in %s with no change row", id, o[1], o[0]), e.exec(`INSERT INTO governance_exception
+			(exception_id, scope_code, entity_type, collection_name, approval_ref, expires_at) VALUES ($1, $2, $3, $4, 'APR-S', now() + interval '1 day')`,
+			id, o[0], o[1], o[2])
+	}},
+	{"silent_coverage", func(e *env, r *rand.Rand) (string, error) {
+		colls, err := e.strings(`SELECT collection_name FROM collection_registry ORDER BY 1`)
+		if err != nil {
+			return "", err
+		}
+		coll := pick(r, colls)
+		status := pick(r, []string{"BIRTH_REQUIRED", "BIRTH_DEFERRED_NEEDS_REVIEW", "BIRTH_EXEMPT_SYSTEM"})
+		return fmt.Sprintf("collection %s → %s with no change row", coll, status),
+			e.exec(`UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, coll, status)
+	}},
 	{"silent_then_audit", silentRetire(false, false)},
 	{"silent_delete_then_audit", func(e *env, r *rand.Rand) (string, error) {
 		// Births handed off and scanned, one of them then deleted with no change row: its group holds what the

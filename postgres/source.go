@@ -124,6 +124,9 @@ type TailRow struct {
 
 	// OutOfOrder is "behind" or "future" for a row the poll's sweep handed off outside cursor order (sweep.go), else "".
 	OutOfOrder string `json:"out_of_order,omitempty"`
+	// Observed marks a change the intake saw in a registry itself (the registry watch), not a row a writer logged: it
+	// has no writer to trust or distrust, and the re-scan it asks for reads the registry.
+	Observed bool `json:"observed,omitempty"`
 
 	Raw time.Time `json:"-"` // the order key in the column's own type (local wall time for a timestamp column)
 }

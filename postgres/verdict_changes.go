@@ -162,6 +162,32 @@ func (p ChangePage) CursorAfter(c VerdictChange) string {
 	return gcos.ChangeCursor{Seen: *p.seen, Upto: p.window, AfterAt: c.ChangedAt, AfterID: c.ID}.String()
 }
 
+// ChangeQuery selects one answer of the verdict change log (GET /v1/changes): After (a cursor, ChangesFromStart or
+// ChangesFromNow) pages it in commit order; else Since (non-zero) reads it oldest first up to the answer's AsOf;
+// else the newest Limit changes, newest first, with the cursor to follow from. Limit 0 is the default.
+type ChangeQuery struct {
+	After string
+	Since time.Time
+	Limit int
+}
+
+// Changes answers q (ChangeQuery).
+func (s *Store) Changes(ctx context.Context, q ChangeQuery) (ChangePage, error) {
+	limit, err := CheckLimit("limit", q.Limit, DefaultChangeLimit, MaxChangeLimit)
+	if err != nil {
+		return ChangePage{}, err
+	}
+	switch {
+	case q.After != "" && !q.Since.IsZero():
+		return ChangePage{}, gcos.Errorf(gcos.EINVALID, "give after (a cursor) or since (a time), not both")
+	case q.After != "":
+		return s.changesAfter(ctx, q.After, limit)
+	case !q.Since.IsZero():
+		return s.changesSince(ctx, q.Since, limit)
+	}
+	return s.latestChanges(ctx, limit)
+}
+
 // Cursor words GET /v1/changes?after= accepts besides a cursor.
 const (
 	ChangesFromStart = "start" // the oldest change the log retains
@@ -177,17 +203,14 @@ const changeWindowSQL = `SELECT ` + changeColumns + ` FROM gcos_verdict_change v
 	  AND ($3::timestamptz IS NULL OR (v.changed_at, v.id) > ($3::timestamptz, $4::bigint))
 	ORDER BY v.changed_at, v.id LIMIT $5`
 
-// ChangesAfter reads the verdict change log after a cursor (an earlier answer's Next, ChangesFromStart or
+// changesAfter reads the verdict change log after a cursor (an earlier answer's Next, ChangesFromStart or
 // ChangesFromNow), at most limit changes, in commit order: one answer holds the changes of the transactions that
 // committed since the cursor's snapshot and before this read (or, while a window is being paged, the rest of that
 // window), so a reader that follows Next receives every change exactly once whatever order transactions were
 // given ids and committed in. A full page says More. A cursor this database did not issue is EINVALID; one whose
 // changes may have been pruned since (scan.verdict_changes_keep) is EGONE.
-func (s *Store) ChangesAfter(ctx context.Context, after string, limit int) (ChangePage, error) {
+func (s *Store) changesAfter(ctx context.Context, after string, limit int) (ChangePage, error) {
 	var err error
-	if limit, err = CheckLimit("limit", limit, DefaultChangeLimit, MaxChangeLimit); err != nil {
-		return ChangePage{}, err
-	}
 	var cur gcos.ChangeCursor
 	if after != ChangesFromStart && after != ChangesFromNow {
 		if cur, err = gcos.ParseChangeCursor(after); err != nil {
@@ -257,15 +280,11 @@ func (s *Store) ChangesAfter(ctx context.Context, after string, limit int) (Chan
 	return page, nil
 }
 
-// LatestChanges reads the newest limit changes, newest first (the dashboard's list), with the cursor of this read:
+// latestChanges reads the newest limit changes, newest first (the dashboard's list), with the cursor of this read:
 // a reader that follows it from there receives every change committed after.
-func (s *Store) LatestChanges(ctx context.Context, limit int) (ChangePage, error) {
-	var err error
-	if limit, err = CheckLimit("limit", limit, DefaultChangeLimit, MaxChangeLimit); err != nil {
-		return ChangePage{}, err
-	}
+func (s *Store) latestChanges(ctx context.Context, limit int) (ChangePage, error) {
 	page := ChangePage{Changes: []VerdictChange{}}
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var presentText string
 		if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text, clock_timestamp()`).Scan(&presentText, &page.AsOf); err != nil {
 			return err
@@ -295,20 +314,16 @@ const changeHorizonSQL = `SELECT least(clock_timestamp(),
 	(SELECT min(xact_start) FROM pg_stat_activity
 	 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL)) - interval '1 microsecond'`
 
-// ChangesSince reads the changes stamped after since (zero: the oldest retained) and at or before the answer's
+// changesSince reads the changes stamped after since (zero: the oldest retained) and at or before the answer's
 // AsOf, oldest first: a reader that asks again with since = the previous AsOf receives every change once. AsOf is
 // held below the start of every open writing transaction (changeHorizonSQL), read before the changes are, so a
 // change that commits later is stamped after it. A full page says More, and its AsOf is the last change's time (the
 // page never ends inside one instant).
-func (s *Store) ChangesSince(ctx context.Context, since time.Time, limit int) (ChangePage, error) {
-	var err error
-	if limit, err = CheckLimit("limit", limit, DefaultChangeLimit, MaxChangeLimit); err != nil {
-		return ChangePage{}, err
-	}
+func (s *Store) changesSince(ctx context.Context, since time.Time, limit int) (ChangePage, error) {
 	page := ChangePage{Changes: []VerdictChange{}}
 	// Two statements of a READ COMMITTED transaction: the second's snapshot sees every writer the first saw open
 	// that has ended since.
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, changeHorizonSQL).Scan(&page.AsOf); err != nil {
 			return err
 		}

@@ -76,13 +76,7 @@ func (a *app) changesPage(ctx context.Context, after, since string, sinceAt time
 	if err != nil {
 		return page, err
 	}
-	switch {
-	case after != "":
-		return store.ChangesAfter(ctx, after, limit)
-	case since != "":
-		return store.ChangesSince(ctx, sinceAt, limit)
-	}
-	return store.LatestChanges(ctx, limit)
+	return store.Changes(ctx, postgres.ChangeQuery{After: after, Since: sinceAt, Limit: limit})
 }
 
 // followChanges prints every change after cursor as it commits: through the daemon's watch (Server-Sent Events,
@@ -114,7 +108,7 @@ func (a *app) followChanges(ctx context.Context, cursor string) error {
 	tick := time.NewTicker(a.cfg.HTTP.WatchPoll.Duration())
 	defer tick.Stop()
 	for {
-		page, err := store.ChangesAfter(ctx, cursor, postgres.MaxChangeLimit)
+		page, err := store.Changes(ctx, postgres.ChangeQuery{After: cursor, Limit: postgres.MaxChangeLimit})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -13,3 +13,19 @@ CREATE TABLE gcos_verdict_change_horizon (
     pruned_below xid8 NOT NULL
 );
 INSERT INTO gcos_verdict_change_horizon (pruned_below) VALUES ('0');
+
+-- The registries the intake watches directly (intake.registries; SPEC §12: a consistency token covers their rows
+-- too): each row's fingerprint as last handed off, and each registry's last poll — when it read, and the count and
+-- XOR of the fingerprints it saw, which a question asked with a token compares the registry with now.
+CREATE TABLE gcos_registry_row (
+    registry    text   NOT NULL,
+    key         text   NOT NULL,
+    fingerprint bigint NOT NULL,
+    PRIMARY KEY (registry, key)
+);
+CREATE TABLE gcos_registry_poll (
+    registry        text        PRIMARY KEY,
+    polled_at       timestamptz NOT NULL,
+    row_count       bigint      NOT NULL,
+    xor_fingerprint bigint      NOT NULL
+);
