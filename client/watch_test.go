@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -24,12 +25,17 @@ func TestWatchResumesAcrossDroppedStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(w.Ctx, 2*time.Minute)
 	defer cancel()
 
+	// Where to watch from: the cursor of a read of the log (from now, the watch would begin when it connects).
+	var latest struct{ Next string }
+	if err := c.Get(ctx, "/v1/changes", url.Values{"limit": {"1"}}, &latest); err != nil || latest.Next == "" {
+		t.Fatalf("GET /v1/changes: %+v %v", latest, err)
+	}
 	var mu sync.Mutex
 	var got []string
 	watchCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Watch(watchCtx, client.FromNow, func(ch client.Change) error {
+		done <- c.Watch(watchCtx, latest.Next, func(ch client.Change) error {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, ch.Key)
@@ -41,7 +47,6 @@ func TestWatchResumesAcrossDroppedStreams(t *testing.T) {
 		defer mu.Unlock()
 		return len(got)
 	}
-	// The watch has begun once a change committed now reaches it.
 	insert := func(key string) {
 		w.Exec(t, `INSERT INTO gcos_verdict_change (subject, key, group_key, ruleset_version, verdict_before, verdict_after, why, run_id)
 			VALUES ('group', $1, $1, 'watch-test', 'unknown', 'relevant', 'input', 'watch-test')`, key)

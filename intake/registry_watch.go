@@ -12,6 +12,7 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -82,13 +83,15 @@ type RegistryTick struct {
 // registryLockClass is the advisory-lock class of the registry watch: two workers never poll one registry at once.
 const registryLockClass = 0x67636f73 // "gcos"
 
-// PollRegistries polls every watched registry once, each in its own transaction with its handoff.
+// PollRegistries polls every watched registry once, each in its own transaction with its handoff; a registry that
+// fails is named in the error and the others are polled all the same.
 func (s *Stage) PollRegistries(ctx context.Context) (RegistryTick, error) {
 	tick := RegistryTick{Changed: map[string]int{}}
 	regs, err := s.watchedRegistries(ctx)
 	if err != nil {
 		return tick, fmt.Errorf("registry watch: %w", err)
 	}
+	var errs []error
 	for _, r := range regs {
 		tick.Registries++
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -139,10 +142,10 @@ func (s *Stage) PollRegistries(ctx context.Context) (RegistryTick, error) {
 			return nil
 		})
 		if err != nil {
-			return tick, fmt.Errorf("registry watch: %s: %w", r.Table, err)
+			errs = append(errs, fmt.Errorf("registry watch: %s: %w", r.Table, err)) // the others are polled all the same
 		}
 	}
-	return tick, nil
+	return tick, errors.Join(errs...)
 }
 
 // registriesPresentSQL is presentSQL's part for the watched registries: for each (from i = base), whether it was

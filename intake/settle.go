@@ -30,8 +30,7 @@ func (s *Stage) HandedOff(ctx context.Context, sources []postgres.TailSource, at
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
 	var positions string
-	start := time.Now()
-	moved := start
+	moved := time.Now()
 	var waiting []string
 	for {
 		now, still, err := s.behind(ctx, sources, at)
@@ -54,7 +53,7 @@ func (s *Stage) HandedOff(ctx context.Context, sources []postgres.TailSource, at
 		case <-ctx.Done():
 			if ctx.Err() == context.DeadlineExceeded {
 				return fmt.Errorf("rows committed before %s were not handed off within %s: %s",
-					at.UTC().Format(time.RFC3339Nano), time.Since(start).Round(time.Millisecond), strings.Join(waiting, ", "))
+					at.UTC().Format(time.RFC3339Nano), timeout, strings.Join(waiting, ", "))
 			}
 			return ctx.Err()
 		case <-tick.C:
@@ -72,16 +71,6 @@ const settlePoll = 100 * time.Millisecond
 func (s *Stage) Present(ctx context.Context, at time.Time) (postgres.SourcePresent, error) {
 	p, err := s.present(ctx, postgres.DefaultTailSources(s.cfg.Binding), at)
 	return p.SourcePresent, err
-}
-
-// Behind lists the sources (default: the configuration's) that hold a row committed before at the intake has not
-// handed off yet, each with its oldest such row; none when everything before at is handed off.
-func (s *Stage) Behind(ctx context.Context, sources []postgres.TailSource, at time.Time) ([]string, error) {
-	if len(sources) == 0 {
-		sources = postgres.DefaultTailSources(s.cfg.Binding)
-	}
-	_, waiting, err := s.behind(ctx, sources, at)
-	return waiting, err
 }
 
 // behind is Present over sources at a given instant, with each source's position (what shows an intake moving).

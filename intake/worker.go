@@ -235,16 +235,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	outage := gcos.NewOutageLog("intake poll (nothing is skipped)", w.pollInterval(), outageCfg, log)
 	lastBeat := time.Now()
 	var lastRegistries time.Time
+	registryOutage := gcos.NewOutageLog("registry watch", w.Config.RegistryPoll.Duration(), outageCfg, log)
 	for {
 		busy, failed := false, false
 		var pollErr error
 		if time.Since(lastRegistries) >= w.Config.RegistryPoll.Duration() {
 			lastRegistries = time.Now()
+			// A registry that cannot be read never slows the tails: its failure is logged once per outage, and a
+			// token's question waits on it (its rows are not handed off) until it can.
 			rt, err := w.Stage.PollRegistries(ctx)
 			switch {
 			case err != nil && ctx.Err() == nil:
-				failed, pollErr = true, err
-			case len(rt.Changed) > 0:
+				registryOutage.Failed(err)
+			case err == nil:
+				registryOutage.Succeeded()
+			}
+			if len(rt.Changed) > 0 {
 				log.Debug("registry watch: handed off changed rows", "changed", rt.Changed,
 					"signals", rt.Stats.Signals, "dirtied", rt.Stats.Dirtied)
 			}

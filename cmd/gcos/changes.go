@@ -55,6 +55,7 @@ func (a *app) changesCommand() *cobra.Command {
 	cmd.Flags().StringVar(&after, "after", "", "a cursor (an earlier answer's next), start (the oldest retained change) or now: the changes after it, in commit order")
 	cmd.Flags().StringVar(&since, "since", "", "only changes stamped after this RFC 3339 time, oldest first")
 	cmd.Flags().IntVar(&limit, "limit", postgres.DefaultChangeLimit, fmt.Sprintf("at most this many (1..%d)", postgres.MaxChangeLimit))
+	flagRange(cmd.Flags(), "limit", 1, postgres.MaxChangeLimit)
 	cmd.Flags().BoolVar(&follow, "follow", false, "print every change as it commits, from --after (default now), until interrupted; a dropped stream resumes where it was")
 	return cmd
 }
