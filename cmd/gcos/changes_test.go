@@ -44,7 +44,7 @@ func TestChangesFollow(t *testing.T) {
 	for len(got) < n && lines.Scan() {
 		var line struct {
 			Change struct{ Key string } `json:"change"`
-			Cursor string              `json:"cursor"`
+			Cursor string               `json:"cursor"`
 		}
 		if err := json.Unmarshal(lines.Bytes(), &line); err != nil || line.Cursor == "" {
 			t.Fatalf("not a change line: %q (%v)", lines.Text(), err)
