@@ -53,7 +53,8 @@ func (s *Stage) watchedRegistries(ctx context.Context) ([]watchedRegistry, error
 // new ones and the poll, and returns what changed — all in one statement, so one snapshot: a row edited after it
 // is seen by the next poll. first is true when the registry was never polled.
 func registryDiffSQL(r watchedRegistry) string {
-	return `WITH cur AS (SELECT (t.` + postgres.Quote(r.Key) + `)::text AS key, ` + rowFingerprint + ` AS fp FROM ` + r.table + ` t),
+	return `WITH raw AS (SELECT (t.` + postgres.Quote(r.Key) + `)::text AS key, ` + rowFingerprint + ` AS fp FROM ` + r.table + ` t),
+cur AS (SELECT key, bit_xor(fp) AS fp FROM raw WHERE key IS NOT NULL GROUP BY key), -- rows sharing a key change as one
 old AS (SELECT key, fingerprint FROM gcos_registry_row WHERE registry = $1),
 first AS (SELECT NOT EXISTS (SELECT 1 FROM gcos_registry_poll WHERE registry = $1) AS first),
 diff AS (
@@ -66,7 +67,7 @@ kept AS (INSERT INTO gcos_registry_row (registry, key, fingerprint)
          SELECT $1, c.key, c.fp FROM cur c JOIN diff d ON d.key = c.key
          ON CONFLICT (registry, key) DO UPDATE SET fingerprint = excluded.fingerprint),
 polled AS (INSERT INTO gcos_registry_poll (registry, polled_at, row_count, xor_fingerprint)
-           SELECT $1, statement_timestamp(), count(*), coalesce(bit_xor(fp), 0) FROM cur
+           SELECT $1, statement_timestamp(), count(*), coalesce(bit_xor(fp), 0) FROM raw
            ON CONFLICT (registry) DO UPDATE SET polled_at = excluded.polled_at, row_count = excluded.row_count,
                xor_fingerprint = excluded.xor_fingerprint)
 SELECT (SELECT first FROM first), d.key, d.action FROM (SELECT 1) one LEFT JOIN diff d ON true ORDER BY d.key`
