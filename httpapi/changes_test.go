@@ -205,8 +205,7 @@ func followStream(ctx context.Context, e *env, cursor string, total *atomic.Int6
 		}
 		req.Header.Set("Authorization", "Bearer "+readerToken)
 		if last != "" {
-			req.URL.RawQuery = "" // a reconnecting EventSource sends only its Last-Event-ID
-			req.Header.Set("Last-Event-ID", last)
+			req.Header.Set("Last-Event-ID", last) // as an EventSource reconnects: the same URL, and the last id
 		}
 		resp, err := e.srv.Client().Do(req)
 		if err != nil {

@@ -449,12 +449,13 @@ func (s *server) changes(w http.ResponseWriter, r *http.Request) int {
 }
 
 // watchChanges answers GET /v1/changes/watch: the verdict changes as Server-Sent Events, in commit order, from a
-// cursor (after=, or the Last-Event-ID a reconnecting client sends; neither: from now). Each event is one change,
+// cursor (the Last-Event-ID a reconnecting client sends, else after=, else now). Each event is one change,
 // its id the cursor just past it, so a client that reconnects with Last-Event-ID receives every later change once.
 // The stream reads the log every http.watch_poll and sends a comment at least every http.watch_heartbeat; it ends
 // with the request (or, with an error event, when the log cannot be read).
 func (s *server) watchChanges(w http.ResponseWriter, r *http.Request) int {
-	after := cmp.Or(r.URL.Query().Get("after"), r.Header.Get("Last-Event-ID"), postgres.ChangesFromNow)
+	// A reconnecting EventSource repeats its URL (after= included) and adds Last-Event-ID: the event id wins.
+	after := cmp.Or(r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after"), postgres.ChangesFromNow)
 	if err := gcos.CheckParam("Last-Event-ID", after); err != nil {
 		return s.fail(w, r, err)
 	}
