@@ -38,7 +38,9 @@ func quick(t *testing.T, url string, opts ...client.Option) *client.Client {
 // served is a ready world of births births and the API over it (reader token readerToken), closed with the test.
 func served(t *testing.T, births int, seed uint64) (*gcostest.World, *httptest.Server) {
 	t.Helper()
-	w := gcostest.Ready(t, gcostest.Options{Births: births, Seed: seed})
+	// Questions with a token run the intake in the test (gcostest.World.HandOff): a race-instrumented pass on a busy
+	// machine may take longer than the default gate.timeout, which no test here is about.
+	w := gcostest.Ready(t, gcostest.Options{Births: births, Seed: seed, Config: func(c *gcos.Config) { c.Gate.Timeout = gcos.Duration(time.Minute) }})
 	// No daemon runs: a question with a token runs the intake itself.
 	g := gate.New(w.Store, nil, gate.WithHandOff(w.HandOff(t)))
 	h, err := httpapi.New(httpapi.Config{Store: w.Store, Gate: g, HTTP: gcos.HTTPConfig{Listen: "127.0.0.1:0", ReaderTokens: []string{readerToken}},

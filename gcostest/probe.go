@@ -139,12 +139,14 @@ const NotHeldAnnouncement = `NOT (issue_type IN ('issue_event_gap', 'handoff_unr
 
 // HandOff is the gate's view of the intake (gate.WithHandOff) in a test with no daemon: it runs the intake itself,
 // pass after pass, until every source row committed before the bound is handed off, as a running daemon's would
-// have, and then reads the present.
+// have, and then reads the present. What the world holds already is handed off at once, so that a question asked
+// later waits only for what the test itself wrote since.
 func (w *World) HandOff(t testing.TB) gate.HandOff {
+	t.Helper()
 	worker := w.Daemon(t, daemon.Config{}).Intake
 	stage := worker.Stage
 	var mu sync.Mutex // a worker makes one pass at a time
-	return func(ctx context.Context, at time.Time) (postgres.SourcePresent, error) {
+	handOff := func(ctx context.Context, at time.Time) (postgres.SourcePresent, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for {
@@ -158,4 +160,11 @@ func (w *World) HandOff(t testing.TB) gate.HandOff {
 			}
 		}
 	}
+	ctx, cancel := context.WithTimeout(w.Ctx, 2*time.Minute)
+	defer cancel()
+	// A world never backfilled has no cursor yet: a question with a token blocks there, as it would in a daemon.
+	if _, err := handOff(ctx, time.Time{}); err != nil && gcos.ErrorCode(err) != gcos.ENOTFOUND {
+		t.Fatalf("hand off the world: %v", err)
+	}
+	return handOff
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,7 +45,9 @@ type env struct {
 
 func newEnv(t *testing.T, births int, activate bool) *env {
 	t.Helper()
-	w := gcostest.New(t, gcostest.Options{Births: births, Seed: 7})
+	// The gate's questions with a token run the intake in the test (gcostest.World.HandOff): a race-instrumented
+	// pass on a busy machine may take longer than the default gate.timeout, which no test here is about.
+	w := gcostest.New(t, gcostest.Options{Births: births, Seed: 7, Config: func(c *gcos.Config) { c.Gate.Timeout = gcos.Duration(time.Minute) }})
 	e := &env{w: w, ctx: w.Ctx, pool: w.Pool, store: w.Store}
 	if births > 0 {
 		e.ruleset = w.Backfill(t).RulesetVersion
