@@ -32,12 +32,13 @@ func FuzzParseObjectRef(f *testing.F) {
 func TestGateBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 2000, nil)
+	g := b.gate() // made first: it hands off what the world holds (gcostest.World.HandOff)
 	before := b.world().Digest(t, `SELECT * FROM governance_candidate_state`) + b.world().Digest(t, `SELECT id, status, occurrence_count FROM system_issues`)
 	for _, in := range []struct{ object, action string }{
 		{"", "write"}, {"no-colon", "write"}, {"a:b", "delete"}, {"x\n:y", "read"}, {strings.Repeat("z", 700) + ":1", "write"},
 		{"nowhere:nothing", "write"},
 	} {
-		r := b.gate().Gate(b.ctx, in.object, in.action)
+		r := g.Gate(b.ctx, in.object, in.action)
 		if r.Decision != gcos.GateBlock || len(r.Reasons) == 0 {
 			t.Fatalf("gate(%q, %q) = %s %v, want block with a reason", in.object, in.action, r.Decision, r.Reasons)
 		}

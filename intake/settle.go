@@ -91,12 +91,18 @@ func presentSQL(sources []postgres.TailSource, noTZ []bool, regs []watchedRegist
 		if noTZ[i] {
 			pos, instant = "coalesce(c.position_ts, '-infinity'::timestamp)", "({ts} AT TIME ZONE c.time_zone)"
 		}
+		// GCOS's own rows in the change ledger (governance_audit_row, written in the same transaction) are never
+		// acted on, only set aside: nothing waits for them.
+		own := ""
+		if src.Kind == postgres.TailChangelog {
+			own = ` AND NOT EXISTS (SELECT 1 FROM governance_audit_row a WHERE a.changelog_id = {t}.{id})`
+		}
 		parts = append(parts, src.SQL(fmt.Sprintf(`SELECT %d AS i, c.source IS NOT NULL AS found, c.position_tstz, c.position_ts, c.position_id, f.instant,
 	    NULL::boolean AS changed
 	FROM (SELECT 1) one
 	LEFT JOIN gov_worker_cursor c ON c.source = ($1::text[])[%d]
 	LEFT JOIN LATERAL (SELECT `+instant+` AS instant FROM {t}
-	                   WHERE ({ts}, {id}) > (`+pos+`, coalesce(c.position_id, -9223372036854775808))
+	                   WHERE ({ts}, {id}) > (`+pos+`, coalesce(c.position_id, -9223372036854775808))`+own+`
 	                   ORDER BY {ts}, {id} LIMIT 1) f ON c.source IS NOT NULL`, i, i+1)))
 	}
 	parts = append(parts, registriesPresentSQL(regs, len(sources))...)
