@@ -10,6 +10,7 @@ import (
 	"gcos"
 	"gcos/embeddedpg"
 	"gcos/gate"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/world"
 )
@@ -46,7 +47,7 @@ func benchGateReplica(ctx context.Context, r *runner) ([]row, error) {
 		return nil, err
 	}
 	defer store.Close()
-	g := gate.New(store, nil)
+	g := gate.New(store, nil, gate.WithHandOff(intake.New(store).Present))
 	mctx, stopMonitor := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)

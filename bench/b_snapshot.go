@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos/gate"
+	"gcos/intake"
 	"gcos/postgres"
 	"gcos/world"
 )
@@ -52,7 +53,8 @@ func (r *runner) openStore(ctx context.Context, db string, maxConns int32) (*wor
 		return nil, func() {}, err
 	}
 	ws := &worldStore{db: db, pool: p, store: postgres.New(p, benchConfig(r.opts), r.log.With("system", "gcos"))}
-	ws.gate = gate.New(ws.store, nil)
+	// As gcos up wires it: a question with a token (or consistency=full) waits for the intake's progress.
+	ws.gate = gate.New(ws.store, nil, gate.WithHandOff(intake.New(ws.store).Present))
 	return ws, p.Close, nil
 }
 
