@@ -149,18 +149,16 @@ func (s *Stage) PollRegistries(ctx context.Context) (RegistryTick, error) {
 	return tick, errors.Join(errs...)
 }
 
-// registriesPresentSQL is presentSQL's part for the watched registries: for each (from i = base), whether it was
-// polled, when, and whether it holds now what its last poll handed off (same count and XOR of fingerprints).
+// registriesPresentSQL is presentSQL's part for the watched registries ($3: their names, in order): for each (from
+// i = base), whether it was polled, when, and whether it holds now what its last poll handed off (same count and XOR
+// of fingerprints).
 func registriesPresentSQL(regs []watchedRegistry, base int) []string {
 	var parts []string
 	for k, r := range regs {
 		parts = append(parts, fmt.Sprintf(`SELECT %d AS i, p.registry IS NOT NULL AS found, p.polled_at AS position_tstz,
 	    NULL::timestamp AS position_ts, NULL::bigint AS position_id, NULL::timestamptz AS instant,
 	    p.registry IS NULL OR (SELECT (count(*), coalesce(bit_xor(`+rowFingerprint+`), 0)) FROM %s t) IS DISTINCT FROM (p.row_count, p.xor_fingerprint) AS changed
-	FROM (SELECT 1) one LEFT JOIN gcos_registry_poll p ON p.registry = %s`, base+k, r.table, quoteLiteral(r.Table)))
+	FROM (SELECT 1) one LEFT JOIN gcos_registry_poll p ON p.registry = ($3::text[])[%d]`, base+k, r.table, k+1))
 	}
 	return parts
 }
-
-// quoteLiteral quotes s as an SQL string literal (a configured table name, validated as an identifier).
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

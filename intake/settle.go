@@ -82,8 +82,9 @@ func (s *Stage) behind(ctx context.Context, sources []postgres.TailSource, at ti
 	return p.positions, p.Waiting, nil
 }
 
-// presentSQL reads, for each source ($1 names, $2 the bound, null: the statement's start), its cursor's position
-// and the instant of its first row after it, in one statement: one snapshot for the whole present.
+// presentSQL reads, for each source ($1 names, $2 the bound, null: the statement's start), its cursor's position and
+// the instant of its first row after it, and for each watched registry ($3 names) whether it holds what its last
+// poll handed off, in one statement: one snapshot for the whole present.
 func presentSQL(sources []postgres.TailSource, noTZ []bool, regs []watchedRegistry) string {
 	var parts []string
 	for i, src := range sources {
@@ -143,7 +144,11 @@ func (s *Stage) present(ctx context.Context, sources []postgres.TailSource, at t
 		}
 		regs = s.registries.Load()
 	}
-	rows, err := s.pool.Query(ctx, presentSQL(sources, noTZ, *regs), names, bound)
+	regNames := make([]string, len(*regs))
+	for k, r := range *regs {
+		regNames[k] = r.Table
+	}
+	rows, err := s.pool.Query(ctx, presentSQL(sources, noTZ, *regs), names, bound, regNames)
 	if err != nil {
 		s.tsTypes.Clear() // a cursor reset since may have changed a column's type: read them again
 		return present{}, fmt.Errorf("the sources' present: %w", err)
