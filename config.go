@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -237,6 +238,14 @@ type GateConfig struct {
 	// BatchMax is the most checks one batch question may hold (POST /v1/gate, gcos gate --objects-from): a batch is
 	// answered from one instant, so its size bounds how long that instant's read holds a connection.
 	BatchMax int `json:"batch_max"`
+	// AuthZENActions maps an AuthZEN action name (action.name) onto the gate action it asks (write or read); an
+	// action it does not name is a deny. A configuration file's entries are added to the defaults (read, write).
+	AuthZENActions map[string]string `json:"authzen_actions"`
+	// SearchHold is how long a resource search's snapshot is held open after its last page (every page of one
+	// search is read from one instant); SearchMax bounds the searches held at once, each an open transaction on a
+	// connection of its own.
+	SearchHold Duration `json:"search_hold"`
+	SearchMax  int      `json:"search_max"`
 }
 
 // SnapshotConfig configures source-snapshot capture and retention.
@@ -473,7 +482,8 @@ func DefaultConfig() Config {
 			View: true, ViewObjects: 200_000, MaxStaleness: Duration(100 * time.Millisecond), ViewRefresh: Duration(20 * time.Millisecond),
 			ViewBirthMaxAge: Duration(30 * time.Second), FeedRetention: Duration(10 * time.Minute),
 			RescanDeadline: Duration(50 * time.Millisecond), RescanConcurrency: 2, BatchMax: 1000,
-			HandOffPoll: Duration(10 * time.Millisecond)},
+			HandOffPoll: Duration(10 * time.Millisecond), AuthZENActions: map[string]string{ActionRead: ActionRead, ActionWrite: ActionWrite},
+			SearchHold: Duration(time.Minute), SearchMax: 8},
 		Snapshot: SnapshotConfig{
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
@@ -771,6 +781,16 @@ func (c Config) Validate() error {
 	p.positive("gate.handoff_poll", c.Gate.HandOffPoll)
 	p.positiveInt("gate.rescan_concurrency", c.Gate.RescanConcurrency)
 	p.positiveInt("gate.batch_max", c.Gate.BatchMax)
+	p.positive("gate.search_hold", c.Gate.SearchHold)
+	p.positiveInt("gate.search_max", c.Gate.SearchMax)
+	for _, name := range slices.Sorted(maps.Keys(c.Gate.AuthZENActions)) {
+		action := c.Gate.AuthZENActions[name]
+		if err := CheckParam("action", name); err != nil || name == "" {
+			p.add("gate.authzen_actions", "action name %s: want a non-empty printable name", quoteInput(name))
+		} else if action != ActionWrite && action != ActionRead {
+			p.add("gate.authzen_actions", "%s maps to %s: want write or read", quoteInput(name), quoteInput(action))
+		}
+	}
 	if c.Gate.ViewRefresh >= c.Gate.MaxStaleness/2 {
 		p.add("gate.view_refresh", "must be under half of gate.max_staleness (%s), or the view could never prove it is fresh", c.Gate.MaxStaleness.Duration())
 	}

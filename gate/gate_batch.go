@@ -215,13 +215,25 @@ func (g *Gate) decideBatch(ctx context.Context, refs []postgres.ObjectRef, actio
 // gateBatchReads reads every object's gate inputs in one read-only repeatable-read transaction: one snapshot and
 // one clock (now() is the transaction's) for the whole batch, the statements sent in one round trip.
 func (g *Gate) gateBatchReads(ctx context.Context, pool *pgxpool.Pool, refs []postgres.ObjectRef) ([]objectReads, error) {
-	reads := make([]objectReads, len(refs))
+	var reads []objectReads
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var now time.Time
 		var token string
 		if err := tx.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text`).Scan(&now, &token); err != nil {
 			return err
 		}
+		var err error
+		reads, err = g.batchReadsIn(ctx, tx, refs, now, token)
+		return err
+	})
+	return reads, err
+}
+
+// batchReadsIn reads every object's gate inputs in tx, judged at now and stamped with token (the transaction's
+// own, or a resource search's first page's).
+func (g *Gate) batchReadsIn(ctx context.Context, tx pgx.Tx, refs []postgres.ObjectRef, now time.Time, token string) ([]objectReads, error) {
+	reads := make([]objectReads, len(refs))
+	err := func() error {
 		b := &pgx.Batch{}
 		for _, ref := range refs {
 			b.Queue(g.gateSQLText, ref.Collection, ref.Code)
@@ -254,6 +266,6 @@ func (g *Gate) gateBatchReads(ctx context.Context, pool *pgxpool.Pool, refs []po
 			}
 		}
 		return nil
-	})
+	}()
 	return reads, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,9 @@ type Gate struct {
 	gateOutage gateOutage
 	// gateSQLText and birthRawSQLText are built once from the source binding: the gate is the hot path.
 	gateSQLText, birthRawSQLText string
+
+	searchOnce sync.Once
+	search     *searchHolds // the snapshots held for resource searches (searches)
 }
 
 // Config is what the gate decides by: its own section (gate.*) and, of the others, only what it reads.
@@ -93,6 +97,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	if v := g.view.Load(); v != nil {
 		group.Go(func() error { return wrap("gate view", v.Run(ctx)) })
 	}
+	defer g.closeSearches()
 	if g.replica != nil {
 		g.logger.Info("gate: reads through from the replica while it is proven within gate.max_staleness of the primary, else from the primary",
 			"max_staleness", g.cfg.Gate.MaxStaleness.Duration())

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,14 +51,10 @@ type gateQuery struct {
 
 // parseGateQuery checks the gate's query parameters (their names were checked by wrap).
 func parseGateQuery(q url.Values) (gateQuery, error) {
-	g := gateQuery{opt: gate.GateOptions{Consistency: q.Get("consistency"), AtLeast: q.Get("at_least")}}
-	if c := g.opt.Consistency; c != "" && !slices.Contains(gate.Consistencies, c) {
-		return g, gcos.Errorf(gcos.EINVALID, "consistency %q: want one of %s", c, strings.Join(gate.Consistencies, ", "))
-	}
-	if g.opt.AtLeast != "" {
-		if _, err := gcos.ParseConsistencyToken(g.opt.AtLeast); err != nil {
-			return g, err
-		}
+	opt, err := gateOptions(q.Get("consistency"), q.Get("at_least"), "")
+	g := gateQuery{opt: opt}
+	if err != nil {
+		return g, err
 	}
 	switch v := q.Get("explain"); v {
 	case "", "0", "false":
@@ -69,6 +64,20 @@ func parseGateQuery(q url.Values) (gateQuery, error) {
 		return g, gcos.Errorf(gcos.EINVALID, "explain %q: want 1 or 0", v)
 	}
 	return g, nil
+}
+
+// gateOptions checks a question's freshness demands (named with prefix in the error).
+func gateOptions(consistency, atLeast, prefix string) (gate.GateOptions, error) {
+	opt := gate.GateOptions{Consistency: consistency, AtLeast: atLeast}
+	if c := opt.Consistency; c != "" && !slices.Contains(gate.Consistencies, c) {
+		return opt, gcos.Errorf(gcos.EINVALID, "%sconsistency %q: want one of %s", prefix, c, strings.Join(gate.Consistencies, ", "))
+	}
+	if opt.AtLeast != "" {
+		if _, err := gcos.ParseConsistencyToken(opt.AtLeast); err != nil {
+			return opt, err
+		}
+	}
+	return opt, nil
 }
 
 // gateOne answers GET /v1/gate?object=C:E&action=write|read. Allow and block are both answers (200); the body is
@@ -154,11 +163,7 @@ func (s *server) gateBatch(w http.ResponseWriter, r *http.Request) int {
 
 // gateBatchRefused answers a batch the gate does not take: each check it could read blocked, with the error.
 func (s *server) gateBatchRefused(w http.ResponseWriter, r *http.Request, checks []gcos.GateCheck, err error) int {
-	status, detail := http.StatusBadRequest, ErrorDetail{Code: gcos.EINVALID, Message: gcos.ErrorMessage(err)}
-	var he *httpError
-	if errors.As(err, &he) {
-		status, detail = he.status, ErrorDetail{Code: he.code, Message: he.msg}
-	}
+	status, detail := s.errorAnswer(r, err)
 	for i := range checks {
 		checks[i].Object, checks[i].Action = strings.ToValidUTF8(checks[i].Object, "\ufffd"), strings.ToValidUTF8(checks[i].Action, "\ufffd")
 	}

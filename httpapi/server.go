@@ -117,6 +117,10 @@ var routeTable = []route{
 	{Route{http.MethodGet, "/static/{file}", AccessPublic, nil}, (*server).static},
 	{Route{http.MethodGet, "/favicon.ico", AccessPublic, nil}, (*server).favicon},
 	{Route{http.MethodGet, "/v1", AccessPublic, nil}, (*server).index},
+	{Route{http.MethodPost, gcos.AuthZENEvaluationPath, AccessReader, nil}, (*server).authzenEvaluation},
+	{Route{http.MethodPost, gcos.AuthZENEvaluationsPath, AccessReader, nil}, (*server).authzenEvaluations},
+	{Route{http.MethodPost, gcos.AuthZENSearchResourcePath, AccessReader, nil}, (*server).authzenSearchResource},
+	{Route{http.MethodGet, gcos.AuthZENMetadataPath, AccessPublic, nil}, (*server).authzenMetadata},
 }
 
 // Routes lists every route New registers.
@@ -295,8 +299,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h["X-Content-Type-Options"] = hdrNoSniff
 	h["X-Frame-Options"] = hdrDeny
 	h["Referrer-Policy"] = hdrNoReferrer
+	if id := r.Header["X-Request-Id"]; len(id) == 1 && len(id[0]) <= maxRequestID {
+		h["X-Request-Id"] = id // the caller's request identifier, echoed (AuthZEN: the PDP MUST answer with it)
+	}
 	s.mux.ServeHTTP(w, r)
 }
+
+// maxRequestID bounds an X-Request-ID echoed back: a longer one is not an identifier.
+const maxRequestID = 256
 
 // noRoutePattern catches every request no route takes (the most general pattern: any route is more specific).
 const noRoutePattern = "/"
@@ -326,7 +336,7 @@ func (s *server) wrap(rt route) http.Handler {
 	counts := &codeCounter{vec: s.m.requests, route: rt.Pattern()}
 	slots := s.slots
 	switch rt.Path {
-	case gatePath:
+	case gatePath, gcos.AuthZENEvaluationPath, gcos.AuthZENEvaluationsPath:
 		slots = s.gateSlots
 	case "/healthz":
 		slots = nil // liveness answers even when every place is taken
@@ -479,6 +489,19 @@ func statusOf(code string) int {
 // fail answers with err mapped to a status. Only internal errors are logged, and their details never reach the
 // client; a dependency that timed out or could not be reached is 503, not a bug.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) int {
+	status, detail := s.errorAnswer(r, err)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gcos"`)
+	}
+	return writeJSON(w, status, ErrorBody{Error: detail})
+}
+
+// errorAnswer is the status and body detail of an error answer (an httpError's own status, else its code's).
+func (s *server) errorAnswer(r *http.Request, err error) (int, ErrorDetail) {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he.status, ErrorDetail{Code: he.code, Message: he.msg}
+	}
 	code := gcos.ErrorCode(err)
 	msg := gcos.ErrorMessage(err)
 	if code == gcos.EINTERNAL {
@@ -493,22 +516,24 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) int {
 			s.logger.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
 	}
-	status := statusOf(code)
-	if status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="gcos"`)
-	}
-	return writeJSON(w, status, ErrorBody{Error: ErrorDetail{Code: code, Message: msg}})
+	return statusOf(code), ErrorDetail{Code: code, Message: msg}
 }
 
 // decodeBody reads a JSON request body into v: application/json only, at most the body limit (wrap bounds every
 // body), one object, no unknown fields.
-func (s *server) decodeBody(r *http.Request, v any) error {
+func (s *server) decodeBody(r *http.Request, v any) error { return s.decodeJSON(r, v, true) }
+
+// decodeJSON is decodeBody; strict refuses unknown fields (GCOS's own bodies), else they are ignored (a standard's
+// bodies, whose receivers must ignore what they do not know).
+func (s *server) decodeJSON(r *http.Request, v any, strict bool) error {
 	ct := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 		return &httpError{status: http.StatusUnsupportedMediaType, code: gcos.EINVALID, msg: "the body must be JSON (Content-Type: application/json)"}
 	}
 	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
