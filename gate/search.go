@@ -239,8 +239,8 @@ func (g *Gate) Held() int {
 	return len(h.held)
 }
 
-// closeSearches releases every snapshot the gate holds for resource searches (Run's end).
-func (g *Gate) closeSearches() {
+// ReleaseSearches releases every snapshot the gate holds for resource searches (Run does at its end).
+func (g *Gate) ReleaseSearches() {
 	h := g.searches()
 	h.mu.Lock()
 	ids := make([]string, 0, len(h.held))

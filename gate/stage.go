@@ -97,7 +97,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	if v := g.view.Load(); v != nil {
 		group.Go(func() error { return wrap("gate view", v.Run(ctx)) })
 	}
-	defer g.closeSearches()
+	defer g.ReleaseSearches()
 	if g.replica != nil {
 		g.logger.Info("gate: reads through from the replica while it is proven within gate.max_staleness of the primary, else from the primary",
 			"max_staleness", g.cfg.Gate.MaxStaleness.Duration())

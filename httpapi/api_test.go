@@ -40,7 +40,8 @@ type env struct {
 	pool    *pgxpool.Pool
 	store   *postgres.Store
 	srv     *httptest.Server
-	ruleset string // the backfill's ruleset (active when activated)
+	srvGate *gate.Gate // the served gate
+	ruleset string     // the backfill's ruleset (active when activated)
 }
 
 func newEnv(t *testing.T, births int, activate bool) *env {
@@ -64,6 +65,8 @@ func (e *env) serve(t *testing.T, cfg gcos.HTTPConfig) {
 	t.Helper()
 	// No daemon runs: a question with a token runs the intake itself.
 	g := gate.New(e.store, nil, gate.WithHandOff(e.w.HandOff(t)))
+	e.srvGate = g
+	t.Cleanup(g.ReleaseSearches) // a search's held snapshot would keep the test's database open
 	h, err := httpapi.New(httpapi.Config{Store: e.store, Gate: g, HTTP: cfg, Registry: prometheus.NewRegistry(), Version: "test"})
 	if err != nil {
 		t.Fatalf("httpapi.New: %v", err)
@@ -172,39 +175,43 @@ func TestAPI(t *testing.T) {
 			path, body string
 			want       []int
 		}{
-			"GET /v1/gate":                         {"/v1/gate?object=" + url.QueryEscape(object) + "&action=read", "", []int{200}},
-			"POST /v1/gate":                        {"/v1/gate", `{"checks":[{"object":"` + object + `","action":"read"}]}`, []int{200}},
-			"GET /v1/explain":                      {"/v1/explain?object=" + url.QueryEscape(object), "", []int{200}},
-			"GET /v1/token":                        {"/v1/token", "", []int{200}},
-			"GET /v1/groups":                       {"/v1/groups?limit=5", "", []int{200}},
-			"GET /v1/groups/{key}":                 {"/v1/groups/" + groupKey, "", []int{200}},
-			"GET /v1/invariant":                    {"/v1/invariant", "", []int{200}},
-			"GET /v1/summary":                      {"/v1/summary", "", []int{200}},
-			"GET /v1/rulesets":                     {"/v1/rulesets", "", []int{200}},
-			"GET /v1/snapshots":                    {"/v1/snapshots", "", []int{200}},
-			"GET /v1/findings":                     {"/v1/findings?open=true", "", []int{200}},
-			"GET /v1/workers":                      {"/v1/workers", "", []int{200}},
-			"GET /v1/changes":                      {"/v1/changes?limit=5", "", []int{200}},
-			"GET /v1/changes/watch":                {"/v1/changes/watch?after=not-a-cursor", "", []int{400}}, // a stream otherwise
-			"POST /v1/rulesets/{version}/activate": {"/v1/rulesets/" + e.ruleset + "/activate", `{"approval_ref":"APR-2","actor":"someone"}`, []int{409}},
-			"POST /v1/rulesets":                    {"/v1/rulesets", `{"proposer":"someone"}`, []int{200}},
-			"GET /v1/findings/{id}":                {"/v1/findings/999999999", "", []int{404}},
-			"POST /v1/findings/{id}/resolve":       {"/v1/findings/999999999/resolve", `{"reason":"fixed upstream"}`, []int{404}},
-			"GET /v1/notifications":                {"/v1/notifications?limit=5", "", []int{200}},
-			"POST /v1/notifications/read":          {"/v1/notifications/read", `{"all":true}`, []int{200}},
-			"POST /v1/notifications/mute":          {"/v1/notifications/mute", `{"stream":"governance.handoff"}`, []int{200}},
-			"POST /v1/notifications/unmute":        {"/v1/notifications/unmute", `{"stream":"governance.handoff"}`, []int{200, 404}},
-			"POST /v1/notifications/subscribe":     {"/v1/notifications/subscribe", `{"event_type":"governance.*"}`, []int{200}},
-			"GET /v1/me":                           {"/v1/me", "", []int{200}},
-			"POST /v1/cursors/{source}/reset":      {"/v1/cursors/birth_registry/reset", `{"to":"start"}`, []int{200}},
-			"GET /metrics":                         {"/metrics", "", []int{200}},
-			"GET /healthz":                         {"/healthz", "", []int{200}},
-			"GET /readyz":                          {"/readyz", "", []int{200}},
-			"GET /openapi.json":                    {"/openapi.json", "", []int{200}},
-			"GET /":                                {"/", "", []int{200}},
-			"GET /static/{file}":                   {"/static/app.js", "", []int{200}},
-			"GET /favicon.ico":                     {"/favicon.ico", "", []int{200}},
-			"GET /v1":                              {"/v1", "", []int{200}},
+			"GET /v1/gate":                           {"/v1/gate?object=" + url.QueryEscape(object) + "&action=read", "", []int{200}},
+			"POST /v1/gate":                          {"/v1/gate", `{"checks":[{"object":"` + object + `","action":"read"}]}`, []int{200}},
+			"GET /v1/explain":                        {"/v1/explain?object=" + url.QueryEscape(object), "", []int{200}},
+			"GET /v1/token":                          {"/v1/token", "", []int{200}},
+			"GET /v1/groups":                         {"/v1/groups?limit=5", "", []int{200}},
+			"GET /v1/groups/{key}":                   {"/v1/groups/" + groupKey, "", []int{200}},
+			"GET /v1/invariant":                      {"/v1/invariant", "", []int{200}},
+			"GET /v1/summary":                        {"/v1/summary", "", []int{200}},
+			"GET /v1/rulesets":                       {"/v1/rulesets", "", []int{200}},
+			"GET /v1/snapshots":                      {"/v1/snapshots", "", []int{200}},
+			"GET /v1/findings":                       {"/v1/findings?open=true", "", []int{200}},
+			"GET /v1/workers":                        {"/v1/workers", "", []int{200}},
+			"GET /v1/changes":                        {"/v1/changes?limit=5", "", []int{200}},
+			"GET /v1/changes/watch":                  {"/v1/changes/watch?after=not-a-cursor", "", []int{400}}, // a stream otherwise
+			"POST /v1/rulesets/{version}/activate":   {"/v1/rulesets/" + e.ruleset + "/activate", `{"approval_ref":"APR-2","actor":"someone"}`, []int{409}},
+			"POST /v1/rulesets":                      {"/v1/rulesets", `{"proposer":"someone"}`, []int{200}},
+			"GET /v1/findings/{id}":                  {"/v1/findings/999999999", "", []int{404}},
+			"POST /v1/findings/{id}/resolve":         {"/v1/findings/999999999/resolve", `{"reason":"fixed upstream"}`, []int{404}},
+			"GET /v1/notifications":                  {"/v1/notifications?limit=5", "", []int{200}},
+			"POST /v1/notifications/read":            {"/v1/notifications/read", `{"all":true}`, []int{200}},
+			"POST /v1/notifications/mute":            {"/v1/notifications/mute", `{"stream":"governance.handoff"}`, []int{200}},
+			"POST /v1/notifications/unmute":          {"/v1/notifications/unmute", `{"stream":"governance.handoff"}`, []int{200, 404}},
+			"POST /v1/notifications/subscribe":       {"/v1/notifications/subscribe", `{"event_type":"governance.*"}`, []int{200}},
+			"GET /v1/me":                             {"/v1/me", "", []int{200}},
+			"POST /v1/cursors/{source}/reset":        {"/v1/cursors/birth_registry/reset", `{"to":"start"}`, []int{200}},
+			"GET /metrics":                           {"/metrics", "", []int{200}},
+			"GET /healthz":                           {"/healthz", "", []int{200}},
+			"GET /readyz":                            {"/readyz", "", []int{200}},
+			"GET /openapi.json":                      {"/openapi.json", "", []int{200}},
+			"GET /":                                  {"/", "", []int{200}},
+			"GET /static/{file}":                     {"/static/app.js", "", []int{200}},
+			"GET /favicon.ico":                       {"/favicon.ico", "", []int{200}},
+			"GET /v1":                                {"/v1", "", []int{200}},
+			"POST /access/v1/evaluation":             {"/access/v1/evaluation", azEval(object), []int{200}},
+			"POST /access/v1/evaluations":            {"/access/v1/evaluations", `{"subject":{"type":"pipeline","id":"ci"},"action":{"name":"read"},"evaluations":[{"resource":` + azResource(object) + `}]}`, []int{200}},
+			"POST /access/v1/search/resource":        {"/access/v1/search/resource", `{"subject":{"type":"pipeline","id":"ci"},"action":{"name":"read"},"resource":{"type":"` + strings.Split(object, ":")[0] + `"},"page":{"limit":5}}`, []int{200}},
+			"GET /.well-known/authzen-configuration": {"/.well-known/authzen-configuration", "", []int{200}},
 		}
 		for _, r := range httpapi.Routes() {
 			name := r.Method + " " + r.Path
