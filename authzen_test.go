@@ -183,3 +183,49 @@ func TestAuthZENActionsConfig(t *testing.T) {
 		t.Fatalf("Validate = %v", err)
 	}
 }
+
+// FuzzAuthZENRequest: any body either fails to decode, is refused with a clear EINVALID error, or resolves into
+// items each of which is a well-formed gate check, a deny, or an error; an item that is not a gate check never
+// decides true, whatever the gate would have said.
+func FuzzAuthZENRequest(f *testing.F) {
+	f.Add([]byte(`{"subject":{"type":"p","id":"ci"},"action":{"name":"write"},"resource":{"type":"a","id":"1"}}`))
+	f.Add([]byte(`{"subject":{"type":"p","id":"ci"},"action":{"name":"read"},"evaluations":[{"resource":{"type":"a","id":"1"}},{"resource":{"type":"a:b","id":"x"}},{}],"options":{"evaluations_semantic":"deny_on_first_deny"}}`))
+	f.Add([]byte(`{"evaluations":[],"options":{"evaluations_semantic":"permit_on_first_permit","explain":true}}`))
+	f.Add([]byte(`{"subject":{"type":"p","id":"ci"},"action":{"name":"x\u001b"},"resource":{"type":"a","id":"\u0000"}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var r AuthZENRequest
+		if json.Unmarshal(body, &r) != nil {
+			return
+		}
+		if _, err := r.Opts().Semantic(); err != nil && ErrorCode(err) != EINVALID {
+			t.Fatalf("semantic error code %s", ErrorCode(err))
+		}
+		items, err := r.Items(5, testActions)
+		if err != nil {
+			if ErrorCode(err) != EINVALID || ErrorMessage(err) == "" {
+				t.Fatalf("refusal %v", err)
+			}
+			return
+		}
+		ds := make([]AuthZENDecision, len(items))
+		for i, it := range items {
+			switch {
+			case it.Err != nil:
+				if ErrorCode(it.Err) != EINVALID {
+					t.Fatalf("item error code %s", ErrorCode(it.Err))
+				}
+			default:
+				if CheckObjectRef(it.Check.Object) != nil || (it.Check.Action != ActionWrite && it.Check.Action != ActionRead) {
+					t.Fatalf("item %d asks the gate a malformed check %+v", i, it.Check)
+				}
+			}
+			ds[i] = it.Decide(GateAnswer{Decision: GateAllow}, true)
+			if ds[i].Decision && (it.Err != nil || it.Deny != "") {
+				t.Fatalf("item %d (%+v) decides true", i, it)
+			}
+		}
+		if out := ShortCircuit(AuthZENDenyOnFirstDeny, ds, false); len(out) == 0 || len(out) > len(ds) {
+			t.Fatalf("%d answers of %d", len(out), len(ds))
+		}
+	})
+}

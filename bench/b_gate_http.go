@@ -103,6 +103,37 @@ func benchGateHTTP(ctx context.Context, r *runner) ([]row, error) {
 		count("", btoi(ok))
 		return err
 	}
+	// The same questions in OpenID AuthZEN's shape (client.Evaluate / client.Evaluations).
+	subject, write := &gcos.AuthZENEntity{Type: "pipeline", ID: "bench"}, &gcos.AuthZENAction{Name: gcos.ActionWrite}
+	resource := func(i int) *gcos.AuthZENEntity {
+		o := objs[i%len(objs)]
+		return &gcos.AuthZENEntity{Type: o.coll, ID: o.code}
+	}
+	azSingle := func(ctx context.Context, i int) error {
+		d, err := c.Evaluate(ctx, gcos.AuthZENEvaluation{Subject: subject, Action: write, Resource: resource(i)}, nil)
+		if err != nil {
+			return err
+		}
+		count("", btoi(d.Decision))
+		return nil
+	}
+	azBatch := func(ctx context.Context, i int) error {
+		req := gcos.AuthZENRequest{AuthZENEvaluation: gcos.AuthZENEvaluation{Subject: subject, Action: write},
+			Evaluations: make([]gcos.AuthZENEvaluation, gateBatchSize)}
+		for k := range req.Evaluations {
+			req.Evaluations[k].Resource = resource(i*gateBatchSize + k)
+		}
+		ds, err := c.Evaluations(ctx, req)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, d := range ds {
+			n += btoi(d.Decision)
+		}
+		count("", n)
+		return nil
+	}
 	type way struct {
 		name    string
 		fn      func(context.Context, int) error
@@ -120,6 +151,8 @@ func benchGateHTTP(ctx context.Context, r *runner) ([]row, error) {
 		{name: "in-process batch, view", fn: inProcBatch, callers: gateWorkers, per: gateBatchSize},
 		{name: "naive", fn: naive, callers: gateWorkers, per: 1},
 		{name: "http single, view, 8 callers", fn: single(), callers: 8, per: 1},
+		{name: "authzen evaluation, view", fn: azSingle, callers: httpCallers, per: 1},
+		{name: "authzen evaluations, view", fn: azBatch, callers: httpCallers, per: gateBatchSize},
 	}
 	for _, w := range ways { // warm-up, untimed: births cached, connections open
 		if _, _, err := hammer(ctx, w.callers, r.opts.gateDuration/5, w.fn); err != nil {
@@ -171,6 +204,12 @@ func benchGateHTTP(ctx context.Context, r *runner) ([]row, error) {
 		mk("HTTP batch of 100 decisions/s (database)", "decisions/s", higher, ways[3].fig.rate, nil,
 			"consistency=full: one repeatable-read transaction per batch, the 100 statements pipelined"),
 		mk("HTTP batch of 100 p99 per call (database)", "ms", lower, ways[3].fig.p99, nil, ""),
+		mk("AuthZEN evaluation decisions/s (view)", "decisions/s", higher, ways[8].fig.rate, nil,
+			"POST /access/v1/evaluation through client.Evaluate, the same questions as the HTTP single rows; the default answer {\"decision\": …}"),
+		mk("AuthZEN evaluation p99 (view)", "ms", lower, ways[8].fig.p99, nil, ""),
+		mk("AuthZEN evaluations of 100 decisions/s (view)", "decisions/s", higher, ways[9].fig.rate, nil,
+			"POST /access/v1/evaluations through client.Evaluations, execute_all, subject and action as defaults; one gate batch from one instant"),
+		mk("AuthZEN evaluations of 100 p99 per call (view)", "ms", lower, ways[9].fig.p99, nil, ""),
 		mk("in-process single decisions/s (view)", "decisions/s", higher, ways[4].fig.rate, nil, "Gate.Gate, no HTTP: what the HTTP path adds is the difference"),
 		mk("in-process batch of 100 decisions/s (view)", "decisions/s", higher, ways[5].fig.rate, nil, "Gate.GateBatch, no HTTP"),
 		{Bench: "gate_http", Metric: "bytes per single answer (median)", Unit: "bytes", Better: lower, Ours: percentile(lean, 50), Naive: fptr(percentile(full, 50)),

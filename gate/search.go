@@ -75,8 +75,9 @@ func decodeSearchCursor(s string) (searchCursor, error) {
 
 // searchHolds are the snapshots this process holds open for the searches it started.
 type searchHolds struct {
-	mu   sync.Mutex
-	held map[string]*heldSnapshot
+	mu      sync.Mutex
+	held    map[string]*heldSnapshot
+	opening int // first pages connecting now
 }
 
 type heldSnapshot struct {
@@ -180,11 +181,19 @@ func (g *Gate) SearchResources(ctx context.Context, q SearchQuery) (SearchPage, 
 func (g *Gate) holdSnapshot(ctx context.Context) (id string, at time.Time, token string, err error) {
 	h := g.searches()
 	h.mu.Lock()
-	n := len(h.held)
+	n := len(h.held) + h.opening
+	if n < g.cfg.Gate.SearchMax {
+		h.opening++ // a place taken while the connection opens, so concurrent first pages cannot pass the bound
+	}
 	h.mu.Unlock()
 	if n >= g.cfg.Gate.SearchMax {
 		return "", at, "", gcos.Errorf(gcos.EUNAVAILABLE, "%d resource searches are in progress (gate.search_max); retry shortly", n)
 	}
+	defer func() {
+		h.mu.Lock()
+		h.opening--
+		h.mu.Unlock()
+	}()
 	conn, err := pgx.ConnectConfig(ctx, g.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return "", at, "", fmt.Errorf("resource search: connect: %w", err)

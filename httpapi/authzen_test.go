@@ -310,6 +310,24 @@ func TestAuthZENSearch(t *testing.T) {
 				t.Errorf("%s: %d %s, want 400 %q", tc.name, a.status, a.body, tc.want)
 			}
 		}
+		e.srvGate.ReleaseSearches()
+		// At most gate.search_max snapshots are held at once: past it a first page is turned away (503), and a
+		// search already begun goes on.
+		max := e.store.Config().Gate.SearchMax
+		var begun gcos.AuthZENSearchAnswer
+		for i := 0; i < max; i++ {
+			e.call(t, "POST", "/access/v1/search/resource", readerToken, azSearch(object, 1, "")).json(t, &begun)
+		}
+		if a := e.call(t, "POST", "/access/v1/search/resource", readerToken, azSearch(object, 1, "")); a.status != 503 || e.srvGate.Held() != max {
+			t.Fatalf("search %d: %d %s, %d held", max+1, a.status, a.body, e.srvGate.Held())
+		}
+		if a := e.call(t, "POST", "/access/v1/search/resource", readerToken, azSearch(object, 1, begun.Page.NextToken)); a.status != 200 {
+			t.Fatalf("a search begun: %d %s", a.status, a.body)
+		}
+		e.srvGate.ReleaseSearches()
+		if a := e.call(t, "POST", "/access/v1/search/resource", readerToken, azSearch(object, 1, begun.Page.NextToken)); a.status != 400 || !strings.Contains(string(a.body), "no longer held") {
+			t.Fatalf("a released search: %d %s", a.status, a.body)
+		}
 		// An action the gate does not answer is allowed on nothing.
 		a := e.call(t, "POST", "/access/v1/search/resource", readerToken, strings.Replace(azSearch(object, 3, ""), `"write"`, `"delete"`, 1))
 		if a.status != 200 || !strings.Contains(string(a.body), `"results":[]`) {
