@@ -122,7 +122,7 @@ func TestAuthZENInteropRunner(t *testing.T) {
 		_ = logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
-			t.Logf("gcos up log (tail):\n%s", tail(string(b), 3000))
+			t.Logf("gcos up log (tail):\n%s", tailLines(string(b), 40))
 		}
 	})
 	wait.For(t, 90*time.Second, "gcos up starts serving", func() bool {
@@ -240,12 +240,4 @@ func TestAuthZENInteropRunner(t *testing.T) {
 		t.Fatalf("with two wrong expectations the runner says %v\n%s", counts, out)
 	}
 	t.Logf("with two wrong expectations: %v", fmt.Sprint(counts))
-}
-
-// tail is the last n bytes of s.
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
 }

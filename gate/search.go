@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -106,7 +108,7 @@ func (g *Gate) SearchResources(ctx context.Context, q SearchQuery) (SearchPage, 
 		if cur.Collection != q.Collection || cur.Action != q.Action || cur.Limit != q.Limit {
 			return SearchPage{}, gcos.Errorf(gcos.EINVALID, "page.token: the request differs from the search's first page (resource.type, action, page.limit must stay the same)")
 		}
-		g.searches().extend(cur.Snapshot, g.cfg.Gate.SearchHold.Duration())
+		g.search.extend(cur.Snapshot, g.cfg.Gate.SearchHold.Duration())
 	} else {
 		var err error
 		if cur.Snapshot, cur.AsOf, cur.Token, err = g.holdSnapshot(ctx); err != nil {
@@ -171,7 +173,7 @@ func (g *Gate) SearchResources(ctx context.Context, q SearchQuery) (SearchPage, 
 		return SearchPage{}, fmt.Errorf("resource search page: %w", err)
 	}
 	if page.Next == "" {
-		g.searches().release(cur.Snapshot)
+		g.search.release(cur.Snapshot)
 	}
 	return page, nil
 }
@@ -179,7 +181,7 @@ func (g *Gate) SearchResources(ctx context.Context, q SearchQuery) (SearchPage, 
 // holdSnapshot opens a transaction on a connection of its own, exports its snapshot and holds it for
 // gate.search_hold; it returns the snapshot's identifier, clock and consistency token.
 func (g *Gate) holdSnapshot(ctx context.Context) (id string, at time.Time, token string, err error) {
-	h := g.searches()
+	h := g.search
 	h.mu.Lock()
 	n := len(h.held) + h.opening
 	if n < g.cfg.Gate.SearchMax {
@@ -212,11 +214,6 @@ func (g *Gate) holdSnapshot(ctx context.Context) (id string, at time.Time, token
 	return id, at, token, nil
 }
 
-func (g *Gate) searches() *searchHolds {
-	g.searchOnce.Do(func() { g.search = &searchHolds{held: map[string]*heldSnapshot{}} })
-	return g.search
-}
-
 // extend keeps a held snapshot for another hold (a later page answered by the process holding it).
 func (h *searchHolds) extend(id string, hold time.Duration) {
 	h.mu.Lock()
@@ -242,7 +239,7 @@ func (h *searchHolds) release(id string) {
 
 // Held is how many resource-search snapshots this gate holds open.
 func (g *Gate) Held() int {
-	h := g.searches()
+	h := g.search
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.held)
@@ -250,12 +247,9 @@ func (g *Gate) Held() int {
 
 // ReleaseSearches releases every snapshot the gate holds for resource searches (Run does at its end).
 func (g *Gate) ReleaseSearches() {
-	h := g.searches()
+	h := g.search
 	h.mu.Lock()
-	ids := make([]string, 0, len(h.held))
-	for id := range h.held {
-		ids = append(ids, id)
-	}
+	ids := slices.Collect(maps.Keys(h.held))
 	h.mu.Unlock()
 	for _, id := range ids {
 		h.release(id)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,8 +37,7 @@ type Gate struct {
 	// gateSQLText and birthRawSQLText are built once from the source binding: the gate is the hot path.
 	gateSQLText, birthRawSQLText string
 
-	searchOnce sync.Once
-	search     *searchHolds // the snapshots held for resource searches (searches)
+	search *searchHolds // the snapshots held for resource searches
 }
 
 // Config is what the gate decides by: its own section (gate.*) and, of the others, only what it reads.
@@ -80,7 +78,8 @@ func New(core *postgres.Store, rescan Rescanner, opts ...Option) *Gate {
 func over(core *postgres.Store) *Gate {
 	cfg := ConfigOf(core.Config())
 	gatePool, _ := core.GatePools()
-	g := &Gate{core: core, pool: core.Pool(), gatePool: gatePool, cfg: cfg, logger: core.Logger()}
+	g := &Gate{core: core, pool: core.Pool(), gatePool: gatePool, cfg: cfg, logger: core.Logger(),
+		search: &searchHolds{held: map[string]*heldSnapshot{}}}
 	b := core.BirthBinding()
 	g.gateSQLText, g.birthRawSQLText = gateSQL(b), birthRawSQL(b)
 	g.gateOutage.log = gcos.NewOutageLog("gate: read candidate state (such answers block)", time.Second, cfg.Outage, g.logger)
