@@ -223,7 +223,7 @@ func (h *searchHolds) extend(id string, hold time.Duration) {
 	}
 }
 
-// release ends a held snapshot's transaction (closing its connection ends it).
+// release ends a held snapshot's transaction and closes its connection.
 func (h *searchHolds) release(id string) {
 	h.mu.Lock()
 	s := h.held[id]
@@ -233,6 +233,9 @@ func (h *searchHolds) release(id string) {
 		s.timer.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		// End the transaction before the connection: a closed socket ends it only when the server notices, and
+		// until then its snapshot could still be imported.
+		_, _ = s.conn.Exec(ctx, "ROLLBACK")
 		_ = s.conn.Close(ctx)
 	}
 }
