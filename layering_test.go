@@ -21,14 +21,14 @@ import (
 const module = "gcos"
 
 // stages never import one another.
-var stages = []string{"gcos/intake", "gcos/scan", "gcos/gate", "gcos/events"}
+var stages = []string{"gcos/intake", "gcos/scan", "gcos/gate", "gcos/events", "gcos/preview"}
 
 // pgxImporters are the only packages that may import the PostgreSQL driver: the core, the stages, the reference
 // evaluator, the synthetic world, the embedded cluster, the tests' fixtures, and the benchmark (whose naive
 // baselines are plain SQL).
 var pgxImporters = []string{
 	"gcos/postgres", "gcos/postgres/migration", "gcos/postgres/substrate", "gcos/postgres/pgtest",
-	"gcos/evaluate", "gcos/intake", "gcos/scan", "gcos/gate", "gcos/events", "gcos/oracle", "gcos/world", "gcos/embeddedpg", "gcos/gcostest", "gcos/bench",
+	"gcos/evaluate", "gcos/intake", "gcos/scan", "gcos/gate", "gcos/events", "gcos/preview", "gcos/oracle", "gcos/world", "gcos/embeddedpg", "gcos/gcostest", "gcos/bench",
 }
 
 // forbidden lists, per package, the module packages it must not import.
@@ -173,7 +173,7 @@ var coreForOneStage = map[string]string{
 // poolTakers are the only packages that may take a raw pool from the store core (Store.Pool, Store.GatePools).
 var poolTakers = map[string][]string{
 	"Pool": {"gcos/postgres/migration", "gcos/postgres/substrate", "gcos/postgres/pgtest", "gcos/evaluate",
-		"gcos/intake", "gcos/scan", "gcos/gate", "gcos/events", "gcos/oracle", "gcos/world", "gcos/gcostest",
+		"gcos/intake", "gcos/scan", "gcos/gate", "gcos/events", "gcos/preview", "gcos/oracle", "gcos/world", "gcos/gcostest",
 		"gcos/bench", "gcos/cmd/gcos", "gcos/httpapi"},
 	"GatePools": {"gcos/gate"},
 }

@@ -131,3 +131,14 @@ func (e *Evaluator) Retire(g gcos.Group, why string) (postgres.CandidateValues, 
 	v.Evidence = hex.EncodeToString(sum[:16])
 	return v, nil
 }
+
+// WithRegistries is the evaluator over other registries (a preview's proposed ones), at the same instant and under
+// the same ruleset: what an evaluation would say if the registries held regs.
+func (e *Evaluator) WithRegistries(regs gcos.Registries) *Evaluator {
+	c := *e
+	c.regs = regs
+	return &c
+}
+
+// Now is the database clock the evaluator judges exception expiry at.
+func (e *Evaluator) Now() time.Time { return e.now }

@@ -51,11 +51,11 @@ func (e *Evaluator) objectCriteria(objectRisk []string) (classes map[string]stri
 	return classes, excepted
 }
 
-// objectException picks the exception an object's row carries among those naming it: the first (by scope, then
+// ObjectException picks the exception an object's row carries among those naming it: the first (by scope, then
 // id) that holds in a scope of the ruleset, else the first in a scope of the ruleset, lifted. The object row is one
 // per object and links to one scope's group, so every other exception on the object is lifted too, each with a
 // reason a person can act on: none of them suppresses without saying so.
-func objectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fingerprint *string) (chosen *gcos.ExceptionRow, holds bool, lifts []gcos.ExceptionLift) {
+func ObjectException(xs []gcos.ExceptionRow, scopes []string, now time.Time, fingerprint *string) (chosen *gcos.ExceptionRow, holds bool, lifts []gcos.ExceptionLift) {
 	xs = slices.Clone(xs)
 	slices.SortFunc(xs, func(a, b gcos.ExceptionRow) int {
 		if c := strings.Compare(postgres.Deref(a.ScopeCode), postgres.Deref(b.ScopeCode)); c != 0 {
@@ -479,7 +479,7 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 				fingerprint = gcos.Str(gcos.FingerprintFromRowHashes(*h0, *h1).String())
 			}
 			var objLifts []gcos.ExceptionLift
-			exc, excHolds, objLifts = objectException(xs, scopes, ev.now, fingerprint)
+			exc, excHolds, objLifts = ObjectException(xs, scopes, ev.now, fingerprint)
 			for _, l := range objLifts {
 				lifts = append(lifts, objectLift{lift: l, object: ref})
 			}
