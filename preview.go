@@ -171,7 +171,6 @@ func (r *PreviewRequest) Validate() error {
 	return nil
 }
 
-
 // PreviewObject is an object a changed exception names, as the preview reads it: its anchor's base and its
 // fingerprint now. Found is false when it has no birth.
 type PreviewObject struct {
@@ -443,12 +442,12 @@ type PreviewReport struct {
 	Token          string           `json:"token"`
 	RulesetVersion string           `json:"ruleset_version"`
 	// AffectedGroups is how many live groups the changes route to (judged twice); AffectedObjects their members.
-	AffectedGroups  int              `json:"affected_groups"`
-	AffectedObjects int64            `json:"affected_objects"`
-	ChangedGroups   int              `json:"changed_groups"`
-	Groups          []PreviewGroup   `json:"groups"` // the first PreviewGroupsMax of ChangedGroups
-	Ledgers         []PreviewLedger  `json:"ledgers"`
-	Flips           PreviewFlips     `json:"flips"`
-	Assumed         []string         `json:"assumed"`
-	Selectors       []GroupSelector  `json:"selectors"`
+	AffectedGroups  int             `json:"affected_groups"`
+	AffectedObjects int64           `json:"affected_objects"`
+	ChangedGroups   int             `json:"changed_groups"`
+	Groups          []PreviewGroup  `json:"groups"` // the first PreviewGroupsMax of ChangedGroups
+	Ledgers         []PreviewLedger `json:"ledgers"`
+	Flips           PreviewFlips    `json:"flips"`
+	Assumed         []string        `json:"assumed"`
+	Selectors       []GroupSelector `json:"selectors"`
 }
