@@ -24,13 +24,22 @@ const (
 	PreviewExceptionChange PreviewKind = "exception_change" // exception_id's terms changed: expires_at, status, approval_ref
 	PreviewExceptionRevoke PreviewKind = "exception_revoke" // exception_id revoked
 	PreviewCoverageStatus  PreviewKind = "coverage_status"  // a collection's coverage_status and/or scope_class changed
+	PreviewObjectRetire    PreviewKind = "object_retire"    // collection:entity_code retired (status, default "retired")
+	PreviewObjectSupersede PreviewKind = "object_supersede" // collection:entity_code superseded (status, default "superseded")
+	PreviewObjectMerge     PreviewKind = "object_merge"     // collection:entity_code merged (status, default "merged")
 )
+
+// PreviewLifecycleStatus is the birth status each lifecycle kind sets unless the change names another (an estate
+// whose birth registry words its lifecycle differently passes status).
+var PreviewLifecycleStatus = map[PreviewKind]string{
+	PreviewObjectRetire: "retired", PreviewObjectSupersede: "superseded", PreviewObjectMerge: "merged",
+}
 
 // PreviewKinds lists every kind a preview takes, in documentation order.
 var PreviewKinds = []PreviewKind{
 	PreviewOwnerAssign, PreviewOwnerMove, PreviewOwnerRevoke,
 	PreviewExceptionGrant, PreviewExceptionChange, PreviewExceptionRevoke,
-	PreviewCoverageStatus,
+	PreviewCoverageStatus, PreviewObjectRetire, PreviewObjectSupersede, PreviewObjectMerge,
 }
 
 // ProposedChange is one change of a preview. Which fields a kind reads is documented with the kind; a field a
@@ -103,6 +112,9 @@ var previewFields = map[PreviewKind]struct{ required, optional []string }{
 	PreviewExceptionChange: {[]string{"exception_id"}, []string{"expires_at", "status", "approval_ref"}},
 	PreviewExceptionRevoke: {[]string{"exception_id"}, nil},
 	PreviewCoverageStatus:  {[]string{"collection"}, []string{"coverage_status", "scope_class"}},
+	PreviewObjectRetire:    {[]string{"collection", "entity_code"}, []string{"status"}},
+	PreviewObjectSupersede: {[]string{"collection", "entity_code"}, []string{"status"}},
+	PreviewObjectMerge:     {[]string{"collection", "entity_code"}, []string{"status"}},
 }
 
 // Validate checks the request's shape before anything is read: known kinds, each with the fields it needs and
@@ -171,13 +183,25 @@ func (r *PreviewRequest) Validate() error {
 	return nil
 }
 
-// PreviewObject is an object a changed exception names, as the preview reads it: its anchor's base and its
-// fingerprint now. Found is false when it has no birth.
+// PreviewObject is an object a change names, as the preview reads it: its anchor's base and its fingerprint now.
+// Found is false when it has no birth.
 type PreviewObject struct {
 	Collection, Code string
 	Base             BaseGroup // class, registry, lifecycle (an inherited child's are its anchor's)
+	Status           string    // its own birth status (a child's base follows its anchor's)
+	Child            bool      // an inherited child: represented by its anchor's group
+	Children         int64     // its inherited children, which follow it when its lifecycle changes
 	Fingerprint      *string
 	Found            bool
+}
+
+// ObjectMove is a lifecycle change of one object: its birth status becomes Status, and (unless it is a child) it
+// leaves base From for base To with its children, Members objects in all.
+type ObjectMove struct {
+	Object   string
+	Status   string
+	From, To BaseGroup
+	Members  int64
 }
 
 // Ref is the object's reference, collection:code.
@@ -191,6 +215,8 @@ type AppliedChanges struct {
 	Selectors []GroupSelector
 	// Objects are the objects changed exceptions name (before or after), by reference: their own rows are judged.
 	Objects []string
+	// Moves are the lifecycle changes, in order.
+	Moves []ObjectMove
 	// Assumed lists what the preview had to assume to apply a change (an exception's pinned fingerprint).
 	Assumed []string
 }
@@ -370,6 +396,35 @@ func ApplyChanges(regs Registries, changes []ProposedChange, now time.Time, obje
 			after.Collections[*c.Collection] = row
 			r, _ := RouteChange(ChangeSubject{Kind: ChangeCollection, Registry: "collection", Code: *c.Collection})
 			out.Selectors = append(out.Selectors, r.Selectors...)
+		case PreviewObjectRetire, PreviewObjectSupersede, PreviewObjectMerge:
+			ref := *c.Collection + ":" + *c.EntityCode
+			obj, ok := objects[ref]
+			if !ok || !obj.Found {
+				return out, Errorf(EINVALID, "changes[%d] (%s): object %s has no birth", i, c.Kind, quoteInput(ref))
+			}
+			if err := claim(i, "object "+ref); err != nil {
+				return out, err
+			}
+			status := PreviewLifecycleStatus[c.Kind]
+			if c.Status != nil {
+				status = *c.Status
+			}
+			if obj.Status == status {
+				return out, Errorf(EINVALID, "changes[%d] (%s): object %s is %s already", i, c.Kind, ref, quoteInput(status))
+			}
+			m := ObjectMove{Object: ref, Status: status, From: obj.Base, To: obj.Base}
+			if !obj.Child {
+				m.To.LifecycleStatus, m.Members = status, 1+obj.Children
+			}
+			out.Moves = append(out.Moves, m)
+			if !slices.Contains(out.Objects, ref) {
+				out.Objects = append(out.Objects, ref)
+			}
+			r, err := RouteChange(ChangeSubject{Kind: ChangeObjectRetired, Class: m.To.ObjectClass, Object: &m.To, Moved: []BaseGroup{m.From}})
+			if err != nil {
+				return out, err
+			}
+			out.Selectors = append(out.Selectors, r.Selectors...)
 		}
 	}
 	after.Finish()
@@ -389,14 +444,13 @@ func cmpOr(proposed, current *string) *string {
 	return current
 }
 
-// PreviewGroup is one group whose verdict, coverage or owner would change: the base and scope it judges, before
-// and after (its key changes with its owner).
+// PreviewGroup is one group whose verdict, coverage, owner or members would change: the base and scope it judges,
+// before and after (its key changes with its owner).
 type PreviewGroup struct {
 	Scope          string      `json:"scope"`
 	ObjectClass    string      `json:"object_class"`
 	SourceRegistry string      `json:"source_registry"`
 	Lifecycle      string      `json:"lifecycle_status"`
-	Members        int64       `json:"members"`
 	Before         GroupJudged `json:"before"`
 	After          GroupJudged `json:"after"`
 }
@@ -404,6 +458,7 @@ type PreviewGroup struct {
 // GroupJudged is a group as one side of a preview judges it.
 type GroupJudged struct {
 	GroupKey  string          `json:"group_key"`
+	Members   int64           `json:"members"`
 	Verdict   Verdict         `json:"verdict"`
 	Coverage  CoverageOutcome `json:"coverage,omitempty"`
 	Owner     *string         `json:"owner_scope"`

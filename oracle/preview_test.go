@@ -13,6 +13,7 @@ import (
 	"gcos/gate"
 	"gcos/postgres"
 	"gcos/preview"
+	"gcos/world"
 )
 
 // Preview equals the effect: for every kind of proposed change, the test previews it on a settled world, then
@@ -180,12 +181,46 @@ var previewCases = []previewCase{
 		past := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
 		return [][]gcos.ProposedChange{{{Kind: gcos.PreviewExceptionChange, ExceptionID: gcos.Str(ids[len(ids)-1]), ExpiresAt: &past}}}, err
 	}, "allow_to_block"},
+	{"object_retire", lifecycleCandidates(gcos.PreviewObjectRetire, false), "block_to_allow"},
+	{"object_supersede_with_children", lifecycleCandidates(gcos.PreviewObjectSupersede, true), ""},
+	{"object_merge", lifecycleCandidates(gcos.PreviewObjectMerge, false), "block_to_allow"},
 	{"coverage_status", func(e *env) ([][]gcos.ProposedChange, error) {
 		// The collection of an orphaned class becomes exempt: its groups retire from coverage.
 		return perOrphan(e, func(_, coll string, _ []string) ([]gcos.ProposedChange, error) {
 			return []gcos.ProposedChange{{Kind: gcos.PreviewCoverageStatus, Collection: gcos.Str(coll), CoverageStatus: gcos.Str("BIRTH_EXEMPT_SYSTEM")}}, nil
 		})
 	}, "block_to_allow"},
+}
+
+// lifecycleCandidates proposes a lifecycle change of the first object of each orphaned class (blocked now), or of
+// anchors with inherited children (which move with them).
+func lifecycleCandidates(kind gcos.PreviewKind, withChildren bool) func(e *env) ([][]gcos.ProposedChange, error) {
+	return func(e *env) ([][]gcos.ProposedChange, error) {
+		if withChildren {
+			if _, err := world.AddChildren(e.ctx, e.pool, 4, 11); err != nil {
+				return nil, err
+			}
+			if err := e.settle(); err != nil {
+				return nil, err
+			}
+			refs, err := e.strings(`SELECT DISTINCT a.collection_name || '|' || a.entity_code FROM birth_registry a
+				JOIN birth_registry c ON c.collection_name = a.collection_name AND c.parent_code = a.entity_code
+				WHERE a.status = 'active' AND a.parent_code IS NULL ORDER BY 1 LIMIT 5`)
+			if err != nil || len(refs) == 0 {
+				return nil, fmt.Errorf("no anchor with children (%v)", err)
+			}
+			var out [][]gcos.ProposedChange
+			for _, r := range refs {
+				coll, code, _ := strings.Cut(r, "|")
+				out = append(out, []gcos.ProposedChange{{Kind: kind, Collection: gcos.Str(coll), EntityCode: gcos.Str(code)}})
+			}
+			return out, nil
+		}
+		return perOrphan(e, func(class, coll string, _ []string) ([]gcos.ProposedChange, error) {
+			code, err := e.firstObject(class, coll)
+			return []gcos.ProposedChange{{Kind: kind, Collection: gcos.Str(coll), EntityCode: gcos.Str(code)}}, err
+		})
+	}
 }
 
 // heldExceptions grants approved group exceptions covering an orphaned class in every scope it is an orphan in,
@@ -256,6 +291,15 @@ func (e *env) applyChange(c gcos.ProposedChange) error {
 			return err
 		}
 		return e.changelog("exception", *c.ExceptionID, "update", "registry-risk-desk")
+	case gcos.PreviewObjectRetire, gcos.PreviewObjectSupersede, gcos.PreviewObjectMerge:
+		var class string
+		if err := e.pool.QueryRow(e.ctx, `UPDATE birth_registry SET status = $3 WHERE collection_name = $1 AND entity_code = $2
+			RETURNING entity_type`, *c.Collection, *c.EntityCode, gcos.PreviewLifecycleStatus[c.Kind]).Scan(&class); err != nil {
+			return err
+		}
+		action := map[gcos.PreviewKind]string{gcos.PreviewObjectRetire: "retire", gcos.PreviewObjectSupersede: "supersede",
+			gcos.PreviewObjectMerge: "merge"}[c.Kind]
+		return e.changelog(class, *c.EntityCode, action, "registry-sync")
 	case gcos.PreviewCoverageStatus:
 		if err := e.exec(`UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, *c.Collection, *c.CoverageStatus); err != nil {
 			return err

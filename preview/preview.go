@@ -63,18 +63,26 @@ type base struct {
 	keys    []string // its live groups' keys, every scope
 }
 
-// special is an object judged on its own: a row of its own holds it (an exception or an open finding).
+// special is an object judged on its own: a row of its own holds it (an exception or an open finding), or a change
+// names it.
 type special struct {
-	obj  gcos.PreviewObject
-	held bool // an open finding holds its row (needs_input) on both sides
+	obj  [2]gcos.PreviewObject // before and after (a lifecycle change moves its base and changes its fingerprint)
+	held bool                  // an open finding holds its row (needs_input) on both sides
+	// children are its inherited children moving with it (an anchor's lifecycle change): represented by its groups.
+	children int64
+}
+
+func baseOf(o gcos.PreviewObject) postgres.BirthBase {
+	return postgres.BirthBase{Class: o.Base.ObjectClass, Coll: o.Base.SourceRegistry, Status: o.Base.LifecycleStatus}
 }
 
 // side is one side of the preview: the registries as they are (before) or as they would be (after).
 type side struct {
-	ev     *evaluate.Evaluator
-	regs   gcos.Registries
-	scopes []string
-	groups map[postgres.BirthBase][]judged // per base, one per scope in scope order
+	ev      *evaluate.Evaluator
+	regs    gcos.Registries
+	scopes  []string
+	groups  map[postgres.BirthBase][]judged // per base, one per scope in scope order
+	members map[postgres.BirthBase]int64    // per base, its members on this side
 }
 
 type judged struct {
@@ -117,7 +125,11 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 		return rep, err
 	}
 	rep.Selectors, rep.Assumed = applied.Selectors, append(rep.Assumed, applied.Assumed...)
-	bases, err := p.affectedBases(ctx, tx, applied.Selectors, named)
+	var extra []postgres.BirthBase
+	for _, m := range applied.Moves {
+		extra = append(extra, postgres.BirthBase{Class: m.To.ObjectClass, Coll: m.To.SourceRegistry, Status: m.To.LifecycleStatus})
+	}
+	bases, err := p.affectedBases(ctx, tx, applied.Selectors, named, extra)
 	if err != nil {
 		return rep, err
 	}
@@ -125,9 +137,19 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 	if err != nil {
 		return rep, err
 	}
+	if err := p.move(ctx, tx, specials, applied.Moves); err != nil {
+		return rep, err
+	}
 	sides := [2]*side{
-		{ev: ev, regs: before, scopes: before.ScopeCodes()},
-		{ev: ev.WithRegistries(applied.After), regs: applied.After, scopes: applied.After.ScopeCodes()},
+		{ev: ev, regs: before, scopes: before.ScopeCodes(), members: map[postgres.BirthBase]int64{}},
+		{ev: ev.WithRegistries(applied.After), regs: applied.After, scopes: applied.After.ScopeCodes(), members: map[postgres.BirthBase]int64{}},
+	}
+	for _, b := range bases {
+		sides[0].members[b.BirthBase], sides[1].members[b.BirthBase] = b.members, b.members
+	}
+	for _, m := range applied.Moves {
+		sides[1].members[baseOf(gcos.PreviewObject{Base: m.From})] -= m.Members
+		sides[1].members[baseOf(gcos.PreviewObject{Base: m.To})] += m.Members
 	}
 	for _, s := range sides {
 		if s.groups, err = judgeBases(s, bases); err != nil {
@@ -135,6 +157,8 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 		}
 	}
 	in := inputs{action: req.Action, lowRisk: p.lowRisk, ruleset: version, status: status, snapshot: snapshot, now: rep.AsOf}
+	// The ledger: each side counts its bases' members in their groups' buckets, the objects with rows of their own
+	// in their rows' (before counts out, after counts in).
 	delta := map[string]map[gcos.Bucket]int64{}
 	add := func(scope string, b gcos.Bucket, n int64) {
 		if n == 0 {
@@ -145,54 +169,66 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 		}
 		delta[scope][b] += n
 	}
-	bySpecialBase := map[postgres.BirthBase][]special{}
-	for _, sp := range specials {
-		b := postgres.BirthBase{Class: sp.obj.Base.ObjectClass, Coll: sp.obj.Base.SourceRegistry, Status: sp.obj.Base.LifecycleStatus}
-		bySpecialBase[b] = append(bySpecialBase[b], sp)
+	for i, s := range sides {
+		sign := int64(2*i - 1)
+		own := map[postgres.BirthBase]map[string]int64{}
+		for _, sp := range specials {
+			b := baseOf(sp.obj[i])
+			if row, ok := objectRow(s, sp, i, s.groups[b]); ok {
+				if own[b] == nil {
+					own[b] = map[string]int64{}
+				}
+				own[b][row.scope]++
+				add(row.scope, bucket(row), sign)
+			}
+		}
+		for _, b := range bases {
+			for _, j := range s.groups[b.BirthBase] {
+				add(j.scope, bucket(j), sign*(s.members[b.BirthBase]-own[b.BirthBase][j.scope]))
+			}
+		}
 	}
+	// The flips: the members a base keeps are judged by its groups on both sides; the objects judged on their own
+	// and the children that move with an anchor, one by one.
 	for _, b := range bases {
 		rep.AffectedGroups += len(b.keys)
 		rep.AffectedObjects += b.members
-		own := bySpecialBase[b.BirthBase]
-		var decisions [2]gcos.ObjectGateDecision
-		for i, s := range sides {
-			sign := int64(2*i - 1) // before counts out, after counts in
-			decisions[i] = in.decide(s.groups[b.BirthBase], nil)
-			ownIn := map[string]int64{}
-			for _, sp := range own {
-				if row, ok := objectRow(s, sp, s.groups[sp.base()]); ok {
-					ownIn[row.scope]++
-					add(row.scope, bucket(row), sign)
-				}
-			}
-			for _, j := range s.groups[b.BirthBase] {
-				add(j.scope, bucket(j), sign*(b.members-ownIn[j.scope]))
+		stay := b.members
+		var skip []string
+		for _, sp := range specials {
+			if baseOf(sp.obj[0]) == b.BirthBase {
+				stay -= 1 + sp.children
+				skip = append(skip, sp.obj[0].Ref())
 			}
 		}
+		decisions := [2]gcos.ObjectGateDecision{in.decide(sides[0].groups[b.BirthBase], nil), in.decide(sides[1].groups[b.BirthBase], nil)}
 		rep.ChangedGroups += listChanged(&rep, b, sides, decisions)
-		if flipped(decisions) {
-			n := b.members - int64(len(own))
+		if flipped(decisions) && stay > 0 {
 			var sample []string
-			if need := req.Sample - len(firsts(&rep.Flips, decisions[1])); need > 0 && n > 0 {
-				if sample, err = p.firstObjects(ctx, tx, b.BirthBase, own, need); err != nil {
+			if need := req.Sample - len(firsts(&rep.Flips, decisions[1])); need > 0 {
+				if sample, err = p.firstObjects(ctx, tx, b.BirthBase, skip, need); err != nil {
 					return rep, err
 				}
 			}
-			record(&rep.Flips, decisions, n, sample, req.Sample)
+			record(&rep.Flips, decisions, stay, sample, req.Sample)
 		}
-		for _, sp := range own {
-			var d [2]gcos.ObjectGateDecision
-			for i, s := range sides {
-				row, ok := objectRow(s, sp, s.groups[sp.base()])
-				var r *judged
-				if ok {
-					r = &row
-				}
-				d[i] = in.decide(s.groups[sp.base()], r)
+	}
+	for _, sp := range specials {
+		var d, children [2]gcos.ObjectGateDecision
+		for i, s := range sides {
+			groups := s.groups[baseOf(sp.obj[i])]
+			row, ok := objectRow(s, sp, i, groups)
+			var r *judged
+			if ok {
+				r = &row
 			}
-			if flipped(d) {
-				record(&rep.Flips, d, 1, []string{sp.obj.Ref()}, req.Sample)
-			}
+			d[i], children[i] = in.decide(groups, r), in.decide(groups, nil)
+		}
+		if flipped(d) {
+			record(&rep.Flips, d, 1, []string{sp.obj[0].Ref()}, req.Sample)
+		}
+		if flipped(children) && sp.children > 0 {
+			record(&rep.Flips, children, sp.children, nil, req.Sample)
 		}
 	}
 	ledgers, err := postgres.ReadLedgers(ctx, tx, "")
@@ -211,10 +247,6 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 		rep.Ledgers = append(rep.Ledgers, gcos.PreviewLedger{Scope: l.Scope, Before: l, After: after, Delta: d})
 	}
 	return rep, nil
-}
-
-func (sp special) base() postgres.BirthBase {
-	return postgres.BirthBase{Class: sp.obj.Base.ObjectClass, Coll: sp.obj.Base.SourceRegistry, Status: sp.obj.Base.LifecycleStatus}
 }
 
 // namedObjects lists the objects the changes' exceptions name, as they are and as a change would make them.
@@ -251,6 +283,8 @@ func (p *Previewer) readObjects(ctx context.Context, tx pgx.Tx, refs []string) (
 	}
 	rows, err := tx.Query(ctx, p.core.BirthBinding().SQL(`
 		SELECT k.coll, k.code, coalesce(p.{type}, b.{type}), coalesce(p.{coll}, b.{coll}), coalesce(p.{status}, b.{status}),
+		       b.{status}, b.{parent} IS NOT NULL,
+		       (SELECT count(*) FROM {t} c WHERE c.{coll} = b.{coll} AND c.{parent} = b.{code}),
 		       lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
 		FROM unnest($1::text[], $2::text[]) AS k(coll, code)
 		JOIN {t} b ON b.{coll} = k.coll AND b.{code} = k.code
@@ -263,7 +297,8 @@ func (p *Previewer) readObjects(ctx context.Context, tx pgx.Tx, refs []string) (
 	for rows.Next() {
 		var o gcos.PreviewObject
 		var fp string
-		if err := rows.Scan(&o.Collection, &o.Code, &o.Base.ObjectClass, &o.Base.SourceRegistry, &o.Base.LifecycleStatus, &fp); err != nil {
+		if err := rows.Scan(&o.Collection, &o.Code, &o.Base.ObjectClass, &o.Base.SourceRegistry, &o.Base.LifecycleStatus,
+			&o.Status, &o.Child, &o.Children, &fp); err != nil {
 			return nil, fmt.Errorf("read named objects: %w", err)
 		}
 		o.Fingerprint, o.Found = &fp, true
@@ -274,7 +309,7 @@ func (p *Previewer) readObjects(ctx context.Context, tx pgx.Tx, refs []string) (
 
 // affectedBases finds the bases of the live groups the selectors match, plus the bases of the named objects, with
 // each base's live group keys and member count.
-func (p *Previewer) affectedBases(ctx context.Context, tx pgx.Tx, sels []gcos.GroupSelector, named map[string]gcos.PreviewObject) ([]base, error) {
+func (p *Previewer) affectedBases(ctx context.Context, tx pgx.Tx, sels []gcos.GroupSelector, named map[string]gcos.PreviewObject, extra []postgres.BirthBase) ([]base, error) {
 	all := slices.ContainsFunc(sels, func(s gcos.GroupSelector) bool { return s.All })
 	var classes, colls []string
 	for _, s := range sels {
@@ -285,11 +320,18 @@ func (p *Previewer) affectedBases(ctx context.Context, tx pgx.Tx, sels []gcos.Gr
 			colls = append(colls, *s.SourceRegistry)
 		}
 	}
-	var bc, bcoll, bst []string
+	want := map[postgres.BirthBase]bool{}
 	for _, o := range named {
 		if o.Found {
-			bc, bcoll, bst = append(bc, o.Base.ObjectClass), append(bcoll, o.Base.SourceRegistry), append(bst, o.Base.LifecycleStatus)
+			want[baseOf(o)] = true
 		}
+	}
+	for _, b := range extra {
+		want[b] = true
+	}
+	var bc, bcoll, bst []string
+	for b := range want {
+		bc, bcoll, bst = append(bc, b.Class), append(bcoll, b.Coll), append(bst, b.Status)
 	}
 	// The candidates are read by class or collection (indexed, a few rows per selector), matched in Go.
 	rows, err := tx.Query(ctx, `
@@ -308,12 +350,6 @@ func (p *Previewer) affectedBases(ctx context.Context, tx pgx.Tx, sels []gcos.Gr
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read affected groups: %w", err)
-	}
-	want := map[postgres.BirthBase]bool{}
-	for _, o := range named {
-		if o.Found {
-			want[postgres.BirthBase{Class: o.Base.ObjectClass, Coll: o.Base.SourceRegistry, Status: o.Base.LifecycleStatus}] = true
-		}
 	}
 	for _, g := range groups {
 		if slices.ContainsFunc(sels, func(s gcos.GroupSelector) bool { return s.Matches(g.Dimensions) }) {
@@ -398,7 +434,7 @@ func (p *Previewer) specials(ctx context.Context, tx pgx.Tx, ruleset string, bas
 			continue
 		}
 		seen[ref] = true
-		out = append(out, special{obj: o, held: held[ref]})
+		out = append(out, special{obj: [2]gcos.PreviewObject{o, o}, held: held[ref]})
 	}
 	return out, nil
 }
@@ -408,7 +444,7 @@ func judgeBases(s *side, bases []base) (map[postgres.BirthBase][]judged, error) 
 	out := map[postgres.BirthBase][]judged{}
 	for _, b := range bases {
 		for _, d := range s.regs.Dimensions(gcos.BaseGroup{ObjectClass: b.Class, SourceRegistry: b.Coll, LifecycleStatus: b.Status}) {
-			g := gcos.NewGroup(d, b.members)
+			g := gcos.NewGroup(d, s.members[b.BirthBase])
 			v, err := s.ev.Evaluate(g, "")
 			if err != nil {
 				return nil, fmt.Errorf("evaluate group %s: %w", g.Key, err)
@@ -422,7 +458,8 @@ func judgeBases(s *side, bases []base) (map[postgres.BirthBase][]judged, error) 
 // objectRow is the row of its own a special object has on a side, as the object-row derivation would write it
 // (evaluate.ObjectException): held by its finding (needs_input), or carrying the exception that holds in its scope;
 // ok is false when nothing on that side gives it a row that differs from its group's.
-func objectRow(s *side, sp special, groups []judged) (judged, bool) {
+func objectRow(s *side, sp special, i int, groups []judged) (judged, bool) {
+	o := sp.obj[i]
 	inScope := func(scope string) (judged, bool) {
 		i := slices.IndexFunc(groups, func(j judged) bool { return j.scope == scope })
 		if i < 0 {
@@ -437,17 +474,17 @@ func objectRow(s *side, sp special, groups []judged) (judged, bool) {
 		}
 		hold := gcos.HoldForInput(gcos.ObjectRowOpenFinding)
 		j.v.Verdict, j.v.Rule = hold.Verdict, hold.Rule
-		j.v.CoverageRequired, j.v.Coverage, j.v.CoverageOwner, j.v.ExceptionID = s.regs.CoverageRequired(sp.obj.Base.ObjectClass), "", nil, nil
+		j.v.CoverageRequired, j.v.Coverage, j.v.CoverageOwner, j.v.ExceptionID = s.regs.CoverageRequired(o.Base.ObjectClass), "", nil, nil
 		return j, true
 	}
 	var xs []gcos.ExceptionRow
 	for _, x := range s.regs.Exceptions {
-		if x.EntityCode != nil && x.CollectionName != nil && *x.CollectionName == sp.obj.Collection && *x.EntityCode == sp.obj.Code &&
+		if x.EntityCode != nil && x.CollectionName != nil && *x.CollectionName == o.Collection && *x.EntityCode == o.Code &&
 			x.Approved(s.ev.Now()) {
 			xs = append(xs, x)
 		}
 	}
-	chosen, holds, _ := evaluate.ObjectException(xs, s.scopes, s.ev.Now(), sp.obj.Fingerprint)
+	chosen, holds, _ := evaluate.ObjectException(xs, s.scopes, s.ev.Now(), o.Fingerprint)
 	if chosen == nil {
 		return judged{}, false
 	}
@@ -527,11 +564,7 @@ func record(f *gcos.PreviewFlips, d [2]gcos.ObjectGateDecision, n int64, sample 
 }
 
 // firstObjects names the first n objects of a base that its groups represent (not the ones judged on their own).
-func (p *Previewer) firstObjects(ctx context.Context, tx pgx.Tx, b postgres.BirthBase, own []special, n int) ([]string, error) {
-	var skip []string
-	for _, sp := range own {
-		skip = append(skip, sp.obj.Ref())
-	}
+func (p *Previewer) firstObjects(ctx context.Context, tx pgx.Tx, b postgres.BirthBase, skip []string, n int) ([]string, error) {
 	rows, err := tx.Query(ctx, p.core.BirthBinding().SQL(`
 		SELECT b.{coll} || ':' || b.{code} FROM {t} b
 		WHERE b.{coll} = $1 AND b.{type} = $2 AND b.{status} = $3 AND b.{parent} IS NULL
@@ -543,7 +576,7 @@ func (p *Previewer) firstObjects(ctx context.Context, tx pgx.Tx, b postgres.Birt
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// listChanged lists the base's groups whose verdict, coverage, owner or exception changes, up to the
+// listChanged lists the base's groups whose verdict, coverage, owner, exception or member count changes, up to the
 // answer's bound, and returns how many changed.
 func listChanged(rep *gcos.PreviewReport, b base, sides [2]*side, d [2]gcos.ObjectGateDecision) int {
 	n := 0
@@ -554,9 +587,9 @@ func listChanged(rep *gcos.PreviewReport, b base, sides [2]*side, d [2]gcos.Obje
 		if i >= 0 {
 			ja = after[i]
 		}
-		g := gcos.PreviewGroup{Scope: jb.scope, ObjectClass: b.Class, SourceRegistry: b.Coll, Lifecycle: b.Status, Members: b.members,
-			Before: judgedGroup(jb, d[0]), After: judgedGroup(ja, d[1])}
-		if g.Before.Verdict == g.After.Verdict && g.Before.Coverage == g.After.Coverage &&
+		g := gcos.PreviewGroup{Scope: jb.scope, ObjectClass: b.Class, SourceRegistry: b.Coll, Lifecycle: b.Status,
+			Before: judgedGroup(jb, sides[0].members[b.BirthBase], d[0]), After: judgedGroup(ja, sides[1].members[b.BirthBase], d[1])}
+		if g.Before.Verdict == g.After.Verdict && g.Before.Coverage == g.After.Coverage && g.Before.Members == g.After.Members &&
 			postgres.Deref(g.Before.Owner) == postgres.Deref(g.After.Owner) && postgres.Deref(g.Before.Exception) == postgres.Deref(g.After.Exception) {
 			continue
 		}
@@ -568,7 +601,32 @@ func listChanged(rep *gcos.PreviewReport, b base, sides [2]*side, d [2]gcos.Obje
 	return n
 }
 
-func judgedGroup(j judged, d gcos.ObjectGateDecision) gcos.GroupJudged {
-	return gcos.GroupJudged{GroupKey: j.v.GroupKey, Verdict: j.v.Verdict, Coverage: j.v.Coverage, Owner: j.v.OwnerScope,
+func judgedGroup(j judged, members int64, d gcos.ObjectGateDecision) gcos.GroupJudged {
+	return gcos.GroupJudged{GroupKey: j.v.GroupKey, Members: members, Verdict: j.v.Verdict, Coverage: j.v.Coverage, Owner: j.v.OwnerScope,
 		Exception: j.v.ExceptionID, Decision: d.Decision}
+}
+
+// move applies the lifecycle changes to the objects they name: each one's after side sits in its new base, with
+// its children, and its fingerprint is its birth row's hash with the new status (the status is a hashed column, so
+// an exception pinned to the object as it was no longer holds).
+func (p *Previewer) move(ctx context.Context, tx pgx.Tx, specials []special, moves []gcos.ObjectMove) error {
+	hash := strings.Replace(postgres.RowHashExpr, "b.{status}", "$3::text", 1)
+	for _, m := range moves {
+		i := slices.IndexFunc(specials, func(sp special) bool { return sp.obj[0].Ref() == m.Object })
+		if i < 0 {
+			return fmt.Errorf("moved object %s was not read", m.Object)
+		}
+		sp := &specials[i]
+		coll, code, _ := strings.Cut(m.Object, ":")
+		var fp string
+		if err := tx.QueryRow(ctx, p.core.BirthBinding().SQL(`
+			SELECT lpad(to_hex(hashint8extended(f.h, 1)), 16, '0') || lpad(to_hex(f.h), 16, '0')
+			FROM {t} b CROSS JOIN LATERAL (SELECT `+hash+` AS h) f
+			WHERE b.{coll} = $1 AND b.{code} = $2`), coll, code, m.Status).Scan(&fp); err != nil {
+			return fmt.Errorf("fingerprint of %s as %s: %w", m.Object, m.Status, err)
+		}
+		sp.obj[1].Base, sp.obj[1].Status, sp.obj[1].Fingerprint = m.To, m.Status, &fp
+		sp.children = max(m.Members-1, 0)
+	}
+	return nil
 }
