@@ -27,6 +27,8 @@ const (
 	PreviewObjectRetire    PreviewKind = "object_retire"    // collection:entity_code retired (status, default "retired")
 	PreviewObjectSupersede PreviewKind = "object_supersede" // collection:entity_code superseded (status, default "superseded")
 	PreviewObjectMerge     PreviewKind = "object_merge"     // collection:entity_code merged (status, default "merged")
+	PreviewCoverageProfile PreviewKind = "coverage_profile" // entity_type's profile: any of risk_class, coverage_required, privacy (in force once a ruleset carrying it is active)
+	PreviewRulesetActivate PreviewKind = "ruleset_activate" // the draft ruleset_version activated
 )
 
 // PreviewLifecycleStatus is the birth status each lifecycle kind sets unless the change names another (an estate
@@ -40,6 +42,7 @@ var PreviewKinds = []PreviewKind{
 	PreviewOwnerAssign, PreviewOwnerMove, PreviewOwnerRevoke,
 	PreviewExceptionGrant, PreviewExceptionChange, PreviewExceptionRevoke,
 	PreviewCoverageStatus, PreviewObjectRetire, PreviewObjectSupersede, PreviewObjectMerge,
+	PreviewCoverageProfile, PreviewRulesetActivate,
 }
 
 // ProposedChange is one change of a preview. Which fields a kind reads is documented with the kind; a field a
@@ -59,6 +62,10 @@ type ProposedChange struct {
 	Fingerprint    *string     `json:"fingerprint,omitempty"`
 	CoverageStatus *string     `json:"coverage_status,omitempty"`
 	ScopeClass     *string     `json:"scope_class,omitempty"`
+	RiskClass      *string     `json:"risk_class,omitempty"`
+	Required       *bool       `json:"coverage_required,omitempty"`
+	Privacy        *string     `json:"privacy,omitempty"`
+	RulesetVersion *string     `json:"ruleset_version,omitempty"`
 }
 
 // PreviewRequest is the body of POST /v1/preview and the input of gcos preview.
@@ -100,6 +107,10 @@ func (c ProposedChange) fields() map[string]bool {
 	add("fingerprint", c.Fingerprint != nil)
 	add("coverage_status", c.CoverageStatus != nil)
 	add("scope_class", c.ScopeClass != nil)
+	add("risk_class", c.RiskClass != nil)
+	add("coverage_required", c.Required != nil)
+	add("privacy", c.Privacy != nil)
+	add("ruleset_version", c.RulesetVersion != nil)
 	return set
 }
 
@@ -115,6 +126,8 @@ var previewFields = map[PreviewKind]struct{ required, optional []string }{
 	PreviewObjectRetire:    {[]string{"collection", "entity_code"}, []string{"status"}},
 	PreviewObjectSupersede: {[]string{"collection", "entity_code"}, []string{"status"}},
 	PreviewObjectMerge:     {[]string{"collection", "entity_code"}, []string{"status"}},
+	PreviewCoverageProfile: {[]string{"entity_type"}, []string{"risk_class", "coverage_required", "privacy"}},
+	PreviewRulesetActivate: {[]string{"ruleset_version"}, nil},
 }
 
 // Validate checks the request's shape before anything is read: known kinds, each with the fields it needs and
@@ -162,7 +175,8 @@ func (r *PreviewRequest) Validate() error {
 		}
 		for name, v := range map[string]*string{"scope": c.Scope, "owner_ref": c.OwnerRef, "entity_type": c.EntityType,
 			"collection": c.Collection, "entity_code": c.EntityCode, "exception_id": c.ExceptionID, "approval_ref": c.ApprovalRef,
-			"status": c.Status, "fingerprint": c.Fingerprint, "coverage_status": c.CoverageStatus, "scope_class": c.ScopeClass} {
+			"status": c.Status, "fingerprint": c.Fingerprint, "coverage_status": c.CoverageStatus, "scope_class": c.ScopeClass,
+			"risk_class": c.RiskClass, "privacy": c.Privacy, "ruleset_version": c.RulesetVersion} {
 			if v != nil && strings.TrimSpace(*v) == "" {
 				return Errorf(EINVALID, "changes[%d] (%s): %s is empty", i, c.Kind, name)
 			}
@@ -174,6 +188,10 @@ func (r *PreviewRequest) Validate() error {
 			return Errorf(EINVALID, "changes[%d] (exception_change) changes nothing: set expires_at, status or approval_ref", i)
 		case c.Kind == PreviewCoverageStatus && len(c.fields()) == 1:
 			return Errorf(EINVALID, "changes[%d] (coverage_status) changes nothing: set coverage_status or scope_class", i)
+		case c.Kind == PreviewCoverageProfile && len(c.fields()) == 1:
+			return Errorf(EINVALID, "changes[%d] (coverage_profile) changes nothing: set risk_class, coverage_required or privacy", i)
+		case c.Kind == PreviewRulesetActivate && slices.ContainsFunc(r.Changes[:i], func(d ProposedChange) bool { return d.Kind == PreviewRulesetActivate }):
+			return Errorf(EINVALID, "changes[%d]: a preview activates at most one ruleset", i)
 		case c.Kind == PreviewExceptionGrant && c.EntityCode != nil && (c.Collection == nil || c.Scope == nil):
 			return Errorf(EINVALID, "changes[%d] (exception_grant) on object %s needs its collection and scope: an object exception suppresses only in its own scope", i, quoteInput(*c.EntityCode))
 		case c.Kind == PreviewExceptionGrant && c.EntityCode == nil && c.Fingerprint != nil:
@@ -221,7 +239,8 @@ type AppliedChanges struct {
 	Assumed []string
 }
 
-// ApplyChanges applies changes, in order, to a copy of regs at now. objects holds the objects the changes'
+// ApplyChanges applies changes, in order, to a copy of regs at now (the registries under the ruleset that would be
+// active: a ruleset_activate change is the caller's, which passes the draft's registries). objects holds the objects the changes'
 // exceptions name (read by the caller, keyed by reference). A change naming a row that does not exist, a value no
 // registry knows, or two changes of one row (a set that contradicts itself) is an EINVALID error naming it; regs
 // is never modified.
@@ -231,6 +250,7 @@ func ApplyChanges(regs Registries, changes []ProposedChange, now time.Time, obje
 	after.Ownership = slices.Clone(regs.Ownership)
 	after.Exceptions = slices.Clone(regs.Exceptions)
 	after.Collections = maps.Clone(regs.Collections)
+	after.Profile = maps.Clone(regs.Profile)
 	if !regs.ownershipExists {
 		for i, c := range changes {
 			if strings.HasPrefix(string(c.Kind), "owner_") {
@@ -396,6 +416,22 @@ func ApplyChanges(regs Registries, changes []ProposedChange, now time.Time, obje
 			after.Collections[*c.Collection] = row
 			r, _ := RouteChange(ChangeSubject{Kind: ChangeCollection, Registry: "collection", Code: *c.Collection})
 			out.Selectors = append(out.Selectors, r.Selectors...)
+		case PreviewCoverageProfile:
+			row, ok := after.Profile[*c.EntityType]
+			if !ok {
+				return out, Errorf(EINVALID, "changes[%d] (coverage_profile): class %s has no row in %s", i, quoteInput(*c.EntityType), TableCoverageProfile)
+			}
+			if err := claim(i, "coverage profile "+*c.EntityType); err != nil {
+				return out, err
+			}
+			row.RiskClass, row.Privacy = cmpOr(c.RiskClass, row.RiskClass), cmpOr(c.Privacy, row.Privacy)
+			if c.Required != nil {
+				row.CoverageRequired = c.Required
+			}
+			after.Profile[*c.EntityType] = row
+			out.Selectors = append(out.Selectors, GroupSelector{ObjectClass: Str(*c.EntityType), Reason: "coverage profile of " + *c.EntityType + " changed"})
+		case PreviewRulesetActivate:
+			// Applied by the caller: it passed the registries under the draft.
 		case PreviewObjectRetire, PreviewObjectSupersede, PreviewObjectMerge:
 			ref := *c.Collection + ":" + *c.EntityCode
 			obj, ok := objects[ref]
@@ -460,6 +496,7 @@ type GroupJudged struct {
 	GroupKey  string          `json:"group_key"`
 	Members   int64           `json:"members"`
 	Verdict   Verdict         `json:"verdict"`
+	RiskClass string          `json:"risk_class"`
 	Coverage  CoverageOutcome `json:"coverage,omitempty"`
 	Owner     *string         `json:"owner_scope"`
 	Exception *string         `json:"exception_id,omitempty"`
@@ -496,6 +533,9 @@ type PreviewReport struct {
 	AsOf           time.Time        `json:"as_of"`
 	Token          string           `json:"token"`
 	RulesetVersion string           `json:"ruleset_version"`
+	// RulesetAfter is the ruleset the after side judges under: the draft a ruleset_activate change names, else
+	// RulesetVersion.
+	RulesetAfter string `json:"ruleset_after"`
 	// AffectedGroups is how many live groups the changes route to (judged twice); AffectedObjects their members.
 	AffectedGroups  int             `json:"affected_groups"`
 	AffectedObjects int64           `json:"affected_objects"`

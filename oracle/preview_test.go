@@ -184,6 +184,24 @@ var previewCases = []previewCase{
 	{"object_retire", lifecycleCandidates(gcos.PreviewObjectRetire, false), "block_to_allow"},
 	{"object_supersede_with_children", lifecycleCandidates(gcos.PreviewObjectSupersede, true), ""},
 	{"object_merge", lifecycleCandidates(gcos.PreviewObjectMerge, false), "block_to_allow"},
+	{"coverage_profile", func(e *env) ([][]gcos.ProposedChange, error) {
+		// An orphaned class becomes low risk: its orphans no longer block a write.
+		return perOrphan(e, func(class, _ string, _ []string) ([]gcos.ProposedChange, error) {
+			return []gcos.ProposedChange{{Kind: gcos.PreviewCoverageProfile, EntityType: gcos.Str(class), RiskClass: gcos.Str("read_descriptive")}}, nil
+		})
+	}, "block_to_allow"},
+	{"ruleset_activate", func(e *env) ([][]gcos.ProposedChange, error) {
+		// A draft in which an orphaned class no longer requires coverage, computed from the registry.
+		order, _, err := e.orphans()
+		if err != nil || len(order) == 0 {
+			return nil, fmt.Errorf("no orphan (%v)", err)
+		}
+		if err := e.exec(`UPDATE governance_coverage_profile SET coverage_required = false WHERE entity_type = $1`, order[0][0]); err != nil {
+			return nil, err
+		}
+		rs, _, err := e.store.ComputeRuleset(e.ctx, "proposer")
+		return [][]gcos.ProposedChange{{{Kind: gcos.PreviewRulesetActivate, RulesetVersion: gcos.Str(rs.Version)}}}, err
+	}, "block_to_allow"},
 	{"coverage_status", func(e *env) ([][]gcos.ProposedChange, error) {
 		// The collection of an orphaned class becomes exempt: its groups retire from coverage.
 		return perOrphan(e, func(_, coll string, _ []string) ([]gcos.ProposedChange, error) {
@@ -300,6 +318,17 @@ func (e *env) applyChange(c gcos.ProposedChange) error {
 		action := map[gcos.PreviewKind]string{gcos.PreviewObjectRetire: "retire", gcos.PreviewObjectSupersede: "supersede",
 			gcos.PreviewObjectMerge: "merge"}[c.Kind]
 		return e.changelog(class, *c.EntityCode, action, "registry-sync")
+	case gcos.PreviewCoverageProfile:
+		if err := e.exec(`UPDATE governance_coverage_profile SET risk_class = coalesce($2, risk_class),
+			coverage_required = coalesce($3, coverage_required), privacy = coalesce($4, privacy) WHERE entity_type = $1`,
+			*c.EntityType, c.RiskClass, c.Required, c.Privacy); err != nil {
+			return err
+		}
+		_, err := e.activate() // a profile is in force once a ruleset carrying it is active
+		return err
+	case gcos.PreviewRulesetActivate:
+		_, err := e.store.ActivateRuleset(e.ctx, *c.RulesetVersion, "APR-R", "approver")
+		return err
 	case gcos.PreviewCoverageStatus:
 		if err := e.exec(`UPDATE collection_registry SET coverage_status = $2 WHERE collection_name = $1`, *c.Collection, *c.CoverageStatus); err != nil {
 			return err

@@ -6,6 +6,7 @@ package preview
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -115,15 +116,45 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 	if err != nil {
 		return rep, err
 	}
+	in := [2]inputs{
+		{action: req.Action, lowRisk: p.lowRisk, ruleset: version, status: status, snapshot: snapshot, now: rep.AsOf},
+		{action: req.Action, lowRisk: p.lowRisk, ruleset: version, status: status, snapshot: snapshot, now: rep.AsOf},
+	}
+	// A ruleset activation judges the after side under the draft: its rule side, its policy, and the groups its
+	// diff with the current ruleset dirties (the activation's own impact).
+	afterEv, ruleSel := ev, []gcos.GroupSelector(nil)
+	if i := slices.IndexFunc(req.Changes, func(c gcos.ProposedChange) bool { return c.Kind == gcos.PreviewRulesetActivate }); i >= 0 {
+		v := *req.Changes[i].RulesetVersion
+		var draftStatus string
+		switch err := tx.QueryRow(ctx, `SELECT status FROM governance_ruleset WHERE ruleset_version = $1`, v).Scan(&draftStatus); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return rep, gcos.Errorf(gcos.EINVALID, "changes[%d] (ruleset_activate): ruleset %q does not exist", i, gcos.Clip(v))
+		case err != nil:
+			return rep, fmt.Errorf("read ruleset %s: %w", v, err)
+		case draftStatus != gcos.RulesetDraft:
+			return rep, gcos.Errorf(gcos.EINVALID, "changes[%d] (ruleset_activate): ruleset %s is %s; only a draft can be activated", i, v, draftStatus)
+		}
+		draft, err := p.core.RulesetVersionVia(ctx, tx, v)
+		if err != nil {
+			return rep, err
+		}
+		if afterEv, err = evaluate.New(ctx, p.core, tx, draft); err != nil {
+			return rep, err
+		}
+		ruleSel = gcos.DiffRulesets(rs.Components, draft.Components).Impact
+		in[1].ruleset, in[1].status = v, gcos.RulesetActive
+	}
+	rep.RulesetAfter = in[1].ruleset
 	before := ev.Registries()
 	named, err := p.readObjects(ctx, tx, namedObjects(req.Changes, before))
 	if err != nil {
 		return rep, err
 	}
-	applied, err := gcos.ApplyChanges(before, req.Changes, ev.Now(), named)
+	applied, err := gcos.ApplyChanges(afterEv.Registries(), req.Changes, ev.Now(), named)
 	if err != nil {
 		return rep, err
 	}
+	applied.Selectors = append(applied.Selectors, ruleSel...)
 	rep.Selectors, rep.Assumed = applied.Selectors, append(rep.Assumed, applied.Assumed...)
 	var extra []postgres.BirthBase
 	for _, m := range applied.Moves {
@@ -142,7 +173,7 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 	}
 	sides := [2]*side{
 		{ev: ev, regs: before, scopes: before.ScopeCodes(), members: map[postgres.BirthBase]int64{}},
-		{ev: ev.WithRegistries(applied.After), regs: applied.After, scopes: applied.After.ScopeCodes(), members: map[postgres.BirthBase]int64{}},
+		{ev: afterEv.WithRegistries(applied.After), regs: applied.After, scopes: applied.After.ScopeCodes(), members: map[postgres.BirthBase]int64{}},
 	}
 	for _, b := range bases {
 		sides[0].members[b.BirthBase], sides[1].members[b.BirthBase] = b.members, b.members
@@ -156,7 +187,6 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 			return rep, err
 		}
 	}
-	in := inputs{action: req.Action, lowRisk: p.lowRisk, ruleset: version, status: status, snapshot: snapshot, now: rep.AsOf}
 	// The ledger: each side counts its bases' members in their groups' buckets, the objects with rows of their own
 	// in their rows' (before counts out, after counts in).
 	delta := map[string]map[gcos.Bucket]int64{}
@@ -201,7 +231,7 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 				skip = append(skip, sp.obj[0].Ref())
 			}
 		}
-		decisions := [2]gcos.ObjectGateDecision{in.decide(sides[0].groups[b.BirthBase], nil), in.decide(sides[1].groups[b.BirthBase], nil)}
+		decisions := [2]gcos.ObjectGateDecision{in[0].decide(sides[0].groups[b.BirthBase], nil), in[1].decide(sides[1].groups[b.BirthBase], nil)}
 		rep.ChangedGroups += listChanged(&rep, b, sides, decisions)
 		if flipped(decisions) && stay > 0 {
 			var sample []string
@@ -222,7 +252,7 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 			if ok {
 				r = &row
 			}
-			d[i], children[i] = in.decide(groups, r), in.decide(groups, nil)
+			d[i], children[i] = in[i].decide(groups, r), in[i].decide(groups, nil)
 		}
 		if flipped(d) {
 			record(&rep.Flips, d, 1, []string{sp.obj[0].Ref()}, req.Sample)
@@ -311,13 +341,17 @@ func (p *Previewer) readObjects(ctx context.Context, tx pgx.Tx, refs []string) (
 // each base's live group keys and member count.
 func (p *Previewer) affectedBases(ctx context.Context, tx pgx.Tx, sels []gcos.GroupSelector, named map[string]gcos.PreviewObject, extra []postgres.BirthBase) ([]base, error) {
 	all := slices.ContainsFunc(sels, func(s gcos.GroupSelector) bool { return s.All })
-	var classes, colls []string
+	var classes, colls, families, scopes []string
 	for _, s := range sels {
-		if s.ObjectClass != nil {
+		switch {
+		case s.ObjectClass != nil:
 			classes = append(classes, *s.ObjectClass)
-		}
-		if s.SourceRegistry != nil {
+		case s.SourceRegistry != nil:
 			colls = append(colls, *s.SourceRegistry)
+		case s.AxisFamily != nil:
+			families = append(families, *s.AxisFamily)
+		case s.Scope != nil:
+			scopes = append(scopes, *s.Scope)
 		}
 	}
 	want := map[postgres.BirthBase]bool{}
@@ -333,13 +367,16 @@ func (p *Previewer) affectedBases(ctx context.Context, tx pgx.Tx, sels []gcos.Gr
 	for b := range want {
 		bc, bcoll, bst = append(bc, b.Class), append(bcoll, b.Coll), append(bst, b.Status)
 	}
-	// The candidates are read by class or collection (indexed, a few rows per selector), matched in Go.
+	// The candidates are read by the most selective dimension each selector names, and matched in Go. A selector
+	// naming a scope alone (a ruleset's scope row) or every group (a policy change) reads every live group of the
+	// group registry: the groups, never the objects.
 	rows, err := tx.Query(ctx, `
 		SELECT group_key, object_class, source_registry, axis_family, scope, lifecycle_status, owner_scope, coalesce(member_count, 0)
 		FROM governance_group
-		WHERE retired_at IS NULL AND ($1 OR object_class = ANY($2) OR source_registry = ANY($3)
+		WHERE retired_at IS NULL AND ($1 OR object_class = ANY($2) OR source_registry = ANY($3) OR axis_family = ANY($7)
+		      OR (cardinality($8::text[]) > 0 AND (scope = ANY($8) OR scope IS NULL OR scope = $9))
 		      OR (object_class, source_registry, lifecycle_status) IN (SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
-		ORDER BY group_key`, all, classes, colls, bc, bcoll, bst)
+		ORDER BY group_key`, all, classes, colls, bc, bcoll, bst, families, scopes, gcos.UnscopedScope)
 	if err != nil {
 		return nil, fmt.Errorf("read affected groups: %w", err)
 	}
@@ -576,7 +613,7 @@ func (p *Previewer) firstObjects(ctx context.Context, tx pgx.Tx, b postgres.Birt
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// listChanged lists the base's groups whose verdict, coverage, owner, exception or member count changes, up to the
+// listChanged lists the base's groups whose verdict, risk class, coverage, owner, exception or member count changes, up to the
 // answer's bound, and returns how many changed.
 func listChanged(rep *gcos.PreviewReport, b base, sides [2]*side, d [2]gcos.ObjectGateDecision) int {
 	n := 0
@@ -590,6 +627,7 @@ func listChanged(rep *gcos.PreviewReport, b base, sides [2]*side, d [2]gcos.Obje
 		g := gcos.PreviewGroup{Scope: jb.scope, ObjectClass: b.Class, SourceRegistry: b.Coll, Lifecycle: b.Status,
 			Before: judgedGroup(jb, sides[0].members[b.BirthBase], d[0]), After: judgedGroup(ja, sides[1].members[b.BirthBase], d[1])}
 		if g.Before.Verdict == g.After.Verdict && g.Before.Coverage == g.After.Coverage && g.Before.Members == g.After.Members &&
+			g.Before.RiskClass == g.After.RiskClass &&
 			postgres.Deref(g.Before.Owner) == postgres.Deref(g.After.Owner) && postgres.Deref(g.Before.Exception) == postgres.Deref(g.After.Exception) {
 			continue
 		}
@@ -602,7 +640,7 @@ func listChanged(rep *gcos.PreviewReport, b base, sides [2]*side, d [2]gcos.Obje
 }
 
 func judgedGroup(j judged, members int64, d gcos.ObjectGateDecision) gcos.GroupJudged {
-	return gcos.GroupJudged{GroupKey: j.v.GroupKey, Members: members, Verdict: j.v.Verdict, Coverage: j.v.Coverage, Owner: j.v.OwnerScope,
+	return gcos.GroupJudged{GroupKey: j.v.GroupKey, Members: members, Verdict: j.v.Verdict, RiskClass: j.v.RiskClass, Coverage: j.v.Coverage, Owner: j.v.OwnerScope,
 		Exception: j.v.ExceptionID, Decision: d.Decision}
 }
 
