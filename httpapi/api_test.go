@@ -191,6 +191,7 @@ func TestAPI(t *testing.T) {
 			"GET /v1/changes/watch":                  {"/v1/changes/watch?after=not-a-cursor", "", []int{400}}, // a stream otherwise
 			"POST /v1/rulesets/{version}/activate":   {"/v1/rulesets/" + e.ruleset + "/activate", `{"approval_ref":"APR-2","actor":"someone"}`, []int{409}},
 			"POST /v1/rulesets":                      {"/v1/rulesets", `{"proposer":"someone"}`, []int{200}},
+			"POST /v1/preview":                       {"/v1/preview", previewBody(object), []int{200}},
 			"GET /v1/findings/{id}":                  {"/v1/findings/999999999", "", []int{404}},
 			"POST /v1/findings/{id}/resolve":         {"/v1/findings/999999999/resolve", `{"reason":"fixed upstream"}`, []int{404}},
 			"GET /v1/notifications":                  {"/v1/notifications?limit=5", "", []int{200}},
@@ -890,4 +891,9 @@ func TestAPIReadyz(t *testing.T) {
 	if a := e.get(t, "/v1/summary"); a.status < 500 || strings.Contains(string(a.body), "closed pool") {
 		t.Errorf("summary with a closed pool: %d %s (want 5xx and no internals)", a.status, a.body)
 	}
+}
+
+// previewBody proposes that the collection of object becomes exempt.
+func previewBody(object string) string {
+	return `{"changes":[{"kind":"coverage_status","collection":"` + strings.Split(object, ":")[0] + `","coverage_status":"BIRTH_EXEMPT_SYSTEM"}]}`
 }

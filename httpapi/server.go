@@ -25,6 +25,7 @@ import (
 	"gcos/gate"
 	"gcos/intake"
 	"gcos/postgres"
+	"gcos/preview"
 )
 
 // Config configures the handler New returns.
@@ -107,6 +108,7 @@ var routeTable = []route{
 	{Route{http.MethodGet, "/v1/changes", AccessReader, []string{"after", "since", "limit"}}, (*server).changes},
 	{Route{http.MethodGet, "/v1/changes/watch", AccessReader, []string{"after"}}, (*server).watchChanges},
 	{Route{http.MethodPost, "/v1/rulesets", AccessOperator, nil}, (*server).propose},
+	{Route{http.MethodPost, "/v1/preview", AccessReader, nil}, (*server).preview},
 	{Route{http.MethodPost, "/v1/rulesets/{version}/activate", AccessApprover, nil}, (*server).activate},
 	{Route{http.MethodPost, "/v1/cursors/{source}/reset", AccessOperator, nil}, (*server).resetCursor},
 	{Route{http.MethodGet, "/metrics", AccessReader, nil}, (*server).metrics},
@@ -145,6 +147,7 @@ type server struct {
 	intake     *intake.Stage // the running intake stage
 	gate       *gate.Gate    // the running gate stage
 	events     *events.Loop  // the event stage: findings, notifications, event types
+	previews   *preview.Previewer
 	logger     *slog.Logger
 	version    string
 	auth       *authenticator
@@ -194,6 +197,7 @@ func New(cfg Config) (http.Handler, error) {
 		intake:     cfg.Intake,
 		gate:       cfg.Gate,
 		events:     cfg.Events,
+		previews:   preview.New(cfg.Store),
 		logger:     logger.With("system", "httpapi"),
 		version:    cfg.Version,
 		auth:       auth,

@@ -96,7 +96,7 @@ func (a *app) rootCommand() *cobra.Command {
 		// what qualifies a verdict
 		a.snapshotCommand(), a.rulesetCommand(),
 		// the gate's reads
-		a.gateCommand(), a.explainCommand(), a.invariantCommand(),
+		a.gateCommand(), a.explainCommand(), a.invariantCommand(), a.previewCommand(),
 		// the operator's reads and the event domain
 		a.findingsCommand(), a.notificationsCommand(), a.statusCommand(), a.eventsCommand(), a.changesCommand(),
 	)

@@ -1,0 +1,9 @@
+package preview_test
+
+import (
+	"testing"
+
+	"gcos/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
