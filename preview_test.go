@@ -60,7 +60,9 @@ func TestApplyChanges(t *testing.T) {
 	id := int64(4)
 	objects := map[string]gcos.PreviewObject{"c1:o1": {Collection: "c1", Code: "o1", Found: true, Status: "active", Children: 2,
 		Base: gcos.BaseGroup{ObjectClass: "k1", SourceRegistry: "c1", LifecycleStatus: "active"}, Fingerprint: gcos.Str("fp")}}
-	apply := func(cs ...gcos.ProposedChange) (gcos.AppliedChanges, error) { return gcos.ApplyChanges(regs, cs, now, objects) }
+	apply := func(cs ...gcos.ProposedChange) (gcos.AppliedChanges, error) {
+		return gcos.ApplyChanges(regs, cs, now, objects)
+	}
 
 	got, err := apply(gcos.ProposedChange{Kind: gcos.PreviewOwnerRevoke, OwnershipID: &id})
 	if err != nil || regs.OwnerScope("s1", "k1", "c1") == nil || got.After.OwnerScope("s1", "k1", "c1") != nil {
