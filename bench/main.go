@@ -63,6 +63,7 @@ var benchmarks = []benchmark{
 	{"gate_churn", "high-risk objects allowed at rest, asked while births (and sibling updates) arrive in their groups at 5,000/s: blocks vs no view and no re-scan", benchGateChurn},
 	{"gate_readers", "the gate over HTTP idle and beside 40 /v1/invariant readers (own pool, cached reads) vs one shared pool", benchGateReaders},
 	{"gate_replica", "the gate reading through from a streaming replica (within gate.max_staleness) vs the primary, under 5,000 births/s, and the replica's lag", benchGateReplica},
+	{"preview", "impact preview of an owner revocation covering 10 % of a scope vs re-evaluating every group", benchPreview},
 	{"verify", "the reference evaluator (gcos verify) from scratch, beside the full audit it checks", benchVerify},
 	{"memory", "RSS of a gcos-up-equivalent process after intake + scans over the world", benchMemory},
 }
