@@ -109,6 +109,7 @@ var SafePayloadKeys = []string{
 	"groups", "objects", "mismatches", "seen", "coalesced", "enqueued", "failed", "dlq", "held", "pruned",
 	"owner_ref", "route", "event_type", "event_id", "window_start", "window_end", "audit_id",
 	"coverage_before", "coverage_after",
+	"affected_groups", "changed_groups", "allow_to_block", "block_to_allow", "preview_failed",
 }
 
 // ValidateSafePayload rejects a payload with any key outside SafePayloadKeys, or any value that is not a scalar

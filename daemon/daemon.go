@@ -22,6 +22,7 @@ import (
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
+	"gcos/preview"
 	"gcos/scan"
 	"gcos/world"
 )
@@ -151,6 +152,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	run("gate", d.Gate.Run)
 	run("intake", d.Intake.Run)
+	run("rulesets", d.proposeRulesets)
 	run("scan", d.Scan.Run)
 	if !d.cfg.NoPromotion {
 		run("events", d.Events.Run)
@@ -172,6 +174,44 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.logger.Info("gcos stopped")
 	return errors.Join(all...)
+}
+
+// ruleChanges are the change kinds after which the registries a ruleset hashes may have moved.
+var ruleChanges = []gcos.ChangeKind{gcos.ChangePolicy, gcos.ChangeRuleset}
+
+// proposeRulesets computes the draft ruleset of the registries as they are, with the preview of activating it in
+// its ruleset.proposed announcement, as soon as the intake has handed off a rule change (policy_changed,
+// ruleset_changed), instead of at the next full audit; and once at start, so a change handed off before a restart
+// is proposed too. Computing is idempotent: a draft that exists already is neither recorded nor announced again,
+// whichever process computed it. A failed proposal is logged and tried again at the next rule change or audit.
+func (d *Daemon) proposeRulesets(ctx context.Context) error {
+	impact := preview.New(d.Store).RulesetImpact
+	by := gcos.NamedActor(gcos.SystemProposer, gcos.ViaDaemon)
+	seen := -1
+	tick := time.NewTicker(cmp.Or(d.Store.Config().Intake.PollInterval.Duration(), time.Second))
+	defer tick.Stop()
+	for {
+		kinds := d.Intake.Stage.HandoffTotals().Kinds
+		n := 0
+		for _, k := range ruleChanges {
+			n += kinds[string(k)]
+		}
+		if n != seen {
+			seen = n
+			rs, created, err := d.Store.ComputeRulesetAs(ctx, by, impact)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				d.logger.Warn("propose ruleset", "err", err)
+			case created:
+				d.logger.Info("ruleset proposed", "version", rs.Version, "rule_changes", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }
 
 // serve answers on ln until ctx ends, then shuts the server down, letting requests in flight finish.

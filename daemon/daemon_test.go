@@ -81,6 +81,34 @@ func TestDaemonRunsEveryPart(t *testing.T) {
 		return err == nil && scanned > 0
 	})
 
+	// A rule change proposes at once: the intake hands off the measurement's change row (policy_changed) and the
+	// daemon records the draft of the registries as they are now, announcing it with the preview of activating it.
+	if _, err := pool.Exec(ctx, `INSERT INTO measurement_registry (measurement_id, law_code, method, source_query, target_query, severity)
+		SELECT 'M-DAEMON-TEST', min(law_code), 1, 'select 1', 'select 1', 'high' FROM law_jurisdiction`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by, alert_detail)
+		VALUES ('measurement', 'M-DAEMON-TEST', 'create', 'registry-sync', 'daemon test')`); err != nil {
+		t.Fatal(err)
+	}
+	var payload map[string]any
+	waitFor(t, done, "the rule change is proposed as a draft, announced with its preview", func() bool {
+		var raw []byte
+		err := pool.QueryRow(ctx, `SELECT p FROM (
+			SELECT safe_payload AS p, created_at AS at FROM event_outbox WHERE event_type = 'governance.ruleset.proposed'
+			UNION ALL
+			SELECT capture_payload->'safe_payload', created_at FROM event_pending WHERE event_type_hint = 'governance.ruleset.proposed') x
+			WHERE p ? 'allow_to_block' ORDER BY at DESC LIMIT 1`).Scan(&raw)
+		return err == nil && json.Unmarshal(raw, &payload) == nil
+	})
+	var status string
+	if err := pool.QueryRow(ctx, `SELECT status FROM governance_ruleset WHERE ruleset_version = $1`, payload["ruleset_version"]).Scan(&status); err != nil || status != "draft" {
+		t.Fatalf("the proposed ruleset %v: status %q (%v), want a draft", payload["ruleset_version"], status, err)
+	}
+	if payload["affected_groups"] == nil || payload["block_to_allow"] == nil || payload["changed_groups"] == nil {
+		t.Fatalf("the proposal's preview: %v", payload)
+	}
+
 	stop()
 	select {
 	case err := <-done:

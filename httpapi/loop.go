@@ -64,7 +64,7 @@ func (s *server) propose(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := s.requestContext(r)
 	defer cancel()
-	row, created, err := s.store.ComputeRulesetAs(ctx, actor(r, req.Proposer))
+	row, created, err := s.store.ComputeRulesetAs(ctx, actor(r, req.Proposer), s.previews.RulesetImpact)
 	if err != nil {
 		return s.fail(w, r, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,13 +67,18 @@ func (s *Store) ComputeRuleset(ctx context.Context, proposer string) (RulesetRow
 	if proposer == "" {
 		return RulesetRow{}, false, gcos.Errorf(gcos.EINVALID, "ruleset compute: --by must name a proposer")
 	}
-	return s.computeRuleset(ctx, gcos.NamedActor(proposer, ""))
+	return s.computeRuleset(ctx, gcos.NamedActor(proposer, ""), nil)
 }
+
+// RulesetImpact says what activating a new draft would do, for its ruleset.proposed announcement: it runs in the
+// transaction that records the draft (which it sees), and what it returns joins the announcement's payload.
+type RulesetImpact func(ctx context.Context, tx pgx.Tx, draft RulesetRow) (map[string]any, error)
 
 // ComputeRulesetAs is ComputeRuleset proposed by a person: with principals configured the proposer must be one
 // holding the operator role. The draft records the principal as its proposer (what no-self-approval compares) and
 // a new draft writes one audit row naming the actor whole (principal, the name given, OS user, channel).
-func (s *Store) ComputeRulesetAs(ctx context.Context, by gcos.Actor) (RulesetRow, bool, error) {
+// A new draft's announcement carries impact's answer (nil: none).
+func (s *Store) ComputeRulesetAs(ctx context.Context, by gcos.Actor, impact RulesetImpact) (RulesetRow, bool, error) {
 	if err := by.Check("ruleset compute"); err != nil {
 		return RulesetRow{}, false, err
 	}
@@ -81,10 +87,10 @@ func (s *Store) ComputeRulesetAs(ctx context.Context, by gcos.Actor) (RulesetRow
 			return RulesetRow{}, false, gcos.Errorf(gcos.EFORBIDDEN, "ruleset compute: %s", gcos.ErrorMessage(err))
 		}
 	}
-	return s.computeRuleset(ctx, by)
+	return s.computeRuleset(ctx, by, impact)
 }
 
-func (s *Store) computeRuleset(ctx context.Context, by gcos.Actor) (RulesetRow, bool, error) {
+func (s *Store) computeRuleset(ctx context.Context, by gcos.Actor, impact RulesetImpact) (RulesetRow, bool, error) {
 	proposer := by.Principal
 	var row RulesetRow
 	var created bool
@@ -123,20 +129,27 @@ func (s *Store) computeRuleset(ctx context.Context, by gcos.Actor) (RulesetRow, 
 				return err
 			}
 		}
-		if created {
-			if err := AnnounceTx(ctx, tx, Emit{EventType: EventRulesetProposed, SubjectTable: "governance_ruleset",
-				SubjectRef: rs.Version, CollectionName: "governance_ruleset", EntityCode: rs.Version, ActorRef: proposer,
-				CorrelationID: "ruleset:" + rs.Version + ":proposed",
-				Payload:       map[string]any{"ruleset_version": rs.Version, "status": "draft"}}); err != nil {
-				return err
-			}
-		}
 		row, err = scanRuleset(tx.QueryRow(ctx, `SELECT `+rulesetColumns+` FROM governance_ruleset WHERE ruleset_version = $1`, rs.Version))
 		if err != nil {
 			return err
 		}
 		if row.ContentHash != rs.ContentHash {
 			return gcos.Errorf(gcos.ECONFLICT, "ruleset %s: stored content hash %s differs from computed %s (12-hex prefix collision)", rs.Version, row.ContentHash, rs.ContentHash)
+		}
+		if created {
+			payload := map[string]any{"ruleset_version": rs.Version, "status": "draft"}
+			if impact != nil {
+				more, err := impact(ctx, tx, row)
+				if err != nil {
+					return fmt.Errorf("ruleset %s: its impact: %w", rs.Version, err)
+				}
+				maps.Copy(payload, more)
+			}
+			if err := AnnounceTx(ctx, tx, Emit{EventType: EventRulesetProposed, SubjectTable: "governance_ruleset",
+				SubjectRef: rs.Version, CollectionName: "governance_ruleset", EntityCode: rs.Version, ActorRef: proposer,
+				CorrelationID: "ruleset:" + rs.Version + ":proposed", Payload: payload}); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -668,3 +668,30 @@ func (p *Previewer) move(ctx context.Context, tx pgx.Tx, specials []special, mov
 	}
 	return nil
 }
+
+// RulesetImpact is the impact a new draft's ruleset.proposed announcement carries (postgres.RulesetImpact): the
+// preview of activating it (write decisions), judged in the transaction that records it, under a savepoint. A
+// preview that fails never fails the proposal: the announcement then says preview_failed instead of the counts.
+func (p *Previewer) RulesetImpact(ctx context.Context, tx pgx.Tx, draft postgres.RulesetRow) (map[string]any, error) {
+	req := gcos.PreviewRequest{Changes: []gcos.ProposedChange{{Kind: gcos.PreviewRulesetActivate, RulesetVersion: &draft.Version}}}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("preview savepoint: %w", err)
+	}
+	rep, err := p.preview(ctx, sp, req)
+	if err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return nil, fmt.Errorf("preview of ruleset %s: %w (and its savepoint: %v)", draft.Version, err, rerr)
+		}
+		return map[string]any{"preview_failed": true}, nil
+	}
+	if err := sp.Commit(ctx); err != nil { // releases the savepoint: the preview wrote nothing
+		return nil, fmt.Errorf("preview savepoint: %w", err)
+	}
+	// An announcement carries safe metadata only: flat counts (gcos.SafePayloadKeys), for the write action.
+	return map[string]any{"affected_groups": rep.AffectedGroups, "changed_groups": rep.ChangedGroups,
+		"allow_to_block": rep.Flips.AllowToBlock, "block_to_allow": rep.Flips.BlockToAllow}, nil
+}

@@ -11,6 +11,7 @@ import (
 	"gcos"
 	"gcos/httpapi"
 	"gcos/postgres"
+	"gcos/preview"
 )
 
 func (a *app) rulesetCommand() *cobra.Command {
@@ -22,7 +23,7 @@ func (a *app) rulesetCommand() *cobra.Command {
 		RunE: reachRunE(a, func(ctx context.Context, api *apiClient, _ []string) (c computed, err error) {
 			return c, api.as(by).post(ctx, "/v1/rulesets", httpapi.ProposeRequest{Proposer: by}, &c)
 		}, func(ctx context.Context, store *postgres.Store, _ []string) (computed, error) {
-			row, created, err := store.ComputeRulesetAs(ctx, cliActor(by))
+			row, created, err := store.ComputeRulesetAs(ctx, cliActor(by), preview.New(store).RulesetImpact)
 			return computed{Ruleset: row, Created: created}, err
 		}, func(c computed) string {
 			row, state := c.Ruleset, "unchanged"
