@@ -382,6 +382,12 @@ func TestPreviewEqualsEffect(t *testing.T) {
 				t.Errorf("flips: previewed %d allow→block, %d block→allow; the change flipped %d (%v), %d (%v)",
 					rep.Flips.AllowToBlock, rep.Flips.BlockToAllow, len(toBlock), firstFew(toBlock), len(toAllow), firstFew(toAllow))
 			}
+			if want := min(int64(gcos.PreviewSampleMax), rep.Flips.AllowToBlock); int64(len(rep.Flips.FirstBlocked)) != want {
+				t.Errorf("preview names %d allow→block objects of %d, want %d", len(rep.Flips.FirstBlocked), rep.Flips.AllowToBlock, want)
+			}
+			if want := min(int64(gcos.PreviewSampleMax), rep.Flips.BlockToAllow); int64(len(rep.Flips.FirstAllowed)) != want {
+				t.Errorf("preview names %d block→allow objects of %d, want %d", len(rep.Flips.FirstAllowed), rep.Flips.BlockToAllow, want)
+			}
 			for _, f := range rep.Flips.FirstBlocked {
 				if !slices.Contains(toBlock, f.Object) {
 					t.Errorf("preview names %s as allow→block; the change did not flip it", f.Object)

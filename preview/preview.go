@@ -258,7 +258,13 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 			record(&rep.Flips, d, 1, []string{sp.obj[0].Ref()}, req.Sample)
 		}
 		if flipped(children) && sp.children > 0 {
-			record(&rep.Flips, children, sp.children, nil, req.Sample)
+			var sample []string
+			if need := req.Sample - len(firsts(&rep.Flips, children[1])); need > 0 {
+				if sample, err = p.children(ctx, tx, sp.obj[0], need); err != nil {
+					return rep, err
+				}
+			}
+			record(&rep.Flips, children, sp.children, sample, req.Sample)
 		}
 	}
 	ledgers, err := postgres.ReadLedgers(ctx, tx, "")
@@ -605,7 +611,7 @@ func (p *Previewer) firstObjects(ctx context.Context, tx pgx.Tx, b postgres.Birt
 	rows, err := tx.Query(ctx, p.core.BirthBinding().SQL(`
 		SELECT b.{coll} || ':' || b.{code} FROM {t} b
 		WHERE b.{coll} = $1 AND b.{type} = $2 AND b.{status} = $3 AND b.{parent} IS NULL
-		  AND NOT (b.{coll} || ':' || b.{code} = ANY($4))
+		  AND NOT (b.{coll} || ':' || b.{code} = ANY(coalesce($4::text[], '{}')))
 		ORDER BY b.{code} LIMIT $5`), b.Coll, b.Class, b.Status, skip, n)
 	if err != nil {
 		return nil, fmt.Errorf("name flipped objects: %w", err)
@@ -694,4 +700,15 @@ func (p *Previewer) RulesetImpact(ctx context.Context, tx pgx.Tx, draft postgres
 	// An announcement carries safe metadata only: flat counts (gcos.SafePayloadKeys), for the write action.
 	return map[string]any{"affected_groups": rep.AffectedGroups, "changed_groups": rep.ChangedGroups,
 		"allow_to_block": rep.Flips.AllowToBlock, "block_to_allow": rep.Flips.BlockToAllow}, nil
+}
+
+// children names the first n inherited children of an anchor.
+func (p *Previewer) children(ctx context.Context, tx pgx.Tx, anchor gcos.PreviewObject, n int) ([]string, error) {
+	rows, err := tx.Query(ctx, p.core.BirthBinding().SQL(`
+		SELECT b.{coll} || ':' || b.{code} FROM {t} b WHERE b.{coll} = $1 AND b.{parent} = $2 ORDER BY b.{code} LIMIT $3`),
+		anchor.Collection, anchor.Code, n)
+	if err != nil {
+		return nil, fmt.Errorf("name flipped children: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

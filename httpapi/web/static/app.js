@@ -46,6 +46,23 @@
     });
   }
 
+  // post sends body as JSON and reads the answer as get does (same origin: the API's cross-origin check passes).
+  function post(path, body) {
+    var headers = { 'Accept': 'application/json', 'Content-Type': 'application/json' };
+    var t = token();
+    if (t) { headers['Authorization'] = 'Bearer ' + t; }
+    return fetch(path, { method: 'POST', headers: headers, body: JSON.stringify(body), cache: 'no-store', credentials: 'omit' }).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (answer) {
+        if (!r.ok) {
+          var err = new Error((answer && answer.error && answer.error.message) || ('HTTP ' + r.status));
+          err.status = r.status;
+          throw err;
+        }
+        return answer;
+      });
+    });
+  }
+
   function el(tag, text, cls) {
     var e = document.createElement(tag);
     if (text !== undefined && text !== null) { e.textContent = String(text); }
@@ -353,6 +370,75 @@
     });
   }
 
+  // The preview form: the fields each kind reads (the rest are hidden and never sent).
+  var PREVIEW_FIELDS = {
+    owner_revoke: ['ownership_id'],
+    owner_assign: ['scope', 'owner_ref', 'entity_type', 'collection'],
+    exception_grant: ['approval_ref', 'scope', 'entity_type', 'collection', 'entity_code', 'expires_at'],
+    exception_revoke: ['exception_id'],
+    coverage_status: ['collection', 'coverage_status']
+  };
+  var PREVIEW_BUCKETS = ['covered', 'orphans', 'approved_exceptions', 'retired_or_ignored', 'stale', 'deferred_birth', 'class_0'];
+
+  function renderPreview(rep) {
+    var f = rep.flips || {};
+    var s = $('preview-summary');
+    s.textContent = rep.action + ' decisions that flip: ' + fmt(f.allow_to_block) + ' allow → block, ' +
+      fmt(f.block_to_allow) + ' block → allow · ' + fmt(rep.changed_groups) + ' groups change of ' +
+      fmt(rep.affected_groups) + ' judged · as of ' + fmtTime(rep.as_of);
+    s.dataset.allowToBlock = String(f.allow_to_block);
+    s.dataset.blockToAllow = String(f.block_to_allow);
+    var rows = [];
+    [['allow → block', f.first_allow_to_block], ['block → allow', f.first_block_to_allow]].forEach(function (d) {
+      (d[1] || []).forEach(function (x) {
+        var tr = row([d[0], el('td', x.object, 'left'), el('td', (x.after || []).join('; '), 'text')]);
+        tr.dataset.object = x.object;
+        rows.push(tr);
+      });
+    });
+    replaceRows('preview-flips', rows, 3, 'no decision flips');
+    replaceRows('preview-ledgers', (rep.ledgers || []).map(function (l) {
+      return row([l.scope].concat(PREVIEW_BUCKETS.map(function (b) {
+        var n = (l.delta || {})[b] || 0;
+        return n > 0 ? '+' + fmt(n) : fmt(n);
+      })));
+    }), PREVIEW_BUCKETS.length + 1, 'no ledger moves');
+  }
+
+  function setupPreview() {
+    var form = $('preview-form');
+    if (!form) { return; }
+    var kind = $('preview-kind');
+    function show() {
+      var fields = PREVIEW_FIELDS[kind.value];
+      Array.prototype.forEach.call(form.querySelectorAll('label[data-for]'), function (l) {
+        l.hidden = fields.indexOf(l.getAttribute('data-for')) < 0;
+      });
+    }
+    kind.addEventListener('change', show);
+    show();
+    form.addEventListener('submit', function (ev) {
+      ev.preventDefault();
+      var change = { kind: kind.value };
+      PREVIEW_FIELDS[kind.value].forEach(function (name) {
+        var v = form.elements[name].value.trim();
+        if (v === '') { return; }
+        if (name === 'ownership_id') { v = Number(v); }
+        if (name === 'expires_at') { v = new Date(v).toISOString(); }
+        change[name] = v;
+      });
+      var s = $('preview-summary');
+      s.textContent = 'previewing…';
+      delete s.dataset.allowToBlock;
+      delete s.dataset.blockToAllow;
+      post('/v1/preview', { changes: [change] }).then(renderPreview).catch(function (err) {
+        s.textContent = 'refused: ' + err.message;
+        replaceRows('preview-flips', [], 3, '');
+        replaceRows('preview-ledgers', [], PREVIEW_BUCKETS.length + 1, '');
+      });
+    });
+  }
+
   function setupToken() {
     var form = $('token-form');
     if (!form) { return; }
@@ -372,6 +458,7 @@
 
   document.addEventListener('DOMContentLoaded', function () {
     setupToken();
+    setupPreview();
     poll();
     setInterval(poll, POLL_MS);
   });
