@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,7 +16,15 @@ func (g *Gate) Invariant(ctx context.Context, scope string) (gcos.LedgerReport, 
 	if err := g.core.CheckScope(ctx, scope); err != nil {
 		return gcos.LedgerReport{Closes: true, Ledgers: []gcos.Ledger{}}, err
 	}
-	rep, err := postgres.ReadLedgers(ctx, g.pool, scope)
+	var rep gcos.LedgerReport
+	err := pgx.BeginTxFunc(ctx, g.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, postgres.NoJIT); err != nil {
+			return fmt.Errorf("read invariant ledger: %w", err)
+		}
+		var err error
+		rep, err = postgres.ReadLedgers(ctx, tx, scope)
+		return err
+	})
 	if err != nil {
 		return rep, err
 	}

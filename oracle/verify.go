@@ -479,6 +479,9 @@ func readAt(ctx context.Context, store *postgres.Store, opts ReadOptions, also f
 		return Substrate{}, fmt.Errorf("verify: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, postgres.NoJIT); err != nil { // the incremental side reads the ledger's view
+		return Substrate{}, fmt.Errorf("verify: %w", err)
+	}
 	if also != nil {
 		more, err := also(tx)
 		if err != nil {

@@ -7,7 +7,12 @@ import (
 	"gcos"
 )
 
-// ReadLedgers reads v_invariant_ledger through q, for one scope or every scope (scope ""), with the snapshot the
+// NoJIT turns PostgreSQL's JIT compilation off for the rest of a transaction. The ledger's view is estimated far
+// above jit_optimize_above_cost (its per-row coverage functions), so PostgreSQL compiles it: measured on the demo
+// world at 1M births, 2.7 s of a 3.4 s read was compilation, for a plan that runs in well under a second without it.
+const NoJIT = `SET LOCAL jit = off`
+
+// ReadLedgers reads v_invariant_ledger through q (a transaction that has run NoJIT, for speed), for one scope or every scope (scope ""), with the snapshot the
 // ledger counts against. It only reads: raising or resolving the drift finding is the caller's.
 func ReadLedgers(ctx context.Context, q Querier, scope string) (gcos.LedgerReport, error) {
 	rep := gcos.LedgerReport{Closes: true, Ledgers: []gcos.Ledger{}}

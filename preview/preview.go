@@ -94,6 +94,9 @@ type judged struct {
 func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequest) (gcos.PreviewReport, error) {
 	rep := gcos.PreviewReport{Changes: req.Changes, Action: req.Action, Assumed: []string{}, Groups: []gcos.PreviewGroup{},
 		Ledgers: []gcos.PreviewLedger{}, Flips: gcos.PreviewFlips{FirstBlocked: []gcos.PreviewFlip{}, FirstAllowed: []gcos.PreviewFlip{}}}
+	if _, err := tx.Exec(ctx, postgres.NoJIT); err != nil { // the ledger's read, compiled, costs seconds
+		return rep, fmt.Errorf("preview: %w", err)
+	}
 	var version string
 	if err := tx.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text, (SELECT ruleset_version FROM v_current_ruleset)`).Scan(
 		&rep.AsOf, &rep.Token, &version); err != nil {
@@ -272,8 +275,9 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 		return rep, err
 	}
 	for _, l := range ledgers.Ledgers {
-		d, ok := delta[l.Scope]
-		if !ok {
+		d := delta[l.Scope]
+		maps.DeleteFunc(d, func(_ gcos.Bucket, n int64) bool { return n == 0 }) // moved out and back in
+		if len(d) == 0 {
 			continue
 		}
 		after := l

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -110,8 +111,11 @@ func previewText(rep gcos.PreviewReport) string {
 		fmt.Fprintf(&b, "  block → allow  %s: %s\n", f.Object, strings.Join(f.After, "; "))
 	}
 	for _, g := range rep.Groups {
-		fmt.Fprintf(&b, "  group %s/%s/%s in %s: %s %s (%d) → %s %s (%d)\n", g.ObjectClass, g.SourceRegistry, g.Lifecycle, g.Scope,
-			g.Before.Verdict, g.Before.Coverage, g.Before.Members, g.After.Verdict, g.After.Coverage, g.After.Members)
+		side := func(j gcos.GroupJudged) string {
+			return strings.Join(strings.Fields(fmt.Sprintf("%s %s %s owner %s, %d members", j.Verdict, j.RiskClass, j.Coverage,
+				cmp.Or(deref(j.Owner), "none"), j.Members)), " ")
+		}
+		fmt.Fprintf(&b, "  group %s/%s/%s in %s: %s → %s\n", g.ObjectClass, g.SourceRegistry, g.Lifecycle, g.Scope, side(g.Before), side(g.After))
 	}
 	for _, l := range rep.Ledgers {
 		fmt.Fprintf(&b, "  ledger %s:", l.Scope)
