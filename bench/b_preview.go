@@ -45,10 +45,6 @@ func benchPreview(ctx context.Context, r *runner) ([]row, error) {
 		if naiveFlips, err = naivePreview(ctx, ws.store, changes); err != nil {
 			return nil, err
 		}
-		// The same answer has the ledgers before and after: the naive reads them as the preview does.
-		if _, err := postgres.ReadLedgers(ctx, ws.pool, ""); err != nil {
-			return nil, err
-		}
 		naive = append(naive, time.Since(t0).Seconds())
 		r.log.Info("preview", "rep", i, "ours_s", ours[i], "naive_s", naive[i], "flips", rep.Flips.AllowToBlock+rep.Flips.BlockToAllow,
 			"naive_flips", naiveFlips, "groups", rep.AffectedGroups)
@@ -124,6 +120,13 @@ func naivePreview(ctx context.Context, store *postgres.Store, changes []gcos.Pro
 		return 0, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, postgres.NoJIT); err != nil {
+		return 0, err
+	}
+	// The same answer has the ledgers before and after: the naive reads them as the preview does.
+	if _, err := postgres.ReadLedgers(ctx, tx, ""); err != nil {
+		return 0, err
+	}
 	var version string
 	if err := tx.QueryRow(ctx, `SELECT ruleset_version FROM v_current_ruleset`).Scan(&version); err != nil {
 		return 0, err
