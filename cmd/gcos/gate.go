@@ -235,17 +235,11 @@ func (e *batchFailed) Unwrap() error { return e.err }
 // readChecks reads --objects-from: one `OBJECT [ACTION]` per line; blank lines and # comments are skipped. A
 // malformed line is refused with its number; the limit is the server's (or gate.batch_max on the database path).
 func (a *app) readChecks(path string) ([]gcos.GateCheck, error) {
-	var r io.Reader
-	if path == "-" {
-		r = a.stdinOrDefault()
-	} else {
-		fh, err := os.Open(path)
-		if err != nil {
-			return nil, gcos.Errorf(gcos.EINVALID, "--objects-from: %v", err)
-		}
-		defer fh.Close()
-		r = fh
+	r, err := a.openInput("--objects-from", path)
+	if err != nil {
+		return nil, err
 	}
+	defer r.Close()
 	var checks []gcos.GateCheck
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
@@ -273,6 +267,19 @@ func (a *app) readChecks(path string) ([]gcos.GateCheck, error) {
 		return nil, gcos.Errorf(gcos.EINVALID, "--objects-from %s: no objects", path)
 	}
 	return checks, nil
+}
+
+// openInput opens a command's input file, or standard input for "-"; a file that cannot be opened is invalid
+// input named by its flag.
+func (a *app) openInput(flag, path string) (io.ReadCloser, error) {
+	if path == "-" {
+		return io.NopCloser(a.stdinOrDefault()), nil
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, gcos.Errorf(gcos.EINVALID, "%s: %v", flag, err)
+	}
+	return fh, nil
 }
 
 // stdinOrDefault is the process's standard input (tests set their own).

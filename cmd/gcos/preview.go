@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -67,17 +66,11 @@ func (a *app) readPreview(path string) (gcos.PreviewRequest, error) {
 	if path == "" {
 		return req, gcos.Errorf(gcos.EINVALID, "give --changes FILE (- for stdin): the request, {\"changes\": [{\"kind\": …}]}")
 	}
-	var r io.Reader
-	if path == "-" {
-		r = a.stdinOrDefault()
-	} else {
-		fh, err := os.Open(path)
-		if err != nil {
-			return req, gcos.Errorf(gcos.EINVALID, "--changes: %v", err)
-		}
-		defer fh.Close()
-		r = fh
+	r, err := a.openInput("--changes", path)
+	if err != nil {
+		return req, err
 	}
+	defer r.Close()
 	body, err := io.ReadAll(io.LimitReader(r, 1<<20+1))
 	if err != nil {
 		return req, gcos.Errorf(gcos.EINVALID, "--changes: %v", err)
