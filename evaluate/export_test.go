@@ -1,6 +1,9 @@
 package evaluate
 
-import "gcos"
+import (
+	"gcos"
+	"gcos/postgres"
+)
 
 // SetEvaluateHook makes group re-evaluation fail where hook returns an error (tests only).
 func SetEvaluateHook(hook func(gcos.Group) error) { evaluateHook = hook }
@@ -12,3 +15,6 @@ func SetObjectChunk(n int) (restore func()) {
 	objectChunk = n
 	return func() { objectChunk = was }
 }
+
+// LockKey names the transaction lock a pass over the base's object rows takes (tests only).
+func LockKey(b postgres.BirthBase) string { return lockKey(b) }

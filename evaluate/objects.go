@@ -144,6 +144,11 @@ func (ev *Evaluator) FollowObjects(ctx context.Context, tx pgx.Tx, snapshotID in
 		FROM (SELECT k FROM unnest($1::text[]) AS k ORDER BY k) ordered`, locks); err != nil {
 		return fmt.Errorf("lock the object rows of %d bases: %w", len(locks), err)
 	}
+	// The groups again, now that no other pass over these bases is under way: one that committed while this one
+	// waited may have retired or re-activated a group, and a row is never linked to a group as it was before.
+	if groups, err = readBaseGroups(ctx, tx, bases); err != nil {
+		return err
+	}
 	pass := objectPass{snapshotID: snapshotID, bases: bases, baseOf: map[string]postgres.BirthBase{}}
 	for _, bg := range groups {
 		if b := postgres.BaseOf(bg.Group); bases[b] {
@@ -349,9 +354,15 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 	}
 	held := map[string]heldFinding{}
 	needFindings := pass.bases == nil || len(named) > 0 || len(zClasses) > 0
+	live := map[string]bool{}
+	for _, g := range pass.groups {
+		live[g.Key] = true
+	}
 	for _, o := range stored {
-		if coll, code, ok := strings.Cut(o.objectRef, ":"); ok && o.active && !o.settled && pass.bases != nil {
-			addNamed(coll, code) // not clean (marked, failed or expired): judged from its birth again
+		// Not clean (marked, failed or expired), or linked to a group that is retired now: judged from its birth
+		// again, which says where its object is.
+		if coll, code, ok := strings.Cut(o.objectRef, ":"); ok && o.active && (!o.settled || !live[o.groupKey]) && pass.bases != nil {
+			addNamed(coll, code)
 			needFindings = true
 		}
 		needFindings = needFindings || o.reason == gcos.ObjectRowOpenFinding
@@ -432,6 +443,7 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 	w := &objectWriter{snapshotID: pass.snapshotID, ruleset: ev.ruleset.Version, runID: runID, stored: stored}
 	var lifts []objectLift
 	seen := map[string]bool{}
+	var requeue [][5]string      // objects of the pass's bases no live group holds: collection, code and base
 	born := map[[2]string]bool{} // excepted objects that have a birth
 	consider := func(coll, code, class, status, anchorColl string, canonical *string, child bool, h0, h1 *int64) error {
 		ref := coll + ":" + code
@@ -460,7 +472,12 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 			moved[key] = true
 		}
 		if !ok {
-			return nil // born after the snapshot: the next audit materializes it
+			// Born after the snapshot (the next audit materializes it); or, in a scan's pass, in a base whose groups a
+			// tick retired on a count that did not include it: queued again, for the pass of the tick that counts it.
+			if pass.bases != nil {
+				requeue = append(requeue, [5]string{coll, code, class, anchorColl, status})
+			}
+			return nil
 		}
 		finding, hasFinding := held[key]
 		if !hasFinding {
@@ -496,6 +513,9 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 		}
 		g, ok := inScope[scope]
 		if !ok {
+			if pass.bases != nil && scope == scopes[0] {
+				requeue = append(requeue, [5]string{coll, code, class, anchorColl, status}) // as above
+			}
 			return nil // no group in that scope in the snapshot: the next audit materializes it
 		}
 		seen[key] = true
@@ -578,7 +598,7 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 			}
 			g, ok := byBase[[3]string{base.Class, base.Coll, base.Status}][scopes[0]]
 			if !ok {
-				continue // its base has no live group left: its object moved, and its own base's scan derives it
+				continue // its base has no live group left: its object was named above, and placed or queued again
 			}
 			gv, err := judge(g)
 			if err != nil {
@@ -596,6 +616,9 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 			}
 		}
 		if err := recordDerivedBases(ctx, tx, ev.ruleset.Version, zClasses, zColls, zStatuses); err != nil {
+			return 0, 0, err
+		}
+		if err := queueAgain(ctx, tx, requeue); err != nil {
 			return 0, 0, err
 		}
 	} else {
@@ -666,6 +689,25 @@ func recordDerivedBases(ctx context.Context, tx pgx.Tx, ruleset string, classes,
 		ORDER BY 2, 3, 4
 		ON CONFLICT DO NOTHING`, ruleset, classes, colls, statuses); err != nil {
 		return fmt.Errorf("record derived bases: %w", err)
+	}
+	return nil
+}
+
+// queueAgain puts objects back in the intake's queue for the scan of their base (governance_object_pending); an
+// object the intake queued again meanwhile keeps that newer entry.
+func queueAgain(ctx context.Context, tx pgx.Tx, objects [][5]string) error {
+	if len(objects) == 0 {
+		return nil
+	}
+	slices.SortFunc(objects, func(a, b [5]string) int { return cmp.Compare(a[0]+"\x1f"+a[1], b[0]+"\x1f"+b[1]) })
+	var colls, codes, classes, regs, statuses []string
+	for _, o := range objects {
+		colls, codes, classes, regs, statuses = append(colls, o[0]), append(codes, o[1]), append(classes, o[2]), append(regs, o[3]), append(statuses, o[4])
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO governance_object_pending (collection_name, entity_code, object_class, source_registry, lifecycle_status)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+		ON CONFLICT (collection_name, entity_code) DO NOTHING`, colls, codes, classes, regs, statuses); err != nil {
+		return fmt.Errorf("queue %d objects again: %w", len(objects), err)
 	}
 	return nil
 }
