@@ -721,6 +721,45 @@ var triggers = []trigger{
 			(entity_code, collection_name, entity_type, status, source_system, actor_ref) VALUES ($1, $2, $3, 'active', 'birth-api', 'differential')`,
 			code, c[1], c[0])
 	}},
+	{"base_emptied_and_refilled", func(e *env, r *rand.Rand) (string, error) {
+		// A base of one object with a row empties (its object retired) while a newborn refills it, both handed off
+		// before a scan: its groups must not be retired with the newborn's row linked to them, nor the newborn left
+		// without its row.
+		// A base no birth is in yet, while there is one (a long sequence may run out of them: then any such base).
+		classes, err := e.strings(`SELECT p.entity_type || '|' || m.registry_collection FROM governance_coverage_profile p
+			JOIN meta_catalog m USING (entity_type) WHERE p.independently_authoritative AND m.registry_collection IS NOT NULL
+			ORDER BY EXISTS (SELECT 1 FROM birth_registry b WHERE b.entity_type = p.entity_type
+			                 AND b.collection_name = m.registry_collection AND b.status = 'superseded'), 1`)
+		if err != nil || len(classes) == 0 {
+			return "", fmt.Errorf("no independently authoritative class (%v)", err)
+		}
+		c := strings.SplitN(classes[0], "|", 2)
+		born := func() (string, error) {
+			e.seq++
+			code := fmt.Sprintf("%s-d%d-%d", c[0], e.seq, r.Uint32())
+			return code, e.exec(`INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+				VALUES ($1, $2, $3, 'superseded', 'birth-api', 'differential')`, code, c[1], c[0])
+		}
+		first, err := born()
+		if err != nil {
+			return "", err
+		}
+		if err := e.settle(); err != nil {
+			return "", err
+		}
+		if err := e.exec(`UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, c[1], first); err != nil {
+			return "", err
+		}
+		if err := e.changelog(c[0], first, "retire", "registry-sync"); err != nil {
+			return "", err
+		}
+		second, err := born()
+		if err != nil {
+			return "", err
+		}
+		e.touched = append(e.touched, c[1]+":"+first, c[1]+":"+second)
+		return fmt.Sprintf("base %s/%s/superseded emptied by %s, refilled by %s", c[0], c[1], first, second), nil
+	}},
 	{"replay", func(e *env, r *rand.Rand) (string, error) {
 		// An operator replays the births tail from a few births back: nothing may be counted twice. The watermark is
 		// taken among the births the cursor has passed (births dated ahead, and children born after them, are not).
