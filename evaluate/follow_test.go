@@ -99,7 +99,8 @@ func TestObjectRowsFollowAGroupRetiredMeanwhile(t *testing.T) {
 		})
 	}()
 	wait.For(t, time.Minute, "the second pass waits for the base's lock", func() bool {
-		return w.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`) > 0
+		return w.Count(t, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) > 0
 	})
 	if err := tick.Commit(w.Ctx); err != nil {
 		t.Fatal(err)
