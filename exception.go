@@ -18,6 +18,7 @@ const (
 	LiftObjectGone         = "object_gone"
 	LiftNoScope            = "no_scope"
 	LiftNotApproved        = "not_approved"
+	LiftRevoked            = "revoked" // its registry row says it was revoked
 	LiftShadowed           = "shadowed"  // another exception on the same object is the one its row carries
 	LiftWithdrawn          = "withdrawn" // the registry no longer holds it, or it no longer names the row
 )
@@ -38,6 +39,8 @@ func (e ExceptionRow) Holds(now time.Time, objectFingerprint *string) *Exception
 		return &ExceptionLift{ExceptionID: e.ExceptionID, Reason: reason, Detail: fmt.Sprintf(detail, args...)}
 	}
 	switch {
+	case e.Status == LiftRevoked:
+		return lift(LiftRevoked, "exception %s was revoked", e.ExceptionID)
 	case e.Status != "approved":
 		return lift(LiftNotApproved, "exception %s is %q, not approved", e.ExceptionID, e.Status)
 	case e.ApprovalRef == nil || *e.ApprovalRef == "":

@@ -59,7 +59,38 @@ const (
 	IssueHandoffOutOfOrder        IssueType = "handoff_out_of_order" // a row behind the committed cursor or in the future
 	IssueOwnerDispute             IssueType = "owner_dispute"        // equally specific ownership rows name different owners
 	IssueAxisUnregistered         IssueType = "axis_unregistered"    // groups carry an axis family the axis registry does not hold
+	IssueCoverageOwnerGap         IssueType = "coverage_owner_gap"   // a scope where a class's relevant groups have no owner at all
+	IssueCoverageIsland           IssueType = "coverage_island"      // a registry row naming a scope, class or collection no registry holds
+	IssuePhantomGap               IssueType = "phantom_gap"          // an exception naming an object with no birth
 )
+
+// CoverageGapTypes are the coverage detections (detect.go): a scan raises them and the scan that sees the condition
+// gone resolves them, announced as governance.coverage.gap_resolved.
+var CoverageGapTypes = []IssueType{IssueCoverageOrphan, IssueCoverageOwnerGap, IssueCoverageIsland, IssuePhantomGap}
+
+// IsCoverageGap reports whether t is one of CoverageGapTypes.
+func IsCoverageGap(t IssueType) bool { return slices.Contains(CoverageGapTypes, t) }
+
+// EventGapResolved announces a coverage detection's resolution (doc 24: the resolved companion of the detections).
+const EventGapResolved = "governance.coverage.gap_resolved"
+
+// Issue buckets of the seeds (doc 34 §10, doc 32 §8): the class of wrong a finding is.
+const (
+	BucketDataDrift       = "sai_lệch_dữ_liệu" // the data disagrees with what should hold
+	BucketMissingRelation = "thiếu_quan_hệ"    // a relation the governance needs is missing
+	BucketSilentFail      = "silent_fail"      // something stopped without saying so
+)
+
+// issueBuckets assigns the seeds' buckets to the types the seeds assign one.
+var issueBuckets = map[IssueType]string{
+	IssueCandidateStale: BucketDataDrift, IssueCandidateUnknown: BucketMissingRelation,
+	IssueCandidateScanLag: BucketSilentFail, IssueGroupInvalidationStorm: BucketDataDrift,
+	IssueHandoffLag: BucketDataDrift, IssueHandoffDLQ: BucketSilentFail, IssueHandoffSilentGap: BucketSilentFail,
+	IssueHandoffUnregisteredType: BucketMissingRelation,
+}
+
+// IssueBucket is the seeds' bucket of a finding type, "" where the seeds assign none.
+func IssueBucket(t IssueType) string { return issueBuckets[t] }
 
 // inputIssuePrefix starts every input-quality finding type ("input.<state>").
 const inputIssuePrefix = "input."
@@ -110,6 +141,9 @@ var IssueSpecs = []IssueSpec{
 	{IssueHandoffOutOfOrder, "handoff", "out_of_order", SeverityHigh, SeverityCritical, DefaultEscalateAfter},
 	{IssueOwnerDispute, "coverage", "owner_dispute", SeverityHigh, SeverityHigh, DefaultEscalateAfter},
 	{IssueAxisUnregistered, "coverage", "axis_unregistered", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
+	{IssueCoverageOwnerGap, "coverage", "owner.gap", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
+	{IssueCoverageIsland, "coverage", "island.detected", SeverityHigh, SeverityHigh, DefaultEscalateAfter},
+	{IssuePhantomGap, "phantom", "gap", SeverityMedium, SeverityHigh, DefaultEscalateAfter},
 }
 
 // inputEventState maps an input-quality state to its doc 41 event name where the two differ.

@@ -62,6 +62,12 @@ var InputQualities = []InputQuality{
 	InputStale, InputUntrustedSource, InputQuarantined, InputBirthOrRegistryMissing, InputNeedsBackfill,
 }
 
+// InputFindingStates are the input-quality states a GCOS check raises a finding for (input.<state>): an odd value in a
+// registry or a signal (invalid_schema) and a birth from a source not trusted (untrusted_source). The other states
+// are doc 33's input gate's, which GCOS does not run: they are accepted as recorded values, and their event types are
+// not in the vocabulary (docs/REFERENCE.md, "Types GCOS does not register").
+var InputFindingStates = []InputQuality{InputInvalidSchema, InputUntrustedSource}
+
 // ParseInputQuality accepts one of InputQualities.
 func ParseInputQuality(s string) (InputQuality, error) {
 	return parseEnum(s, "input quality state", InputQualities)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,11 +35,11 @@ const (
 func AnnouncedEventTypes() []string {
 	out := []string{EventSnapshotCaptured, EventSnapshotPruned, EventRulesetProposed, EventRulesetActivated,
 		"governance.handoff.heartbeat", EventCoverageSummary, EventEscalated,
-		"governance.exception.expired", "governance.exception.unratified"}
+		"governance.exception.expired", "governance.exception.unratified", "governance.exception.revoked"}
 	for _, s := range gcos.IssueSpecs {
 		out = append(out, s.EventType())
 	}
-	for _, q := range gcos.InputQualities {
+	for _, q := range gcos.InputFindingStates {
 		if t, ok := FindingEventType(gcos.InputIssue(q), ""); ok {
 			out = append(out, t)
 		}
@@ -46,6 +47,10 @@ func AnnouncedEventTypes() []string {
 	for _, ts := range runEventTypes {
 		out = append(out, ts...)
 	}
+	for _, ts := range runFailedEventTypes {
+		out = append(out, ts...)
+	}
+	out = append(out, gcos.EventGapResolved)
 	out = append(out, gcos.CoverageEventTypes()...)
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -86,9 +91,17 @@ type findingEvent struct {
 	occurrences, reopens int
 	ruleset, group       string
 	reason               string // exception_lifted: why the exception stopped counting
+	// scope, gapType and action: a coverage detection's scope, kind and proposed action (its evidence).
+	scope, gapType, action string
 	// resolvedBy and auditID: a finding a person resolved (findings resolve), and the audit row that says why.
 	resolvedBy string
 	auditID    int64
+}
+
+// closedFields are the scan targets of closedColumns.
+func (f *findingEvent) closedFields() []any {
+	return []any{&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason,
+		&f.scope, &f.gapType, &f.action}
 }
 
 // inputEventTypes are the input-quality findings doc 41 §41.4 announces on the backfill stream instead of the input
@@ -114,18 +127,23 @@ func FindingEventType(t gcos.IssueType, reason string) (string, bool) {
 			return "governance.exception.expired", true
 		case gcos.LiftNotApproved:
 			return "governance.exception.unratified", true
+		case gcos.LiftRevoked:
+			return "governance.exception.revoked", true
 		}
 	}
 	return spec.EventType(), true
 }
 
-// announceFinding captures the announcement of one finding transition. Its subject is the finding's key, so the
-// cooldown coalesces a flapping finding; its correlation id names the row, the transition and the open cycle, so a
-// replay announces nothing twice.
+// announceFinding captures the announcement of one finding transition, addressed as doc 41 §41.5 gives it for its
+// family (findingSubject). Its correlation id names the row, the transition and the open cycle, so a replay announces
+// nothing twice; its subject lets the cooldown coalesce a flapping finding.
 func announceFinding(ctx context.Context, tx pgx.Tx, f findingEvent) error {
 	eventType, ok := FindingEventType(f.issueType, f.reason)
 	if !ok {
 		return nil // a type outside the vocabulary has no event to announce
+	}
+	if f.transition == TransitionResolved && gcos.IsCoverageGap(f.issueType) {
+		eventType = gcos.EventGapResolved
 	}
 	payload := map[string]any{
 		"issue_id": f.id, "issue_type": string(f.issueType), "coalesce_key": f.key, "transition": f.transition,
@@ -134,8 +152,45 @@ func announceFinding(ctx context.Context, tx pgx.Tx, f findingEvent) error {
 	if f.ruleset != "" {
 		payload["ruleset_version"] = f.ruleset
 	}
+	if f.group == "" {
+		f.group, _ = gcos.FindingExplain(f.key, nil)
+	}
 	if f.group != "" {
 		payload["group_key"] = f.group
+	}
+	if b := gcos.IssueBucket(f.issueType); b != "" {
+		payload["bucket"] = b
+	}
+	table, ref := findingSubject(f)
+	switch {
+	case table == "governance_candidate_state" && f.group != "" && EventStreamIs(eventType, "candidate"):
+		// candidate.*: the verdict it is about, under which ruleset and snapshot, and why the group was dirtied.
+		var verdict, ruleset, dirtyReason *string
+		var snapshot *int64
+		err := tx.QueryRow(ctx, `SELECT candidate_verdict, ruleset_version, source_snapshot_ref, dirty_reason
+			FROM governance_candidate_state WHERE group_key = $1
+			  AND ruleset_version = coalesce($2, (SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'))`,
+			f.group, nullIfEmpty(f.ruleset)).Scan(&verdict, &ruleset, &snapshot, &dirtyReason)
+		if err != nil && err != pgx.ErrNoRows {
+			return fmt.Errorf("announce %s: read candidate %s: %w", eventType, f.group, err)
+		}
+		for k, v := range map[string]*string{"candidate_verdict": verdict, "ruleset_version": ruleset, "dirty_reason": dirtyReason} {
+			if v != nil {
+				payload[k] = *v
+			}
+		}
+		if snapshot != nil {
+			payload["source_snapshot_ref"] = *snapshot
+		}
+	case gcos.IsCoverageGap(f.issueType):
+		// coverage.*: the gap, its scope, the anchor it coalesces on, and what would close it (doc 24 §2).
+		payload["gap_type"], payload["coalesce_anchor"] = f.gapType, f.key
+		if f.scope != "" {
+			payload["scope"] = f.scope
+		}
+		if f.action != "" {
+			payload["proposed_action_code"] = f.action
+		}
 	}
 	severity := ""
 	if f.transition == TransitionResolved {
@@ -145,9 +200,49 @@ func announceFinding(ctx context.Context, tx pgx.Tx, f findingEvent) error {
 		payload["audit_id"] = f.auditID
 	}
 	return AnnounceTx(ctx, tx, Emit{ActorRef: f.resolvedBy,
-		EventType: eventType, SubjectTable: "system_issues", SubjectRef: f.key,
-		CollectionName: "system_issues", EntityCode: f.key,
+		EventType: eventType, SubjectTable: table, SubjectRef: ref,
+		CollectionName: table, EntityCode: ref,
 		CorrelationID: fmt.Sprintf("finding:%d:%s:%d", f.id, f.transition, f.reopens),
 		Severity:      severity, Payload: payload,
 	})
+}
+
+// EventStreamIs reports whether eventType is in the governance stream named stream ("candidate").
+func EventStreamIs(eventType, stream string) bool {
+	return gcos.EventStreamOf(eventType) == gcos.EventDomain+"."+stream
+}
+
+// findingSubject addresses a finding's announcement as doc 41 §41.5 gives it: candidate.*, backfill.* and input.*
+// at governance_candidate_state by group key (or the finding's subject when it names no group: a candidate key, a
+// collection), coverage detections at the governed row's table (the group, the scope, the registry row), and every
+// other finding at its system_issues row by coalesce key.
+func findingSubject(f findingEvent) (table, ref string) {
+	spec, _ := gcos.SpecFor(f.issueType)
+	subject := f.key
+	if i := strings.Index(f.key, ":"+spec.State+":"); i >= 0 {
+		subject = f.key[i+len(spec.State)+2:]
+	}
+	if e, ok := inputEventTypes[f.issueType]; ok && EventStreamIs(e, "backfill") || spec.Family == "candidate" || spec.Family == "input" ||
+		spec.Family == "backfill" {
+		if f.group != "" {
+			return "governance_candidate_state", f.group
+		}
+		return "governance_candidate_state", subject
+	}
+	switch f.issueType {
+	case gcos.IssueCoverageOrphan:
+		if strings.HasPrefix(subject, "object:") {
+			return "governance_candidate_object", strings.TrimPrefix(subject, "object:")
+		}
+		return "governance_group", subject
+	case gcos.IssueCoverageOwnerGap:
+		return gcos.TableScopes, subject
+	case gcos.IssueCoverageIsland:
+		if table, id, ok := strings.Cut(subject, ":"); ok {
+			return table, id
+		}
+	case gcos.IssuePhantomGap:
+		return gcos.TableExceptions, strings.TrimPrefix(subject, "exception:")
+	}
+	return "system_issues", f.key
 }

@@ -37,3 +37,25 @@ func TestAnnouncedEventTypesAreRegisteredAndDocumented(t *testing.T) {
 		t.Logf("announced: %s", strings.Join(types, " "))
 	}
 }
+
+// Every type in the vocabulary is emitted by the condition it names: an announcement of GCOS's own or a handoff kind
+// the intake signals. A registered type nothing emits would be a subscription that can never fire.
+func TestEveryRegisteredTypeIsEmitted(t *testing.T) {
+	t.Parallel()
+	v, err := gcos.LoadVocabulary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitted := map[string]bool{}
+	for _, typ := range postgres.AnnouncedEventTypes() {
+		emitted[typ] = true
+	}
+	for _, k := range gcos.ChangeKinds {
+		emitted[k.EventType()] = true
+	}
+	for _, e := range v.Types {
+		if !emitted[e.EventType] {
+			t.Errorf("%s is registered but nothing emits it: emit it where its condition arises, or remove it from the vocabulary with the reason in docs/REFERENCE.md", e.EventType)
+		}
+	}
+}

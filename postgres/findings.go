@@ -137,8 +137,13 @@ func raiseLockedFinding(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, 
 func raiseFindingRow(ctx context.Context, tx pgx.Tx, f gcos.Finding) (findingEvent, error) {
 	key := gcos.CoalesceKey(f.Type, f.Subject)
 	ev := findingEvent{issueType: f.Type, key: key, ruleset: f.RulesetVersion, group: f.Group}
-	if r, ok := f.Evidence["reason"].(string); ok {
-		ev.reason = r
+	text := func(k string) string { s, _ := f.Evidence[k].(string); return s }
+	ev.reason, ev.scope, ev.gapType, ev.action = text("reason"), text("scope"), text("gap_type"), text("proposed_action")
+	if b := gcos.IssueBucket(f.Type); b != "" {
+		if f.Evidence == nil {
+			f.Evidence = map[string]any{}
+		}
+		f.Evidence["bucket"] = b // the seeds' bucket travels with the finding (doc 34 §10, doc 32 §8)
 	}
 	evidence, err := json.Marshal(f.Evidence)
 	if err != nil {
@@ -203,13 +208,15 @@ const unlinkClosedSQL = `), g1 AS (
 
 // closedColumns are what a closed finding's announcement needs.
 const closedColumns = `id, issue_type, coalesce_key, severity, occurrence_count, reopen_count,
-        coalesce(business_logic_hash, '') AS ruleset, coalesce(evidence_snapshot::jsonb ->> 'reason', '') AS reason`
+        coalesce(business_logic_hash, '') AS ruleset, coalesce(evidence_snapshot::jsonb ->> 'reason', '') AS reason,
+        coalesce(evidence_snapshot::jsonb ->> 'scope', '') AS scope, coalesce(evidence_snapshot::jsonb ->> 'gap_type', '') AS gap_type,
+        coalesce(evidence_snapshot::jsonb ->> 'proposed_action', '') AS proposed_action`
 
 // announceClosed announces every finding a statement closed (rows of closedColumns).
 func announceClosed(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {
 	closed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (findingEvent, error) {
 		var f findingEvent
-		err := r.Scan(&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason)
+		err := r.Scan(f.closedFields()...)
 		f.transition = TransitionResolved
 		return f, err
 	})
@@ -339,7 +346,7 @@ func ResolveFindingByIDTx(ctx context.Context, tx pgx.Tx, id int64, reason strin
 	var held []string // the groups of the object rows the finding held
 	closed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (findingEvent, error) {
 		var f findingEvent
-		err := r.Scan(&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason, &held)
+		err := r.Scan(append(f.closedFields(), &held)...)
 		return f, err
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,6 +142,15 @@ var runEventTypes = map[string][]string{
 	ModeBackfill:    {"governance.backfill.sweep_completed"},
 }
 
+// runFailedEventTypes are the announcements of a run that did not succeed, beside its completion: a backfill is one
+// transaction, so a failed one covered nothing of the inventory (doc 41 §41.4 backfill.incomplete).
+var runFailedEventTypes = map[string][]string{
+	ModeBackfill: {EventBackfillIncomplete},
+}
+
+// EventBackfillIncomplete announces a backfill run that ended without covering the inventory.
+const EventBackfillIncomplete = "governance.backfill.incomplete"
+
 // RecordRunTx writes a finished run's audit row (registry_changelog, entity governance_scan_run, action the run's
 // status) and announces it, inside the transaction that finishes the run. The announcement's subject is the mode,
 // so the cooldown spaces out the completions of a busy loop; the audit row is one per run.
@@ -171,7 +181,11 @@ func RecordRunTx(ctx context.Context, tx pgx.Tx, r RunSummary) error {
 	if r.Status != RunSucceeded {
 		severity = "warning"
 	}
-	for _, eventType := range runEventTypes[r.Mode] {
+	types := runEventTypes[r.Mode]
+	if r.Status != RunSucceeded {
+		types = append(slices.Clone(types), runFailedEventTypes[r.Mode]...)
+	}
+	for _, eventType := range types {
 		if err := AnnounceTx(ctx, tx, Emit{EventType: eventType, SubjectTable: "candidate_scan_run", SubjectRef: r.Mode,
 			CollectionName: "candidate_scan_run", EntityCode: r.RunID, CorrelationID: "run:" + r.RunID,
 			Severity: severity, Payload: payload}); err != nil {

@@ -42,7 +42,8 @@ type AuditResult struct {
 	Scanned             int               `json:"scanned"`
 	ObjectsMaterialized int64             `json:"objects_materialized"`
 	ObjectsRetired      int64             `json:"objects_retired"`
-	Ledger              gcos.LedgerReport `json:"ledger"` // zero (not closing) when the stage reads no ledger (WithLedger)
+	Ledger              gcos.LedgerReport `json:"ledger"`     // zero (not closing) when the stage reads no ledger (WithLedger)
+	Detections          DetectResult      `json:"detections"` // the coverage detections over the audited estate
 	Elapsed             time.Duration     `json:"elapsed_ns"`
 	// CutAt is the audit's instant (the capture's): the source as it was then is compared with GCOS's state once
 	// the intake has handed off every row committed before it. InFlight counts the groups whose state moved after
@@ -342,6 +343,11 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if tick.Claimed == 0 || tick.Scanned+tick.Seeded == 0 {
 			break
 		}
+	}
+	// With every group judged, the coverage detections over the whole estate: raised where they hold, resolved where
+	// they no longer do.
+	if res.Detections, err = s.Detect(ctx, res.RunID); err != nil {
+		return err
 	}
 	if s.ledger == nil {
 		return nil

@@ -82,7 +82,14 @@ func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
 		if _, err := s.Stage.ExpireStale(ctx); err != nil {
 			return Pass{}, err
 		}
-		return s.drain(ctx, postgres.ModeIncremental, false, true)
+		p, err := s.drain(ctx, postgres.ModeIncremental, false, true)
+		if err != nil {
+			return p, err
+		}
+		// Each incremental pass ends with the coverage detections over the estate (detect.go).
+		det, err := s.Stage.Detect(ctx, p.RunID)
+		p.Detections = &det
+		return p, err
 	case postgres.ModeFullAudit, "full":
 		res, err := s.Stage.FullAudit(ctx, nil)
 		pass := Pass{Mode: postgres.ModeFullAudit, RunID: res.RunID, Scanned: res.Scanned, Audit: &res}
@@ -107,7 +114,8 @@ type Pass struct {
 	Storm          bool           `json:"storm"`
 	Remaining      int64          `json:"remaining"`
 	Audit          *AuditResult   `json:"audit,omitempty"`
-	Verify         *oracle.Report `json:"verify,omitempty"` // the full audit's verification against the reference
+	Detections     *DetectResult  `json:"detections,omitempty"` // an incremental pass's coverage detections
+	Verify         *oracle.Report `json:"verify,omitempty"`     // the full audit's verification against the reference
 	// Token is the consistency token after the pass: a gate question passing it as at_least reads its verdicts.
 	Token string `json:"token,omitempty"`
 }

@@ -529,9 +529,13 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		if err := ev.FollowObjects(ctx, tx, snapshotID, res.RunID, bases); err != nil {
 			return err
 		}
+		written := maps.Clone(groups)
+		for _, g := range place.moved {
+			written[g.Key] = g
+		}
 		// An unchanged result raises nothing again (it did when it was new); it still closes what it settles, such
 		// as the finding a failed or expired scan of the same group raised.
-		if err := s.candidateFindings(ctx, tx, rs.Version, res.RunID, append(ok, seeds...), unchanged); err != nil {
+		if err := s.candidateFindings(ctx, tx, rs.Version, res.RunID, append(ok, seeds...), written, unchanged); err != nil {
 			return err
 		}
 		res.Scanned, res.Seeded, res.Failed, res.Retired = len(ok), len(seeds), len(failed), len(place.retired)
@@ -553,10 +557,6 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			}
 		}
 		// Last, holding nothing it waits for: the counts of every collection and scope written add up (collection.go).
-		written := maps.Clone(groups)
-		for _, g := range place.moved {
-			written[g.Key] = g
-		}
 		return s.checkCounts(ctx, tx, rs.Version, written)
 	})
 	if err != nil {
@@ -645,17 +645,20 @@ func (s *Stage) scanBackoff(attempts int) time.Duration {
 	return d
 }
 
-// candidateFindings raises candidate_unknown for groups the scan could not decide and owner_dispute for groups whose
-// ownership rows disagree, and auto-closes candidate_unknown and candidate_stale for groups it settled,
-// owner_dispute for groups no longer disputed, and coverage_orphan for groups that are no longer orphans, keyed by
-// the current ruleset. Groups in quiet are not raised again.
-func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []postgres.CandidateValues, quiet map[string]bool) error {
+// candidateFindings raises candidate_unknown for groups the scan could not decide, owner_dispute for groups whose
+// ownership rows disagree and coverage_orphan for relevant groups with members and no owner that have no open one,
+// and auto-closes candidate_unknown and candidate_stale for groups it settled, owner_dispute for groups no longer
+// disputed, and coverage_orphan for groups that are no longer orphans, keyed by the current ruleset. Groups in quiet
+// are not raised again. (The detection pass, detect.go, brings an open orphan's counts up to date.)
+func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []postgres.CandidateValues,
+	groups map[string]gcos.Group, quiet map[string]bool) error {
 	type pending struct {
 		t       gcos.IssueType
 		subject string
 	}
 	var settled []pending
-	var keys []string
+	var keys, orphanKeys []string
+	var orphanFindings []gcos.Finding
 	for _, v := range vs {
 		if v.Verdict == gcos.VerdictUnknown {
 			if quiet[v.GroupKey] {
@@ -681,17 +684,24 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 			settled = append(settled, pending{gcos.IssueOwnerDispute, v.GroupKey})
 			keys = append(keys, gcos.CoalesceKey(gcos.IssueOwnerDispute, v.GroupKey))
 		}
-		if v.Verdict != gcos.VerdictRelevant || v.Coverage != gcos.CoverageOrphan {
-			// The gate raised coverage_orphan on this group; it now has an owner (or needs none).
+		cg := coverageGroup(v, groups[v.GroupKey])
+		switch {
+		case !cg.IsOrphan():
+			// It has an owner, an exception, or needs none: an orphan finding on it (scan's or gate's) closes.
 			settled = append(settled, pending{gcos.IssueCoverageOrphan, v.GroupKey})
 			keys = append(keys, gcos.CoalesceKey(gcos.IssueCoverageOrphan, v.GroupKey))
+		case !quiet[v.GroupKey]:
+			d := gcos.OrphanDetection(cg)
+			orphanKeys = append(orphanKeys, d.Key())
+			orphanFindings = append(orphanFindings, gcos.NewFinding(d.Type, d.Subject, runID, ruleset, d.Evidence))
 		}
 	}
-	if len(keys) == 0 {
+	if len(keys)+len(orphanKeys) == 0 {
 		return nil
 	}
 	// One look for the open ones (usually none), then the locked resolve for each of those only.
-	rows, err := tx.Query(ctx, `SELECT DISTINCT coalesce_key FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open'`, keys)
+	rows, err := tx.Query(ctx, `SELECT DISTINCT coalesce_key FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open'`,
+		append(slices.Clone(keys), orphanKeys...))
 	if err != nil {
 		return fmt.Errorf("read open candidate findings: %w", err)
 	}
@@ -703,6 +713,14 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 	for _, k := range open {
 		isOpen[k] = true
 	}
+	for i, f := range orphanFindings {
+		if isOpen[orphanKeys[i]] {
+			continue // open already: the detection pass keeps its counts current
+		}
+		if _, err := postgres.RaiseFindingTx(ctx, tx, f); err != nil {
+			return err
+		}
+	}
 	for i, p := range settled {
 		if !isOpen[keys[i]] {
 			continue
@@ -712,6 +730,19 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 		}
 	}
 	return nil
+}
+
+// coverageGroup is what the coverage detections read of a group a tick judged.
+func coverageGroup(v postgres.CandidateValues, g gcos.Group) gcos.CoverageGroup {
+	deref := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	return gcos.CoverageGroup{GroupKey: v.GroupKey, Scope: deref(g.Scope), ObjectClass: deref(g.ObjectClass),
+		SourceRegistry: deref(g.SourceRegistry), Verdict: v.Verdict, Coverage: v.Coverage, RiskClass: v.RiskClass,
+		Members: v.MemberCount}
 }
 
 // stormGuard raises group_invalidation_storm when the dirty set exceeds the configured share of all groups, and

@@ -1,0 +1,257 @@
+package scan
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"gcos"
+	"gcos/postgres"
+)
+
+// The coverage detections (gcos.DetectCoverageGaps, gcos.DetectRegistryGaps) over the whole estate: each incremental
+// pass and each full audit derives the set of conditions that hold now, raises a finding for each one not open (or
+// whose counts moved) and resolves every open one that no longer holds. The event ticks raise and resolve the
+// orphans of the groups they judge as they judge them (candidateFindings); this pass catches the rest: groups
+// seeded by a backfill, an exception lapsing at read time, a registry row that names nothing.
+
+// DetectResult reports one detection pass.
+type DetectResult struct {
+	Conditions int  `json:"conditions"` // conditions that hold now
+	Raised     int  `json:"raised"`     // findings opened, reopened or brought up to date
+	Resolved   int  `json:"resolved"`   // findings whose condition is gone
+	Deferred   int  `json:"deferred"`   // raises or resolves left to the next pass: a scan held the row
+	Skipped    bool `json:"skipped"`    // another process was running the pass
+}
+
+// detectBatch is how many findings one transaction of the pass writes: a first pass over an estate of thousands of
+// orphans commits as it goes, so a scan tick waiting on one of its keys waits for one batch, not for the pass.
+const detectBatch = 100
+
+// detectLockTimeout bounds a pass's wait for a lock a scan tick holds (a finding's key, a candidate row the
+// resolution unlinks): the pass defers that key to its next run instead of queueing behind, or deadlocking with, a
+// tick.
+const detectLockTimeout = 200 * time.Millisecond
+
+// coverageGroupsSQL reads every live group with a verdict under the current ruleset, its coverage at read time.
+const coverageGroupsSQL = `
+SELECT e.group_key, coalesce(e.scope, ''), coalesce(e.object_class, ''), coalesce(e.source_registry, ''),
+       e.candidate_verdict, coalesce(e.coverage_outcome, ''), coalesce(e.risk_class, ''),
+       coalesce(e.member_count, e.group_member_count, 0)
+FROM v_candidate_effective e
+WHERE e.candidate_verdict IS NOT NULL
+  AND e.group_key IN (SELECT group_key FROM governance_group WHERE retired_at IS NULL)`
+
+// openDetectionsSQL reads the open findings of the detection types a pass owns: a group orphan the gate raised is
+// one of them; an object row's orphan (gov:coverage:orphan:object:…) is the gate's alone.
+const openDetectionsSQL = `
+SELECT coalesce_key, issue_type, evidence_snapshot::jsonb FROM system_issues
+WHERE issue_type = ANY($1) AND status = 'open' AND coalesce_key LIKE 'gov:%'
+  AND coalesce_key NOT LIKE 'gov:coverage:orphan:object:%'`
+
+// Detect runs one detection pass; runID names the run it belongs to ("" for none).
+func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return res, fmt.Errorf("detect: %w", err)
+	}
+	// One pass at a time across processes: two passes reading at different instants would resolve what the other
+	// just raised. A session lock, released at the end (or with the connection, should the unlock fail).
+	unlock := false
+	defer func() {
+		if unlock {
+			if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended('gcos.detect', 0))`); uerr != nil {
+				_ = conn.Conn().Close(context.WithoutCancel(ctx))
+			}
+		}
+		conn.Release()
+	}()
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('gcos.detect', 0))`).Scan(&unlock); err != nil {
+		return res, fmt.Errorf("detect: lock: %w", err)
+	}
+	if !unlock {
+		res.Skipped = true
+		return res, nil
+	}
+	var want []gcos.Detection
+	var ruleset string
+	open := map[string]openDetection{}
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		want, ruleset, err = s.detections(ctx, tx)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, openDetectionsSQL, issueTypes(gcos.CoverageGapTypes))
+		if err != nil {
+			return fmt.Errorf("read open detections: %w", err)
+		}
+		var o openDetection
+		_, err = pgx.ForEachRow(rows, []any{&o.key, &o.issueType, &o.evidence}, func() error {
+			open[o.key] = o
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return res, fmt.Errorf("detect: %w", err)
+	}
+	res.Conditions = len(want)
+	var work []func(tx pgx.Tx) (bool, error)
+	wanted := map[string]bool{}
+	for _, d := range want {
+		wanted[d.Key()] = true
+		if o, ok := open[d.Key()]; ok && o.current(d) {
+			continue
+		}
+		f := gcos.NewFinding(d.Type, d.Subject, runID, ruleset, d.Evidence)
+		work = append(work, func(tx pgx.Tx) (bool, error) {
+			_, err := postgres.RaiseFindingTx(ctx, tx, f)
+			res.Raised++
+			return true, err
+		})
+	}
+	for _, key := range slices.Sorted(maps.Keys(open)) {
+		if wanted[key] {
+			continue
+		}
+		o := open[key]
+		work = append(work, func(tx pgx.Tx) (bool, error) {
+			closed, err := postgres.ResolveFindingTx(ctx, tx, gcos.IssueType(o.issueType), o.subject(), "")
+			if closed {
+				res.Resolved++
+			}
+			return closed, err
+		})
+	}
+	for len(work) > 0 {
+		batch := work[:min(detectBatch, len(work))]
+		work = work[len(batch):]
+		if err := s.detectBatch(ctx, conn, batch, &res); err != nil {
+			return res, err
+		}
+	}
+	if res.Raised+res.Resolved+res.Deferred > 0 {
+		s.logger.Info("coverage detections", "run_id", runID, "conditions", res.Conditions, "raised", res.Raised,
+			"resolved", res.Resolved, "deferred", res.Deferred)
+	}
+	return res, nil
+}
+
+// detectBatch writes one batch in one transaction, each item in a savepoint: an item that waits past the lock
+// timeout is rolled back and deferred, the rest commit.
+func (s *Stage) detectBatch(ctx context.Context, conn interface {
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+}, batch []func(tx pgx.Tx) (bool, error), res *DetectResult) error {
+	return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, detectLockTimeout.Milliseconds())); err != nil {
+			return fmt.Errorf("detect: %w", err)
+		}
+		for _, item := range batch {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return fmt.Errorf("detect: %w", err)
+			}
+			raised, resolved := res.Raised, res.Resolved
+			if _, err := item(sp); err != nil {
+				_ = sp.Rollback(ctx)
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") {
+					res.Raised, res.Resolved = raised, resolved
+					res.Deferred++ // a scan holds it: the next pass tries again
+					continue
+				}
+				return fmt.Errorf("detect: %w", err)
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return fmt.Errorf("detect: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// detections derives the conditions that hold now, and the ruleset they are judged under.
+func (s *Stage) detections(ctx context.Context, tx pgx.Tx) ([]gcos.Detection, string, error) {
+	var ruleset string
+	if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT ruleset_version FROM v_current_ruleset), '')`).Scan(&ruleset); err != nil {
+		return nil, "", fmt.Errorf("read the current ruleset: %w", err)
+	}
+	rows, err := tx.Query(ctx, coverageGroupsSQL)
+	if err != nil {
+		return nil, "", fmt.Errorf("read coverage: %w", err)
+	}
+	var groups []gcos.CoverageGroup
+	var g gcos.CoverageGroup
+	if _, err := pgx.ForEachRow(rows, []any{&g.GroupKey, &g.Scope, &g.ObjectClass, &g.SourceRegistry, &g.Verdict,
+		&g.Coverage, &g.RiskClass, &g.Members}, func() error {
+		groups = append(groups, g)
+		return nil
+	}); err != nil {
+		return nil, "", fmt.Errorf("read coverage: %w", err)
+	}
+	out := gcos.DetectCoverageGaps(groups)
+	regs, err := s.core.DimensionRegistries(ctx, tx, "")
+	if err != nil {
+		return nil, "", err
+	}
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, "", err
+	}
+	born := map[gcos.ExceptionObject]bool{}
+	b := s.core.BirthBinding()
+	for _, o := range gcos.PhantomProbes(regs, now) {
+		var ok bool
+		if err := tx.QueryRow(ctx, b.SQL(`SELECT EXISTS (SELECT 1 FROM {t} WHERE {coll} = $1 AND {code} = $2)`), o.Collection, o.Code).Scan(&ok); err != nil {
+			return nil, "", fmt.Errorf("read the birth of %s:%s: %w", o.Collection, o.Code, err)
+		}
+		born[o] = ok
+	}
+	out = append(out, gcos.DetectRegistryGaps(regs, now, func(o gcos.ExceptionObject) bool { return born[o] })...)
+	return out, ruleset, nil
+}
+
+// openDetection is an open finding of a detection type.
+type openDetection struct {
+	key, issueType string
+	evidence       map[string]any
+}
+
+// subject is the finding's subject: its key after gov:<family>:<state>:.
+func (o openDetection) subject() string {
+	prefix := gcos.CoalesceKey(gcos.IssueType(o.issueType), "") + ":"
+	return o.key[min(len(prefix), len(o.key)):]
+}
+
+// current reports whether the open finding already says what d says: the same counts, risk and scope, so raising it
+// again would only count a repeat.
+func (o openDetection) current(d gcos.Detection) bool {
+	for _, k := range []string{"objects", "groups", "risk_class", "risk_classes", "scope", "field", "value"} {
+		want, ok := d.Evidence[k]
+		if !ok {
+			continue
+		}
+		got, _ := json.Marshal(o.evidence[k])
+		exp, _ := json.Marshal(want)
+		if string(got) != string(exp) {
+			return false
+		}
+	}
+	return true
+}
+
+func issueTypes(ts []gcos.IssueType) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = string(t)
+	}
+	return out
+}
