@@ -499,7 +499,7 @@ func DefaultConfig() Config {
 				{Types: "governance.*", Cooldown: Duration(time.Minute), Ceiling: 200, Window: Duration(10 * time.Minute)},
 			},
 			Escalation:   EventEscalationConfig{Severities: []string{"error"}, After: Duration(4 * time.Hour), To: CouncilOwner},
-			CouncilTypes: []string{"governance.coverage.owner_dispute", "governance.exception.unratified"},
+			CouncilTypes: []string{"governance.coverage.owner_dispute", "governance.exception.unratified", "governance.coverage.island.detected"},
 			PromoteEvery: Duration(2 * time.Second),
 		},
 		Scan: ScanConfig{

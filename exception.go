@@ -18,7 +18,7 @@ const (
 	LiftObjectGone         = "object_gone"
 	LiftNoScope            = "no_scope"
 	LiftNotApproved        = "not_approved"
-	LiftRevoked            = "revoked" // its registry row says it was revoked
+	LiftRevoked            = "revoked"   // its registry row says it was revoked
 	LiftShadowed           = "shadowed"  // another exception on the same object is the one its row carries
 	LiftWithdrawn          = "withdrawn" // the registry no longer holds it, or it no longer names the row
 )

@@ -474,7 +474,7 @@ func TestSB11_NotificationBoundary(t *testing.T) {
 		('owner-crm', 'governance', 'governance.handoff.*', NULL, 'birth_registry', '{"collection_name": "crm_accounts"}', false),
 		('owner-muted', 'governance', 'governance.*', NULL, NULL, '{}', false),
 		('owner-muted', 'governance', 'governance.input.*', NULL, NULL, '{}', true),
-		('owner-input', 'governance', 'governance.input.*', NULL, 'system_issues', '{"owner_ref": "GOV-COUNCIL"}', false),
+		('owner-input', 'governance', 'governance.input.*', NULL, 'governance_candidate_state', '{"owner_ref": "GOV-COUNCIL"}', false),
 		('iu-router', 'iu', NULL, NULL, NULL, '{}', false)`)
 
 	fin := e.emit(t, handoffEmit(gcos.ChangeObjectBorn, "fin_invoices", "INV-1", "n-1", evBase))

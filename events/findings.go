@@ -31,6 +31,11 @@ type FindingLink struct {
 func findingLink(key string, evidence json.RawMessage) *FindingLink {
 	var ev map[string]any
 	_ = json.Unmarshal(evidence, &ev) // evidence GCOS did not write may be anything; then only the key counts
+	return explainLink(key, ev)
+}
+
+// explainLink is the explain link of what a coalesce key and its evidence (or an announcement's payload) name.
+func explainLink(key string, ev map[string]any) *FindingLink {
 	group, object := gcos.FindingExplain(key, ev)
 	switch {
 	case group != "":

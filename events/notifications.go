@@ -26,6 +26,8 @@ type Notification struct {
 	OccurredAt    *time.Time `json:"occurred_at"`
 	CreatedAt     *time.Time `json:"created_at"`
 	Subscriptions []string   `json:"subscriptions"` // the unmuted subscriptions that selected it
+	// Explain is what explains the announcement (the group or object it names) and where to read it.
+	Explain *FindingLink `json:"explain,omitempty"`
 }
 
 const subscriptionsSQL = `
@@ -192,6 +194,8 @@ func (l *Loop) notificationsFor(ctx context.Context, recipient string, subs []Su
 				continue
 			}
 			nt.Recipient, nt.Subscriptions = recipient, route.Matched
+			key, _ := e.Payload["coalesce_key"].(string)
+			nt.Explain = explainLink(key, e.Payload)
 			out = append(out, nt)
 		}
 		if err := rows.Err(); err != nil {

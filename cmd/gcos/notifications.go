@@ -115,7 +115,7 @@ func inboxText(in events.NotificationInbox) string {
 	fmt.Fprintf(&b, "%s: %d%s unread\n", in.Recipient, in.Unread, more)
 	if len(in.Notifications) > 0 {
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "EVENT\tCREATED\tTYPE\tSEVERITY\tSUBJECT")
+		fmt.Fprintln(tw, "EVENT\tCREATED\tTYPE\tSEVERITY\tSUBJECT\tEXPLAIN")
 		for _, n := range in.Notifications {
 			created := "-"
 			if n.CreatedAt != nil {
@@ -125,7 +125,11 @@ func inboxText(in events.NotificationInbox) string {
 			if id, ok := n.Event.Payload["issue_id"]; ok {
 				subject = fmt.Sprintf("finding %v %s", id, subject)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Event.ID, created, n.Event.Type, n.Event.Severity, subject)
+			explain := "-"
+			if n.Explain != nil {
+				explain = n.Explain.Path
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Event.ID, created, n.Event.Type, n.Event.Severity, subject, explain)
 		}
 		_ = tw.Flush()
 	}

@@ -1,0 +1,225 @@
+package scan_test
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"gcos"
+	"gcos/gcostest"
+	"gcos/gcostest/wait"
+	"gcos/postgres"
+	"gcos/scan"
+)
+
+// orphanGroupsSQL is the orphan set from the stored state, independently of the detections: live relevant groups
+// with members whose read-time coverage is orphan.
+const orphanGroupsSQL = `SELECT 'gov:coverage:orphan:' || group_key FROM v_candidate_effective
+	WHERE candidate_verdict = 'relevant' AND coverage_outcome = 'orphan' AND coalesce(member_count, group_member_count) > 0
+	  AND group_key IN (SELECT group_key FROM governance_group WHERE retired_at IS NULL) ORDER BY 1`
+
+// ownerGapsSQL is the owner-gap set from the stored state: a scope and class with orphans and no covered group.
+const ownerGapsSQL = `SELECT 'gov:coverage:owner.gap:' || scope || ':' || object_class FROM v_candidate_effective
+	WHERE candidate_verdict = 'relevant' AND coalesce(member_count, group_member_count) > 0
+	  AND group_key IN (SELECT group_key FROM governance_group WHERE retired_at IS NULL)
+	GROUP BY scope, object_class
+	HAVING count(*) FILTER (WHERE coverage_outcome = 'orphan') > 0 AND count(*) FILTER (WHERE coverage_outcome = 'covered') = 0
+	ORDER BY 1`
+
+// TestCoverageDetections: the scans raise one coalesced finding per orphan group, owner gap, island and phantom, and
+// announce each once; an owner revoked, an exception expired and a coverage change move the set, and each fix is
+// resolved by the next scan and announced as governance.coverage.gap_resolved.
+func TestCoverageDetections(t *testing.T) {
+	t.Parallel()
+	w := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 11, Config: func(cfg *gcos.Config) {
+		cfg.Scan.CoalesceWindow = gcos.Duration(time.Millisecond)
+		cfg.Scan.StormFraction = 1
+	}})
+	s := &scan.Scheduler{Stage: scan.New(w.Store), Config: w.Store.Config().Scan}
+	pass := func(mode string) scan.Pass {
+		t.Helper()
+		p, err := s.Once(w.Ctx, mode)
+		if err != nil {
+			t.Fatalf("%s pass: %v", mode, err)
+		}
+		return p
+	}
+	open := func(types ...gcos.IssueType) []string {
+		t.Helper()
+		var ts []string
+		for _, ty := range types {
+			ts = append(ts, string(ty))
+		}
+		return w.Strings(t, `SELECT coalesce_key FROM system_issues WHERE issue_type = ANY($1) AND status = 'open'
+			AND coalesce_key NOT LIKE 'gov:coverage:orphan:object:%' ORDER BY 1`, ts)
+	}
+	// announced counts the captured announcements of a type about a key with a transition.
+	announced := func(eventType, key, transition string) int64 {
+		t.Helper()
+		return w.Count(t, `SELECT count(*) FROM event_pending WHERE event_type_hint = $1
+			AND capture_payload->'safe_payload'->>'coalesce_key' = $2 AND capture_payload->'safe_payload'->>'transition' = $3`,
+			eventType, key, transition)
+	}
+	// consistent: the open findings are the conditions the stored state says hold, each open once, announced once.
+	consistent := func(when string) {
+		t.Helper()
+		for _, c := range []struct {
+			what      string
+			issue     gcos.IssueType
+			eventType string
+			sql       string
+		}{
+			{"orphans", gcos.IssueCoverageOrphan, "governance.coverage.orphan", orphanGroupsSQL},
+			{"owner gaps", gcos.IssueCoverageOwnerGap, "governance.coverage.owner.gap", ownerGapsSQL},
+		} {
+			want, got := w.Strings(t, c.sql), open(c.issue)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: open %s %v, the stored state says %v", when, c.what, got, want)
+			}
+			for _, key := range got {
+				if n := w.Count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, key); n != 1 {
+					t.Fatalf("%s: %d open rows for %s", when, n, key)
+				}
+				// One announcement per open cycle: opened once, reopened once per reopening.
+				reopens := w.Count(t, `SELECT reopen_count FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, key)
+				if n := announced(c.eventType, key, postgres.TransitionOpened) + announced(c.eventType, key, postgres.TransitionReopened); n != reopens+1 {
+					t.Fatalf("%s: %s announced %d times over %d open cycles", when, key, n, reopens+1)
+				}
+			}
+		}
+	}
+
+	p := pass(postgres.ModeIncremental)
+	orphans := open(gcos.IssueCoverageOrphan)
+	if len(orphans) == 0 || len(open(gcos.IssueCoverageOwnerGap)) == 0 {
+		t.Fatalf("the world has no orphan or no owner gap to detect: %v (pass %+v)", orphans, p.Detections)
+	}
+	consistent("first pass")
+	// A pass over nothing new raises nothing.
+	if p = pass(postgres.ModeIncremental); p.Detections == nil || p.Detections.Raised != 0 || p.Detections.Resolved != 0 {
+		t.Fatalf("a second pass over the same state: %+v", p.Detections)
+	}
+	consistent("second pass")
+
+	// An owner revoked: every ownership row that could cover a class in a scope, so its groups become orphans, raised
+	// by the event scan that judges them, and the class an owner gap.
+	var scope, class string
+	if err := w.Pool.QueryRow(w.Ctx, `SELECT scope, object_class FROM v_candidate_effective
+		WHERE coverage_outcome = 'covered' AND group_member_count > 0 ORDER BY scope, object_class LIMIT 1`).Scan(&scope, &class); err != nil {
+		t.Fatalf("no covered group: %v", err)
+	}
+	owners := w.Strings(t, `SELECT id::text FROM governance_object_ownership WHERE status = 'active' AND scope_code = $1
+		AND (entity_type IS NULL OR entity_type = $2)
+		AND (collection_name IS NULL OR collection_name IN (SELECT source_registry FROM governance_group WHERE object_class = $2))`, scope, class)
+	covered := w.Strings(t, `SELECT group_key FROM v_candidate_effective WHERE scope = $1 AND object_class = $2
+		AND coverage_outcome = 'covered' AND group_member_count > 0 ORDER BY group_key`, scope, class)
+	w.Exec(t, `UPDATE governance_object_ownership SET status = 'revoked' WHERE id::text = ANY($1)`, owners)
+	if _, err := w.Store.MarkDirty(w.Ctx, covered, "handoff:authority_changed"); err != nil {
+		t.Fatal(err)
+	}
+	wait.Pass(w.Ctx, 10*time.Millisecond) // past the coalesce window
+	pass(postgres.ModeEvent)
+	gap := gcos.CoalesceKey(gcos.IssueCoverageOwnerGap, scope+":"+class)
+	// Their members moved to groups of no owner scope (a dimension), judged by the same tick.
+	orphaned := w.Strings(t, `SELECT group_key FROM v_candidate_effective WHERE scope = $1 AND object_class = $2
+		AND candidate_verdict = 'relevant' AND coverage_outcome = 'orphan' AND group_member_count > 0 ORDER BY group_key`, scope, class)
+	if len(orphaned) == 0 {
+		t.Fatal("no group of the class is an orphan after its owners were revoked")
+	}
+	for _, g := range orphaned {
+		if !slices.Contains(open(gcos.IssueCoverageOrphan), orphanKey(g)) {
+			t.Fatalf("the event scan did not raise the orphan of group %s, whose owner was revoked", g)
+		}
+	}
+	pass(postgres.ModeIncremental)
+	consistent("owner revoked")
+	if !slices.Contains(open(gcos.IssueCoverageOwnerGap), gap) {
+		t.Fatalf("no owner gap %s after its only owner was revoked", gap)
+	}
+
+	// An exception granted to one of those groups covers it; once it expires the group is an orphan again.
+	excepted := orphaned[0]
+	var coll string
+	if err := w.Pool.QueryRow(w.Ctx, `SELECT source_registry FROM governance_group WHERE group_key = $1`, excepted).Scan(&coll); err != nil {
+		t.Fatal(err)
+	}
+	w.Exec(t, `INSERT INTO governance_exception (exception_id, scope_code, entity_type, collection_name, approval_ref, expires_at, status)
+		VALUES ('EXC-DETECT-1', $1, $2, $3, 'APR-DETECT-1', now() + interval '1 day', 'approved')`, scope, class, coll)
+	if _, err := w.Store.MarkDirty(w.Ctx, []string{excepted}, "handoff:authority_changed"); err != nil {
+		t.Fatal(err)
+	}
+	pass(postgres.ModeEvent)
+	if slices.Contains(open(gcos.IssueCoverageOrphan), orphanKey(excepted)) {
+		t.Fatal("an excepted group is still an open orphan")
+	}
+	if announced(gcos.EventGapResolved, orphanKey(excepted), postgres.TransitionResolved) != 1 {
+		t.Fatal("the orphan the exception closed was not announced resolved once")
+	}
+	w.Exec(t, `UPDATE governance_exception SET expires_at = now() - interval '1 second' WHERE exception_id = 'EXC-DETECT-1'`)
+	pass(postgres.ModeIncremental) // expires the lapsed exception's group, re-scans it, then detects
+	if !slices.Contains(open(gcos.IssueCoverageOrphan), orphanKey(excepted)) {
+		t.Fatal("the group whose exception expired is not an open orphan again")
+	}
+	consistent("exception expired")
+
+	// A coverage change: the collection becomes exempt, its groups are no longer relevant, their orphans close.
+	exempt := w.Strings(t, `SELECT group_key FROM governance_group WHERE source_registry = $1`, coll)
+	w.Exec(t, `UPDATE collection_registry SET coverage_status = 'BIRTH_EXEMPT_SYSTEM' WHERE collection_name = $1`, coll)
+	if _, err := w.Store.MarkDirty(w.Ctx, exempt, "handoff:collection_changed"); err != nil {
+		t.Fatal(err)
+	}
+	pass(postgres.ModeEvent)
+	pass(postgres.ModeIncremental)
+	if slices.Contains(open(gcos.IssueCoverageOrphan), orphanKey(excepted)) {
+		t.Fatal("an orphan of an exempt collection is still open")
+	}
+	consistent("coverage change")
+
+	// Registry rows naming what no registry holds: an island and a phantom, each once, routed by type.
+	w.Exec(t, `INSERT INTO governance_object_ownership (scope_code, entity_type, owner_ref, status) VALUES ($1, 'shadow_ledger', 'team-x', 'active')`, scope)
+	var island int64
+	if err := w.Pool.QueryRow(w.Ctx, `SELECT max(id) FROM governance_object_ownership`).Scan(&island); err != nil {
+		t.Fatal(err)
+	}
+	w.Exec(t, `INSERT INTO governance_exception (exception_id, scope_code, collection_name, entity_code, approval_ref, expires_at, fingerprint, status)
+		VALUES ('EXC-DETECT-2', $1, $2, 'NEVER-BORN-1', 'APR-DETECT-2', now() + interval '1 day', 'ffff', 'approved')`, scope, coll)
+	p = pass(postgres.ModeIncremental)
+	islandKey := gcos.CoalesceKey(gcos.IssueCoverageIsland, gcos.TableOwnership+":"+strconv.FormatInt(island, 10))
+	phantomKey := gcos.CoalesceKey(gcos.IssuePhantomGap, "exception:EXC-DETECT-2")
+	if got := open(gcos.IssueCoverageIsland, gcos.IssuePhantomGap); !slices.Contains(got, islandKey) || !slices.Contains(got, phantomKey) {
+		t.Fatalf("open islands and phantoms %v, want %s and %s (pass %+v)", got, islandKey, phantomKey, p.Detections)
+	}
+	if announced("governance.coverage.island.detected", islandKey, postgres.TransitionOpened) != 1 ||
+		announced("governance.phantom.gap", phantomKey, postgres.TransitionOpened) != 1 {
+		t.Fatal("the island and the phantom were not announced once each")
+	}
+	var table, ref string
+	if err := w.Pool.QueryRow(w.Ctx, `SELECT entity_table, entity_ref FROM event_pending WHERE event_type_hint = 'governance.phantom.gap'`).Scan(&table, &ref); err != nil {
+		t.Fatal(err)
+	}
+	if table != gcos.TableExceptions || ref != "EXC-DETECT-2" {
+		t.Fatalf("the phantom is addressed at %s/%s, want the exception's row (doc 41 §41.5)", table, ref)
+	}
+
+	// Every condition fixed: the owner restored, the rows retired, the collection required again.
+	w.Exec(t, `UPDATE governance_object_ownership SET status = 'active' WHERE id::text = ANY($1)`, owners)
+	w.Exec(t, `UPDATE governance_object_ownership SET status = 'retired' WHERE id = $1`, island)
+	w.Exec(t, `UPDATE governance_exception SET status = 'revoked' WHERE exception_id = 'EXC-DETECT-2'`)
+	if _, err := w.Store.MarkDirty(w.Ctx, covered, "handoff:authority_changed"); err != nil {
+		t.Fatal(err)
+	}
+	pass(postgres.ModeEvent)
+	pass(postgres.ModeIncremental)
+	for _, key := range []string{gap, islandKey, phantomKey} {
+		if slices.Contains(open(gcos.CoverageGapTypes...), key) {
+			t.Fatalf("%s is still open after its condition was fixed", key)
+		}
+		if announced(gcos.EventGapResolved, key, postgres.TransitionResolved) != 1 {
+			t.Fatalf("%s's resolution was not announced once as %s", key, gcos.EventGapResolved)
+		}
+	}
+	consistent("fixed")
+}
+
+func orphanKey(group string) string { return gcos.CoalesceKey(gcos.IssueCoverageOrphan, group) }
