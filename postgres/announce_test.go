@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,5 +58,44 @@ func TestEveryRegisteredTypeIsEmitted(t *testing.T) {
 		if !emitted[e.EventType] {
 			t.Errorf("%s is registered but nothing emits it: emit it where its condition arises, or remove it from the vocabulary with the reason in docs/REFERENCE.md", e.EventType)
 		}
+	}
+}
+
+// A finding's announcement is addressed as doc 41 §41.5 gives its family: candidate.* at the group's candidate row
+// with the verdict, ruleset, snapshot and dirty reason it is about; a system finding at its system_issues row; both
+// carry the seeds' bucket where the seeds assign one.
+func TestFindingAnnouncementsAreAddressedByFamily(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2000)
+	res := b.backfill(t)
+	b.activate(t, res.RulesetVersion)
+	group := b.strs(t, `SELECT group_key FROM governance_candidate_state ORDER BY group_key LIMIT 1`)[0]
+	if _, err := b.store.RaiseFinding(b.ctx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: group, Group: group,
+		Evidence: map[string]any{"group_key": group}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.RaiseFinding(b.ctx, gcos.Finding{Type: gcos.IssueHandoffLag, Subject: "birth", Evidence: map[string]any{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.ResolveFinding(b.ctx, gcos.IssueCandidateUnknown, group, ""); err != nil {
+		t.Fatal(err)
+	}
+	got := b.strs(t, `SELECT event_type_hint || ' ' || entity_table || ' ' || entity_ref || ' ' ||
+		coalesce(capture_payload->'safe_payload'->>'transition', '') || ' ' || coalesce(capture_payload->'safe_payload'->>'bucket', '-') || ' ' ||
+		coalesce(capture_payload->'safe_payload'->>'candidate_verdict', '-') || ' ' || coalesce(capture_payload->'safe_payload'->>'ruleset_version', '-') || ' ' ||
+		(capture_payload->'safe_payload' ? 'source_snapshot_ref')::text
+		FROM event_pending WHERE event_type_hint IN ('governance.candidate.unknown', 'governance.handoff.lag') ORDER BY id`)
+	verdict := b.strs(t, `SELECT candidate_verdict FROM governance_candidate_state WHERE group_key = $1`, group)[0]
+	want := []string{
+		"governance.candidate.unknown governance_candidate_state " + group + " opened thiếu_quan_hệ " + verdict + " " + res.RulesetVersion + " true",
+		"governance.handoff.lag system_issues gov:handoff:lag:birth opened sai_lệch_dữ_liệu - - false",
+		"governance.candidate.unknown governance_candidate_state " + group + " resolved thiếu_quan_hệ " + verdict + " " + res.RulesetVersion + " true",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("announcements\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The bucket travels with the finding too.
+	if n := b.count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = 'gov:handoff:lag:birth' AND evidence_snapshot::jsonb->>'bucket' = 'sai_lệch_dữ_liệu'`); n != 1 {
+		t.Fatal("the handoff_lag finding does not carry its bucket")
 	}
 }
