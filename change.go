@@ -110,7 +110,7 @@ var SafePayloadKeys = []string{
 	"owner_ref", "route", "event_type", "event_id", "window_start", "window_end", "audit_id",
 	"coverage_before", "coverage_after",
 	"affected_groups", "changed_groups", "allow_to_block", "block_to_allow", "preview_failed",
-	"candidate_verdict", "dirty_reason", "gap_type", "coalesce_anchor", "proposed_action_code", "bucket",
+	"candidate_verdict", "dirty_reason", "gap_type", "coalesce_anchor", "proposed_action_code", "bucket", "input_quality_state",
 }
 
 // ValidateSafePayload rejects a payload with any key outside SafePayloadKeys, or any value that is not a scalar

@@ -182,6 +182,12 @@ func announceFinding(ctx context.Context, tx pgx.Tx, f findingEvent) error {
 		if snapshot != nil {
 			payload["source_snapshot_ref"] = *snapshot
 		}
+	case gcos.IsInputIssue(f.issueType):
+		// input.*: the input-quality state (doc 41 §41.5), beside the scope where the finding names one.
+		payload["input_quality_state"] = strings.TrimPrefix(string(f.issueType), "input.")
+		if f.scope != "" {
+			payload["scope"] = f.scope
+		}
 	case gcos.IsCoverageGap(f.issueType):
 		// coverage.*: the gap, its scope, the anchor it coalesces on, and what would close it (doc 24 §2).
 		payload["gap_type"], payload["coalesce_anchor"] = f.gapType, f.key

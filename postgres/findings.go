@@ -74,6 +74,29 @@ func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, erro
 	return raiseLockedFinding(ctx, tx, f)
 }
 
+// RefreshFindingTx brings the evidence of the open finding of (issueType, subject) up to date without counting an
+// occurrence: the same condition still holds, only its counts moved (a coverage detection's object count). It
+// reports whether an open row was updated; a finding no longer open is left to the next raise, which reopens it.
+func RefreshFindingTx(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, subject string, evidence map[string]any) (bool, error) {
+	key := gcos.CoalesceKey(issueType, subject)
+	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
+		return false, fmt.Errorf("refresh %s: lock: %w", issueType, err)
+	}
+	if b := gcos.IssueBucket(issueType); b != "" {
+		evidence["bucket"] = b
+	}
+	ev, err := json.Marshal(evidence)
+	if err != nil {
+		return false, fmt.Errorf("refresh %s: evidence: %w", issueType, err)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE system_issues SET evidence_snapshot = $2, last_seen_at = now()
+		WHERE coalesce_key = $1 AND status = 'open'`, key, ev)
+	if err != nil {
+		return false, fmt.Errorf("refresh %s: %w", issueType, err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
 // RaiseHeldSignalFindingTx raises the finding of a signal held for its unregistered or inactive type, unless another
 // transaction is raising the same finding at this moment: then it writes nothing and returns the id of the open
 // row, when one is committed (else 0). This finding is raised from inside other transactions (a finding's

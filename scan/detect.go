@@ -25,7 +25,8 @@ import (
 // DetectResult reports one detection pass.
 type DetectResult struct {
 	Conditions int  `json:"conditions"` // conditions that hold now
-	Raised     int  `json:"raised"`     // findings opened, reopened or brought up to date
+	Raised     int  `json:"raised"`     // findings opened or reopened
+	Refreshed  int  `json:"refreshed"`  // open findings whose counts moved, brought up to date
 	Resolved   int  `json:"resolved"`   // findings whose condition is gone
 	Deferred   int  `json:"deferred"`   // raises or resolves left to the next pass: a scan held the row
 	Skipped    bool `json:"skipped"`    // another process was running the pass
@@ -108,7 +109,18 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 	wanted := map[string]bool{}
 	for _, d := range want {
 		wanted[d.Key()] = true
-		if o, ok := open[d.Key()]; ok && o.current(d) {
+		if o, ok := open[d.Key()]; ok {
+			if o.current(d) {
+				continue
+			}
+			// The same condition with its counts moved: the open row is brought up to date, no occurrence counted.
+			work = append(work, func(tx pgx.Tx) (bool, error) {
+				ok, err := postgres.RefreshFindingTx(ctx, tx, d.Type, d.Subject, d.Evidence)
+				if ok {
+					res.Refreshed++
+				}
+				return ok, err
+			})
 			continue
 		}
 		f := gcos.NewFinding(d.Type, d.Subject, runID, ruleset, d.Evidence)
@@ -140,7 +152,7 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 	}
 	if res.Raised+res.Resolved+res.Deferred > 0 {
 		s.logger.Info("coverage detections", "run_id", runID, "conditions", res.Conditions, "raised", res.Raised,
-			"resolved", res.Resolved, "deferred", res.Deferred)
+			"refreshed", res.Refreshed, "resolved", res.Resolved, "deferred", res.Deferred)
 	}
 	return res, nil
 }
@@ -159,12 +171,12 @@ func (s *Stage) detectBatch(ctx context.Context, conn interface {
 			if err != nil {
 				return fmt.Errorf("detect: %w", err)
 			}
-			raised, resolved := res.Raised, res.Resolved
+			raised, refreshed, resolved := res.Raised, res.Refreshed, res.Resolved
 			if _, err := item(sp); err != nil {
 				_ = sp.Rollback(ctx)
 				var pgErr *pgconn.PgError
 				if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") {
-					res.Raised, res.Resolved = raised, resolved
+					res.Raised, res.Refreshed, res.Resolved = raised, refreshed, resolved
 					res.Deferred++ // a scan holds it: the next pass tries again
 					continue
 				}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"gcos"
 	"gcos/gcostest"
 	"gcos/gcostest/wait"
@@ -101,6 +103,24 @@ func TestCoverageDetections(t *testing.T) {
 		t.Fatalf("a second pass over the same state: %+v", p.Detections)
 	}
 	consistent("second pass")
+
+	// A person resolves an orphan that still holds: the next pass reopens it, announced once more.
+	var id int64
+	if err := w.Pool.QueryRow(w.Ctx, `SELECT id FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, orphans[0]).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Store.InTx(w.Ctx, func(tx pgx.Tx) error {
+		return postgres.ResolveFindingByIDTx(w.Ctx, tx, id, "assigned in the next planning round", gcos.Actor{Principal: "alice"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p = pass(postgres.ModeIncremental); p.Detections.Raised != 1 {
+		t.Fatalf("the pass after a person resolved a standing orphan: %+v, want it reopened", p.Detections)
+	}
+	if n := w.Count(t, `SELECT reopen_count FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, orphans[0]); n != 1 {
+		t.Fatalf("the orphan a person resolved is open with reopen_count %d, want 1", n)
+	}
+	consistent("reopened")
 
 	// An owner revoked: every ownership row that could cover a class in a scope, so its groups become orphans, raised
 	// by the event scan that judges them, and the class an owner gap.
