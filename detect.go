@@ -52,7 +52,7 @@ func (g CoverageGroup) IsOrphan() bool {
 func OrphanDetection(g CoverageGroup) Detection {
 	return Detection{Type: IssueCoverageOrphan, Subject: g.GroupKey, Evidence: map[string]any{
 		"group_key": g.GroupKey, "scope": g.Scope, "object_type": g.ObjectClass, "collection_name": g.SourceRegistry,
-		"objects": g.Members, "risk_class": g.RiskClass, "gap_type": "orphan", "proposed_action": ActionAssignOwner}}
+		"objects": g.Members, "risk_class": g.RiskClass, "gap_type": GapType(IssueCoverageOrphan), "proposed_action": ProposedAction(IssueCoverageOrphan)}}
 }
 
 // DetectCoverageGaps derives the orphan and owner-gap detections of the live groups, in a stable order.
@@ -94,7 +94,7 @@ func DetectCoverageGaps(groups []CoverageGroup) []Detection {
 		slices.Sort(t.risks)
 		out = append(out, Detection{Type: IssueCoverageOwnerGap, Subject: k.scope + ":" + k.class, Evidence: map[string]any{
 			"scope": k.scope, "object_type": k.class, "groups": t.orphanGroups, "objects": t.objects,
-			"risk_classes": strings.Join(t.risks, ","), "gap_type": "owner_gap", "proposed_action": ActionAssignOwner}})
+			"risk_classes": strings.Join(t.risks, ","), "gap_type": GapType(IssueCoverageOwnerGap), "proposed_action": ProposedAction(IssueCoverageOwnerGap)}})
 	}
 	sortDetections(out)
 	return out
@@ -136,8 +136,8 @@ func DetectRegistryGaps(reg Registries, now time.Time, born func(ExceptionObject
 	var out []Detection
 	island := func(table, id string, scope *string, field, value string) {
 		out = append(out, Detection{Type: IssueCoverageIsland, Subject: table + ":" + id, Evidence: map[string]any{
-			"registry": table, "row": id, "field": field, "value": value, "scope": deref(scope), "gap_type": "island",
-			"proposed_action": ActionRetireRow,
+			"registry": table, "row": id, "field": field, "value": value, "scope": deref(scope), "gap_type": GapType(IssueCoverageIsland),
+			"proposed_action": ProposedAction(IssueCoverageIsland),
 			"reason":          "the row names a " + field + " no registry holds: an authority outside the one roof"}})
 	}
 	if !slices.Contains(reg.Absent, TableOwnership) {
@@ -162,8 +162,8 @@ func DetectRegistryGaps(reg Registries, now time.Time, born func(ExceptionObject
 		if e.EntityCode != nil && !born(ExceptionObject{deref(e.CollectionName), *e.EntityCode}) {
 			object := deref(e.CollectionName) + ":" + *e.EntityCode
 			out = append(out, Detection{Type: IssuePhantomGap, Subject: "exception:" + e.ExceptionID, Evidence: map[string]any{
-				"exception_id": e.ExceptionID, "object": object, "scope": deref(e.ScopeCode), "gap_type": "phantom",
-				"proposed_action": ActionRevokeOrRebind,
+				"exception_id": e.ExceptionID, "object": object, "scope": deref(e.ScopeCode), "gap_type": GapType(IssuePhantomGap),
+				"proposed_action": ProposedAction(IssuePhantomGap),
 				"reason":          "the exception names an object with no birth: a registered object with no born counterpart"}})
 		}
 	}

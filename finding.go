@@ -71,6 +71,18 @@ var CoverageGapTypes = []IssueType{IssueCoverageOrphan, IssueCoverageOwnerGap, I
 // IsCoverageGap reports whether t is one of CoverageGapTypes.
 func IsCoverageGap(t IssueType) bool { return slices.Contains(CoverageGapTypes, t) }
 
+// gapTypes name each coverage detection's kind of gap and the action that would close it (doc 24 §2 gap_type and
+// proposed_action_code): a name for the person who acts, never an instruction anything executes.
+var gapTypes = map[IssueType][2]string{IssueCoverageOrphan: {"orphan", ActionAssignOwner},
+	IssueCoverageOwnerGap: {"owner_gap", ActionAssignOwner}, IssueCoverageIsland: {"island", ActionRetireRow},
+	IssuePhantomGap: {"phantom", ActionRevokeOrRebind}}
+
+// GapType is the gap_type of a coverage detection ("" for any other finding).
+func GapType(t IssueType) string { return gapTypes[t][0] }
+
+// ProposedAction is the proposed_action_code of a coverage detection ("" for any other finding).
+func ProposedAction(t IssueType) string { return gapTypes[t][1] }
+
 // EventGapResolved announces a coverage detection's resolution (doc 24: the resolved companion of the detections).
 const EventGapResolved = "governance.coverage.gap_resolved"
 

@@ -91,8 +91,8 @@ type findingEvent struct {
 	occurrences, reopens int
 	ruleset, group       string
 	reason               string // exception_lifted: why the exception stopped counting
-	// scope, gapType and action: a coverage detection's scope, kind and proposed action (its evidence).
-	scope, gapType, action string
+	// scope: the scope a coverage or input finding names (its evidence).
+	scope string
 	// resolvedBy and auditID: a finding a person resolved (findings resolve), and the audit row that says why.
 	resolvedBy string
 	auditID    int64
@@ -101,7 +101,7 @@ type findingEvent struct {
 // closedFields are the scan targets of closedColumns.
 func (f *findingEvent) closedFields() []any {
 	return []any{&f.id, &f.issueType, &f.key, &f.severity, &f.occurrences, &f.reopens, &f.ruleset, &f.reason,
-		&f.scope, &f.gapType, &f.action}
+		&f.scope}
 }
 
 // inputEventTypes are the input-quality findings doc 41 §41.4 announces on the backfill stream instead of the input
@@ -190,13 +190,11 @@ func announceFinding(ctx context.Context, tx pgx.Tx, f findingEvent) error {
 		}
 	case gcos.IsCoverageGap(f.issueType):
 		// coverage.*: the gap, its scope, the anchor it coalesces on, and what would close it (doc 24 §2).
-		payload["gap_type"], payload["coalesce_anchor"] = f.gapType, f.key
+		payload["gap_type"], payload["coalesce_anchor"] = gcos.GapType(f.issueType), f.key
 		if f.scope != "" {
 			payload["scope"] = f.scope
 		}
-		if f.action != "" {
-			payload["proposed_action_code"] = f.action
-		}
+		payload["proposed_action_code"] = gcos.ProposedAction(f.issueType)
 	}
 	severity := ""
 	if f.transition == TransitionResolved {

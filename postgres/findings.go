@@ -161,7 +161,7 @@ func raiseFindingRow(ctx context.Context, tx pgx.Tx, f gcos.Finding) (findingEve
 	key := gcos.CoalesceKey(f.Type, f.Subject)
 	ev := findingEvent{issueType: f.Type, key: key, ruleset: f.RulesetVersion, group: f.Group}
 	text := func(k string) string { s, _ := f.Evidence[k].(string); return s }
-	ev.reason, ev.scope, ev.gapType, ev.action = text("reason"), text("scope"), text("gap_type"), text("proposed_action")
+	ev.reason, ev.scope = text("reason"), text("scope")
 	if b := gcos.IssueBucket(f.Type); b != "" {
 		if f.Evidence == nil {
 			f.Evidence = map[string]any{}
@@ -232,8 +232,7 @@ const unlinkClosedSQL = `), g1 AS (
 // closedColumns are what a closed finding's announcement needs.
 const closedColumns = `id, issue_type, coalesce_key, severity, occurrence_count, reopen_count,
         coalesce(business_logic_hash, '') AS ruleset, coalesce(evidence_snapshot::jsonb ->> 'reason', '') AS reason,
-        coalesce(evidence_snapshot::jsonb ->> 'scope', '') AS scope, coalesce(evidence_snapshot::jsonb ->> 'gap_type', '') AS gap_type,
-        coalesce(evidence_snapshot::jsonb ->> 'proposed_action', '') AS proposed_action`
+        coalesce(evidence_snapshot::jsonb ->> 'scope', '') AS scope`
 
 // announceClosed announces every finding a statement closed (rows of closedColumns).
 func announceClosed(ctx context.Context, tx pgx.Tx, rows pgx.Rows) (int, error) {

@@ -215,11 +215,15 @@ func TestCoverageDetections(t *testing.T) {
 		t.Fatal("the island and the phantom were not announced once each")
 	}
 	var table, ref string
-	if err := w.Pool.QueryRow(w.Ctx, `SELECT entity_table, entity_ref FROM event_pending WHERE event_type_hint = 'governance.phantom.gap'`).Scan(&table, &ref); err != nil {
+	var gapType, anchor, action string
+	if err := w.Pool.QueryRow(w.Ctx, `SELECT entity_table, entity_ref, capture_payload->'safe_payload'->>'gap_type',
+		capture_payload->'safe_payload'->>'coalesce_anchor', capture_payload->'safe_payload'->>'proposed_action_code'
+		FROM event_pending WHERE event_type_hint = 'governance.phantom.gap'`).Scan(&table, &ref, &gapType, &anchor, &action); err != nil {
 		t.Fatal(err)
 	}
-	if table != gcos.TableExceptions || ref != "EXC-DETECT-2" {
-		t.Fatalf("the phantom is addressed at %s/%s, want the exception's row (doc 41 §41.5)", table, ref)
+	if table != gcos.TableExceptions || ref != "EXC-DETECT-2" || gapType != "phantom" || anchor != phantomKey || action != gcos.ActionRevokeOrRebind {
+		t.Fatalf("the phantom is announced at %s/%s with gap %q, anchor %q, action %q; want the exception's row, and the gap's terms (doc 41 §41.5)",
+			table, ref, gapType, anchor, action)
 	}
 
 	// Every condition fixed: the owner restored, the rows retired, the collection required again.
