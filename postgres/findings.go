@@ -74,6 +74,15 @@ func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, erro
 	return raiseLockedFinding(ctx, tx, f)
 }
 
+// LockFindingTx takes the lock raisers and resolvers of a coalesce key hold (until tx ends): a caller that decides
+// from the state whether to raise or resolve reads it after the lock, so it sees what the last holder committed.
+func LockFindingTx(ctx context.Context, tx pgx.Tx, issueType gcos.IssueType, subject string) error {
+	if _, err := tx.Exec(ctx, findingLockSQL, gcos.CoalesceKey(issueType, subject)); err != nil {
+		return fmt.Errorf("lock %s: %w", issueType, err)
+	}
+	return nil
+}
+
 // RefreshFindingTx brings the evidence of the open finding of (issueType, subject) up to date without counting an
 // occurrence: the same condition still holds, only its counts moved (a coverage detection's object count). It
 // reports whether an open row was updated; a finding no longer open is left to the next raise, which reopens it.

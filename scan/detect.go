@@ -125,6 +125,9 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 		}
 		f := gcos.NewFinding(d.Type, d.Subject, runID, ruleset, d.Evidence)
 		work = append(work, func(tx pgx.Tx) (bool, error) {
+			if still, err := stillHolds(ctx, tx, d.Type, d.Subject, true); err != nil || !still {
+				return false, err
+			}
 			_, err := postgres.RaiseFindingTx(ctx, tx, f)
 			res.Raised++
 			return true, err
@@ -136,6 +139,9 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 		}
 		o := open[key]
 		work = append(work, func(tx pgx.Tx) (bool, error) {
+			if still, err := stillHolds(ctx, tx, gcos.IssueType(o.issueType), o.subject(), false); err != nil || still {
+				return false, err
+			}
 			closed, err := postgres.ResolveFindingTx(ctx, tx, gcos.IssueType(o.issueType), o.subject(), "")
 			if closed {
 				res.Resolved++
@@ -188,6 +194,30 @@ func (s *Stage) detectBatch(ctx context.Context, conn interface {
 		}
 		return nil
 	})
+}
+
+// orphanNowSQL says whether group $1 is an orphan in the committed state (coverageGroupsSQL and gcos.IsOrphan for one
+// group).
+const orphanNowSQL = `SELECT EXISTS (SELECT 1 FROM v_candidate_effective e WHERE e.group_key = $1
+	AND e.candidate_verdict = 'relevant' AND e.coverage_outcome = 'orphan' AND coalesce(e.member_count, e.group_member_count, 0) > 0
+	AND e.group_key IN (SELECT group_key FROM governance_group WHERE retired_at IS NULL))`
+
+// stillHolds takes the finding's lock and reports whether an orphan is (held) or is no longer (!held) what the pass
+// read: a scan tick may have judged the group since, and raised or closed its finding with it; the pass then leaves
+// it as the tick did. Other detections are aggregates of the whole estate: the pass's reading stands, and its next
+// run corrects a change that came between.
+func stillHolds(ctx context.Context, tx pgx.Tx, t gcos.IssueType, subject string, held bool) (bool, error) {
+	if t != gcos.IssueCoverageOrphan {
+		return held, nil
+	}
+	if err := postgres.LockFindingTx(ctx, tx, t, subject); err != nil {
+		return false, err
+	}
+	var orphan bool
+	if err := tx.QueryRow(ctx, orphanNowSQL, subject).Scan(&orphan); err != nil {
+		return false, fmt.Errorf("read group %s: %w", subject, err)
+	}
+	return orphan, nil
 }
 
 // detections derives the conditions that hold now, and the ruleset they are judged under.

@@ -247,3 +247,42 @@ func TestCoverageDetections(t *testing.T) {
 }
 
 func orphanKey(group string) string { return gcos.CoalesceKey(gcos.IssueCoverageOrphan, group) }
+
+// TestDetectDefersWhatAScanHolds: a detection whose finding key a scan holds is left to the next pass, never waited
+// for (a pass queued behind a tick, or a tick behind a pass, is how two of them deadlock); the rest commit.
+func TestDetectDefersWhatAScanHolds(t *testing.T) {
+	t.Parallel()
+	w := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 13})
+	orphans := w.Strings(t, orphanGroupsSQL)
+	if len(orphans) < 2 {
+		t.Fatalf("the world has %d orphans, want at least 2", len(orphans))
+	}
+	held, err := w.Pool.Begin(w.Ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Rollback(w.Ctx) }()
+	if _, err := held.Exec(w.Ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.finding:' || $1, 0))`, orphans[0]); err != nil {
+		t.Fatal(err)
+	}
+	stage := scan.New(w.Store)
+	det, err := stage.Detect(w.Ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if det.Deferred != 1 || det.Raised != det.Conditions-1 {
+		t.Fatalf("a pass with one key held: %+v, want that one deferred and every other condition raised", det)
+	}
+	if n := w.Count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1`, orphans[0]); n != 0 {
+		t.Fatalf("the held key has %d rows, want none yet", n)
+	}
+	if err := held.Rollback(w.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if det, err = stage.Detect(w.Ctx, ""); err != nil || det.Raised != 1 || det.Deferred != 0 {
+		t.Fatalf("the next pass: %+v %v, want the deferred one raised", det, err)
+	}
+	if n := w.Count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, orphans[0]); n != 1 {
+		t.Fatalf("the deferred key has %d open rows, want 1", n)
+	}
+}
