@@ -147,13 +147,16 @@ func (l *Loop) GetFinding(ctx context.Context, id int64) (FindingDetail, error) 
 		return d, fmt.Errorf("finding %d: %w", id, err)
 	}
 	d.FindingRow = row
+	// Its announcements, where doc 41 §41.5 addresses them (a candidate finding at its group's row, …).
+	table, ref := postgres.FindingAddress(gcos.IssueType(row.IssueType), row.CoalesceKey)
 	rows, err := l.core.Pool().Query(ctx, `
 		SELECT o.id::text, o.event_domain, o.event_type, o.event_stream, o.delivery_lane, coalesce(o.event_severity, ''),
 		       o.event_subject_table, coalesce(o.event_subject_ref, ''), o.canonical_address, o.actor_ref, o.source_system,
 		       o.safe_payload
 		FROM event_outbox o
-		WHERE o.event_domain = $1 AND o.event_subject_table = 'system_issues' AND o.event_subject_ref = $2
-		ORDER BY o.created_at DESC NULLS LAST, o.id DESC LIMIT 20`, gcos.EventDomain, row.CoalesceKey)
+		WHERE o.event_domain = $1 AND o.event_subject_table = $2 AND o.event_subject_ref = $3
+		  AND o.safe_payload->>'coalesce_key' = $4
+		ORDER BY o.created_at DESC NULLS LAST, o.id DESC LIMIT 20`, gcos.EventDomain, table, ref, row.CoalesceKey)
 	if err != nil {
 		return d, fmt.Errorf("finding %d: events: %w", id, err)
 	}

@@ -21,7 +21,7 @@ import (
 
 // NotificationSelector selects governance events to mute, unmute or subscribe to: a type pattern, a stream
 // pattern (gcos.Glob), one finding (by id: its announcements carry its coalesce key), only findings'
-// announcements (their subject table is system_issues), or several of these at once.
+// announcements (they carry a transition: opened, reopened, resolved), or several of these at once.
 type NotificationSelector struct {
 	EventType string `json:"event_type,omitempty"`
 	Stream    string `json:"stream,omitempty"`
@@ -29,8 +29,9 @@ type NotificationSelector struct {
 	Findings  bool   `json:"findings,omitempty"`
 }
 
-// findingsSubjectTable is the subject table of every finding's announcement.
-const findingsSubjectTable = "system_issues"
+// findingTransitions are the transitions every finding's announcement carries (payload transition), and nothing
+// else announces: what selects "every finding", wherever doc 41 §41.5 addresses its family.
+var findingTransitions = []any{postgres.TransitionOpened, postgres.TransitionReopened, postgres.TransitionResolved}
 
 // NotificationInbox is what `gcos notifications list` shows a recipient.
 type NotificationInbox struct {
@@ -179,8 +180,7 @@ func (l *Loop) selectorRow(ctx context.Context, sel NotificationSelector) (subsc
 		return row, gcos.Errorf(gcos.EINVALID, "notifications: say what to select: an event type pattern (--type), a stream (--stream), a finding (--finding) or every finding (--findings)")
 	}
 	if sel.Findings {
-		t := findingsSubjectTable
-		row.subjectTable = &t
+		row.filter = map[string]any{"transition": findingTransitions}
 	}
 	types, streams, err := l.governanceTypes(ctx)
 	if err != nil {
@@ -217,7 +217,10 @@ func (l *Loop) selectorRow(ctx context.Context, sel NotificationSelector) (subsc
 		if err != nil {
 			return row, fmt.Errorf("notifications: finding %d: %w", sel.FindingID, err)
 		}
-		row.filter = map[string]any{"coalesce_key": key}
+		if row.filter == nil {
+			row.filter = map[string]any{}
+		}
+		row.filter["coalesce_key"] = key
 	}
 	return row, nil
 }

@@ -216,6 +216,13 @@ func EventStreamIs(eventType, stream string) bool {
 	return gcos.EventStreamOf(eventType) == gcos.EventDomain+"."+stream
 }
 
+// FindingAddress is where the announcements of the finding of type t with coalesce key key are addressed
+// (event_subject_table, event_subject_ref): what a finding's detail reads its announcements by.
+func FindingAddress(t gcos.IssueType, key string) (table, ref string) {
+	group, _ := gcos.FindingExplain(key, nil)
+	return findingSubject(findingEvent{issueType: t, key: key, group: group})
+}
+
 // findingSubject addresses a finding's announcement as doc 41 §41.5 gives it: candidate.*, backfill.* and input.*
 // at governance_candidate_state by group key (or the finding's subject when it names no group: a candidate key, a
 // collection), coverage detections at the governed row's table (the group, the scope, the registry row), and every

@@ -95,7 +95,9 @@ func selectorText(s events.Subscription) string {
 		parts = append(parts, "subject table "+*s.ScopeSubjectTable)
 	}
 	filter := s.ScopeFilter
-	if k, ok := filter["coalesce_key"]; ok {
+	if _, ok := filter["transition"]; ok && len(filter) == 1 {
+		parts = append(parts, "every finding")
+	} else if k, ok := filter["coalesce_key"]; ok {
 		parts = append(parts, fmt.Sprintf("finding %v", k))
 	} else if len(filter) > 0 {
 		parts = append(parts, fmt.Sprintf("filter %v", filter))
