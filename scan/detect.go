@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
 	"gcos/postgres"
@@ -105,7 +106,7 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 		return res, fmt.Errorf("detect: %w", err)
 	}
 	res.Conditions = len(want)
-	var work []func(tx pgx.Tx) (bool, error)
+	var work []func(tx pgx.Tx) error
 	wanted := map[string]bool{}
 	for _, d := range want {
 		wanted[d.Key()] = true
@@ -114,23 +115,23 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 				continue
 			}
 			// The same condition with its counts moved: the open row is brought up to date, no occurrence counted.
-			work = append(work, func(tx pgx.Tx) (bool, error) {
+			work = append(work, func(tx pgx.Tx) error {
 				ok, err := postgres.RefreshFindingTx(ctx, tx, d.Type, d.Subject, d.Evidence)
 				if ok {
 					res.Refreshed++
 				}
-				return ok, err
+				return err
 			})
 			continue
 		}
 		f := gcos.NewFinding(d.Type, d.Subject, runID, ruleset, d.Evidence)
-		work = append(work, func(tx pgx.Tx) (bool, error) {
+		work = append(work, func(tx pgx.Tx) error {
 			if still, err := stillHolds(ctx, tx, d.Type, d.Subject, true); err != nil || !still {
-				return false, err
+				return err
 			}
 			_, err := postgres.RaiseFindingTx(ctx, tx, f)
 			res.Raised++
-			return true, err
+			return err
 		})
 	}
 	for _, key := range slices.Sorted(maps.Keys(open)) {
@@ -138,15 +139,15 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 			continue
 		}
 		o := open[key]
-		work = append(work, func(tx pgx.Tx) (bool, error) {
+		work = append(work, func(tx pgx.Tx) error {
 			if still, err := stillHolds(ctx, tx, gcos.IssueType(o.issueType), o.subject(), false); err != nil || still {
-				return false, err
+				return err
 			}
 			closed, err := postgres.ResolveFindingTx(ctx, tx, gcos.IssueType(o.issueType), o.subject(), "")
 			if closed {
 				res.Resolved++
 			}
-			return closed, err
+			return err
 		})
 	}
 	for len(work) > 0 {
@@ -165,9 +166,7 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 
 // detectBatch writes one batch in one transaction, each item in a savepoint: an item that waits past the lock
 // timeout is rolled back and deferred, the rest commit.
-func (s *Stage) detectBatch(ctx context.Context, conn interface {
-	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
-}, batch []func(tx pgx.Tx) (bool, error), res *DetectResult) error {
+func (s *Stage) detectBatch(ctx context.Context, conn *pgxpool.Conn, batch []func(tx pgx.Tx) error, res *DetectResult) error {
 	return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, detectLockTimeout.Milliseconds())); err != nil {
 			return fmt.Errorf("detect: %w", err)
@@ -178,7 +177,7 @@ func (s *Stage) detectBatch(ctx context.Context, conn interface {
 				return fmt.Errorf("detect: %w", err)
 			}
 			raised, refreshed, resolved := res.Raised, res.Refreshed, res.Resolved
-			if _, err := item(sp); err != nil {
+			if err := item(sp); err != nil {
 				_ = sp.Rollback(ctx)
 				var pgErr *pgconn.PgError
 				if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") {
