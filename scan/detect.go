@@ -60,6 +60,7 @@ WHERE issue_type = ANY($1) AND status = 'open' AND coalesce_key LIKE 'gov:%'
 
 // Detect runs one detection pass; runID names the run it belongs to ("" for none).
 func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err error) {
+	start := time.Now()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return res, fmt.Errorf("detect: %w", err)
@@ -159,7 +160,7 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 	}
 	if res.Raised+res.Resolved+res.Deferred > 0 {
 		s.logger.Info("coverage detections", "run_id", runID, "conditions", res.Conditions, "raised", res.Raised,
-			"refreshed", res.Refreshed, "resolved", res.Resolved, "deferred", res.Deferred)
+			"refreshed", res.Refreshed, "resolved", res.Resolved, "deferred", res.Deferred, "elapsed", time.Since(start))
 	}
 	return res, nil
 }
