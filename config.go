@@ -283,6 +283,10 @@ type ScanConfig struct {
 	SettleTimeout Duration `json:"settle_timeout"`
 	// VerdictChangesKeep is how long the verdict change log (GET /v1/changes) keeps a change.
 	VerdictChangesKeep Duration `json:"verdict_changes_keep"`
+	// DetectWrites bounds what one coverage detection pass writes (findings raised, resolved, brought up to date;
+	// in that order): the rest wait for the next pass, so the first pass over an estate with thousands of gaps
+	// spreads over several passes instead of one burst beside the event scans.
+	DetectWrites int `json:"detect_writes"`
 }
 
 // ChangelogSkip as a ChangelogRule kind means "matched: produce no signal" (e.g. GCOS's own audit echo).
@@ -509,6 +513,7 @@ func DefaultConfig() Config {
 			FullAuditInterval:   Duration(24 * time.Hour),
 			StormFraction:       0.25,
 			StormBatch:          200,
+			DetectWrites:        200,
 			VerifySample:        2000,
 			VerifySlices:        32,
 			VerifyBatchObjects:  20_000,
@@ -879,6 +884,7 @@ func (c Config) Validate() error {
 		p.add("scan.storm_fraction", "must be in (0, 1], got %v", s.StormFraction)
 	}
 	p.positiveInt("scan.storm_batch", s.StormBatch)
+	p.positiveInt("scan.detect_writes", s.DetectWrites)
 	p.positive("scan.retry_base", s.RetryBase)
 	p.positive("scan.retry_max", s.RetryMax)
 	if s.RetryMax < s.RetryBase {

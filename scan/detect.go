@@ -29,7 +29,8 @@ type DetectResult struct {
 	Raised     int  `json:"raised"`     // findings opened or reopened
 	Refreshed  int  `json:"refreshed"`  // open findings whose counts moved, brought up to date
 	Resolved   int  `json:"resolved"`   // findings whose condition is gone
-	Deferred   int  `json:"deferred"`   // raises or resolves left to the next pass: a scan held the row
+	Deferred   int  `json:"deferred"`   // writes left to the next pass: a scan held the key
+	Left       int  `json:"left"`       // writes past scan.detect_writes, left to the next pass
 	Skipped    bool `json:"skipped"`    // another process was running the pass
 }
 
@@ -107,7 +108,9 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 		return res, fmt.Errorf("detect: %w", err)
 	}
 	res.Conditions = len(want)
-	var work []func(tx pgx.Tx) error
+	// Raises first, then resolutions, then count updates: a pass bounded by scan.detect_writes never lets a churn of
+	// moving counts starve a condition that opened or closed.
+	var raises, resolves, refreshes []func(tx pgx.Tx) error
 	wanted := map[string]bool{}
 	for _, d := range want {
 		wanted[d.Key()] = true
@@ -116,7 +119,7 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 				continue
 			}
 			// The same condition with its counts moved: the open row is brought up to date, no occurrence counted.
-			work = append(work, func(tx pgx.Tx) error {
+			refreshes = append(refreshes, func(tx pgx.Tx) error {
 				ok, err := postgres.RefreshFindingTx(ctx, tx, d.Type, d.Subject, d.Evidence)
 				if ok {
 					res.Refreshed++
@@ -126,7 +129,7 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 			continue
 		}
 		f := gcos.NewFinding(d.Type, d.Subject, runID, ruleset, d.Evidence)
-		work = append(work, func(tx pgx.Tx) error {
+		raises = append(raises, func(tx pgx.Tx) error {
 			if still, err := stillHolds(ctx, tx, d.Type, d.Subject, true); err != nil || !still {
 				return err
 			}
@@ -140,7 +143,7 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 			continue
 		}
 		o := open[key]
-		work = append(work, func(tx pgx.Tx) error {
+		resolves = append(resolves, func(tx pgx.Tx) error {
 			if still, err := stillHolds(ctx, tx, gcos.IssueType(o.issueType), o.subject(), false); err != nil || still {
 				return err
 			}
@@ -151,6 +154,11 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 			return err
 		})
 	}
+	work := slices.Concat(raises, resolves, refreshes)
+	if limit := s.cfg.Scan.DetectWrites; limit > 0 && len(work) > limit {
+		res.Left = len(work) - limit
+		work = work[:limit]
+	}
 	for len(work) > 0 {
 		batch := work[:min(detectBatch, len(work))]
 		work = work[len(batch):]
@@ -158,9 +166,9 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 			return res, err
 		}
 	}
-	if res.Raised+res.Resolved+res.Deferred > 0 {
+	if res.Raised+res.Resolved+res.Deferred+res.Left > 0 {
 		s.logger.Info("coverage detections", "run_id", runID, "conditions", res.Conditions, "raised", res.Raised,
-			"refreshed", res.Refreshed, "resolved", res.Resolved, "deferred", res.Deferred, "elapsed", time.Since(start))
+			"refreshed", res.Refreshed, "resolved", res.Resolved, "deferred", res.Deferred, "left", res.Left, "elapsed", time.Since(start))
 	}
 	return res, nil
 }

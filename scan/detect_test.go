@@ -37,6 +37,7 @@ func TestCoverageDetections(t *testing.T) {
 	w := gcostest.Ready(t, gcostest.Options{Births: 3000, Seed: 11, Config: func(cfg *gcos.Config) {
 		cfg.Scan.CoalesceWindow = gcos.Duration(time.Millisecond)
 		cfg.Scan.StormFraction = 1
+		cfg.Scan.DetectWrites = 100_000 // each pass writes all it finds (TestDetectSpreadsOverPasses bounds it)
 	}})
 	s := &scan.Scheduler{Stage: scan.New(w.Store), Config: w.Store.Config().Scan}
 	pass := func(mode string) scan.Pass {
@@ -95,7 +96,8 @@ func TestCoverageDetections(t *testing.T) {
 	p := pass(postgres.ModeIncremental)
 	orphans := open(gcos.IssueCoverageOrphan)
 	if len(orphans) == 0 || len(open(gcos.IssueCoverageOwnerGap)) == 0 {
-		t.Fatalf("the world has no orphan or no owner gap to detect: %v (pass %+v)", orphans, p.Detections)
+		t.Fatalf("the world has %d orphans and %d owner gaps to detect, want some of each (pass %+v)", len(orphans),
+			len(open(gcos.IssueCoverageOwnerGap)), p.Detections)
 	}
 	consistent("first pass")
 	// A pass over nothing new raises nothing.
@@ -252,7 +254,9 @@ func orphanKey(group string) string { return gcos.CoalesceKey(gcos.IssueCoverage
 // for (a pass queued behind a tick, or a tick behind a pass, is how two of them deadlock); the rest commit.
 func TestDetectDefersWhatAScanHolds(t *testing.T) {
 	t.Parallel()
-	w := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 13})
+	w := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 13, Config: func(cfg *gcos.Config) {
+		cfg.Scan.DetectWrites = 100_000 // one pass writes everything: only the held key waits
+	}})
 	orphans := w.Strings(t, orphanGroupsSQL)
 	if len(orphans) < 2 {
 		t.Fatalf("the world has %d orphans, want at least 2", len(orphans))
@@ -284,5 +288,40 @@ func TestDetectDefersWhatAScanHolds(t *testing.T) {
 	}
 	if n := w.Count(t, `SELECT count(*) FROM system_issues WHERE coalesce_key = $1 AND status = 'open'`, orphans[0]); n != 1 {
 		t.Fatalf("the deferred key has %d open rows, want 1", n)
+	}
+}
+
+// TestDetectSpreadsOverPasses: a pass writes at most scan.detect_writes findings, raises before anything else; the
+// next passes write the rest, so the first pass over an estate of many gaps is not one burst.
+func TestDetectSpreadsOverPasses(t *testing.T) {
+	t.Parallel()
+	const limit = 100
+	w := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 13, Config: func(cfg *gcos.Config) {
+		cfg.Scan.DetectWrites = limit
+	}})
+	stage := scan.New(w.Store)
+	var passes, raised int
+	for {
+		det, err := stage.Detect(w.Ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		passes++
+		raised += det.Raised
+		if det.Raised > limit || det.Raised+det.Left != det.Conditions-(raised-det.Raised) {
+			t.Fatalf("pass %d: %+v, want at most %d raised and the rest left", passes, det, limit)
+		}
+		if det.Left == 0 {
+			if want := (det.Conditions + limit - 1) / limit; passes != want {
+				t.Fatalf("%d conditions took %d passes of at most %d writes, want %d", det.Conditions, passes, limit, want)
+			}
+			break
+		}
+		if passes > 100 {
+			t.Fatal("the passes never finish")
+		}
+	}
+	if open := w.Strings(t, `SELECT coalesce_key FROM system_issues WHERE issue_type = 'coverage_orphan' AND status = 'open' ORDER BY 1`); !slices.Equal(open, w.Strings(t, orphanGroupsSQL)) {
+		t.Fatalf("after the passes %d orphans are open, the stored state has %d", len(open), len(w.Strings(t, orphanGroupsSQL)))
 	}
 }
