@@ -55,7 +55,7 @@ WHERE e.candidate_verdict IS NOT NULL
 // openDetectionsSQL reads the open findings of the detection types a pass owns: a group orphan the gate raised is
 // one of them; an object row's orphan (gov:coverage:orphan:object:…) is the gate's alone.
 const openDetectionsSQL = `
-SELECT coalesce_key, issue_type, evidence_snapshot::jsonb FROM system_issues
+SELECT coalesce_key, issue_type, evidence_snapshot::jsonb, now() - last_seen_at < $2::interval FROM system_issues
 WHERE issue_type = ANY($1) AND status = 'open' AND coalesce_key LIKE 'gov:%'
   AND coalesce_key NOT LIKE 'gov:coverage:orphan:object:%'`
 
@@ -93,12 +93,12 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 		if err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, openDetectionsSQL, issueTypes(gcos.CoverageGapTypes))
+		rows, err := tx.Query(ctx, openDetectionsSQL, issueTypes(gcos.CoverageGapTypes), s.cfg.Scan.DetectRefresh.Duration())
 		if err != nil {
 			return fmt.Errorf("read open detections: %w", err)
 		}
 		var o openDetection
-		_, err = pgx.ForEachRow(rows, []any{&o.key, &o.issueType, &o.evidence}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&o.key, &o.issueType, &o.evidence, &o.recent}, func() error {
 			open[o.key] = o
 			return nil
 		})
@@ -115,10 +115,11 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 	for _, d := range want {
 		wanted[d.Key()] = true
 		if o, ok := open[d.Key()]; ok {
-			if o.current(d) {
+			if o.recent || o.current(d) {
 				continue
 			}
-			// The same condition with its counts moved: the open row is brought up to date, no occurrence counted.
+			// The same condition with its counts moved: the open row is brought up to date (at most once per
+			// scan.detect_refresh), no occurrence counted.
 			refreshes = append(refreshes, func(tx pgx.Tx) error {
 				ok, err := postgres.RefreshFindingTx(ctx, tx, d.Type, d.Subject, d.Evidence)
 				if ok {
@@ -273,6 +274,7 @@ func (s *Stage) detections(ctx context.Context, tx pgx.Tx) ([]gcos.Detection, st
 type openDetection struct {
 	key, issueType string
 	evidence       map[string]any
+	recent         bool // raised or brought up to date within scan.detect_refresh
 }
 
 // subject is the finding's subject: its key after gov:<family>:<state>:.
