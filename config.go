@@ -287,6 +287,9 @@ type ScanConfig struct {
 	// in that order): the rest wait for the next pass, so the first pass over an estate with thousands of gaps
 	// spreads over several passes instead of one burst beside the event scans.
 	DetectWrites int `json:"detect_writes"`
+	// DetectInterval is how often the incremental loop ends with the detection pass over the whole estate; the event
+	// and incremental ticks raise and resolve the orphans of the groups they judge as they judge them.
+	DetectInterval Duration `json:"detect_interval"`
 	// DetectRefresh is how often an open detection's counts are brought up to date while its condition holds: the
 	// counts of an orphan under a births load move at every pass, and writing them each time is work no one reads.
 	DetectRefresh Duration `json:"detect_refresh"`
@@ -517,6 +520,7 @@ func DefaultConfig() Config {
 			StormFraction:       0.25,
 			StormBatch:          200,
 			DetectWrites:        50,
+			DetectInterval:      Duration(time.Minute),
 			DetectRefresh:       Duration(10 * time.Minute),
 			VerifySample:        2000,
 			VerifySlices:        32,
@@ -890,6 +894,7 @@ func (c Config) Validate() error {
 	p.positiveInt("scan.storm_batch", s.StormBatch)
 	p.positiveInt("scan.detect_writes", s.DetectWrites)
 	p.positive("scan.detect_refresh", s.DetectRefresh)
+	p.positive("scan.detect_interval", s.DetectInterval)
 	p.positive("scan.retry_base", s.RetryBase)
 	p.positive("scan.retry_max", s.RetryMax)
 	if s.RetryMax < s.RetryBase {

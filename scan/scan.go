@@ -79,17 +79,7 @@ func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
 	case postgres.ModeEvent:
 		return s.drain(ctx, postgres.ModeEvent, true, false)
 	case postgres.ModeIncremental:
-		if _, err := s.Stage.ExpireStale(ctx); err != nil {
-			return Pass{}, err
-		}
-		p, err := s.drain(ctx, postgres.ModeIncremental, false, true)
-		if err != nil {
-			return p, err
-		}
-		// Each incremental pass ends with the coverage detections over the estate (detect.go).
-		det, err := s.Stage.Detect(ctx, p.RunID)
-		p.Detections = &det
-		return p, err
+		return s.incremental(ctx, true)
 	case postgres.ModeFullAudit, "full":
 		res, err := s.Stage.FullAudit(ctx, nil)
 		pass := Pass{Mode: postgres.ModeFullAudit, RunID: res.RunID, Scanned: res.Scanned, Audit: &res}
@@ -101,6 +91,21 @@ func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
 		return pass, err
 	}
 	return Pass{}, gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full", mode)
+}
+
+// incremental expires rows past stale_after and scans the whole dirty set; with detect it ends with the coverage
+// detections over the estate (detect.go).
+func (s *Scheduler) incremental(ctx context.Context, detect bool) (Pass, error) {
+	if _, err := s.Stage.ExpireStale(ctx); err != nil {
+		return Pass{}, err
+	}
+	p, err := s.drain(ctx, postgres.ModeIncremental, false, true)
+	if err != nil || !detect {
+		return p, err
+	}
+	det, err := s.Stage.Detect(ctx, p.RunID)
+	p.Detections = &det
+	return p, err
 }
 
 // Pass reports one pass.
@@ -233,8 +238,17 @@ func (s *Scheduler) eventLoop(ctx context.Context) error {
 func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 	interval := s.Config.IncrementalInterval.Duration()
 	outage := s.outage("incremental scan", interval)
+	// The detection pass runs once every scan.detect_interval (the ticks raise and resolve the orphans of the groups
+	// they judge as they judge them), and at every pass while the last one left writes for the next.
+	var detected time.Time
+	more := false
 	for ctx.Err() == nil {
-		p, err := s.Once(ctx, postgres.ModeIncremental)
+		detect := more || time.Since(detected) >= s.Config.DetectInterval.Duration()
+		p, err := s.incremental(ctx, detect)
+		if err == nil && detect {
+			detected = time.Now()
+			more = p.Detections != nil && p.Detections.Left+p.Detections.Deferred > 0
+		}
 		wait := interval
 		switch {
 		case err != nil && ctx.Err() == nil:
