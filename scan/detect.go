@@ -49,8 +49,7 @@ SELECT e.group_key, coalesce(e.scope, ''), coalesce(e.object_class, ''), coalesc
        e.candidate_verdict, coalesce(e.coverage_outcome, ''), coalesce(e.risk_class, ''),
        coalesce(e.member_count, e.group_member_count, 0)
 FROM v_candidate_effective e
-WHERE e.candidate_verdict IS NOT NULL
-  AND e.group_key IN (SELECT group_key FROM governance_group WHERE retired_at IS NULL)`
+WHERE e.group_key IN (SELECT group_key FROM governance_group WHERE retired_at IS NULL)`
 
 // openDetectionsSQL reads the open findings of the detection types a pass owns: a group orphan the gate raised is
 // one of them; an object row's orphan (gov:coverage:orphan:object:…) is the gate's alone.
@@ -86,10 +85,11 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 	}
 	var want []gcos.Detection
 	var ruleset string
+	var undecided map[string]bool
 	open := map[string]openDetection{}
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		want, ruleset, err = s.detections(ctx, tx)
+		want, ruleset, undecided, err = s.detections(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -141,6 +141,10 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 	}
 	for _, key := range slices.Sorted(maps.Keys(open)) {
 		if wanted[key] {
+			continue
+		}
+		// A group not judged yet under the current ruleset is unknown: its orphan, and its class's owner gap, stay.
+		if t := gcos.IssueType(open[key].issueType); undecided[open[key].subject()] && (t == gcos.IssueCoverageOrphan || t == gcos.IssueCoverageOwnerGap) {
 			continue
 		}
 		o := open[key]
@@ -230,44 +234,52 @@ func stillHolds(ctx context.Context, tx pgx.Tx, t gcos.IssueType, subject string
 }
 
 // detections derives the conditions that hold now, and the ruleset they are judged under.
-func (s *Stage) detections(ctx context.Context, tx pgx.Tx) ([]gcos.Detection, string, error) {
-	var ruleset string
+// undecided holds the subjects of the orphans and owner gaps that no pass can resolve now: the live groups with no
+// verdict under the current ruleset (a ruleset being activated, a group just recorded) and their scope and class.
+func (s *Stage) detections(ctx context.Context, tx pgx.Tx) (_ []gcos.Detection, ruleset string, undecided map[string]bool, err error) {
 	if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT ruleset_version FROM v_current_ruleset), '')`).Scan(&ruleset); err != nil {
-		return nil, "", fmt.Errorf("read the current ruleset: %w", err)
+		return nil, "", nil, fmt.Errorf("read the current ruleset: %w", err)
 	}
 	rows, err := tx.Query(ctx, coverageGroupsSQL)
 	if err != nil {
-		return nil, "", fmt.Errorf("read coverage: %w", err)
+		return nil, "", nil, fmt.Errorf("read coverage: %w", err)
 	}
 	var groups []gcos.CoverageGroup
 	var g gcos.CoverageGroup
-	if _, err := pgx.ForEachRow(rows, []any{&g.GroupKey, &g.Scope, &g.ObjectClass, &g.SourceRegistry, &g.Verdict,
+	var verdict *string
+	undecided = map[string]bool{}
+	if _, err := pgx.ForEachRow(rows, []any{&g.GroupKey, &g.Scope, &g.ObjectClass, &g.SourceRegistry, &verdict,
 		&g.Coverage, &g.RiskClass, &g.Members}, func() error {
+		if verdict == nil {
+			undecided[g.GroupKey], undecided[g.Scope+":"+g.ObjectClass] = true, true // unknown, never resolved
+			return nil
+		}
+		g.Verdict = gcos.Verdict(*verdict)
 		groups = append(groups, g)
 		return nil
 	}); err != nil {
-		return nil, "", fmt.Errorf("read coverage: %w", err)
+		return nil, "", nil, fmt.Errorf("read coverage: %w", err)
 	}
 	out := gcos.DetectCoverageGaps(groups)
 	regs, err := s.core.DimensionRegistries(ctx, tx, "")
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	var now time.Time
 	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	born := map[gcos.ExceptionObject]bool{}
 	b := s.core.BirthBinding()
 	for _, o := range gcos.PhantomProbes(regs, now) {
 		var ok bool
 		if err := tx.QueryRow(ctx, b.SQL(`SELECT EXISTS (SELECT 1 FROM {t} WHERE {coll} = $1 AND {code} = $2)`), o.Collection, o.Code).Scan(&ok); err != nil {
-			return nil, "", fmt.Errorf("read the birth of %s:%s: %w", o.Collection, o.Code, err)
+			return nil, "", nil, fmt.Errorf("read the birth of %s:%s: %w", o.Collection, o.Code, err)
 		}
 		born[o] = ok
 	}
 	out = append(out, gcos.DetectRegistryGaps(regs, now, func(o gcos.ExceptionObject) bool { return born[o] })...)
-	return out, ruleset, nil
+	return out, ruleset, undecided, nil
 }
 
 // openDetection is an open finding of a detection type.
