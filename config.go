@@ -287,8 +287,8 @@ type ScanConfig struct {
 	// in that order): the rest wait for the next pass, so the first pass over an estate with thousands of gaps
 	// spreads over several passes instead of one burst beside the event scans.
 	DetectWrites int `json:"detect_writes"`
-	// DetectInterval is how often the incremental loop ends with the detection pass over the whole estate; the event
-	// and incremental ticks raise and resolve the orphans of the groups they judge as they judge them.
+	// DetectInterval is how often the incremental loop ends with the detection pass over the whole estate (the ticks
+	// close the orphans of the groups they judge covered as they judge them).
 	DetectInterval Duration `json:"detect_interval"`
 	// DetectRefresh is how often an open detection's counts are brought up to date while its condition holds: the
 	// counts of an orphan under a births load move at every pass, and writing them each time is work no one reads.

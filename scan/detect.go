@@ -19,9 +19,9 @@ import (
 
 // The coverage detections (gcos.DetectCoverageGaps, gcos.DetectRegistryGaps) over the whole estate: each incremental
 // pass and each full audit derives the set of conditions that hold now, raises a finding for each one not open (or
-// whose counts moved) and resolves every open one that no longer holds. The event ticks raise and resolve the
-// orphans of the groups they judge as they judge them (candidateFindings); this pass catches the rest: groups
-// seeded by a backfill, an exception lapsing at read time, a registry row that names nothing.
+// whose counts moved) and resolves every open one that no longer holds. The ticks close the orphans of the groups
+// they judge covered as they judge them (candidateFindings); raising is this pass's alone, so a tick never pays for
+// it while it holds its groups.
 
 // DetectResult reports one detection pass.
 type DetectResult struct {

@@ -238,8 +238,8 @@ func (s *Scheduler) eventLoop(ctx context.Context) error {
 func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 	interval := s.Config.IncrementalInterval.Duration()
 	outage := s.outage("incremental scan", interval)
-	// The detection pass runs once every scan.detect_interval (the ticks raise and resolve the orphans of the groups
-	// they judge as they judge them), and at every pass while the last one left writes for the next.
+	// The detection pass runs once every scan.detect_interval, and at every pass while the last one left writes for
+	// the next.
 	var detected time.Time
 	more := false
 	for ctx.Err() == nil {

@@ -645,11 +645,11 @@ func (s *Stage) scanBackoff(attempts int) time.Duration {
 	return d
 }
 
-// candidateFindings raises candidate_unknown for groups the scan could not decide, owner_dispute for groups whose
-// ownership rows disagree and coverage_orphan for relevant groups with members and no owner that have no open one,
-// and auto-closes candidate_unknown and candidate_stale for groups it settled, owner_dispute for groups no longer
-// disputed, and coverage_orphan for groups that are no longer orphans, keyed by the current ruleset. Groups in quiet
-// are not raised again. (The detection pass, detect.go, brings an open orphan's counts up to date.)
+// candidateFindings raises candidate_unknown for groups the scan could not decide and owner_dispute for groups whose
+// ownership rows disagree, and auto-closes candidate_unknown and candidate_stale for groups it settled, owner_dispute
+// for groups no longer disputed, and coverage_orphan for groups that are no longer orphans, keyed by the current
+// ruleset. Groups in quiet are not raised again. Orphans are raised by the detection pass (detect.go): a raise in the
+// tick would be paid while the tick holds its groups.
 func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID string, vs []postgres.CandidateValues,
 	groups map[string]gcos.Group, quiet map[string]bool) error {
 	type pending struct {
@@ -657,8 +657,7 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 		subject string
 	}
 	var settled []pending
-	var keys, orphanKeys []string
-	var orphanFindings []gcos.Finding
+	var keys []string
 	for _, v := range vs {
 		if v.Verdict == gcos.VerdictUnknown {
 			if quiet[v.GroupKey] {
@@ -685,23 +684,17 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 			keys = append(keys, gcos.CoalesceKey(gcos.IssueOwnerDispute, v.GroupKey))
 		}
 		cg := coverageGroup(v, groups[v.GroupKey])
-		switch {
-		case !cg.IsOrphan():
-			// It has an owner, an exception, or needs none: an orphan finding on it (scan's or gate's) closes.
+		if !cg.IsOrphan() {
+			// It has an owner, an exception, or needs none: an orphan finding on it (the pass's or gate's) closes.
 			settled = append(settled, pending{gcos.IssueCoverageOrphan, v.GroupKey})
 			keys = append(keys, gcos.CoalesceKey(gcos.IssueCoverageOrphan, v.GroupKey))
-		case !quiet[v.GroupKey]:
-			d := gcos.OrphanDetection(cg)
-			orphanKeys = append(orphanKeys, d.Key())
-			orphanFindings = append(orphanFindings, gcos.NewFinding(d.Type, d.Subject, runID, ruleset, d.Evidence))
 		}
 	}
-	if len(keys)+len(orphanKeys) == 0 {
+	if len(keys) == 0 {
 		return nil
 	}
 	// One look for the open ones (usually none), then the locked resolve for each of those only.
-	rows, err := tx.Query(ctx, `SELECT DISTINCT coalesce_key FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open'`,
-		append(slices.Clone(keys), orphanKeys...))
+	rows, err := tx.Query(ctx, `SELECT DISTINCT coalesce_key FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open'`, keys)
 	if err != nil {
 		return fmt.Errorf("read open candidate findings: %w", err)
 	}
@@ -712,14 +705,6 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 	isOpen := make(map[string]bool, len(open))
 	for _, k := range open {
 		isOpen[k] = true
-	}
-	for i, f := range orphanFindings {
-		if isOpen[orphanKeys[i]] {
-			continue // open already: the detection pass keeps its counts current
-		}
-		if _, err := postgres.RaiseFindingTx(ctx, tx, f); err != nil {
-			return err
-		}
 	}
 	for i, p := range settled {
 		if !isOpen[keys[i]] {
