@@ -319,21 +319,27 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// pruneVerdictChangesSQL deletes the changes older than $1 and moves the horizon past the newest transaction deleted
+// (xid8 has no arithmetic: one past it through numeric); it returns how many it deleted.
+const pruneVerdictChangesSQL = `WITH below AS (
+		SELECT least((SELECT min(xid) FROM gcos_verdict_change WHERE changed_at >= now() - $1::interval),
+		             pg_snapshot_xmin(pg_current_snapshot())) AS xid),
+	gone AS (DELETE FROM gcos_verdict_change v USING below WHERE v.xid < below.xid RETURNING v.xid),
+	moved AS (UPDATE gcos_verdict_change_horizon h
+		SET pruned_below = greatest(h.pruned_below, ((SELECT max(xid) FROM gone)::text::numeric + 1)::text::xid8)
+		WHERE EXISTS (SELECT 1 FROM gone))
+	SELECT count(*) FROM gone`
+
 // pruneVerdictChanges deletes the verdict changes older than keep (scan.verdict_changes_keep): the log the change
 // routes and the gate's view read is a window, not a history. It deletes by transaction, below the oldest
 // transaction that wrote a change still kept (and below every transaction still open), and moves the log's horizon
-// there, so that a feed cursor that may have missed a deleted change is refused, never silently short
-// (postgres.Store.ChangesAfter).
+// just past the newest transaction it deleted a change of, so that a feed cursor that may have missed a deleted
+// change is refused, never silently short (postgres.Store.ChangesAfter). A prune that deletes nothing leaves the
+// horizon: a cursor issued while the log was empty (a dashboard opened before the first change) stays good.
 func (s *Stage) pruneVerdictChanges(ctx context.Context, keep time.Duration) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.core.Pool(), func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `WITH below AS (
-				SELECT least((SELECT min(xid) FROM gcos_verdict_change WHERE changed_at >= now() - $1::interval),
-				             pg_snapshot_xmin(pg_current_snapshot())) AS xid),
-			moved AS (UPDATE gcos_verdict_change_horizon h SET pruned_below = greatest(h.pruned_below, below.xid) FROM below)
-			DELETE FROM gcos_verdict_change v USING below WHERE v.xid < below.xid`, keep)
-		n = tag.RowsAffected()
-		return err
+		return tx.QueryRow(ctx, pruneVerdictChangesSQL, keep).Scan(&n)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("prune verdict changes: %w", err)

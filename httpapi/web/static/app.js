@@ -286,7 +286,11 @@
       asOf('changes-asof', rep.as_of);
       renderFeed();
     });
-    begin.then(watchFeed).catch(function () { /* the next poll resumes from the cursor */ }).then(function () {
+    begin.then(watchFeed).catch(function (err) {
+      // The next poll resumes from the cursor; one the log no longer honours (410: changes after it were pruned)
+      // starts over from the newest changes.
+      if (err && err.status === 410) { feed.cursor = ''; }
+    }).then(function () {
       feed.running = false;
     });
   }
@@ -296,7 +300,11 @@
     var t = token();
     if (t) { headers['Authorization'] = 'Bearer ' + t; }
     return fetch('/v1/changes/watch', { headers: headers, cache: 'no-store', credentials: 'omit' }).then(function (r) {
-      if (!r.ok || !r.body) { throw new Error('watch: HTTP ' + r.status); }
+      if (!r.ok || !r.body) {
+        var err = new Error('watch: HTTP ' + r.status);
+        err.status = r.status;
+        throw err;
+      }
       var reader = r.body.getReader();
       var decoder = new TextDecoder();
       var buf = '';
