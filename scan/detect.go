@@ -34,10 +34,6 @@ type DetectResult struct {
 	Skipped    bool `json:"skipped"`    // another process was running the pass
 }
 
-// detectBatch is how many findings one transaction of the pass writes: a first pass over an estate of thousands of
-// orphans commits as it goes, so a scan tick waiting on one of its keys waits for one batch, not for the pass.
-const detectBatch = 100
-
 // detectLockTimeout bounds a pass's wait for a lock a scan tick holds (a finding's key, a candidate row the
 // resolution unlinks): the pass defers that key to its next run instead of queueing behind, or deadlocking with, a
 // tick.
@@ -164,10 +160,8 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 		res.Left = len(work) - limit
 		work = work[:limit]
 	}
-	for len(work) > 0 {
-		batch := work[:min(detectBatch, len(work))]
-		work = work[len(batch):]
-		if err := s.detectBatch(ctx, conn, batch, &res); err != nil {
+	for _, item := range work {
+		if err := s.detectWrite(ctx, conn, item, &res); err != nil {
 			return res, err
 		}
 	}
@@ -178,35 +172,30 @@ func (s *Stage) Detect(ctx context.Context, runID string) (res DetectResult, err
 	return res, nil
 }
 
-// detectBatch writes one batch in one transaction, each item in a savepoint: an item that waits past the lock
-// timeout is rolled back and deferred, the rest commit.
-func (s *Stage) detectBatch(ctx context.Context, conn *pgxpool.Conn, batch []func(tx pgx.Tx) error, res *DetectResult) error {
-	return pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, detectLockTimeout.Milliseconds())); err != nil {
-			return fmt.Errorf("detect: %w", err)
+// detectWrite makes one write of the pass in a transaction of its own, so the pass holds a finding's lock (and the
+// candidate rows a resolution unlinks) for that write alone: a scan tick skips or waits for those rows for
+// milliseconds, never for the rest of the pass. A write that waits past the lock timeout is rolled back and
+// deferred. The commit need not reach the disk before the next write: a write a crash loses is derived again by the
+// next pass, with its announcement (one transaction).
+func (s *Stage) detectWrite(ctx context.Context, conn *pgxpool.Conn, item func(tx pgx.Tx) error, res *DetectResult) error {
+	raised, refreshed, resolved := res.Raised, res.Refreshed, res.Resolved
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'; SET LOCAL synchronous_commit = off`,
+			detectLockTimeout.Milliseconds())); err != nil {
+			return err
 		}
-		for _, item := range batch {
-			sp, err := tx.Begin(ctx)
-			if err != nil {
-				return fmt.Errorf("detect: %w", err)
-			}
-			raised, refreshed, resolved := res.Raised, res.Refreshed, res.Resolved
-			if err := item(sp); err != nil {
-				_ = sp.Rollback(ctx)
-				var pgErr *pgconn.PgError
-				if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") {
-					res.Raised, res.Refreshed, res.Resolved = raised, refreshed, resolved
-					res.Deferred++ // a scan holds it: the next pass tries again
-					continue
-				}
-				return fmt.Errorf("detect: %w", err)
-			}
-			if err := sp.Commit(ctx); err != nil {
-				return fmt.Errorf("detect: %w", err)
-			}
-		}
-		return nil
+		return item(tx)
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") {
+		res.Raised, res.Refreshed, res.Resolved = raised, refreshed, resolved
+		res.Deferred++ // a scan holds it: the next pass tries again
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("detect: %w", err)
+	}
+	return nil
 }
 
 // orphanNowSQL says whether group $1 is an orphan in the committed state (coverageGroupsSQL and gcos.IsOrphan for one

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"gcos"
+	"gcos/gcostest/wait"
 	"gcos/postgres"
 	"gcos/scan"
 )
@@ -45,11 +46,20 @@ func TestPruneRefusesOnlyTheCursorsThatMissedADeletedChange(t *testing.T) {
 	if n := prune(time.Hour); n != 0 {
 		t.Fatalf("a prune of an empty log deleted %d", n)
 	}
-	if _, err := store.Pool().Exec(ctx, `INSERT INTO gcos_verdict_change (subject, key, group_key, ruleset_version,
-		verdict_before, verdict_after, why, run_id) VALUES ('group', 'g1', 'g1', 'rs', 'unknown', 'relevant', 'rescan', 'run')`); err != nil {
+	var xid string
+	if err := store.Pool().QueryRow(ctx, `INSERT INTO gcos_verdict_change (subject, key, group_key, ruleset_version,
+		verdict_before, verdict_after, why, run_id) VALUES ('group', 'g1', 'g1', 'rs', 'unknown', 'relevant', 'rescan', 'run')
+		RETURNING xid::text`).Scan(&xid); err != nil {
 		t.Fatal(err)
 	}
-	late := latest() // has seen the change
+	// A cursor is refused when its snapshot's xmin lies below the horizon; the cluster's other transactions (other
+	// tests') hold xmin back for a while, and a cursor taken meanwhile is refused too, conservatively.
+	wait.For(t, time.Minute, "every transaction older than the change has ended", func() bool {
+		var past bool
+		err := store.Pool().QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) > $1::xid8`, xid).Scan(&past)
+		return err == nil && past
+	})
+	late := latest() // has seen the change, and every transaction before it ended
 	if n := prune(time.Hour); n != 0 {
 		t.Fatalf("a prune that keeps an hour deleted %d of a change just made", n)
 	}
