@@ -40,6 +40,9 @@ func benchChildren(ctx context.Context, r *runner) ([]row, error) {
 	if _, err := drainScans(ctx, ws.store); err != nil {
 		return nil, err
 	}
+	if err := drainDetections(ctx, ws.store); err != nil {
+		return nil, err
+	}
 	if _, err := ws.store.CaptureSnapshot(ctx, postgres.CaptureOptions{Scope: postgres.SnapshotScan, RunID: postgres.NewRunID("bench-children")}); err != nil {
 		return nil, err
 	}

@@ -51,6 +51,9 @@ func benchGateChurn(ctx context.Context, r *runner) ([]row, error) {
 	if _, err := drainScans(ctx, ws.store); err != nil {
 		return nil, err
 	}
+	if err := drainDetections(ctx, ws.store); err != nil {
+		return nil, err
+	}
 	objects, bases, err := allowedAtRest(ctx, ws)
 	if err != nil {
 		return nil, err

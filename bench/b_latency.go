@@ -114,6 +114,9 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 	if _, err := drainScans(ctx, ws.store); err != nil {
 		return nil, err
 	}
+	if err := drainDetections(ctx, ws.store); err != nil {
+		return nil, err
+	}
 	classes, err := latencyClasses(ctx, ws.pool)
 	if err != nil {
 		return nil, err
