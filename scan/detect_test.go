@@ -342,3 +342,84 @@ func TestDetectSpreadsOverPasses(t *testing.T) {
 		t.Fatal("the refreshed orphan does not carry its count, or counted an occurrence")
 	}
 }
+
+// TestDetectAcrossARulesetActivation: between a ruleset's activation and the scans that judge the groups it dirtied,
+// a pass resolves none of the orphans and owner gaps that were open (they would reopen once judged); after the
+// scans the open set is again what the stored state says.
+func TestDetectAcrossARulesetActivation(t *testing.T) {
+	t.Parallel()
+	w := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 13, Config: func(cfg *gcos.Config) {
+		cfg.Scan.CoalesceWindow = gcos.Duration(time.Millisecond)
+		cfg.Scan.StormFraction = 1
+		cfg.Scan.DetectWrites = 100_000
+	}})
+	stage := scan.New(w.Store)
+	openGaps := func() []string {
+		t.Helper()
+		return w.Strings(t, `SELECT coalesce_key FROM system_issues WHERE issue_type IN ('coverage_orphan', 'coverage_owner_gap')
+			AND status = 'open' AND coalesce_key NOT LIKE 'gov:coverage:orphan:object:%' ORDER BY 1`)
+	}
+	if _, err := stage.Detect(w.Ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	before := openGaps()
+	if len(before) == 0 {
+		t.Fatal("the world opened no orphan or owner gap")
+	}
+
+	// A new ruleset (a class's coverage requirement flipped), activated and not scanned yet.
+	w.Exec(t, `UPDATE governance_coverage_profile SET coverage_required = NOT coalesce(coverage_required, true)
+		WHERE entity_type = (SELECT min(entity_type) FROM governance_coverage_profile)`)
+	rs, _, err := w.Store.ComputeRuleset(w.Ctx, "test-proposer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Store.ActivateRuleset(w.Ctx, rs.Version, "APR-UNDECIDED", "test-approver"); err != nil {
+		t.Fatal(err)
+	}
+	// The activation carries every group's row to the new ruleset (the groups it affects dirty): no verdict is
+	// missing, and none may be read as covered meanwhile.
+	if n := w.Count(t, `SELECT count(*) FROM v_candidate_effective WHERE candidate_verdict = 'relevant' AND coverage_outcome IS NULL`); n != 0 {
+		t.Fatalf("after the activation %d relevant groups have no coverage", n)
+	}
+	if n := w.Count(t, `SELECT count(*) FROM v_candidate_effective WHERE dirty`); n == 0 {
+		t.Fatal("the activation dirtied no group: the test reaches nothing the new ruleset has not judged")
+	}
+	det, err := stage.Detect(w.Ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if det.Resolved != 0 {
+		t.Fatalf("a pass before the new ruleset's scans: %+v, want nothing resolved", det)
+	}
+	if after := openGaps(); !slices.Equal(after, before) {
+		t.Fatalf("a pass before the new ruleset's scans changed the open gaps: %d before, %d after", len(before), len(after))
+	}
+
+	// The scans judge every group; the next pass brings the open set to what the stored state says.
+	drained := false
+	for range 1000 {
+		res, err := stage.ScanTick(w.Ctx, scan.ScanOptions{Mode: postgres.ModeIncremental})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed == 0 || res.Scanned+res.Seeded == 0 {
+			drained = true
+			break
+		}
+	}
+	if !drained {
+		t.Fatal("the scans did not drain")
+	}
+	if _, err := stage.Detect(w.Ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.Strings(t, `SELECT coalesce_key FROM system_issues WHERE issue_type = 'coverage_orphan' AND status = 'open'
+		AND coalesce_key NOT LIKE 'gov:coverage:orphan:object:%' ORDER BY 1`), w.Strings(t, orphanGroupsSQL); !slices.Equal(got, want) {
+		t.Fatalf("after the scans %d orphans are open, the stored state has %d", len(got), len(want))
+	}
+	if got, want := w.Strings(t, `SELECT coalesce_key FROM system_issues WHERE issue_type = 'coverage_owner_gap' AND status = 'open' ORDER BY 1`),
+		w.Strings(t, ownerGapsSQL); !slices.Equal(got, want) {
+		t.Fatalf("after the scans %d owner gaps are open, the stored state has %d", len(got), len(want))
+	}
+}
