@@ -188,3 +188,52 @@ func TestParseRefusesBadSets(t *testing.T) {
 		})
 	}
 }
+
+// TestFindingsSelectorRowsAreCarried: step 21 carries the rows "every finding" made before it (a subject table of
+// system_issues) to the selector by transition, dropping one the recipient already has in the new form; its down
+// turns them back.
+func TestFindingsSelectorRowsAreCarried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := substrateDB(t)
+	m, err := migration.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Down(ctx, m.Latest()-20); err != nil { // back to step 20
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO event_subscription (recipient_ref, event_domain, scope_subject_table, scope_filter, mute) VALUES
+		('alice', 'governance', 'system_issues', '{}', true),
+		('bob', 'governance', 'system_issues', '{}', true),
+		('bob', 'governance', NULL, '{"transition": ["opened", "reopened", "resolved"]}', true),
+		('carol', 'other', 'system_issues', '{}', true)`); err != nil {
+		t.Fatal(err)
+	}
+	rows := func() string {
+		t.Helper()
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT string_agg(format('%s/%s/%s/%s', recipient_ref, event_domain, coalesce(scope_subject_table, '-'), scope_filter), ' '
+			ORDER BY recipient_ref, scope_subject_table) FROM event_subscription`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := `alice/governance/-/{"transition": ["opened", "reopened", "resolved"]} bob/governance/-/{"transition": ["opened", "reopened", "resolved"]} carol/other/system_issues/{}`
+	if got := rows(); got != want {
+		t.Fatalf("after step 21:\n got %s\nwant %s", got, want)
+	}
+	if _, err := m.Down(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	want = `alice/governance/system_issues/{} bob/governance/system_issues/{} carol/other/system_issues/{}`
+	if got := rows(); got != want {
+		t.Fatalf("after step 21's down:\n got %s\nwant %s", got, want)
+	}
+}
