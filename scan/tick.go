@@ -693,8 +693,10 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 	if len(keys) == 0 {
 		return nil
 	}
-	// One look for the open ones (usually none), then the locked resolve for each of those only.
-	rows, err := tx.Query(ctx, `SELECT DISTINCT coalesce_key FROM system_issues WHERE coalesce_key = ANY($1) AND status = 'open'`, keys)
+	// One look for the open ones (usually none), then the locked resolve for each of those only. system_issues has
+	// no index on the key GCOS may add: the keys are joined by hash, one pass over the table whatever their number
+	// (= ANY on a parameter compares every row with every key).
+	rows, err := tx.Query(ctx, openKeysSQL, keys)
 	if err != nil {
 		return fmt.Errorf("read open candidate findings: %w", err)
 	}
@@ -716,6 +718,11 @@ func (s *Stage) candidateFindings(ctx context.Context, tx pgx.Tx, ruleset, runID
 	}
 	return nil
 }
+
+// openKeysSQL returns which of the coalesce keys $1 have an open finding.
+const openKeysSQL = `SELECT DISTINCT s.coalesce_key FROM system_issues s
+	JOIN (SELECT DISTINCT key FROM unnest($1::text[]) AS k(key)) k ON k.key = s.coalesce_key
+	WHERE s.status = 'open'`
 
 // coverageGroup is what the coverage detections read of a group a tick judged.
 func coverageGroup(v postgres.CandidateValues, g gcos.Group) gcos.CoverageGroup {
