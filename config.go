@@ -438,6 +438,10 @@ type HTTPConfig struct {
 	// timing the stream out).
 	WatchPoll      Duration `json:"watch_poll"`
 	WatchHeartbeat Duration `json:"watch_heartbeat"`
+	// LoginLinkTTL is how long a dashboard login link (printed at start, or `gcos login`) stays usable while
+	// unused; SessionTTL how long the browser session it opens lasts.
+	LoginLinkTTL Duration `json:"login_link_ttl"`
+	SessionTTL   Duration `json:"session_ttl"`
 }
 
 // VerdictPolicyConfig overrides the shipped verdict policy with a file (Path) or an inline Document; neither
@@ -558,6 +562,7 @@ func DefaultConfig() Config {
 			RequestTimeout: Duration(15 * time.Second), MaxHeaderBytes: 64 << 10, MaxBodyBytes: 1 << 20,
 			MaxConcurrent: 64, MaxConcurrentGate: 512, ReadCacheInterval: Duration(2 * time.Second),
 			WatchPoll: Duration(250 * time.Millisecond), WatchHeartbeat: Duration(15 * time.Second),
+			LoginLinkTTL: Duration(time.Hour), SessionTTL: Duration(12 * time.Hour),
 		},
 	}
 }
@@ -980,6 +985,7 @@ func (c Config) Validate() error {
 		"http.write_timeout": c.HTTP.WriteTimeout, "http.idle_timeout": c.HTTP.IdleTimeout,
 		"http.request_timeout": c.HTTP.RequestTimeout, "http.read_cache_interval": c.HTTP.ReadCacheInterval,
 		"http.watch_poll": c.HTTP.WatchPoll, "http.watch_heartbeat": c.HTTP.WatchHeartbeat,
+		"http.login_link_ttl": c.HTTP.LoginLinkTTL, "http.session_ttl": c.HTTP.SessionTTL,
 	} {
 		p.positive(name, d)
 	}

@@ -7,14 +7,15 @@ import (
 
 // Error codes, few and coarse on purpose: the HTTP layer maps each to one status and the CLI to one exit code.
 const (
-	EINVALID      = "invalid"      // the caller's input is wrong; retrying it unchanged will fail again
-	ENOTFOUND     = "not_found"    // the thing asked for does not exist
-	ECONFLICT     = "conflict"     // the request clashes with current state (e.g. self-approval, second active ruleset)
-	EUNAUTHORIZED = "unauthorized" // no valid credential
-	EFORBIDDEN    = "forbidden"    // a valid credential without the needed role
-	EINTERNAL     = "internal"     // a bug or an unexpected failure; details are logged, not shown
-	EUNAVAILABLE  = "unavailable"  // a dependency (the database) cannot be reached right now
-	EGONE         = "gone"         // what was asked for existed but is gone for good (a feed cursor past retention)
+	EINVALID      = "invalid"            // the caller's input is wrong; retrying it unchanged will fail again
+	ENOTFOUND     = "not_found"          // the thing asked for does not exist
+	ECONFLICT     = "conflict"           // the request clashes with current state (e.g. self-approval, second active ruleset)
+	EUNAUTHORIZED = "unauthorized"       // no valid credential
+	EFORBIDDEN    = "forbidden"          // a valid credential without the needed role
+	EINTERNAL     = "internal"           // a bug or an unexpected failure; details are logged, not shown
+	EUNAVAILABLE  = "unavailable"        // a dependency (the database) cannot be reached right now
+	EGONE         = "gone"               // what was asked for existed but is gone for good (a feed cursor past retention)
+	EMETHOD       = "method_not_allowed" // the path exists, under another method (HTTP 405)
 )
 
 // Error is a domain error whose code decides how the edge (HTTP, CLI) reports it and whose message is safe to show.

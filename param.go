@@ -1,6 +1,8 @@
 package gcos
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -15,17 +17,35 @@ const MaxParamBytes = 512
 func CheckParam(name, value string) error {
 	switch {
 	case !utf8.ValidString(name):
-		return Errorf(EINVALID, "parameter %q: the name is not valid UTF-8", name)
+		return Errorf(EINVALID, "parameter %s: the name is not valid UTF-8", Quote(name))
 	case len(value) > MaxParamBytes:
-		return Errorf(EINVALID, "parameter %q: %d bytes, longer than %d", name, len(value), MaxParamBytes)
+		return Errorf(EINVALID, "parameter %s: %d bytes, longer than %d", Quote(name), len(value), MaxParamBytes)
 	case !utf8.ValidString(value):
-		return Errorf(EINVALID, "parameter %q: not valid UTF-8", name)
+		return Errorf(EINVALID, "parameter %s: not valid UTF-8", Quote(name))
 	case strings.IndexByte(value, 0) >= 0:
-		return Errorf(EINVALID, "parameter %q: contains a NUL byte", name)
+		return Errorf(EINVALID, "parameter %s: contains a NUL byte", Quote(name))
 	case strings.ContainsFunc(value, isControl):
-		return Errorf(EINVALID, "parameter %q: contains control characters", name)
+		return Errorf(EINVALID, "parameter %s: contains control characters", Quote(name))
 	}
 	return nil
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// MaxEchoRunes bounds how much of an input value a message repeats.
+const MaxEchoRunes = 64
+
+// Quote is an input value fit to repeat in a message, a log line or a terminal: quoted with Go's escapes (a control
+// character, an escape sequence or a bidirectional override shows as \x1b or \u202e and never acts; invalid UTF-8
+// shows as \x bytes), and a value longer than MaxEchoRunes characters shortened to them, its length said.
+func Quote(v string) string {
+	if utf8.RuneCountInString(v) <= MaxEchoRunes {
+		return strconv.Quote(v)
+	}
+	end := 0
+	for n := 0; n < MaxEchoRunes; n++ {
+		_, size := utf8.DecodeRuneInString(v[end:])
+		end += size
+	}
+	return strconv.Quote(v[:end]) + fmt.Sprintf("… (%d bytes)", len(v))
+}

@@ -64,6 +64,8 @@ type Daemon struct {
 	// gate.view is off) while the view is within gate.max_staleness.
 	Gate *gate.Gate
 	API  *http.Server // nil without a Listener
+	// Logins are the dashboard's login links and sessions (LoginLink mints one); nil without a Listener.
+	Logins *httpapi.Logins
 
 	cfg    Config
 	logger *slog.Logger
@@ -112,8 +114,9 @@ func New(cfg Config) (*Daemon, error) {
 	}
 	if cfg.Listener != nil {
 		ready := httpapi.ReadyCheck{Name: "intake", Check: func(context.Context) error { return d.Intake.Ready() }}
+		d.Logins = httpapi.NewLogins(conf.HTTP.LoginLinkTTL.Duration(), conf.HTTP.SessionTTL.Duration())
 		srv, err := httpapi.NewServer(httpapi.Config{Store: cfg.Store, Gate: g, Events: d.Events, Intake: stage, HTTP: conf.HTTP, Logger: logger,
-			Version: cfg.Version, Ready: []httpapi.ReadyCheck{ready}})
+			Version: cfg.Version, Ready: []httpapi.ReadyCheck{ready}, Logins: d.Logins})
 		if err != nil {
 			return nil, err
 		}
@@ -162,8 +165,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if d.API != nil {
 		run("http", func(ctx context.Context) error { return serve(ctx, d.API, d.cfg.Listener) })
-		d.logger.Info("gcos up", "listen", "http://"+d.cfg.Listener.Addr().String(), "demo", d.cfg.Churn != nil,
-			"auth", !d.Store.Config().HTTP.InsecureNoAuth)
+		insecure := d.Store.Config().HTTP.InsecureNoAuth
+		d.logger.Info("gcos up", "listen", "http://"+d.cfg.Listener.Addr().String(), "demo", d.cfg.Churn != nil, "auth", !insecure)
+		if insecure {
+			d.logger.Warn("authentication is OFF (--insecure-no-auth): any local user or process can call every endpoint, activate a ruleset included")
+		} else if link, exp, err := d.LoginLink(); err != nil {
+			d.logger.Warn("dashboard login link", "err", err)
+		} else {
+			d.logger.Info("open the dashboard with this login link (it works once; `gcos login` mints another)", "url", link,
+				"expires", exp.UTC().Format(time.RFC3339))
+		}
 	}
 	<-ctx.Done()
 	wg.Wait()
@@ -174,6 +185,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.logger.Info("gcos stopped")
 	return errors.Join(all...)
+}
+
+// LoginLink mints a one-time dashboard login link acting as the daemon's local caller (every role, as the run
+// token in the data dir), on the URL a browser on this machine reaches the API at.
+func (d *Daemon) LoginLink() (string, time.Time, error) {
+	if d.Logins == nil {
+		return "", time.Time{}, gcos.Errorf(gcos.EINVALID, "this daemon serves no API")
+	}
+	return d.Logins.LocalLink(LocalURL(d.cfg.Listener.Addr()))
 }
 
 // ruleChanges are the change kinds after which the registries a ruleset hashes may have moved.

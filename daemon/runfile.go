@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -194,4 +196,21 @@ func Claim(dir string) (release func(), err error) {
 		_, _ = f.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
 	}
 	return func() { _ = f.Close() }, nil
+}
+
+// LocalURL is the URL a process on this machine uses to reach addr: an unspecified address (every interface)
+// is reached on loopback.
+func LocalURL(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String()
+	}
+	host := tcp.IP
+	if host == nil || host.IsUnspecified() {
+		host = net.IPv4(127, 0, 0, 1)
+		if tcp.IP != nil && tcp.IP.To4() == nil {
+			host = net.IPv6loopback
+		}
+	}
+	return "http://" + net.JoinHostPort(host.String(), strconv.Itoa(tcp.Port))
 }

@@ -200,6 +200,8 @@ func TestAPI(t *testing.T) {
 			"POST /v1/notifications/unmute":          {"/v1/notifications/unmute", `{"stream":"governance.handoff"}`, []int{200, 404}},
 			"POST /v1/notifications/subscribe":       {"/v1/notifications/subscribe", `{"event_type":"governance.*"}`, []int{200}},
 			"GET /v1/me":                             {"/v1/me", "", []int{200}},
+			"GET /login":                             {"/login?code=never-minted", "", []int{401}},
+			"POST /v1/login-links":                   {"/v1/login-links", `{}`, []int{201}},
 			"POST /v1/cursors/{source}/reset":        {"/v1/cursors/birth_registry/reset", `{"to":"start"}`, []int{200}},
 			"GET /metrics":                           {"/metrics", "", []int{200}},
 			"GET /healthz":                           {"/healthz", "", []int{200}},

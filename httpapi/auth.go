@@ -89,6 +89,7 @@ type tokenEntry struct {
 type authenticator struct {
 	tokens   []tokenEntry
 	insecure bool
+	logins   *Logins // the dashboard's sessions
 	// compare is subtle.ConstantTimeCompare; a field only so a test can count that every token is compared.
 	compare func(x, y []byte) int
 }
@@ -100,8 +101,8 @@ func anonymousPrincipal(d tokenDigest) string { return fmt.Sprintf("token:%x", d
 // newAuthenticator reads the tokens: each principal's (acting as it, with its roles), the plain reader and
 // operator tokens (acting as an identity of their own; with no principals configured an operator token may also
 // approve, as before principals existed), and the daemon's local tokens.
-func newAuthenticator(cfg gcos.HTTPConfig, principals []gcos.Principal) (*authenticator, error) {
-	a := &authenticator{insecure: cfg.InsecureNoAuth, compare: subtle.ConstantTimeCompare}
+func newAuthenticator(cfg gcos.HTTPConfig, principals []gcos.Principal, logins *Logins) (*authenticator, error) {
+	a := &authenticator{insecure: cfg.InsecureNoAuth, logins: logins, compare: subtle.ConstantTimeCompare}
 	add := func(kind, t string, c func(tokenDigest) Caller) error {
 		if strings.TrimSpace(t) == "" || t != strings.TrimSpace(t) {
 			return gcos.Errorf(gcos.EINVALID, "http: a %s token is empty or has surrounding spaces", kind)
@@ -173,44 +174,67 @@ func bearer(r *http.Request) (string, bool) {
 }
 
 // check decides whether r may call a route of the given access. It returns the caller, or the error to answer with.
+// A bearer token is checked first (a wrong one is a 401, also with --insecure-no-auth); with none, the dashboard's
+// session cookie; with neither, the caller is anonymous: a 401, unless authentication is off.
 func (a *authenticator) check(r *http.Request, need Access) (Caller, error) {
 	if need == AccessPublic {
 		return Caller{}, nil
 	}
-	if a.insecure {
-		// Defence in depth for --insecure-no-auth: serve loopback connections only, and only for a loopback Host
-		// (a page that DNS-rebinds its own name to 127.0.0.1 cannot read the API).
-		if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-			if tcp, ok := addr.(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-				return Caller{}, gcos.Errorf(gcos.EUNAUTHORIZED, "authentication is off (--insecure-no-auth) and this connection is not on loopback")
-			}
-		}
-		host := r.Host
-		if h, _, err := net.SplitHostPort(host); err == nil {
-			host = h
-		}
-		if !loopbackHost(host) {
-			return Caller{}, gcos.Errorf(gcos.EFORBIDDEN, "authentication is off (--insecure-no-auth): only loopback host names are served, not %q", r.Host)
-		}
-		return localCaller(r, Caller{Roles: gcos.PrincipalRoles, Local: true}), nil
+	c, err := a.authenticate(r)
+	if err != nil {
+		return Caller{}, err
 	}
-	token, ok := bearer(r)
-	if !ok {
-		return Caller{}, gcos.Errorf(gcos.EUNAUTHORIZED, "a bearer token is required (Authorization: Bearer <token>)")
-	}
-	c, ok := a.caller(token)
 	switch {
-	case !ok:
-		return Caller{}, gcos.Errorf(gcos.EUNAUTHORIZED, "unknown token")
 	case need == AccessOperator && !c.holds(gcos.RoleOperator):
 		return Caller{}, gcos.Errorf(gcos.EFORBIDDEN, "this endpoint needs an operator token (%s holds %s)", c.Principal, rolesText(c.Roles))
 	case need == AccessApprover && !c.holds(gcos.RoleApprover):
 		return Caller{}, gcos.Errorf(gcos.EFORBIDDEN, "this endpoint needs an approver's token (%s holds %s)", c.Principal, rolesText(c.Roles))
 	}
-	if c.Local {
-		c = localCaller(r, c)
-	}
 	return c, nil
+}
+
+// authenticate returns who r acts as, whatever the route.
+func (a *authenticator) authenticate(r *http.Request) (Caller, error) {
+	if token, ok := bearer(r); ok {
+		c, ok := a.caller(token)
+		if !ok {
+			return Caller{}, gcos.Errorf(gcos.EUNAUTHORIZED, "unknown token")
+		}
+		if c.Local {
+			c = localCaller(r, c)
+		}
+		return c, nil
+	}
+	if r.Header.Get("Authorization") != "" {
+		return Caller{}, gcos.Errorf(gcos.EUNAUTHORIZED, "the Authorization header is not a bearer token (Authorization: Bearer <token>)")
+	}
+	if c, has, err := a.logins.sessionOf(r); has {
+		if err != nil {
+			return Caller{}, err
+		}
+		if c.Local && c.Principal == "" {
+			c = localCaller(r, c)
+		}
+		return c, nil
+	}
+	if !a.insecure {
+		return Caller{}, gcos.Errorf(gcos.EUNAUTHORIZED, "a bearer token is required (Authorization: Bearer <token>); the dashboard signs in with the login link `gcos up` prints (or `gcos login`)")
+	}
+	// Defence in depth for --insecure-no-auth: serve loopback connections only, and only for a loopback Host
+	// (a page that DNS-rebinds its own name to 127.0.0.1 cannot read the API).
+	if addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		if tcp, ok := addr.(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+			return Caller{}, gcos.Errorf(gcos.EUNAUTHORIZED, "authentication is off (--insecure-no-auth) and this connection is not on loopback")
+		}
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if !loopbackHost(host) {
+		return Caller{}, gcos.Errorf(gcos.EFORBIDDEN, "authentication is off (--insecure-no-auth): only loopback host names are served, not %s", gcos.Quote(r.Host))
+	}
+	return localCaller(r, Caller{Roles: gcos.PrincipalRoles, Local: true}), nil
 }
 
 // localCaller names a local caller by the principal the CLI sends, else "local".

@@ -15,7 +15,7 @@ import (
 func TestAuthConstantTime(t *testing.T) {
 	t.Parallel()
 	a, err := newAuthenticator(gcos.HTTPConfig{ReaderTokens: []string{"r1", "r2", "r3"}, OperatorTokens: []string{"o1", "o2"}},
-		[]gcos.Principal{{Name: "alice", Roles: []string{gcos.RoleReader, gcos.RoleApprover}, Tokens: []string{"a1"}}})
+		[]gcos.Principal{{Name: "alice", Roles: []string{gcos.RoleReader, gcos.RoleApprover}, Tokens: []string{"a1"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestAuthBadConfig(t *testing.T) {
 		{ReaderTokens: []string{""}},
 		{OperatorTokens: []string{" padded "}},
 	} {
-		if _, err := newAuthenticator(cfg, nil); gcos.ErrorCode(err) != gcos.EINVALID {
+		if _, err := newAuthenticator(cfg, nil, nil); gcos.ErrorCode(err) != gcos.EINVALID {
 			t.Errorf("%+v: err %v, want EINVALID", cfg, err)
 		}
 	}

@@ -59,7 +59,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
 		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
 		cfg.Scan.StormFraction = 1
-		cfg.HTTP.InsecureNoAuth = true
+		cfg.HTTP.OperatorTokens = []string{browserTestToken} // the test's own reads and the activation; the page signs in by its link
 	}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -112,8 +112,27 @@ func TestDashboardInABrowser(t *testing.T) {
 			}
 		}
 	}()
-	if err := chromedp.Do(browser, chromedp.Navigate(base+"/")); err != nil {
-		t.Fatalf("load the dashboard: %v", err)
+	// The page opens with the one-time login link the daemon prints at start: it sets the session cookie (which the
+	// page's script cannot read) and lands on the dashboard, the code gone from the address bar; the link then
+	// works no more.
+	loginLink, _, err := d.LoginLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(browser, chromedp.Navigate(loginLink)); err != nil {
+		t.Fatalf("open the login link: %v", err)
+	}
+	landed, err := chromedp.Run(browser, chromedp.Evaluate[[]string](`[location.href, document.cookie, document.body.dataset.auth]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if landed[0] != base+"/" || strings.Contains(landed[1], "gcos_session") || landed[2] != "session" {
+		t.Fatalf("after the login link: location %q, script-visible cookies %q, auth %q; want %q, no session cookie, session", landed[0], landed[1], landed[2], base+"/")
+	}
+	if resp, err := noRedirect.Get(loginLink); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the login link used a second time: %v %v, want 401", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	// Every panel fills: no "no data yet" placeholder is left, and the ledger and the feed of changes have rows.
@@ -127,8 +146,8 @@ func TestDashboardInABrowser(t *testing.T) {
 		Array.from(document.querySelectorAll('#worker-rows tr')).every(tr => tr.cells.length < 5 ||
 			!(tr.cells[1].textContent === 'ok' && tr.cells[4].textContent === 'error'))`)
 
-	// The caller's unread count and a finding linked to its explanation: the dashboard reads as "local" (no auth
-	// on loopback), subscribed here to the candidate findings; a finding about a group opens.
+	// The caller's unread count and a finding linked to its explanation: the dashboard reads as "local" (the login
+	// link's session acts as the daemon's local caller), subscribed here to the candidate findings; a finding about a group opens.
 	loop := events.New(w.Store)
 	if _, err := loop.RegisterVocabulary(ctx); err != nil {
 		t.Fatal(err)
@@ -242,7 +261,9 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := json.Marshal(httpapi.ActivateRequest{ApprovalRef: "APR-BROWSER", Actor: "browser-approver"})
-	resp, err := http.Post(base+"/v1/rulesets/"+rs.Version+"/activate", "application/json", bytes.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/rulesets/"+rs.Version+"/activate", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := authed(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,6 +314,18 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 }
 
+// browserTestToken is the operator token the browser test's own requests carry.
+const browserTestToken = "browser-test-operator-token"
+
+// authed sends req with the browser test's token.
+func authed(req *http.Request) (*http.Response, error) {
+	req.Header.Set("Authorization", "Bearer "+browserTestToken)
+	return http.DefaultClient.Do(req)
+}
+
+// noRedirect is a client that shows a redirect instead of following it.
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 // poll evaluates expr in the page until it is true, with a generous deadline (it never measures how long it took).
 func poll(t *testing.T, browser context.Context, what, expr string) {
 	t.Helper()
@@ -314,7 +347,8 @@ func sameInstant(t *testing.T, browser context.Context, url, asOfSel string, rea
 	var want, got map[string]string
 	var apiAsOf, pageAsOf string
 	pollUntil(t, "the page and "+url+" at one instant", func() bool {
-		resp, err := http.Get(url)
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		resp, err := authed(req)
 		if err != nil {
 			return false
 		}

@@ -40,16 +40,25 @@ func loadDashboard() (*dashboardAssets, error) {
 
 // dashboardData is what the shell template needs: nothing secret, nothing from the database.
 type dashboardData struct {
-	Version      string
-	AuthRequired bool
+	Version string
+	// Auth says how the page's requests authenticate: "session" (the login link's cookie), "token" (a token the
+	// user types, kept for the tab) or "none" (--insecure-no-auth).
+	Auth string
 }
 
 var hdrHTML = []string{"text/html; charset=utf-8"}
 
-// dashboard answers GET / with the dashboard shell (public: it holds no data; the data endpoints need a token).
-func (s *server) dashboard(w http.ResponseWriter, _ *http.Request) int {
+// dashboard answers GET / with the dashboard shell (public: it holds no data; the data endpoints need a token or
+// the session the login link opened).
+func (s *server) dashboard(w http.ResponseWriter, r *http.Request) int {
+	auth := "token"
+	if _, has, err := s.logins.sessionOf(r); has && err == nil {
+		auth = "session"
+	} else if s.auth.insecure {
+		auth = "none"
+	}
 	var buf bytes.Buffer
-	if err := s.ui.page.Execute(&buf, dashboardData{Version: s.version, AuthRequired: !s.auth.insecure}); err != nil {
+	if err := s.ui.page.Execute(&buf, dashboardData{Version: s.version, Auth: auth}); err != nil {
 		s.logger.Error("render dashboard", "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return http.StatusInternalServerError

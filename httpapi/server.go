@@ -45,6 +45,8 @@ type Config struct {
 	Version  string               // shown by /healthz, the dashboard and gcos_build_info
 	// Ready lists conditions /readyz requires besides the database and the gate (the daemon adds its intake).
 	Ready []ReadyCheck
+	// Logins holds the dashboard's login links and sessions; nil: a new set with the configured lifetimes.
+	Logins *Logins
 }
 
 // ReadyCheck is one condition /readyz requires; Check returns nil while it holds, else why not (a gcos error's
@@ -116,6 +118,8 @@ var routeTable = []route{
 	{Route{http.MethodGet, "/readyz", AccessPublic, nil}, (*server).readyz},
 	{Route{http.MethodGet, "/openapi.json", AccessPublic, nil}, (*server).openapi},
 	{Route{http.MethodGet, "/", AccessPublic, nil}, (*server).dashboard},
+	{Route{http.MethodGet, loginPath, AccessPublic, []string{"code"}}, (*server).login},
+	{Route{http.MethodPost, "/v1/login-links", AccessReader, nil}, (*server).mintLoginLink},
 	{Route{http.MethodGet, "/static/{file}", AccessPublic, nil}, (*server).static},
 	{Route{http.MethodGet, "/favicon.ico", AccessPublic, nil}, (*server).favicon},
 	{Route{http.MethodGet, "/v1", AccessPublic, nil}, (*server).index},
@@ -151,6 +155,7 @@ type server struct {
 	logger     *slog.Logger
 	version    string
 	auth       *authenticator
+	logins     *Logins
 	csrf       *http.CrossOriginProtection
 	mux        *http.ServeMux
 	m          *metrics
@@ -169,7 +174,11 @@ func New(cfg Config) (http.Handler, error) {
 			return nil, err
 		}
 	}
-	auth, err := newAuthenticator(cfg.HTTP, cfg.Store.Config().Principals)
+	logins := cfg.Logins
+	if logins == nil {
+		logins = NewLogins(cfg.HTTP.LoginLinkTTL.Duration(), cfg.HTTP.SessionTTL.Duration())
+	}
+	auth, err := newAuthenticator(cfg.HTTP, cfg.Store.Config().Principals, logins)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +210,7 @@ func New(cfg Config) (http.Handler, error) {
 		logger:     logger.With("system", "httpapi"),
 		version:    cfg.Version,
 		auth:       auth,
+		logins:     logins,
 		csrf:       http.NewCrossOriginProtection(),
 		mux:        http.NewServeMux(),
 		ui:         ui,
@@ -328,11 +338,11 @@ func (s *server) noRoute(w http.ResponseWriter, r *http.Request) int {
 	}
 	if len(allowed) > 0 {
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		return writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: ErrorDetail{Code: gcos.EINVALID,
-			Message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", "))}})
+		return writeJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: ErrorDetail{Code: gcos.EMETHOD,
+			Message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", gcos.Quote(r.Method), gcos.Quote(r.URL.Path), strings.Join(allowed, ", "))}})
 	}
 	return writeJSON(w, http.StatusNotFound, ErrorBody{Error: ErrorDetail{Code: gcos.ENOTFOUND,
-		Message: fmt.Sprintf("no such endpoint: %s (GET /v1 lists them)", strings.ToValidUTF8(r.URL.Path, "\ufffd"))}})
+		Message: fmt.Sprintf("no such endpoint: %s (GET /v1 lists them)", gcos.Quote(r.URL.Path))}})
 }
 
 // wrap sheds load beyond the route's places, bounds the body, serves the route (serveRoute) and counts the answer.
@@ -486,6 +496,8 @@ func statusOf(code string) int {
 		return http.StatusServiceUnavailable
 	case gcos.EGONE:
 		return http.StatusGone
+	case gcos.EMETHOD:
+		return http.StatusMethodNotAllowed
 	}
 	return http.StatusInternalServerError
 }

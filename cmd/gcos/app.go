@@ -98,7 +98,7 @@ func (a *app) rootCommand() *cobra.Command {
 		// the gate's reads
 		a.gateCommand(), a.explainCommand(), a.invariantCommand(), a.previewCommand(),
 		// the operator's reads and the event domain
-		a.findingsCommand(), a.notificationsCommand(), a.statusCommand(), a.eventsCommand(), a.changesCommand(),
+		a.findingsCommand(), a.notificationsCommand(), a.statusCommand(), a.eventsCommand(), a.changesCommand(), a.loginCommand(),
 	)
 	argsAreInput(root)
 	return root
@@ -167,7 +167,7 @@ func (a *app) execute(ctx context.Context, args []string) (code int) {
 	}
 	a.reportError(err)
 	switch gcos.ErrorCode(err) {
-	case gcos.EINVALID, gcos.ENOTFOUND, gcos.EGONE, gcos.EFORBIDDEN, gcos.EUNAUTHORIZED:
+	case gcos.EINVALID, gcos.ENOTFOUND, gcos.EGONE, gcos.EFORBIDDEN, gcos.EUNAUTHORIZED, gcos.EMETHOD:
 		return exitUsage
 	}
 	return 1

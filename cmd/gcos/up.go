@@ -6,8 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,8 +36,6 @@ func (a *app) upCommand() *cobra.Command {
 			if insecure {
 				a.cfg.HTTP.InsecureNoAuth = true
 			}
-			noTokens := len(a.cfg.HTTP.ReaderTokens)+len(a.cfg.HTTP.OperatorTokens) == 0 &&
-				!slices.ContainsFunc(a.cfg.Principals, func(p gcos.Principal) bool { return len(p.Tokens) > 0 })
 			if err := httpapi.CheckListen(a.cfg.HTTP, a.cfg.Principals); err != nil {
 				return err // before anything starts: a wrong address must not cost a world generation first
 			}
@@ -80,11 +76,6 @@ func (a *app) upCommand() *cobra.Command {
 			}
 			if len(a.cfg.Principals) == 0 {
 				a.logger.Warn("no principals configured: ruleset ownership is not checked (ruleset_unowned is never raised)")
-			}
-			if demo && noTokens {
-				// The demo runs on loopback (CheckListen refused anything else without tokens) so an evaluator can
-				// open the dashboard at once.
-				a.cfg.HTTP.InsecureNoAuth = true
 			}
 			store, err := a.openWhenReachable(ctx, demo)
 			if err != nil || store == nil {
@@ -149,7 +140,7 @@ type demoChurn struct {
 
 // serve runs the daemon (and, demo, its churn) on ln until ctx ends, published in dir.
 func (a *app) serve(ctx context.Context, store *postgres.Store, ln net.Listener, dir string, demo bool, runToken string, churn demoChurn) error {
-	unpublish, err := daemon.Publish(dir, daemon.Running{URL: localURL(ln.Addr()), PID: os.Getpid(),
+	unpublish, err := daemon.Publish(dir, daemon.Running{URL: daemon.LocalURL(ln.Addr()), PID: os.Getpid(),
 		Database: databaseIdentity(a.databaseURL), StartedAt: time.Now().UTC(), Version: version}, runToken)
 	if err != nil {
 		ln.Close()
@@ -172,21 +163,4 @@ func (a *app) serve(ctx context.Context, store *postgres.Store, ln net.Listener,
 		return err
 	}
 	return d.Run(ctx)
-}
-
-// localURL is the URL a process on this machine uses to reach addr: an unspecified address (every interface)
-// is reached on loopback.
-func localURL(addr net.Addr) string {
-	tcp, ok := addr.(*net.TCPAddr)
-	if !ok {
-		return "http://" + addr.String()
-	}
-	host := tcp.IP
-	if host == nil || host.IsUnspecified() {
-		host = net.IPv4(127, 0, 0, 1)
-		if tcp.IP != nil && tcp.IP.To4() == nil {
-			host = net.IPv6loopback
-		}
-	}
-	return "http://" + net.JoinHostPort(host.String(), strconv.Itoa(tcp.Port))
 }

@@ -1,5 +1,6 @@
 // GCOS dashboard: polls the summary endpoints and renders them. Vanilla JS, no inline code (the CSP forbids it),
-// text only through textContent. The reader token lives in sessionStorage and is sent as a Bearer header.
+// text only through textContent. Signed in by the login link, the session cookie (HttpOnly, never seen here) goes
+// with every request; else the token typed in lives in sessionStorage and is sent as a Bearer header.
 (function () {
   'use strict';
 
@@ -33,7 +34,7 @@
     var headers = { 'Accept': 'application/json' };
     var t = token();
     if (t) { headers['Authorization'] = 'Bearer ' + t; }
-    return fetch(path, { headers: headers, cache: 'no-store', credentials: 'omit' }).then(function (r) {
+    return fetch(path, { headers: headers, cache: 'no-store', credentials: 'same-origin' }).then(function (r) {
       return r.json().catch(function () { return {}; }).then(function (body) {
         if (!r.ok) {
           var msg = (body && body.error && body.error.message) || ('HTTP ' + r.status);
@@ -51,7 +52,7 @@
     var headers = { 'Accept': 'application/json', 'Content-Type': 'application/json' };
     var t = token();
     if (t) { headers['Authorization'] = 'Bearer ' + t; }
-    return fetch(path, { method: 'POST', headers: headers, body: JSON.stringify(body), cache: 'no-store', credentials: 'omit' }).then(function (r) {
+    return fetch(path, { method: 'POST', headers: headers, body: JSON.stringify(body), cache: 'no-store', credentials: 'same-origin' }).then(function (r) {
       return r.json().catch(function () { return {}; }).then(function (answer) {
         if (!r.ok) {
           var err = new Error((answer && answer.error && answer.error.message) || ('HTTP ' + r.status));
@@ -299,7 +300,7 @@
     var headers = { 'Accept': 'text/event-stream', 'Last-Event-ID': feed.cursor };
     var t = token();
     if (t) { headers['Authorization'] = 'Bearer ' + t; }
-    return fetch('/v1/changes/watch', { headers: headers, cache: 'no-store', credentials: 'omit' }).then(function (r) {
+    return fetch('/v1/changes/watch', { headers: headers, cache: 'no-store', credentials: 'same-origin' }).then(function (r) {
       if (!r.ok || !r.body) {
         var err = new Error('watch: HTTP ' + r.status);
         err.status = r.status;
@@ -347,7 +348,7 @@
 
   function poll() {
     if (authRequired && !token()) {
-      setStatus('enter a reader token', false);
+      setStatus('open the login link gcos up printed (gcos login mints another), or enter a reader token', false);
       return;
     }
     var heavy = tick % LEDGER_EVERY === 0; // the first poll too, so no figure waits for the tenth second
