@@ -33,7 +33,7 @@ func (c ChangeCursor) String() string {
 // ParseChangeCursor reads a cursor's text (ChangeCursor.String); anything else is a clear EINVALID error.
 func ParseChangeCursor(s string) (ChangeCursor, error) {
 	bad := func(why string) (ChangeCursor, error) {
-		return ChangeCursor{}, Errorf(EINVALID, "cursor %q: %s (want the next of an earlier answer of GET /v1/changes)", Clip(s), why)
+		return ChangeCursor{}, Errorf(EINVALID, "cursor %s: %s (want the next of an earlier answer of GET /v1/changes)", Quote(s), why)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {

@@ -26,7 +26,7 @@ func (s Severity) Rank() int { return slices.Index(Severities, s) + 1 }
 func ParseSeverity(s string) (Severity, error) {
 	v := Severity(s)
 	if v.Rank() == 0 {
-		return "", Errorf(EINVALID, "unknown severity %q", s)
+		return "", Errorf(EINVALID, "unknown severity %s", Quote(s))
 	}
 	return v, nil
 }
@@ -184,7 +184,7 @@ func SpecFor(t IssueType) (spec IssueSpec, ok bool) {
 // ParseIssueType accepts a type of the vocabulary (including input.<state>).
 func ParseIssueType(s string) (IssueType, error) {
 	if _, ok := SpecFor(IssueType(s)); !ok {
-		return "", Errorf(EINVALID, "unknown issue type %q", s)
+		return "", Errorf(EINVALID, "unknown issue type %s", Quote(s))
 	}
 	return IssueType(s), nil
 }

@@ -55,15 +55,15 @@ func (f *Fingerprint) UnmarshalText(b []byte) error {
 // ParseFingerprint parses the 32-hex-digit form produced by String.
 func ParseFingerprint(s string) (Fingerprint, error) {
 	if len(s) != 32 {
-		return Fingerprint{}, Errorf(EINVALID, "fingerprint %q: want 32 hex digits, got %d characters", s, len(s))
+		return Fingerprint{}, Errorf(EINVALID, "fingerprint %s: want 32 hex digits, got %d characters", Quote(s), len(s))
 	}
 	hi, err := strconv.ParseUint(s[:16], 16, 64)
 	if err != nil {
-		return Fingerprint{}, Errorf(EINVALID, "fingerprint %q: high lane is not hex", s)
+		return Fingerprint{}, Errorf(EINVALID, "fingerprint %s: high lane is not hex", Quote(s))
 	}
 	lo, err := strconv.ParseUint(s[16:], 16, 64)
 	if err != nil {
-		return Fingerprint{}, Errorf(EINVALID, "fingerprint %q: low lane is not hex", s)
+		return Fingerprint{}, Errorf(EINVALID, "fingerprint %s: low lane is not hex", Quote(s))
 	}
 	return Fingerprint{Lo: lo, Hi: hi}, nil
 }

@@ -87,7 +87,7 @@ func CheckObjectRef(s string) error {
 	}
 	coll, code, ok := strings.Cut(s, ":")
 	if !ok || coll == "" || code == "" {
-		return Errorf(EINVALID, "object %q: want COLLECTION:CODE", s)
+		return Errorf(EINVALID, "object %s: want COLLECTION:CODE", Quote(s))
 	}
 	return nil
 }
@@ -107,7 +107,7 @@ func CheckGateBatch(checks []GateCheck, max int) error {
 			return Errorf(EINVALID, "checks[%d]: %s", i, ErrorMessage(err))
 		}
 		if c.Action != "" && c.Action != ActionWrite && c.Action != ActionRead {
-			return Errorf(EINVALID, "checks[%d]: action %q: want write or read", i, c.Action)
+			return Errorf(EINVALID, "checks[%d]: action %s: want write or read", i, Quote(c.Action))
 		}
 	}
 	return nil

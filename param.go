@@ -2,6 +2,7 @@ package gcos
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -26,11 +27,18 @@ func CheckParam(name, value string) error {
 		return Errorf(EINVALID, "parameter %s: contains a NUL byte", Quote(name))
 	case strings.ContainsFunc(value, isControl):
 		return Errorf(EINVALID, "parameter %s: contains control characters", Quote(name))
+	case strings.ContainsFunc(value, nonPrinting):
+		r := []rune(value)[slices.IndexFunc([]rune(value), nonPrinting)]
+		return Errorf(EINVALID, "parameter %s: contains the non-printing character %U (a format, bidirectional or unassigned code point)", Quote(name), r)
 	}
 	return nil
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// nonPrinting is a character that shows as nothing or reorders what follows it (U+202E, U+200B, U+FEFF, …): an
+// identifier carrying one can read as another.
+func nonPrinting(r rune) bool { return !strconv.IsPrint(r) }
 
 // MaxEchoRunes bounds how much of an input value a message repeats.
 const MaxEchoRunes = 64
@@ -38,7 +46,8 @@ const MaxEchoRunes = 64
 // Quote is an input value fit to repeat in a message, a log line or a terminal: quoted with Go's escapes (a control
 // character, an escape sequence or a bidirectional override shows as \x1b or \u202e and never acts; invalid UTF-8
 // shows as \x bytes), and a value longer than MaxEchoRunes characters shortened to them, its length said.
-func Quote(v string) string {
+func Quote[S ~string](s S) string {
+	v := string(s)
 	if utf8.RuneCountInString(v) <= MaxEchoRunes {
 		return strconv.Quote(v)
 	}
@@ -48,4 +57,22 @@ func Quote(v string) string {
 		end += size
 	}
 	return strconv.Quote(v[:end]) + fmt.Sprintf("… (%d bytes)", len(v))
+}
+
+// Shown is an input value fit to print as a field of its own (a terminal line, a table cell): the value itself when
+// every character of it is printable and it is at most MaxEchoRunes long, else Quote(v).
+func Shown(v string) string {
+	if utf8.ValidString(v) && utf8.RuneCountInString(v) <= MaxEchoRunes && !strings.ContainsFunc(v, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		return v
+	}
+	return Quote(v)
+}
+
+// EchoParam is an input value as an answer repeats it: the value itself when CheckParam accepts it, else Shown(v),
+// so a refused value never reaches a terminal or a log raw, nor whole when it is long.
+func EchoParam(name, v string) string {
+	if CheckParam(name, v) == nil {
+		return v
+	}
+	return Shown(v)
 }

@@ -78,7 +78,7 @@ func parseEnum[T ~string](s, what string, values []T) (T, error) {
 	if v := T(s); slices.Contains(values, v) {
 		return v, nil
 	}
-	return "", Errorf(EINVALID, "unknown %s %q", what, s)
+	return "", Errorf(EINVALID, "unknown %s %s", what, Quote(s))
 }
 
 // GroupFacts are the inputs the verdict policy may look at for one group; nil means the registry had no value.
@@ -271,7 +271,7 @@ func (p VerdictPolicy) Validate() error {
 		}
 		seen[r.Name] = true
 		if !r.Verdict.Stored() {
-			return Errorf(EINVALID, "%s: verdict: unknown verdict %q (want one of %v)", at, r.Verdict, StoredVerdicts)
+			return Errorf(EINVALID, "%s: verdict: unknown verdict %s (want one of %v)", at, Quote(r.Verdict), StoredVerdicts)
 		}
 		if len(r.Any) == 0 && i != last {
 			return Errorf(EINVALID, "%s: any: an unconditional rule must be last, it would hide every rule after it", at)
@@ -289,16 +289,16 @@ func (p VerdictPolicy) Validate() error {
 	}
 	for fact, values := range p.Vocabulary {
 		if _, known := (GroupFacts{}).Fact(fact); !known || fact == FactInputQuality || fact == FactCoverageRequired {
-			return Errorf(EINVALID, "verdict policy: vocabulary: %q is not a fact with a vocabulary (want one of %v)",
-				fact, []string{FactLifecycleStatus, FactCoverageStatus, FactScopeClass, FactPrivacy, FactRiskClass})
+			return Errorf(EINVALID, "verdict policy: vocabulary: %s is not a fact with a vocabulary (want one of %v)",
+				Quote(fact), []string{FactLifecycleStatus, FactCoverageStatus, FactScopeClass, FactPrivacy, FactRiskClass})
 		}
 		if len(values) == 0 {
-			return Errorf(EINVALID, "verdict policy: vocabulary: %q: list at least one value, or omit the fact", fact)
+			return Errorf(EINVALID, "verdict policy: vocabulary: %s: list at least one value, or omit the fact", Quote(fact))
 		}
 	}
 	if fb := p.Rules[last]; len(fb.Any) != 0 || fb.Verdict != VerdictUnknown {
-		return Errorf(EINVALID, "verdict policy: rules[%d] (%q): the last rule must be an unconditional fallback to %q",
-			last, fb.Name, VerdictUnknown)
+		return Errorf(EINVALID, "verdict policy: rules[%d] (%s): the last rule must be an unconditional fallback to %s",
+			last, Quote(fb.Name), Quote(VerdictUnknown))
 	}
 	return nil
 }

@@ -76,9 +76,9 @@ func MayAct(principals []Principal, principal, role string) error {
 	p, ok := FindPrincipal(principals, principal)
 	switch {
 	case !ok:
-		return Errorf(EFORBIDDEN, "%q is not a configured principal (principals in the configuration)", principal)
+		return Errorf(EFORBIDDEN, "%s is not a configured principal (principals in the configuration)", Quote(principal))
 	case !p.Holds(role) && !(role == RoleReader && len(p.Roles) > 0):
-		return Errorf(EFORBIDDEN, "principal %q does not hold the %s role", principal, role)
+		return Errorf(EFORBIDDEN, "principal %s does not hold the %s role", Quote(principal), role)
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func RouteChange(s ChangeSubject) (Route, error) {
 		}
 		return Route{Selectors: []GroupSelector{sel(GroupSelector{SourceRegistry: Str(s.Code)})}}, nil
 	case s.Registry != "":
-		return Route{}, Errorf(EINVALID, "%q is neither a registry word nor a known class (%s is a change of one object)", s.Registry, s.Kind)
+		return Route{}, Errorf(EINVALID, "%s is neither a registry word nor a known class (%s is a change of one object)", Quote(s.Registry), s.Kind)
 	case s.Class == "":
 		return Route{}, Errorf(EINVALID, "%s row names no class", s.Kind)
 	case s.Object == nil:

@@ -102,7 +102,7 @@ func (c RulesetComponents) IsAbsent(component string) bool {
 func (c RulesetComponents) Validate() error {
 	for _, a := range c.Absent {
 		if !slices.Contains(Components, a) {
-			return Errorf(EINVALID, "ruleset: absent: unknown component %q (want one of %v)", a, Components)
+			return Errorf(EINVALID, "ruleset: absent: unknown component %s (want one of %v)", Quote(a), Components)
 		}
 	}
 	rows := map[string]int{
@@ -153,7 +153,7 @@ const rulesetVersionLen = len(RulesetVersionPrefix) + 12
 func CheckRulesetVersion(v string) error {
 	hexPart, ok := strings.CutPrefix(v, RulesetVersionPrefix)
 	if !ok || len(v) != rulesetVersionLen || strings.ContainsFunc(hexPart, func(r rune) bool { return !strings.ContainsRune("0123456789abcdef", r) }) {
-		return Errorf(EINVALID, "ruleset version %q: want gov-rs- and 12 hex digits", strings.ToValidUTF8(v, "\ufffd"))
+		return Errorf(EINVALID, "ruleset version %s: want gov-rs- and 12 hex digits", Quote(v))
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ type ConsistencyToken struct {
 // ParseConsistencyToken reads a token's text; anything else is a clear EINVALID error.
 func ParseConsistencyToken(s string) (ConsistencyToken, error) {
 	bad := func(why string) (ConsistencyToken, error) {
-		return ConsistencyToken{}, Errorf(EINVALID, "consistency token %q: %s (want the token a GCOS write or answer returned, xmin:xmax:xip,…)", Clip(s), why)
+		return ConsistencyToken{}, Errorf(EINVALID, "consistency token %s: %s (want the token a GCOS write or answer returned, xmin:xmax:xip,…)", Quote(s), why)
 	}
 	parts := strings.Split(s, ":")
 	if len(parts) != 3 {
@@ -83,10 +83,3 @@ func (t ConsistencyToken) Covers(u ConsistencyToken) bool {
 	return true
 }
 
-// Clip shortens a value quoted in an error.
-func Clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
-}

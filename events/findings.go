@@ -131,7 +131,7 @@ func (l *Loop) ListFindings(ctx context.Context, f FindingFilter) ([]FindingRow,
 func CheckFindingID(s string) (int64, error) {
 	id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	if err != nil || id <= 0 {
-		return 0, gcos.Errorf(gcos.EINVALID, "finding id %q: want a positive number (gcos findings list shows them)", gcos.Clip(s))
+		return 0, gcos.Errorf(gcos.EINVALID, "finding id %s: want a positive number (gcos findings list shows them)", gcos.Quote(s))
 	}
 	return id, nil
 }

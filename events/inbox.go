@@ -109,7 +109,7 @@ func (l *Loop) MarkReadAs(ctx context.Context, ids []string, all bool, by gcos.A
 	for i, id := range ids {
 		ids[i] = strings.TrimSpace(id)
 		if !uuidRE.MatchString(ids[i]) {
-			return res, gcos.Errorf(gcos.EINVALID, "mark read: event id %q is not a uuid", gcos.Clip(id))
+			return res, gcos.Errorf(gcos.EINVALID, "mark read: event id %s is not a uuid", gcos.Quote(id))
 		}
 	}
 	if all {
@@ -198,10 +198,10 @@ func (l *Loop) selectorRow(ctx context.Context, sel NotificationSelector) (subsc
 			return row, err
 		}
 		if _, err := gcos.ParseGlob(p.pattern, false); err != nil {
-			return row, gcos.Errorf(gcos.EINVALID, "notifications: %s %q: %s", p.name, p.pattern, gcos.ErrorMessage(err))
+			return row, gcos.Errorf(gcos.EINVALID, "notifications: %s %s: %s", p.name, gcos.Quote(p.pattern), gcos.ErrorMessage(err))
 		}
 		if !slices.ContainsFunc(p.known, func(k string) bool { return gcos.MatchGlob(p.pattern, k, false) }) {
-			return row, gcos.Errorf(gcos.EINVALID, "notifications: %s %q matches no governance event %s (gcos events list shows them)", p.name, p.pattern, p.name)
+			return row, gcos.Errorf(gcos.EINVALID, "notifications: %s %s matches no governance event %s (gcos events list shows them)", p.name, gcos.Quote(p.pattern), p.name)
 		}
 		*p.into = &p.pattern
 	}

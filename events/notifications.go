@@ -222,7 +222,7 @@ WHERE NOT EXISTS (SELECT 1 FROM event_read WHERE event_id = $1::uuid AND actor_r
 func (l *Loop) MarkRead(ctx context.Context, eventID, actor string) (bool, error) {
 	eventID, actor = strings.TrimSpace(eventID), strings.TrimSpace(actor)
 	if !uuidRE.MatchString(eventID) {
-		return false, gcos.Errorf(gcos.EINVALID, "mark read: event id %q is not a uuid", eventID)
+		return false, gcos.Errorf(gcos.EINVALID, "mark read: event id %s is not a uuid", gcos.Quote(eventID))
 	}
 	if actor == "" {
 		return false, gcos.Errorf(gcos.EINVALID, "mark read: actor must not be empty")

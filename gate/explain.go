@@ -78,7 +78,7 @@ func (g *Gate) ExplainObject(ctx context.Context, object string) (Explanation, e
 // ExplainGroup explains a group's verdict from stored values only.
 func (g *Gate) ExplainGroup(ctx context.Context, key string) (Explanation, error) {
 	if !gcos.IsGroupKey(key) {
-		return Explanation{}, gcos.Errorf(gcos.EINVALID, "group key %q: want 32 lowercase hex digits", key)
+		return Explanation{}, gcos.Errorf(gcos.EINVALID, "group key %s: want 32 lowercase hex digits", gcos.Quote(key))
 	}
 	var reads []candidateRead
 	var now time.Time

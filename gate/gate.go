@@ -74,7 +74,7 @@ func (opt GateOptions) fresh() bool {
 // parse checks the options and parses the token a caller demands (nil when none).
 func (opt GateOptions) parse() (*gcos.ConsistencyToken, error) {
 	if opt.Consistency != "" && opt.Consistency != ConsistencyMinimizeLatency && opt.Consistency != ConsistencyFull {
-		return nil, gcos.Errorf(gcos.EINVALID, "consistency %q is not one of %s", opt.Consistency, strings.Join(Consistencies, ", "))
+		return nil, gcos.Errorf(gcos.EINVALID, "consistency %s is not one of %s", gcos.Quote(opt.Consistency), strings.Join(Consistencies, ", "))
 	}
 	if opt.AtLeast == "" {
 		return nil, nil

@@ -29,7 +29,7 @@ func (g *Gate) Invariant(ctx context.Context, scope string) (gcos.LedgerReport, 
 		return rep, err
 	}
 	if scope != "" && len(rep.Ledgers) == 0 {
-		return rep, gcos.Errorf(gcos.ENOTFOUND, "scope %q has no ledger yet (no full snapshot)", scope)
+		return rep, gcos.Errorf(gcos.ENOTFOUND, "scope %s has no ledger yet (no full snapshot)", gcos.Quote(scope))
 	}
 	ruleset := ""
 	if cur, err := g.currentRulesetVersion(ctx); err == nil {

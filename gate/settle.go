@@ -59,8 +59,8 @@ func (g *Gate) settle(ctx context.Context, atLeast *gcos.ConsistencyToken) (*gco
 		if at.IsZero() {
 			at = p.At
 			if atLeast != nil && !present.Covers(*atLeast) {
-				return nil, gcos.Errorf(gcos.EINVALID, "consistency token %q was not issued by this database: it names transactions its present (%s) has not committed",
-					gcos.Clip(atLeast.String()), present)
+				return nil, gcos.Errorf(gcos.EINVALID, "consistency token %s was not issued by this database: it names transactions its present (%s) has not committed",
+					gcos.Quote(atLeast.String()), present)
 			}
 		}
 		if len(p.Waiting) == 0 {

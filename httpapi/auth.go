@@ -30,16 +30,16 @@ func CheckListen(cfg gcos.HTTPConfig, principals []gcos.Principal) error {
 	principalTokens := slices.ContainsFunc(principals, func(p gcos.Principal) bool { return len(p.Tokens) > 0 })
 	host, _, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
-		return gcos.Errorf(gcos.EINVALID, "--listen %q: want host:port", cfg.Listen)
+		return gcos.Errorf(gcos.EINVALID, "--listen %s: want host:port", gcos.Quote(cfg.Listen))
 	}
 	if loopbackHost(host) {
 		return nil
 	}
 	if cfg.InsecureNoAuth {
-		return gcos.Errorf(gcos.EINVALID, "--insecure-no-auth is only allowed on a loopback --listen address (127.0.0.1, ::1, localhost), not %q", cfg.Listen)
+		return gcos.Errorf(gcos.EINVALID, "--insecure-no-auth is only allowed on a loopback --listen address (127.0.0.1, ::1, localhost), not %s", gcos.Quote(cfg.Listen))
 	}
 	if len(cfg.ReaderTokens)+len(cfg.OperatorTokens) == 0 && !principalTokens {
-		return gcos.Errorf(gcos.EINVALID, "--listen %q is not a loopback address and no API token is configured: set GCOS_READER_TOKEN and/or GCOS_OPERATOR_TOKEN (or http.reader_tokens / http.operator_tokens in --config), or listen on 127.0.0.1", cfg.Listen)
+		return gcos.Errorf(gcos.EINVALID, "--listen %s is not a loopback address and no API token is configured: set GCOS_READER_TOKEN and/or GCOS_OPERATOR_TOKEN (or http.reader_tokens / http.operator_tokens in --config), or listen on 127.0.0.1", gcos.Quote(cfg.Listen))
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func parseGateQuery(q url.Values) (gateQuery, error) {
 	case "1", "true":
 		g.explain = true
 	default:
-		return g, gcos.Errorf(gcos.EINVALID, "explain %q: want 1 or 0", v)
+		return g, gcos.Errorf(gcos.EINVALID, "explain %s: want 1 or 0", gcos.Quote(v))
 	}
 	return g, nil
 }
@@ -70,7 +70,7 @@ func parseGateQuery(q url.Values) (gateQuery, error) {
 func gateOptions(consistency, atLeast, prefix string) (gate.GateOptions, error) {
 	opt := gate.GateOptions{Consistency: consistency, AtLeast: atLeast}
 	if c := opt.Consistency; c != "" && !slices.Contains(gate.Consistencies, c) {
-		return opt, gcos.Errorf(gcos.EINVALID, "%sconsistency %q: want one of %s", prefix, c, strings.Join(gate.Consistencies, ", "))
+		return opt, gcos.Errorf(gcos.EINVALID, "%sconsistency %s: want one of %s", prefix, gcos.Quote(c), strings.Join(gate.Consistencies, ", "))
 	}
 	if opt.AtLeast != "" {
 		if _, err := gcos.ParseConsistencyToken(opt.AtLeast); err != nil {
@@ -94,7 +94,7 @@ func (s *server) gateOne(w http.ResponseWriter, r *http.Request) int {
 		return s.gateRefused(w, r, err)
 	}
 	if action != gcos.ActionWrite && action != gcos.ActionRead {
-		return s.gateRefused(w, r, gcos.Errorf(gcos.EINVALID, "action %q: want write or read", action))
+		return s.gateRefused(w, r, gcos.Errorf(gcos.EINVALID, "action %s: want write or read", gcos.Quote(action)))
 	}
 	gq, err := parseGateQuery(q)
 	if err != nil {
@@ -165,7 +165,7 @@ func (s *server) gateBatch(w http.ResponseWriter, r *http.Request) int {
 func (s *server) gateBatchRefused(w http.ResponseWriter, r *http.Request, checks []gcos.GateCheck, err error) int {
 	status, detail := s.errorAnswer(r, err)
 	for i := range checks {
-		checks[i].Object, checks[i].Action = strings.ToValidUTF8(checks[i].Object, "\ufffd"), strings.ToValidUTF8(checks[i].Action, "\ufffd")
+		checks[i].Object, checks[i].Action = gcos.EchoParam("object", checks[i].Object), gcos.EchoParam("action", checks[i].Action)
 	}
 	out := gcos.NewGateBatchAnswer(gcos.BlockAll(checks, detail.Message+"; the gate fails closed"))
 	s.m.observeGateBatch(r, out, 0)
@@ -197,7 +197,7 @@ func (s *server) gateRefused(w http.ResponseWriter, r *http.Request, err error) 
 	w.Header()["X-Gcos-Decision"] = hdrDecision[gcos.GateBlock]
 	q := r.URL.Query()
 	return writeJSON(w, http.StatusBadRequest, GateRefusal{
-		GateAnswer: gcos.GateAnswer{Object: strings.ToValidUTF8(q.Get("object"), "\ufffd"), Action: strings.ToValidUTF8(q.Get("action"), "\ufffd"),
+		GateAnswer: gcos.GateAnswer{Object: gcos.EchoParam("object", q.Get("object")), Action: gcos.EchoParam("action", q.Get("action")),
 			Decision: gcos.GateBlock, Reason: msg + "; the gate fails closed"},
 		Error: ErrorDetail{Code: gcos.EINVALID, Message: msg},
 	})
@@ -242,7 +242,7 @@ func (s *server) groups(w http.ResponseWriter, r *http.Request) int {
 	if v := q.Get("dirty"); v != "" {
 		d, err := strconv.ParseBool(v)
 		if err != nil {
-			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "dirty %q: want true or false", v))
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "dirty %s: want true or false", gcos.Quote(v)))
 		}
 		f.Dirty = &d
 	}
@@ -401,13 +401,13 @@ func (s *server) findings(w http.ResponseWriter, r *http.Request) int {
 	if v := q.Get("open"); v != "" {
 		open, err := strconv.ParseBool(v)
 		if err != nil {
-			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "open %q: want true or false", v))
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "open %s: want true or false", gcos.Quote(v)))
 		}
 		f.OpenOnly = open
 	}
 	if f.IssueType != "" {
 		if _, err := gcos.ParseIssueType(f.IssueType); err != nil {
-			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "type %q: not a finding type (e.g. handoff_lag, input.invalid_schema)", f.IssueType))
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "type %s: not a finding type (e.g. handoff_lag, input.invalid_schema)", gcos.Quote(f.IssueType)))
 		}
 	}
 	var err error
@@ -441,7 +441,7 @@ func (s *server) changes(w http.ResponseWriter, r *http.Request) int {
 	cq := postgres.ChangeQuery{After: q.Get("after"), Limit: limit}
 	if v := q.Get("since"); v != "" {
 		if cq.Since, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "since %q: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", v))
+			return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "since %s: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", gcos.Quote(v)))
 		}
 	}
 	ctx, cancel := s.requestContext(r)
@@ -587,7 +587,7 @@ var sourcePattern = regexp.MustCompile(`^[a-z][a-z0-9_.]{0,127}$`)
 func (s *server) resetCursor(w http.ResponseWriter, r *http.Request) int {
 	source := r.PathValue("source")
 	if !sourcePattern.MatchString(source) {
-		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "source %q: not a cursor source name", source))
+		return s.fail(w, r, gcos.Errorf(gcos.EINVALID, "source %s: not a cursor source name", gcos.Quote(source)))
 	}
 	var req ResetRequest
 	if err := s.decodeBody(r, &req); err != nil {
@@ -651,7 +651,7 @@ func intParam(q url.Values, name string, def, max int) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > max {
-		return 0, gcos.Errorf(gcos.EINVALID, "%s %q: want an integer in 1..%d", name, v, max)
+		return 0, gcos.Errorf(gcos.EINVALID, "%s %s: want an integer in 1..%d", name, gcos.Quote(v), max)
 	}
 	return n, nil
 }

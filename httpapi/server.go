@@ -417,12 +417,12 @@ func checkInput(r *http.Request, allowed []string) error {
 				return err
 			}
 			if len(allowed) == 0 {
-				return gcos.Errorf(gcos.EINVALID, "unknown query parameter %q (this endpoint takes none)", name)
+				return gcos.Errorf(gcos.EINVALID, "unknown query parameter %s (this endpoint takes none)", gcos.Quote(name))
 			}
-			return gcos.Errorf(gcos.EINVALID, "unknown query parameter %q (allowed: %s)", name, strings.Join(allowed, ", "))
+			return gcos.Errorf(gcos.EINVALID, "unknown query parameter %s (allowed: %s)", gcos.Quote(name), strings.Join(allowed, ", "))
 		}
 		if len(values) > 1 {
-			return gcos.Errorf(gcos.EINVALID, "query parameter %q given %d times", name, len(values))
+			return gcos.Errorf(gcos.EINVALID, "query parameter %s given %d times", gcos.Quote(name), len(values))
 		}
 		if err := gcos.CheckParam(name, values[0]); err != nil {
 			return err

@@ -75,7 +75,7 @@ func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 	}
 	route, err := gcos.RouteChange(subject)
 	if err != nil {
-		return nil, gcos.Errorf(gcos.EINVALID, "changelog %d (%s %q %s): %v", r.ID, r.Action, r.EntityType, r.EntityCode, err)
+		return nil, gcos.Errorf(gcos.EINVALID, "changelog %d (%s %s %s): %v", r.ID, r.Action, gcos.Quote(r.EntityType), r.EntityCode, err)
 	}
 	if route.Ensure != nil {
 		// The group the object is in now may be new (a lifecycle it never had): record it, the scan counts it.

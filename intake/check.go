@@ -202,7 +202,7 @@ func tailResolveZone(ctx context.Context, q pgx.Tx, src postgres.TailSource, def
 	})
 	if err != nil {
 		if postgres.IsPgCode(err, "22023") {
-			return "", "", gcos.Errorf(gcos.EINVALID, "source %s: time zone %q (%s) is not known to PostgreSQL", src.Name, zone, how)
+			return "", "", gcos.Errorf(gcos.EINVALID, "source %s: time zone %s (%s) is not known to PostgreSQL", src.Name, gcos.Quote(zone), how)
 		}
 		return "", "", fmt.Errorf("resolve time zone: %w", err)
 	}

@@ -506,7 +506,7 @@ func MarkChangesTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string,
 	var keys, reasons []string
 	for reason, ks := range byReason {
 		if !gcos.ValidDirtyReason(reason) {
-			return 0, gcos.Errorf(gcos.EINVALID, "dirty reason %q is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", reason)
+			return 0, gcos.Errorf(gcos.EINVALID, "dirty reason %s is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", gcos.Quote(reason))
 		}
 		for _, k := range ks {
 			keys, reasons = append(keys, k), append(reasons, reason)

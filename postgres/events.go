@@ -78,9 +78,9 @@ func (e Emit) CanonicalAddress() string { return e.CollectionName + ":" + e.Enti
 func (e Emit) validate() error {
 	switch {
 	case !gcos.ValidEventType(e.EventType):
-		return gcos.Errorf(gcos.EINVALID, "emit: event type %q is not a governance.<stream>.<name> type", e.EventType)
+		return gcos.Errorf(gcos.EINVALID, "emit: event type %s is not a governance.<stream>.<name> type", gcos.Quote(e.EventType))
 	case e.Stream != "" && !gcos.ValidEventStream(e.Stream):
-		return gcos.Errorf(gcos.EINVALID, "emit %s: stream %q is not a governance stream", e.EventType, e.Stream)
+		return gcos.Errorf(gcos.EINVALID, "emit %s: stream %s is not a governance stream", e.EventType, gcos.Quote(e.Stream))
 	case strings.TrimSpace(e.SubjectTable) == "":
 		return gcos.Errorf(gcos.EINVALID, "emit %s: subject table must not be empty", e.EventType)
 	case strings.TrimSpace(e.CollectionName) == "" || strings.TrimSpace(e.EntityCode) == "":
@@ -90,7 +90,7 @@ func (e Emit) validate() error {
 	case strings.TrimSpace(e.CorrelationID) == "":
 		return gcos.Errorf(gcos.EINVALID, "emit %s: correlation_id must not be empty (it is the idempotency key)", e.EventType)
 	case e.Severity != "" && !slices.Contains(gcos.EventSeverities, e.Severity):
-		return gcos.Errorf(gcos.EINVALID, "emit %s: severity %q is not one of %v", e.EventType, e.Severity, gcos.EventSeverities)
+		return gcos.Errorf(gcos.EINVALID, "emit %s: severity %s is not one of %v", e.EventType, gcos.Quote(e.Severity), gcos.EventSeverities)
 	}
 	return nil
 }
@@ -386,7 +386,7 @@ func EmitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error
 		}
 		for _, i := range byType[typ] {
 			if s := es[i].Stream; rt.registered && s != "" && gcos.NormalizeEventStream(s) != rt.stream {
-				return nil, gcos.Errorf(gcos.EINVALID, "emit %s: stream %q differs from the registered stream %q", typ, s, rt.stream)
+				return nil, gcos.Errorf(gcos.EINVALID, "emit %s: stream %s differs from the registered stream %s", typ, gcos.Quote(s), gcos.Quote(rt.stream))
 			}
 		}
 		var direct []int
@@ -526,7 +526,7 @@ func nullTime(t time.Time) *time.Time {
 func Heartbeat(stream string, counts map[string]int64) (Emit, error) {
 	full := gcos.NormalizeEventStream(stream)
 	if !gcos.ValidEventStream(full) {
-		return Emit{}, gcos.Errorf(gcos.EINVALID, "heartbeat: %q is not a governance stream", stream)
+		return Emit{}, gcos.Errorf(gcos.EINVALID, "heartbeat: %s is not a governance stream", gcos.Quote(stream))
 	}
 	eventType := full + ".heartbeat"
 	if v, err := gcos.LoadVocabulary(); err == nil {

@@ -64,16 +64,16 @@ func (f *GroupFilter) Validate() error {
 			return gcos.Errorf(gcos.EINVALID, "%s: longer than %d bytes", name, maxFilterValue)
 		}
 		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return gcos.Errorf(gcos.EINVALID, "%s %q contains control characters", name, v)
+			return gcos.Errorf(gcos.EINVALID, "%s %s contains control characters", name, gcos.Quote(v))
 		}
 	}
 	if f.Verdict != "" {
 		if _, err := gcos.ParseVerdict(f.Verdict); err != nil {
-			return gcos.Errorf(gcos.EINVALID, "verdict %q: want one of %v or %q", f.Verdict, gcos.StoredVerdicts, gcos.VerdictStale)
+			return gcos.Errorf(gcos.EINVALID, "verdict %s: want one of %v or %s", gcos.Quote(f.Verdict), gcos.StoredVerdicts, gcos.Quote(gcos.VerdictStale))
 		}
 	}
 	if f.After != "" && !gcos.IsGroupKey(f.After) {
-		return gcos.Errorf(gcos.EINVALID, "after %q: want a group key (32 lowercase hex digits)", f.After)
+		return gcos.Errorf(gcos.EINVALID, "after %s: want a group key (32 lowercase hex digits)", gcos.Quote(f.After))
 	}
 	var err error
 	f.Limit, err = CheckLimit("limit", f.Limit, DefaultGroupLimit, MaxGroupLimit)
@@ -97,7 +97,7 @@ func (s *Store) checkFilterValues(ctx context.Context, f GroupFilter) error {
 			return fmt.Errorf("check %s filter: %w", d.name, err)
 		}
 		if !known {
-			return gcos.Errorf(gcos.EINVALID, "%s %q: no group has it", d.name, d.value)
+			return gcos.Errorf(gcos.EINVALID, "%s %s: no group has it", d.name, gcos.Quote(d.value))
 		}
 	}
 	return nil
@@ -115,7 +115,7 @@ func (s *Store) CheckScope(ctx context.Context, scope string) error {
 		return fmt.Errorf("read responsibility scopes: %w", err)
 	}
 	if !slices.Contains(known, scope) {
-		return gcos.Errorf(gcos.EINVALID, "scope %q: not a responsibility scope (known: %s)", scope, strings.Join(known, ", "))
+		return gcos.Errorf(gcos.EINVALID, "scope %s: not a responsibility scope (known: %s)", gcos.Quote(scope), strings.Join(known, ", "))
 	}
 	return nil
 }
@@ -217,7 +217,7 @@ func (s *Store) ListGroups(ctx context.Context, f GroupFilter) (GroupPage, error
 // GetGroup returns one group as of now (ENOTFOUND when it is not in the group registry, or no ruleset exists yet).
 func (s *Store) GetGroup(ctx context.Context, key string) (GroupView, error) {
 	if !gcos.IsGroupKey(key) {
-		return GroupView{}, gcos.Errorf(gcos.EINVALID, "group key %q: want 32 lowercase hex digits", key)
+		return GroupView{}, gcos.Errorf(gcos.EINVALID, "group key %s: want 32 lowercase hex digits", gcos.Quote(key))
 	}
 	g, err := scanGroupView(s.pool.QueryRow(ctx, `SELECT `+groupViewColumns+` FROM v_candidate_effective WHERE group_key = $1`, key))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -592,7 +592,7 @@ func validSnapshotScope(scope string) error {
 	case SnapshotBackfill, SnapshotAudit, SnapshotScan:
 		return nil
 	}
-	return gcos.Errorf(gcos.EINVALID, "snapshot scope %q is not one of %s, %s, %s", scope, SnapshotBackfill, SnapshotAudit, SnapshotScan)
+	return gcos.Errorf(gcos.EINVALID, "snapshot scope %s is not one of %s, %s, %s", gcos.Quote(scope), SnapshotBackfill, SnapshotAudit, SnapshotScan)
 }
 
 func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snapshot, error) {

@@ -79,19 +79,19 @@ var tailNameRE = regexp.MustCompile(`^[a-z][a-z0-9_.]*$`)
 // Validate checks the binding's shape (the catalog is checked by CheckTail).
 func (src TailSource) Validate() error {
 	if !tailNameRE.MatchString(src.Name) || len(src.Name) > 100 {
-		return gcos.Errorf(gcos.EINVALID, "tail source name %q: want lower-case letters, digits, _ and .", src.Name)
+		return gcos.Errorf(gcos.EINVALID, "tail source name %s: want lower-case letters, digits, _ and .", gcos.Quote(src.Name))
 	}
 	fields, ok := tailFields[src.Kind]
 	if !ok {
-		return gcos.Errorf(gcos.EINVALID, "tail source %s: kind %q: want %s or %s", src.Name, src.Kind, TailBirth, TailChangelog)
+		return gcos.Errorf(gcos.EINVALID, "tail source %s: kind %s: want %s or %s", src.Name, gcos.Quote(src.Kind), TailBirth, TailChangelog)
 	}
 	if src.Table == "" || src.TSColumn == "" || src.IDColumn == "" {
 		return gcos.Errorf(gcos.EINVALID, "tail source %s: table, ts_column and id_column are required", src.Name)
 	}
 	for field, col := range src.Columns {
 		if !slices.Contains(fields, field) {
-			return gcos.Errorf(gcos.EINVALID, "tail source %s: columns: %q is not a %s field (fields: %s)",
-				src.Name, field, src.Kind, strings.Join(fields, ", "))
+			return gcos.Errorf(gcos.EINVALID, "tail source %s: columns: %s is not a %s field (fields: %s)",
+				src.Name, gcos.Quote(field), src.Kind, strings.Join(fields, ", "))
 		}
 		if col == "" {
 			return gcos.Errorf(gcos.EINVALID, "tail source %s: columns.%s: empty column name", src.Name, field)

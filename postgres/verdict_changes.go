@@ -239,11 +239,11 @@ func (s *Store) changesAfter(ctx context.Context, after string, limit int) (Chan
 			cur = gcos.ChangeCursor{Seen: gcos.ConsistencyToken{Xmin: from, Xmax: from}}
 		default:
 			if !present.Covers(cur.Seen) || (cur.Upto != nil && !present.Covers(*cur.Upto)) {
-				return gcos.Errorf(gcos.EINVALID, "cursor %q was not issued by this database: it names transactions not committed yet", gcos.Clip(after))
+				return gcos.Errorf(gcos.EINVALID, "cursor %s was not issued by this database: it names transactions not committed yet", gcos.Quote(after))
 			}
 			if cur.Seen.Xmin < prunedBelow {
-				return gcos.Errorf(gcos.EGONE, "cursor %q: changes after it were pruned (scan.verdict_changes_keep); read again from after=%s or after=%s",
-					gcos.Clip(after), ChangesFromStart, ChangesFromNow)
+				return gcos.Errorf(gcos.EGONE, "cursor %s: changes after it were pruned (scan.verdict_changes_keep); read again from after=%s or after=%s",
+					gcos.Quote(after), ChangesFromStart, ChangesFromNow)
 			}
 		}
 		window := present

@@ -131,7 +131,7 @@ func (p *Previewer) preview(ctx context.Context, tx pgx.Tx, req gcos.PreviewRequ
 		var draftStatus string
 		switch err := tx.QueryRow(ctx, `SELECT status FROM governance_ruleset WHERE ruleset_version = $1`, v).Scan(&draftStatus); {
 		case errors.Is(err, pgx.ErrNoRows):
-			return rep, gcos.Errorf(gcos.EINVALID, "changes[%d] (ruleset_activate): ruleset %q does not exist", i, gcos.Clip(v))
+			return rep, gcos.Errorf(gcos.EINVALID, "changes[%d] (ruleset_activate): ruleset %s does not exist", i, gcos.Quote(v))
 		case err != nil:
 			return rep, fmt.Errorf("read ruleset %s: %w", v, err)
 		case draftStatus != gcos.RulesetDraft:

@@ -49,7 +49,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		case postgres.ModeFullAudit:
 			loop = s.auditLoop
 		default:
-			return gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full_audit", m)
+			return gcos.Errorf(gcos.EINVALID, "scan mode %s is not one of event, incremental, full_audit", gcos.Quote(m))
 		}
 		wg.Add(1)
 		go func() {
@@ -90,7 +90,7 @@ func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
 		pass.Verify = &rep
 		return pass, err
 	}
-	return Pass{}, gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full", mode)
+	return Pass{}, gcos.Errorf(gcos.EINVALID, "scan mode %s is not one of event, incremental, full", gcos.Quote(mode))
 }
 
 // incremental expires rows past stale_after and scans the whole dirty set; with detect it ends with the coverage

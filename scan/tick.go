@@ -215,7 +215,7 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	switch opts.Mode {
 	case postgres.ModeEvent, postgres.ModeIncremental, postgres.ModeFullAudit:
 	default:
-		return res, gcos.Errorf(gcos.EINVALID, "scan mode %q is not one of event, incremental, full_audit", opts.Mode)
+		return res, gcos.Errorf(gcos.EINVALID, "scan mode %s is not one of event, incremental, full_audit", gcos.Quote(opts.Mode))
 	}
 	rs, err := s.core.CurrentRuleset(ctx)
 	if err != nil {

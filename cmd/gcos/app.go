@@ -283,7 +283,7 @@ func (a *app) redactAttr(_ []string, attr slog.Attr) slog.Attr {
 func (a *app) setup() error {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(a.logLevel)); err != nil {
-		return gcos.Errorf(gcos.EINVALID, "--log-level: %q is not one of debug, info, warn, error", a.logLevel)
+		return gcos.Errorf(gcos.EINVALID, "--log-level: %s is not one of debug, info, warn, error", gcos.Quote(a.logLevel))
 	}
 	if a.databaseURL == "" {
 		a.databaseURL = os.Getenv("GCOS_DATABASE_URL")

@@ -35,7 +35,7 @@ func (a *app) changesCommand() *cobra.Command {
 			if since != "" {
 				t, err := time.Parse(time.RFC3339Nano, since)
 				if err != nil {
-					return gcos.Errorf(gcos.EINVALID, "--since %q: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", since)
+					return gcos.Errorf(gcos.EINVALID, "--since %s: want an RFC 3339 time, e.g. 2026-11-26T08:00:00Z", gcos.Quote(since))
 				}
 				sinceAt = t
 			}

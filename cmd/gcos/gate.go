@@ -57,7 +57,7 @@ func (a *app) gateCommand() *cobra.Command {
 					return err
 				}
 				if f.action != gcos.ActionWrite && f.action != gcos.ActionRead {
-					return gcos.Errorf(gcos.EINVALID, "--action %q: want write or read", f.action)
+					return gcos.Errorf(gcos.EINVALID, "--action %s: want write or read", gcos.Quote(f.action))
 				}
 			}
 			if f.explain && (f.server != "" || f.objectsFrom != "") {
@@ -313,7 +313,9 @@ func (a *app) gateFailed(cmd *cobra.Command, args []string, err error) int {
 		object, _ := cmd.Flags().GetString("object")
 		action, _ := cmd.Flags().GetString("action")
 		ans := gcos.GateAnswer{Object: object, Action: action, Decision: gcos.GateBlock, Reason: reason}
-		v, text = ans, gateText(ans, nil)
+		text = gateText(ans, nil)
+		ans.Object, ans.Action = gcos.EchoParam("object", object), gcos.EchoParam("action", action) // refused input: escaped, shortened
+		v = ans
 	}
 	if perr := a.print(v, text); perr != nil {
 		fmt.Fprintln(a.stderr, "gcos:", perr)
@@ -335,7 +337,7 @@ type gateBatchFailure struct {
 func gateText(ans gcos.GateAnswer, full *gate.GateResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "decision:  %s\n", strings.ToUpper(ans.Decision))
-	fmt.Fprintf(&b, "object:    %s (action %s)\n", ans.Object, ans.Action)
+	fmt.Fprintf(&b, "object:    %s (action %s)\n", gcos.Shown(ans.Object), gcos.Shown(ans.Action))
 	if full != nil {
 		fmt.Fprintf(&b, "effective: %s\n", orDash(string(full.EffectiveVerdict)))
 		fmt.Fprintf(&b, "risk:      %s\n", orDash(full.RiskClass))
@@ -373,7 +375,7 @@ func gateText(ans gcos.GateAnswer, full *gate.GateResult) string {
 func gateBatchText(out gcos.GateBatchAnswer) string {
 	var b strings.Builder
 	for _, d := range out.Decisions {
-		fmt.Fprintf(&b, "%-5s  %s %s", strings.ToUpper(d.Decision), d.Object, d.Action)
+		fmt.Fprintf(&b, "%-5s  %s %s", strings.ToUpper(d.Decision), gcos.Shown(d.Object), gcos.Shown(d.Action))
 		if !d.Allowed() {
 			fmt.Fprintf(&b, "  %s", d.Reason)
 		}

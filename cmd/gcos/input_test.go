@@ -40,6 +40,30 @@ func TestBadInputExitsTwo(t *testing.T) {
 	}
 }
 
+// TestRefusedInputIsEchoedSafely: a refused object id is repeated with its escape sequences escaped (never acting
+// on the terminal) and a 5,000-character one shortened, in the text answer, the --json answer and the error line;
+// the answer is still a block.
+func TestRefusedInputIsEchoedSafely(t *testing.T) {
+	t.Parallel()
+	long := "users:" + strings.Repeat("x", 5000)
+	for _, object := range []string{"users:\x1b[2J\x1b]0;owned\x07", long, "users:\u202eevil", "users:\xff\xfe"} {
+		for _, asJSON := range []bool{false, true} {
+			args := []string{"--data-dir", t.TempDir(), "gate", "--object", object}
+			if asJSON {
+				args = append(args, "--json")
+			}
+			code, stdout, stderr := runGate(t, args...)
+			out := stdout + stderr
+			if code != exitUsage || !strings.Contains(strings.ToLower(stdout), "block") {
+				t.Errorf("gcos gate --object %.40q (json %v): exit %d, want %d and a block\n%s", object, asJSON, code, exitUsage, out)
+			}
+			if strings.ContainsAny(out, "\x1b\x07\u202e\xff") || strings.Contains(out, strings.Repeat("x", 100)) || len(out) > 2000 {
+				t.Errorf("gcos gate --object %.40q (json %v) repeats the input raw or whole (%d bytes):\n%.600q", object, asJSON, len(out), out)
+			}
+		}
+	}
+}
+
 // TestUpRefusesAnExposedListenWithoutTokens: a non-loopback --listen with no token is refused before anything
 // starts (no embedded cluster, no world), naming the flag and the environment variables that fix it.
 func TestUpRefusesAnExposedListenWithoutTokens(t *testing.T) {

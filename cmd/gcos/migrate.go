@@ -21,7 +21,7 @@ func (a *app) migrateCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if substrateMode != "" && substrateMode != "create" && substrateMode != "verify" {
-				return gcos.Errorf(gcos.EINVALID, "--substrate: %q is not one of verify, create", substrateMode)
+				return gcos.Errorf(gcos.EINVALID, "--substrate: %s is not one of verify, create", gcos.Quote(substrateMode))
 			}
 			store, err := a.open(cmd.Context())
 			if err != nil {

@@ -21,7 +21,7 @@ func (a *app) scanCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			m := map[string]string{"event": postgres.ModeEvent, "incremental": postgres.ModeIncremental, "full": postgres.ModeFullAudit, "full_audit": postgres.ModeFullAudit}[mode]
 			if m == "" {
-				return gcos.Errorf(gcos.EINVALID, "--mode: %q is not one of event, incremental, full", mode)
+				return gcos.Errorf(gcos.EINVALID, "--mode: %s is not one of event, incremental, full", gcos.Quote(mode))
 			}
 			store, err := a.openPrepared(cmd.Context(), false)
 			if err != nil {

@@ -53,7 +53,7 @@ func (a *app) snapshotCommand() *cobra.Command {
 		Use: "show ID", Short: "show one snapshot",
 		Args: argsAnd(cobra.ExactArgs(1), func(args []string) error {
 			if _, err := strconv.ParseInt(args[0], 10, 64); err != nil {
-				return gcos.Errorf(gcos.EINVALID, "snapshot id %q is not a number", args[0])
+				return gcos.Errorf(gcos.EINVALID, "snapshot id %s is not a number", gcos.Quote(args[0]))
 			}
 			return nil
 		}),
