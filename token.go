@@ -82,4 +82,3 @@ func (t ConsistencyToken) Covers(u ConsistencyToken) bool {
 	}
 	return true
 }
-
