@@ -613,6 +613,13 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, Errorf(EINVALID, "config: %w", err)
 	}
+	return ParseConfig(doc, path)
+}
+
+// ParseConfig is LoadConfig of a document already read from path (named in errors; a relative verdict_policy.path
+// is resolved against its directory).
+func ParseConfig(doc []byte, path string) (Config, error) {
+	c := DefaultConfig()
 	if err := decodeConfig(doc, &c); err != nil {
 		return Config{}, Errorf(EINVALID, "config %s: %w", path, err)
 	}
@@ -646,7 +653,7 @@ func decodeConfig(doc []byte, c *Config) error {
 	if err := dec.Decode(c); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("%s: cannot use %s as %s", te.Field, te.Value, typeName(te.Type))
+			return fmt.Errorf("%s: cannot use %s as %s", Shown(te.Field), Shown(te.Value), typeName(te.Type)) // both may be the file's text
 		}
 		return err
 	}
@@ -700,7 +707,7 @@ func unknownKeys(v any, t reflect.Type, at string) []string {
 		for k, sub := range obj {
 			ft, ok := fields[k]
 			if !ok {
-				out = append(out, join(k))
+				out = append(out, join(Shown(k))) // the file's own text, escaped and shortened
 				continue
 			}
 			out = append(out, unknownKeys(sub, ft, join(k))...)
@@ -756,7 +763,7 @@ func (c Config) Validate() error {
 		case "object_class", "source_registry", "lifecycle_status":
 			// A base group is read from the born row itself (and its anchor's): another table cannot be honoured.
 			if cb.Table != b.Birth.Table {
-				p.add(at+".table", "must be the birth table %q: GCOS reads %s from the born row", b.Birth.Table, key)
+				p.add(at+".table", "must be the birth table %s: GCOS reads %s from the born row", Quote(b.Birth.Table), key)
 			}
 			if cb.KeyColumn != "" {
 				p.add(at+".key_column", "not used: %s is a column of the born row", key)
@@ -782,13 +789,13 @@ func (c Config) Validate() error {
 
 	for i, rc := range c.Gate.LowRiskClasses {
 		if rc == "" || rc == UnknownRisk {
-			p.add(fmt.Sprintf("gate.low_risk_classes[%d]", i), "%q cannot be low risk: unknown risk is always high", rc)
+			p.add(fmt.Sprintf("gate.low_risk_classes[%d]", i), "%s cannot be low risk: unknown risk is always high", Quote(rc))
 		}
 	}
 	p.positive("gate.timeout", c.Gate.Timeout)
 	p.positiveInt("gate.pool_conns", c.Gate.PoolConns)
 	if c.Database.Pooling != PoolingSession && c.Database.Pooling != PoolingTransaction {
-		p.add("database.pooling", "%q is not %q or %q", c.Database.Pooling, PoolingSession, PoolingTransaction)
+		p.add("database.pooling", "%s is not %s or %s", Quote(c.Database.Pooling), Quote(PoolingSession), Quote(PoolingTransaction))
 	}
 	p.positive("gate.max_staleness", c.Gate.MaxStaleness)
 	p.positive("gate.view_refresh", c.Gate.ViewRefresh)
@@ -830,7 +837,7 @@ func (c Config) Validate() error {
 	p.positive("events.promote_every", c.Events.PromoteEvery)
 	for i, sev := range c.Events.Escalation.Severities {
 		if !slices.Contains([]string{"info", "warning", "error"}, sev) {
-			p.add(fmt.Sprintf("events.escalation.severities[%d]", i), "%q is not an event severity (info, warning, error)", sev)
+			p.add(fmt.Sprintf("events.escalation.severities[%d]", i), "%s is not an event severity (info, warning, error)", Quote(sev))
 		}
 	}
 	names := map[string]bool{}
@@ -840,12 +847,12 @@ func (c Config) Validate() error {
 		case strings.TrimSpace(pr.Name) == "":
 			p.add(at+".name", "must not be empty")
 		case names[pr.Name]:
-			p.add(at+".name", "%q is configured twice", pr.Name)
+			p.add(at+".name", "%s is configured twice", Quote(pr.Name))
 		}
 		names[pr.Name] = true
 		for j, r := range pr.Roles {
 			if !slices.Contains(PrincipalRoles, r) {
-				p.add(fmt.Sprintf("%s.roles[%d]", at, j), "%q is not a role (%s)", r, strings.Join(PrincipalRoles, ", "))
+				p.add(fmt.Sprintf("%s.roles[%d]", at, j), "%s is not a role (%s)", Quote(r), strings.Join(PrincipalRoles, ", "))
 			}
 		}
 		if len(pr.Tokens) > 0 && len(pr.Roles) == 0 {
@@ -928,9 +935,9 @@ func (c Config) Validate() error {
 		}
 		watched[r.Table] = true
 		if kind, ok := in.KindFor(r.EntityType, "update"); !ok {
-			p.add(key+".entity_type", "%q: no intake.changelog_kinds rule maps it to a change kind, so its changes would be dropped", r.EntityType)
+			p.add(key+".entity_type", "%s: no intake.changelog_kinds rule maps it to a change kind, so its changes would be dropped", Quote(r.EntityType))
 		} else if kind == ChangeObjectBorn {
-			p.add(key+".entity_type", "%q maps to %s, which only births are", r.EntityType, kind)
+			p.add(key+".entity_type", "%s maps to %s, which only births are", Quote(r.EntityType), kind)
 		}
 	}
 	p.nonNegative("intake.horizon_guard", in.HorizonGuard)
@@ -964,7 +971,7 @@ func (c Config) Validate() error {
 		at := fmt.Sprintf("intake.changelog_kinds[%d]", i)
 		if r.Kind != ChangelogSkip {
 			if _, err := ParseChangeKind(r.Kind); err != nil {
-				p.add(at+".kind", "unknown change kind %q (want one of %v or %q)", r.Kind, ChangeKinds, ChangelogSkip)
+				p.add(at+".kind", "unknown change kind %s (want one of %v or %s)", Quote(r.Kind), ChangeKinds, Quote(ChangelogSkip))
 			}
 		}
 		for field, pattern := range map[string]string{"entity_type": r.EntityType, "action": r.Action} {
@@ -976,9 +983,9 @@ func (c Config) Validate() error {
 
 	host, _, err := net.SplitHostPort(c.HTTP.Listen)
 	if err != nil {
-		p.add("http.listen", "want host:port, got %q", c.HTTP.Listen)
+		p.add("http.listen", "want host:port, got %s", Quote(c.HTTP.Listen))
 	} else if c.HTTP.InsecureNoAuth && !isLoopback(host) {
-		p.add("http.insecure_no_auth", "only allowed on a loopback listen address, not %q", c.HTTP.Listen)
+		p.add("http.insecure_no_auth", "only allowed on a loopback listen address, not %s", Quote(c.HTTP.Listen))
 	}
 	for name, d := range map[string]Duration{
 		"http.read_header_timeout": c.HTTP.ReadHeaderTimeout, "http.read_timeout": c.HTTP.ReadTimeout,
@@ -1041,7 +1048,7 @@ func (p *problems) positiveInt(key string, n int) {
 // column requires a plain identifier.
 func (p *problems) column(key, name string) {
 	if !identifier.MatchString(name) {
-		p.add(key, "want a column name, got %q", name)
+		p.add(key, "want a column name, got %s", Quote(name))
 	}
 }
 
@@ -1049,7 +1056,7 @@ func (p *problems) column(key, name string) {
 func (p *problems) table(key, name string) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 || slices.ContainsFunc(parts, func(s string) bool { return !identifier.MatchString(s) }) {
-		p.add(key, "want a table name (optionally schema.table), got %q", name)
+		p.add(key, "want a table name (optionally schema.table), got %s", Quote(name))
 	}
 }
 

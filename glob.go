@@ -1,8 +1,10 @@
 package gcos
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"sync"
@@ -43,18 +45,18 @@ func ParseGlob(pattern string, fold bool) (Glob, error) {
 			b.WriteString("(?s:.)")
 		case '\\':
 			if i+1 == len(rs) {
-				return Glob{}, fmt.Errorf("pattern %q ends with a lone \\", pattern)
+				return Glob{}, fmt.Errorf("pattern %s ends with a lone \\", Quote(pattern))
 			}
 			i++
 			b.WriteString(regexp.QuoteMeta(string(rs[i])))
 		case '[':
 			end := slices.Index(rs[i+1:], ']')
 			if end < 0 {
-				return Glob{}, fmt.Errorf("pattern %q: unclosed [", pattern)
+				return Glob{}, fmt.Errorf("pattern %s: unclosed [", Quote(pattern))
 			}
 			class := string(rs[i+1 : i+1+end])
 			if class == "" || class == "^" {
-				return Glob{}, fmt.Errorf("pattern %q: empty class", pattern)
+				return Glob{}, fmt.Errorf("pattern %s: empty class", Quote(pattern))
 			}
 			neg := strings.HasPrefix(class, "^")
 			class = strings.TrimPrefix(class, "^")
@@ -73,7 +75,11 @@ func ParseGlob(pattern string, fold bool) (Glob, error) {
 	b.WriteString("$")
 	re, err := regexp.Compile(b.String())
 	if err != nil {
-		return Glob{}, fmt.Errorf("pattern %q: %w", pattern, err)
+		var se *syntax.Error
+		if errors.As(err, &se) {
+			return Glob{}, fmt.Errorf("pattern %s: %s: %s", Quote(pattern), se.Code, Quote(se.Expr))
+		}
+		return Glob{}, fmt.Errorf("pattern %s: %w", Quote(pattern), err)
 	}
 	g := Glob{pattern: pattern, re: re, fold: fold}
 	switch head := strings.TrimSuffix(pattern, "*"); {
