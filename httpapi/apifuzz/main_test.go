@@ -1,0 +1,9 @@
+package apifuzz_test
+
+import (
+	"testing"
+
+	"gcos/postgres/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
