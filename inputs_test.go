@@ -2,6 +2,7 @@ package gcos_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +72,24 @@ func TestGroupInputs(t *testing.T) {
 	// A capture that did not record a registry compares nothing for it.
 	if got := gcos.DriftedInputs(map[string]string{}, base().GroupInputs(group)); len(got) != 0 {
 		t.Errorf("against an empty record: %v", got)
+	}
+}
+
+// TestDegradations: each absent optional registry that feeds the verdicts says what degrades without it, in the
+// order given; one that feeds none is not listed.
+func TestDegradations(t *testing.T) {
+	t.Parallel()
+	got := gcos.Degradations([]string{gcos.TableCoverageProfile, "law_catalog", gcos.TableScopes})
+	if len(got) != 2 || !strings.HasPrefix(got[0], gcos.TableCoverageProfile+": risk is unknown and treated as high") ||
+		!strings.HasSuffix(got[1], "implicit scope "+gcos.UnscopedScope) {
+		t.Errorf("Degradations = %q", got)
+	}
+	for _, table := range []string{gcos.TableScopes, gcos.TableOwnership, gcos.TableCoverageProfile, gcos.TablePivots, gcos.TableJurisdiction, gcos.TableExceptions} {
+		if len(gcos.Degradations([]string{table})) != 1 {
+			t.Errorf("%s: no degradation said", table)
+		}
+	}
+	if gcos.Degradations(nil) != nil {
+		t.Error("nothing absent, yet a degradation")
 	}
 }

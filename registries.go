@@ -239,3 +239,26 @@ func (r Registries) GroupException(d Dimensions, now time.Time) *ExceptionRow {
 func matches(selector, value *string) bool {
 	return selector == nil || (value != nil && *selector == *value)
 }
+
+// registryDegradations says what each optional registry's absence does to the verdicts (SPEC §3.1: the dimension
+// degrades, nothing is guessed).
+var registryDegradations = map[string]string{
+	TableScopes:          TableScopes + ": every group is in the one implicit scope " + UnscopedScope,
+	TableOwnership:       TableOwnership + ": owner_scope is null; owners resolve from the scope's default owner hint, else the council",
+	TableCoverageProfile: TableCoverageProfile + ": risk is unknown and treated as high, so the gate blocks what it cannot judge",
+	TablePivots:          TablePivots + ": no axis family; the axis is unregistered",
+	TableJurisdiction:    TableJurisdiction + ": no axis family; the axis is unregistered",
+	TableExceptions:      TableExceptions + ": no exception applies",
+}
+
+// Degradations says, for each absent optional registry that feeds the verdicts, what degrades without it; a table
+// that feeds no verdict is not listed.
+func Degradations(absent []string) []string {
+	var out []string
+	for _, t := range absent {
+		if d, ok := registryDegradations[t]; ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -260,6 +261,10 @@ func (s *Store) Prepare(ctx context.Context, opts PrepareOptions) (PrepareResult
 	}
 	for _, stmt := range rep.MissingIndexes {
 		s.logger.Warn("substrate index missing; run it to keep GCOS fast", "statement", stmt)
+	}
+	if d := gcos.Degradations(rep.AbsentOptional); len(d) > 0 {
+		s.logger.Warn("optional registries absent: their dimensions degrade and nothing is guessed", "absent", strings.Join(rep.AbsentOptional, ", "),
+			"degrades", strings.Join(d, "; "))
 	}
 	m, err := migration.New(s.pool)
 	if err != nil {
