@@ -712,6 +712,9 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 			opts.Scope, metricsJSON, deltaJSON, notes).Scan(&snap.ID, &snap.SnapshotAt); err != nil {
 			return fmt.Errorf("write snapshot: %w", err)
 		}
+		if _, err := wtx.Exec(ctx, sealSnapshotSQL, snap.ID); err != nil {
+			return fmt.Errorf("seal snapshot %d: %w", snap.ID, err)
+		}
 		changed := 0
 		for _, d := range snap.Delta.Groups {
 			if d.FingerprintChanged {
@@ -736,6 +739,13 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	}
 	return snap, nil
 }
+
+// sealSnapshotSQL seals a captured snapshot in the capture's transaction (migration 022): its digest, kept in a table
+// whose rows can never be updated or deleted.
+const sealSnapshotSQL = `
+INSERT INTO gcos_snapshot_seal (snapshot_id, scope, digest)
+SELECT id, scope, gcos_snapshot_digest(id, snapshot_at, scope, metrics, delta_previous, notes)
+FROM evolution_snapshots WHERE id = $1`
 
 // deltaOf compares a capture with the previous snapshot of its scope: groups whose fingerprint changed, appeared
 // or vanished. Unchanged groups are left out.

@@ -218,6 +218,22 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		if res.ObjectsMaterialized, res.ObjectsRetired, err = ev.MaterializeObjects(ctx, tx, snap, res.RunID); err != nil {
 			return err
 		}
+		// The snapshot's groups are those of its cut: a scan that committed since may have retired a group or moved
+		// its members (MovedAfter). The bases of those groups are derived again from the registry as it is now
+		// (locked), as the scan itself derives them, so that no row stays linked to a group retired meanwhile.
+		if len(moved) > 0 {
+			now, err := postgres.GroupsByKey(ctx, tx, slices.Collect(maps.Keys(moved)))
+			if err != nil {
+				return err
+			}
+			bases := map[postgres.BirthBase]bool{}
+			for _, g := range now {
+				bases[postgres.BaseOf(g)] = true
+			}
+			if err := ev.FollowObjects(ctx, tx, snap.ID, res.RunID, bases); err != nil {
+				return err
+			}
+		}
 		if err := postgres.LinkAudit(ctx, tx, "governance_candidate_object", rs.Version, snap.AuditID, `last_run_id = $3`, res.RunID); err != nil {
 			return err
 		}
@@ -526,29 +542,40 @@ func (s *Stage) FullAuditDue(ctx context.Context, interval time.Duration) (bool,
 }
 
 // checkDangling finds candidate rows under the current ruleset whose source snapshot no longer exists (pruned or
-// deleted behind GCOS's back): each missing snapshot raises snapshot_ref_dangling, and its rows are dirtied so a
-// re-scan re-qualifies them under the current snapshot. Until then they read as stale (fail closed).
+// deleted behind GCOS's back) or no longer matches the seal taken at its capture (changed behind GCOS's back: a
+// captured snapshot is immutable): each such snapshot raises snapshot_ref_dangling, and its rows are dirtied so a
+// re-scan re-qualifies them under the current snapshot. Until then they read as stale (fail closed). A snapshot's
+// digest is computed once per audit, however many rows are keyed to it.
 func (s *Stage) checkDangling(ctx context.Context, runID string) ([]int64, error) {
 	var missing []int64
 	err := s.core.InTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
-			SELECT c.source_snapshot_ref, array_agg(c.group_key ORDER BY c.group_key)
-			FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
-			WHERE NOT EXISTS (SELECT 1 FROM evolution_snapshots s WHERE s.id = c.source_snapshot_ref)
-			GROUP BY 1 ORDER BY 1`)
+			WITH refs AS MATERIALIZED (
+			    SELECT DISTINCT c.source_snapshot_ref AS id FROM governance_candidate_state c JOIN v_current_ruleset cr USING (ruleset_version)
+			), bad AS MATERIALIZED (
+			    SELECT r.id, s.id IS NOT NULL AS present FROM refs r
+			    LEFT JOIN evolution_snapshots s ON s.id = r.id
+			    LEFT JOIN gcos_snapshot_seal z ON z.snapshot_id = r.id
+			    WHERE s.id IS NULL
+			       OR gcos_snapshot_digest(s.id, s.snapshot_at, s.scope, s.metrics, s.delta_previous, s.notes) <> z.digest
+			)
+			SELECT b.id, b.present, array_agg(c.group_key ORDER BY c.group_key)
+			FROM bad b JOIN governance_candidate_state c ON c.source_snapshot_ref = b.id JOIN v_current_ruleset cr USING (ruleset_version)
+			GROUP BY 1, 2 ORDER BY 1`)
 		if err != nil {
 			return fmt.Errorf("find dangling snapshot references: %w", err)
 		}
-		groups := map[int64][]string{}
+		groups, altered := map[int64][]string{}, map[int64]bool{}
 		for rows.Next() {
 			var id int64
+			var present bool
 			var keys []string
-			if err := rows.Scan(&id, &keys); err != nil {
+			if err := rows.Scan(&id, &present, &keys); err != nil {
 				rows.Close()
 				return err
 			}
 			missing = append(missing, id)
-			groups[id] = keys
+			groups[id], altered[id] = keys, present
 		}
 		if err := rows.Err(); err != nil {
 			return err
@@ -558,7 +585,7 @@ func (s *Stage) checkDangling(ctx context.Context, runID string) ([]int64, error
 				return err
 			}
 			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueSnapshotRefDangling, Subject: fmt.Sprint(id), RunID: runID,
-				Evidence: map[string]any{"snapshot_id": id, "groups": len(groups[id]), "effect": "rows read as stale until re-scanned"}}); err != nil {
+				Evidence: map[string]any{"snapshot_id": id, "groups": len(groups[id]), "effect": danglingEffect(altered[id])}}); err != nil {
 				return err
 			}
 		}
@@ -571,6 +598,14 @@ func (s *Stage) checkDangling(ctx context.Context, runID string) ([]int64, error
 		return err
 	})
 	return missing, err
+}
+
+// danglingEffect is what a snapshot_ref_dangling finding says of its snapshot and of the rows keyed to it.
+func danglingEffect(altered bool) string {
+	if altered {
+		return "the snapshot row was changed after capture (it no longer matches its seal): rows read as stale until re-scanned"
+	}
+	return "rows read as stale until re-scanned"
 }
 
 // heldCount is a group's member count as the incremental state holds it, the group's collection, and whether it

@@ -229,11 +229,73 @@ func TestFindingsSelectorRowsAreCarried(t *testing.T) {
 	if got := rows(); got != want {
 		t.Fatalf("after step 21:\n got %s\nwant %s", got, want)
 	}
-	if _, err := m.Down(ctx, 1); err != nil {
+	if _, err := m.Down(ctx, m.Latest()-20); err != nil { // step 21's down (and those of the steps after it)
 		t.Fatal(err)
 	}
 	want = `alice/governance/system_issues/{} bob/governance/system_issues/{} carol/other/system_issues/{}`
 	if got := rows(); got != want {
 		t.Fatalf("after step 21's down:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestSnapshotSealsAreImmutable: step 22 seals the snapshots captured before it, a seal can be neither updated,
+// deleted nor truncated, and its down removes the seals with their table and functions.
+func TestSnapshotSealsAreImmutable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := substrateDB(t)
+	m, err := migration.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Down(ctx, m.Latest()-21); err != nil { // back to step 21
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO evolution_snapshots (id, snapshot_at, scope, metrics, notes) VALUES
+		(7, '2026-11-01T00:00:00Z', 'governance.audit', '{"groups": {}}', 'before step 22'), (8, now(), 'global', '{}', 'not GCOS''s')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	if err := pool.QueryRow(ctx, `SELECT array_agg(snapshot_id ORDER BY snapshot_id) FROM gcos_snapshot_seal`).Scan(&ids); err != nil || len(ids) != 1 || ids[0] != 7 {
+		t.Fatalf("seals after step 22: %v %v, want [7] (GCOS's snapshot only)", ids, err)
+	}
+	var matches bool
+	if err := pool.QueryRow(ctx, `SELECT gcos_snapshot_digest(s.id, s.snapshot_at, s.scope, s.metrics, s.delta_previous, s.notes) = z.digest
+		FROM evolution_snapshots s JOIN gcos_snapshot_seal z ON z.snapshot_id = s.id`).Scan(&matches); err != nil || !matches {
+		t.Fatalf("the seal does not match its snapshot: %v %v", matches, err)
+	}
+	// The digest does not depend on the session's time zone.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again bool
+	if _, err := conn.Exec(ctx, `SET timezone = 'Pacific/Kiritimati'`); err != nil {
+		t.Fatal(err)
+	}
+	err = conn.QueryRow(ctx, `SELECT gcos_snapshot_digest(s.id, s.snapshot_at, s.scope, s.metrics, s.delta_previous, s.notes) = z.digest
+		FROM evolution_snapshots s JOIN gcos_snapshot_seal z ON z.snapshot_id = s.id`).Scan(&again)
+	_, _ = conn.Exec(ctx, `RESET timezone`)
+	conn.Release()
+	if err != nil || !again {
+		t.Fatalf("the digest moved with the session's time zone: %v %v", again, err)
+	}
+	for _, stmt := range []string{`UPDATE gcos_snapshot_seal SET digest = 'forged'`, `DELETE FROM gcos_snapshot_seal WHERE snapshot_id = 7`, `TRUNCATE gcos_snapshot_seal`} {
+		if _, err := pool.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: %v, want it refused", stmt, err)
+		}
+	}
+	if _, err := m.Down(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'gcos_snapshot_seal'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("step 22's down left its table: %d %v", left, err)
 	}
 }
