@@ -23,48 +23,31 @@ import (
 
 	"gcos"
 	"gcos/gate"
+	"gcos/gcostest"
 	"gcos/gcostest/wait"
 	"gcos/httpapi"
 	"gcos/postgres"
 )
 
-// lockedBuffer is a log sink the server's goroutines write while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // serveReal serves e's store through httpapi.NewServer on a real loopback socket with limits, and returns its
 // address and its log.
-func serveReal(t *testing.T, e *env, limits gcos.HTTPConfig) (string, *lockedBuffer) {
+func serveReal(t *testing.T, e *env, limits gcos.HTTPConfig) (string, *gcostest.LogBuffer) {
 	t.Helper()
 	return serveStore(t, e.store, limits)
 }
 
 // serveStore is serveReal for any store.
-func serveStore(t *testing.T, store *postgres.Store, limits gcos.HTTPConfig) (string, *lockedBuffer) {
+func serveStore(t *testing.T, store *postgres.Store, limits gcos.HTTPConfig) (string, *gcostest.LogBuffer) {
 	t.Helper()
 	return serveWithRegistry(t, store, limits, prometheus.NewRegistry())
 }
 
 // serveWithRegistry is serveStore with the server's metrics in reg, for tests that read them in process.
-func serveWithRegistry(t *testing.T, store *postgres.Store, limits gcos.HTTPConfig, reg *prometheus.Registry) (string, *lockedBuffer) {
+func serveWithRegistry(t *testing.T, store *postgres.Store, limits gcos.HTTPConfig, reg *prometheus.Registry) (string, *gcostest.LogBuffer) {
 	t.Helper()
 	limits.Listen = "127.0.0.1:0"
 	limits.ReaderTokens, limits.OperatorTokens = []string{readerToken}, []string{operatorToken}
-	logs := &lockedBuffer{}
+	logs := &gcostest.LogBuffer{}
 	srv, err := httpapi.NewServer(httpapi.Config{Store: store, HTTP: limits, Registry: reg,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), Version: "test"})
 	if err != nil {

@@ -1,10 +1,8 @@
 package oracle_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"gcos"
@@ -16,24 +14,6 @@ import (
 	"gcos/scan"
 	"gcos/world"
 )
-
-// lockedBuffer is a log a store writes from any goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestAbsentRegistriesDegrade is a first deployment as the seeds record the live estate: SB-2's responsibility
 // scopes, the ownership registry, the coverage profile or the axis registry may not exist yet. With each of them
@@ -86,7 +66,7 @@ func TestAbsentRegistriesDegrade(t *testing.T) {
 			w.Exec(t, `DROP TABLE `+strings.Join(tc.drop, ", "))
 
 			// Start-up: the substrate check passes and says, in one line, what is missing and what degrades.
-			var log lockedBuffer
+			var log gcostest.LogBuffer
 			if _, err := postgres.New(pool, w.Cfg, slog.New(slog.NewTextHandler(&log, nil))).Prepare(w.Ctx, postgres.PrepareOptions{}); err != nil {
 				t.Fatalf("migrate without %v: %v", tc.drop, err)
 			}
