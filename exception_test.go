@@ -1,6 +1,7 @@
 package gcos_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +130,21 @@ func TestCoverageRecordAt(t *testing.T) {
 			}
 		})
 	}
+	// A withdrawal says what the registry's row names now: a selector it leaves open as *, a group row as this group.
+	for _, tc := range []struct {
+		current *gcos.ExceptionRow
+		target  gcos.ExceptionTarget
+		detail  string
+	}{
+		{onGroup(func(e *gcos.ExceptionRow) { e.ScopeCode, e.EntityType = nil, gcos.Str("invoice") }), groupRow,
+			"now names scope *, class invoice, collection orders, not this row's health/order/orders"},
+		{onObject(), groupRow, "now names object orders:o-1, not this group"},
+	} {
+		_, lift := rec(nil).At(now, tc.current, tc.target, fp)
+		if lift == nil || !strings.Contains(lift.Detail, tc.detail) {
+			t.Fatalf("lift %+v, want its detail to say %q", lift, tc.detail)
+		}
+	}
 }
 
 func TestCheckObject(t *testing.T) {
@@ -160,6 +176,10 @@ func TestCheckObject(t *testing.T) {
 		}), nil, []string{"invalid_schema:lifecycle_status=ACTIVE"}},
 		{"an unheard-of risk class, named once", ok, []string{"extreme", "extreme"}, []string{"invalid_schema:risk_class=extreme"}},
 		{"no risk class at all", ok, []string{gcos.UnknownRisk}, []string{"birth_or_registry_missing:risk_class=unknown"}},
+		{"each distinct risk class checked, past a repeat", ok, []string{"write_high", "write_high", "extreme"},
+			[]string{"invalid_schema:risk_class=extreme"}},
+		{"a missing risk class and an unheard-of one", ok, []string{gcos.UnknownRisk, "extreme"},
+			[]string{"birth_or_registry_missing:risk_class=unknown", "invalid_schema:risk_class=extreme"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

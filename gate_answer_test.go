@@ -81,3 +81,24 @@ func TestBlockAll(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckObjectRef(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{
+		{"orders:o-1", true},
+		{"orders:o-1:part", true}, // the code is everything after the first colon
+		{"orders", false},
+		{":o-1", false},
+		{"orders:", false},
+		{":", false},
+		{"", false},
+		{"orders:o\x1b[2J", false},
+	} {
+		if err := gcos.CheckObjectRef(tc.in); (err == nil) != tc.ok {
+			t.Errorf("CheckObjectRef(%q) = %v, want ok %v", tc.in, err, tc.ok)
+		}
+	}
+}

@@ -308,6 +308,10 @@ func TestGateObject(t *testing.T) {
 				row(gcos.GateSourceObject, "render", gcos.CoverageApprovedException, relevant)},
 				with(covered(), 1, group("health", gcos.CoverageOrphan, relevant))...)},
 			decision: "block", effective: "relevant", worst: 2, first: "[health] blocked: risk class write_high is high risk and no owner resolves in scope health (orphan)"},
+		{name: "an object row's exception reaches its scope's group wherever the rows stand",
+			in: gcos.ObjectGateInput{Action: "write", Scopes: scopes, Rows: append(with(covered(), 1, group("health", gcos.CoverageOrphan, relevant)),
+				row(gcos.GateSourceObject, "health", gcos.CoverageApprovedException, relevant))},
+			decision: "allow", effective: "relevant", worst: 0, first: "[approval] allowed"},
 		{name: "an input problem blocks first, by name, although every row allows",
 			in: gcos.ObjectGateInput{Action: "read", Rows: covered(), Scopes: scopes, Problems: []gcos.InputProblem{{
 				State: gcos.InputInvalidSchema, Field: "lifecycle_status", Value: "Active ", Reason: `lifecycle_status "Active " is not one of active`}}},
