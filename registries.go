@@ -161,6 +161,9 @@ type BaseGroup struct {
 	MaxBornAt       time.Time
 	MaxID           int64
 	ContentHash     Fingerprint
+	// NewestXID is the 64-bit id of the youngest transaction that wrote one of its births or their anchors, as a
+	// capture read it (0 unknown): the evidence that a group is unchanged between two captures.
+	NewestXID int64
 }
 
 // Dimensions returns the base group's dimension tuple in each scope.

@@ -2,10 +2,14 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +34,22 @@ type SnapshotGroup struct {
 	SourceRegistry string    `json:"source_registry"`
 	// Inputs fingerprints, per registry, the rows besides births that feed the group's verdict (gcos.GroupInputs).
 	Inputs map[string]string `json:"inputs,omitempty"`
+	// NewestXID is the 64-bit id of the youngest transaction that wrote one of the group's births or their anchors
+	// (baseAggregateSQL); 0 in a snapshot captured before it was recorded.
+	NewestXID int64 `json:"newest_xid,omitempty"`
+}
+
+// UnchangedSince reports whether the group's births are provably the very row versions prev saw: as many, and none
+// written by a transaction that was not finished at prev's cut (each is then a row version prev's snapshot saw,
+// under the same anchor, so in the same group). Two captures of such a group must hash alike; when they do not, the
+// hash depends on something besides content (SPEC's snapshot_nondeterministic). Without the evidence (a snapshot
+// older than NewestXID or its cut) it reports false: a change is then presumed, never nondeterminism.
+func (g SnapshotGroup) UnchangedSince(prev SnapshotGroup, prevCut *SnapshotCut) bool {
+	if prevCut == nil || g.NewestXID <= 0 || g.Count != prev.Count {
+		return false
+	}
+	xmin, ok := prevCut.xmin()
+	return ok && g.NewestXID < xmin
 }
 
 // SnapshotTotals summarises a capture.
@@ -49,6 +69,21 @@ type SnapshotMetrics struct {
 	Groups         map[string]SnapshotGroup `json:"groups"`
 	// Cut is the capture's instant (absent in snapshots captured before it was recorded).
 	Cut *SnapshotCut `json:"cut,omitempty"`
+	// RowHash names the row hash the content hashes were computed with (RowHashExpr under the source binding): two
+	// captures' hashes are comparable only under one definition. Absent in snapshots captured before it was recorded.
+	RowHash string `json:"row_hash,omitempty"`
+}
+
+// SameRowsHashedApart reports whether the group key hashes differently in cur than in prev although its births
+// are provably the very row versions prev saw (SnapshotGroup.UnchangedSince) under the same row hash: two captures
+// of an unchanged group that differ, so the hash depends on something besides row content.
+func SameRowsHashedApart(prev, cur SnapshotMetrics, key string) bool {
+	p, ok := prev.Groups[key]
+	g, ok2 := cur.Groups[key]
+	if !ok || !ok2 || p.ContentHash == g.ContentHash || prev.RowHash == "" || prev.RowHash != cur.RowHash {
+		return false
+	}
+	return g.UnchangedSince(p, prev.Cut)
 }
 
 // SnapshotCut is the instant a capture read the source at: what committed before it is in the snapshot, what
@@ -60,6 +95,16 @@ type SnapshotCut struct {
 	At time.Time `json:"at"`
 	// Snapshot is the capture's pg_current_snapshot(): a transaction not visible in it committed after the cut.
 	Snapshot string `json:"snapshot"`
+}
+
+// xmin is the cut's oldest transaction still running ("xmin:xmax:xip,…"): every transaction before it had finished.
+func (c SnapshotCut) xmin() (int64, bool) {
+	head, _, ok := strings.Cut(c.Snapshot, ":")
+	if !ok {
+		return 0, false
+	}
+	x, err := strconv.ParseInt(head, 10, 64)
+	return x, err == nil && x > 0
 }
 
 // GroupDelta is one group's drift against the previous snapshot of the same scope.
@@ -149,6 +194,11 @@ func (b BirthBinding) SQL(text string) string { return b.Names().SQL(text) }
 // aggregated with their parent code, so anchors are looked up once per (parent, group), never per row. OFFSET 0
 // keeps the anchor lookup an index probe on the unique (collection, code) index per aggregate row: flattened into a
 // join, the planner hashed the whole inventory for every batch, so a batch cost O(all births) instead of O(batch).
+//
+// The last column is the base group's newest row version: the 64-bit id of the youngest transaction that wrote one
+// of its rows or their anchors (the capture's xmax, plus this transaction's reference for age(), minus the smallest
+// age()). A row frozen or written more than 2³¹ transactions ago reads as old or as young, never as a wrong old
+// value, so the proof of an unchanged group it feeds (SnapshotGroup.UnchangedSince) can fail, never lie.
 func (b BirthBinding) baseAggregateSQL() string { return b.baseAggregateSQLOf(pgx.Identifier{b.Table}) }
 
 // baseAggregateSQLOf is baseAggregateSQL over the births of one partition (or the whole table): the births are read
@@ -158,13 +208,15 @@ func (b BirthBinding) baseAggregateSQLOf(part pgx.Identifier) string {
 	n["part"] = part
 	return n.SQL(`
 SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.coll), coalesce(p.{status}, a.status),
-       sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text
+       sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text,
+       (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint + age(xid(pg_snapshot_xmax(pg_current_snapshot()))))
+           - min(least(a.age, p.age))
 FROM (
     SELECT b.type, b.coll, b.status, b.parent, count(*) AS n, max(b.born) AS max_born, max(b.id) AS max_id,
-           sum(b.h) AS h0, sum(hashint8extended(b.h, 1)) AS h1
+           sum(b.h) AS h0, sum(hashint8extended(b.h, 1)) AS h1, min(b.age) AS age
     FROM (
         SELECT b.{type} AS type, b.{coll} AS coll, b.{status} AS status, b.{parent} AS parent, b.{born} AS born, b.{id} AS id,
-               ` + RowHashExpr + ` AS h
+               ` + RowHashExpr + ` AS h, age(b.xmin) AS age
         FROM {part} b
         WHERE b.{id} >= $1 AND b.{id} < $2
         OFFSET 0
@@ -173,7 +225,7 @@ FROM (
     OFFSET 0
 ) a
 LEFT JOIN LATERAL (
-    SELECT p.{type}, p.{coll}, p.{status} FROM {t} p
+    SELECT p.{type}, p.{coll}, p.{status}, age(p.xmin) AS age FROM {t} p
     WHERE a.parent IS NOT NULL AND p.{coll} = a.coll AND p.{code} = a.parent
     OFFSET 0
 ) p ON true
@@ -265,6 +317,12 @@ func (b BirthBinding) estateCountSQL() string {
 	return b.SQL(`SELECT count(*) FROM {t}`)
 }
 
+// rowHashName names the row hash under this binding: the first 16 hex digits of the SHA-256 of its expression.
+func (b BirthBinding) rowHashName() string {
+	sum := sha256.Sum256([]byte(b.SQL(RowHashExpr)))
+	return hex.EncodeToString(sum[:8])
+}
+
 // rowHashSQL returns one birth's fingerprint contribution, computed exactly as baseAggregateSQL does.
 func (b BirthBinding) rowHashSQL() string {
 	return b.SQL(`
@@ -331,7 +389,7 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, parts []birthPart
 			for rows.Next() {
 				var g gcos.BaseGroup
 				var lo, hi string
-				if err := rows.Scan(&g.ObjectClass, &g.SourceRegistry, &g.LifecycleStatus, &g.Count, &g.MaxBornAt, &g.MaxID, &lo, &hi); err != nil {
+				if err := rows.Scan(&g.ObjectClass, &g.SourceRegistry, &g.LifecycleStatus, &g.Count, &g.MaxBornAt, &g.MaxID, &lo, &hi, &g.NewestXID); err != nil {
 					rows.Close()
 					return fmt.Errorf("batch [%d,%d): %w", b.lo, b.hi, err)
 				}
@@ -362,6 +420,7 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, parts []birthPart
 				if g.MaxBornAt.After(m.MaxBornAt) {
 					m.MaxBornAt = g.MaxBornAt
 				}
+				m.NewestXID = max(m.NewestXID, g.NewestXID)
 			}
 			done += b.hi - b.lo
 			if opts.Progress != nil {
@@ -521,7 +580,7 @@ func fingerprintRange(ctx context.Context, tx pgx.Tx, sql string, lo, hi int64) 
 	for rows.Next() {
 		var g gcos.BaseGroup
 		var l, h string
-		if err := rows.Scan(&g.ObjectClass, &g.SourceRegistry, &g.LifecycleStatus, &g.Count, &g.MaxBornAt, &g.MaxID, &l, &h); err != nil {
+		if err := rows.Scan(&g.ObjectClass, &g.SourceRegistry, &g.LifecycleStatus, &g.Count, &g.MaxBornAt, &g.MaxID, &l, &h, &g.NewestXID); err != nil {
 			return gcos.Fingerprint{}, err
 		}
 		f, err := gcos.FingerprintFromSums(l, h)
@@ -637,6 +696,7 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 	s.logger.Debug("snapshot: batches read", "scope", opts.Scope, "partitions", len(parts), "batches", batches, "elapsed", time.Since(t0))
 	snap := Snapshot{Scope: opts.Scope, Registries: regs, Metrics: SnapshotMetrics{
 		RunID: opts.RunID, RulesetVersion: opts.RulesetVersion, Groups: map[string]SnapshotGroup{}, Cut: &cut,
+		RowHash: s.BirthBinding().rowHashName(),
 	}}
 	keys := make([]baseKey, 0, len(bases))
 	for k := range bases {
@@ -653,7 +713,8 @@ func (s *Store) captureSnapshot(ctx context.Context, opts CaptureOptions) (Snaps
 			g := gcos.NewGroup(d, base.Count)
 			snap.Groups = append(snap.Groups, g)
 			snap.Metrics.Groups[g.Key] = SnapshotGroup{Count: base.Count, MaxBornAt: base.MaxBornAt.UTC(), MaxID: base.MaxID,
-				ContentHash: base.ContentHash.String(), SourceRegistry: base.SourceRegistry, Inputs: regs.GroupInputs(d)}
+				ContentHash: base.ContentHash.String(), SourceRegistry: base.SourceRegistry, Inputs: regs.GroupInputs(d),
+				NewestXID: base.NewestXID}
 		}
 	}
 	snap.Metrics.Totals.Groups = len(snap.Metrics.Groups)

@@ -29,6 +29,9 @@ type AuditResult struct {
 	Signalled       int      `json:"signalled_groups"` // changed groups a handoff had already dirtied
 	Pending         int      `json:"pending_groups"`   // changed groups whose new births the tail has not reached yet
 	LostSignals     []string `json:"lost_signal_groups"`
+	// Nondeterministic lists the groups whose two captures differ although their births are provably the same row
+	// versions (postgres.SameRowsHashedApart): the hash, not the source, moved (snapshot_nondeterministic).
+	Nondeterministic []string `json:"nondeterministic_groups,omitempty"`
 	// RegistryDrift is, per registry that feeds verdicts besides births (gcos.GroupInputs), the groups whose
 	// inputs from it changed since the previous snapshot and how many of those no change row had signalled.
 	RegistryDrift map[string]RegistryDrift `json:"registry_drift,omitempty"`
@@ -296,6 +299,8 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		for _, key := range changed {
 			switch {
+			case postgres.SameRowsHashedApart(prev.Metrics, snap.Metrics, key):
+				res.Nondeterministic = append(res.Nondeterministic, key)
 			case signalled[key]:
 				res.Signalled++
 			case cursor != nil && snap.Metrics.Groups[key].MaxBornAt.After(*cursor):
@@ -325,6 +330,16 @@ func (s *Stage) fullAudit(ctx context.Context, progress func(done, total int64),
 		}
 		if err := s.reportRegistryDrift(ctx, tx, res, drifted, signalled, snap.ID, prev.ID, rs.Version); err != nil {
 			return err
+		}
+		if len(res.Nondeterministic) > 0 {
+			// Two captures of unchanged births disagree: no snapshot hashed this way can be trusted to say what
+			// changed. Ruleset activation is frozen while the finding is open (SPEC §5); an operator resolves it.
+			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueSnapshotNondeterministic, Subject: "snapshot-drift",
+				RunID: res.RunID, RulesetVersion: rs.Version, Evidence: map[string]any{"kind": "same_rows_hashed_apart",
+					"groups": len(res.Nondeterministic), "sample": res.Nondeterministic[:min(len(res.Nondeterministic), 20)],
+					"snapshot_id": snap.ID, "previous_snapshot_id": prev.ID, "effect": "ruleset activation frozen until resolved"}}); err != nil {
+				return err
+			}
 		}
 		if len(res.LostSignals) == 0 {
 			return nil
