@@ -198,7 +198,9 @@ func (b BirthBinding) SQL(text string) string { return b.Names().SQL(text) }
 // The last column is the base group's newest row version: the 64-bit id of the youngest transaction that wrote one
 // of its rows or their anchors (the capture's xmax, plus this transaction's reference for age(), minus the smallest
 // age()). A row frozen or written more than 2³¹ transactions ago reads as old or as young, never as a wrong old
-// value, so the proof of an unchanged group it feeds (SnapshotGroup.UnchangedSince) can fail, never lie.
+// value, so the proof of an unchanged group it feeds (SnapshotGroup.UnchangedSince) can fail, never lie. A child
+// whose anchor is gone reads as written now: a deleted anchor leaves no row version behind, yet moves its children
+// to their own class's group, so a group holding such a child is never proven unchanged.
 func (b BirthBinding) baseAggregateSQL() string { return b.baseAggregateSQLOf(pgx.Identifier{b.Table}) }
 
 // baseAggregateSQLOf is baseAggregateSQL over the births of one partition (or the whole table): the births are read
@@ -210,7 +212,7 @@ func (b BirthBinding) baseAggregateSQLOf(part pgx.Identifier) string {
 SELECT coalesce(p.{type}, a.type), coalesce(p.{coll}, a.coll), coalesce(p.{status}, a.status),
        sum(a.n)::bigint, max(a.max_born), max(a.max_id), sum(a.h0)::text, sum(a.h1)::text,
        (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint + age(xid(pg_snapshot_xmax(pg_current_snapshot()))))
-           - min(least(a.age, p.age))
+           - min(CASE WHEN a.parent IS NOT NULL AND p.age IS NULL THEN -2147483648 ELSE least(a.age, p.age) END)
 FROM (
     SELECT b.type, b.coll, b.status, b.parent, count(*) AS n, max(b.born) AS max_born, max(b.id) AS max_id,
            sum(b.h) AS h0, sum(hashint8extended(b.h, 1)) AS h1, min(b.age) AS age

@@ -1,9 +1,14 @@
 package postgres_test
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"gcos/postgres"
+	"gcos/world"
 )
 
 // TestSameRowsHashedApart: two captures of a group are held to agree only when its births are provably the row
@@ -51,5 +56,80 @@ func TestSameRowsHashedApart(t *testing.T) {
 				t.Fatalf("SameRowsHashedApart = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestCaptureRecordsNewestRowVersion: a capture records per group the youngest transaction that wrote one of its
+// births or their anchors, exactly; an update moves only its group's; a child whose anchor is deleted makes the
+// group it falls into read as written after the capture, since a deleted row leaves no version to read.
+func TestCaptureRecordsNewestRowVersion(t *testing.T) {
+	t.Parallel()
+	b := sb12World(t, 1500)
+	container, err := world.AddChildren(b.ctx, b.pool, 3, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capture := func(run string) postgres.Snapshot {
+		return b.sb12Capture(t, postgres.CaptureOptions{Scope: postgres.SnapshotScan, RunID: run})
+	}
+	newest := func(s postgres.Snapshot) map[sb12Base]int64 {
+		out := map[sb12Base]int64{}
+		for _, g := range s.Groups {
+			out[sb12BaseOf(g)] = s.Metrics.Groups[g.Key].NewestXID
+		}
+		return out
+	}
+	cutXmax := func(s postgres.Snapshot) int64 {
+		_, rest, _ := strings.Cut(s.Metrics.Cut.Snapshot, ":")
+		x, _, _ := strings.Cut(rest, ":")
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			t.Fatalf("cut %q: %v", s.Metrics.Cut.Snapshot, err)
+		}
+		return n
+	}
+	first := capture("newest-1")
+	before := newest(first)
+	for base, x := range before {
+		if x <= 0 || x >= cutXmax(first) {
+			t.Fatalf("group %v: newest row version %d, want a committed transaction before the cut (xmax %d)", base, x, cutXmax(first))
+		}
+	}
+
+	// One update: its transaction is exactly its group's newest row version, and no other group's moves.
+	var base sb12Base
+	var xid int64
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(b.ctx, `UPDATE birth_registry SET source_system = 'edited' WHERE id = (
+			SELECT min(id) FROM birth_registry WHERE parent_code IS NULL AND collection_name <> $1)
+			RETURNING entity_type, collection_name, status`, container.Collection).Scan(&base.class, &base.registry, &base.lifecycle); err != nil {
+			return err
+		}
+		return tx.QueryRow(b.ctx, `SELECT pg_current_xact_id()::text::bigint`).Scan(&xid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := newest(capture("newest-2"))
+	for k, x := range after {
+		want := before[k]
+		if k.class == base.class && k.registry == base.registry && k.lifecycle == base.lifecycle {
+			want = xid
+		}
+		if x != want {
+			t.Fatalf("group %v: newest row version %d, want %d (the update was %d on %v)", k, x, want, xid, base)
+		}
+	}
+
+	// The children's anchor deleted behind the tail: the group they fall into can never be proven unchanged.
+	var class, status string
+	if err := b.pool.QueryRow(b.ctx, `SELECT entity_type, status FROM birth_registry WHERE collection_name = $1 AND parent_code = $2 LIMIT 1`,
+		container.Collection, container.EntityCode).Scan(&class, &status); err != nil {
+		t.Fatal(err)
+	}
+	b.exec(t, `DELETE FROM birth_registry WHERE collection_name = $1 AND entity_code = $2`, container.Collection, container.EntityCode)
+	third := capture("newest-3")
+	if x := newest(third)[sb12Base{class, container.Collection, status}]; x < cutXmax(third) {
+		t.Fatalf("the group holding children whose anchor is gone: newest row version %d, want one after the cut (xmax %d)", x, cutXmax(third))
 	}
 }
