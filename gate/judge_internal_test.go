@@ -2,6 +2,7 @@ package gate
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +116,61 @@ func TestJudge(t *testing.T) {
 			}
 			if len(fu.inputs) != tt.inputs {
 				t.Errorf("%d input follow-ups, want %d", len(fu.inputs), tt.inputs)
+			}
+		})
+	}
+}
+
+// TestStatement: the sentence an answer gives for each consulted row says exactly what its verdict rests on.
+func TestStatement(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	g := &Gate{}
+	captured, valid := now.Add(-time.Hour), now.Add(time.Hour)
+	read := func(edits ...func(*candidateRead)) candidateRead {
+		r := candidateRead{source: gcos.GateSourceGroup, key: "g-a", scope: "health", rulesetStatus: gcos.RulesetActive,
+			snapshotAt: &captured, coverage: gcos.CoverageCovered,
+			row: gcos.CandidateRow{SnapshotRef: 7, RulesetVersion: "rs-1", ScanTime: now.Add(-time.Minute),
+				Verdict: gcos.VerdictRelevant, StaleAfter: &valid, CoverageRequired: true}}
+		for _, e := range edits {
+			e(&r)
+		}
+		return r
+	}
+	clean := gcos.EffectiveState{Verdict: gcos.VerdictRelevant, Clean: true}
+	const head = "object orders:o-1 was relevant in scope health under ruleset rs-1 (active), snapshot 7 (captured 2026-06-01T11:00:00Z), " +
+		"scanned 2026-06-01T11:59:00Z, valid until 2026-06-01T13:00:00Z"
+	tests := []struct {
+		name string
+		r    candidateRead
+		eff  gcos.EffectiveState
+		want string
+	}{
+		{"a clean covered group", read(), clean, head + "; coverage covered"},
+		{"no coverage recorded", read(func(r *candidateRead) { r.coverage = "" }), clean, head + "; coverage not recorded"},
+		{"a lifted exception", read(func(r *candidateRead) {
+			r.coverage, r.recorded.Outcome = gcos.CoverageOrphan, gcos.CoverageApprovedException
+			r.lift = &gcos.ExceptionLift{Detail: "exception EXC-1 was revoked"}
+		}), clean, head + "; coverage orphan (recorded approved_exception, lifted: exception EXC-1 was revoked)"},
+		{"no coverage asked of it", read(func(r *candidateRead) { r.row.CoverageRequired = false }), clean, head},
+		{"not relevant: no coverage", read(func(r *candidateRead) { r.row.Verdict = gcos.VerdictNotRelevant }),
+			gcos.EffectiveState{Verdict: gcos.VerdictNotRelevant, Clean: true},
+			strings.Replace(head, "was relevant", "was not_relevant", 1)},
+		{"stale now", read(), gcos.EffectiveState{Verdict: gcos.VerdictStale, Reasons: []string{"dirty", "expired"}},
+			head + "; coverage covered; now stale (dirty, expired)"},
+		{"a pruned snapshot and no expiry", read(func(r *candidateRead) { r.snapshotAt, r.row.StaleAfter, r.scope = nil, nil, "" }), clean,
+			"object orders:o-1 was relevant under ruleset rs-1 (active), snapshot 7 (pruned: dangling), scanned 2026-06-01T11:59:00Z, " +
+				"no expiry recorded; coverage covered"},
+		{"a group with no verdict", read(func(r *candidateRead) { r.row = gcos.CandidateRow{} }), gcos.EffectiveState{},
+			"object orders:o-1 (group g-a, scope health) has no verdict under the current ruleset: unknown"},
+		{"no group", read(func(r *candidateRead) { r.row, r.key = gcos.CandidateRow{}, "" }), gcos.EffectiveState{},
+			"object orders:o-1 belongs to no known group: unknown"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := g.statement("orders:o-1", tt.r, tt.eff); got != tt.want {
+				t.Fatalf("statement:\n got %s\nwant %s", got, tt.want)
 			}
 		})
 	}
