@@ -66,24 +66,27 @@ func TestLedger(t *testing.T) {
 		{"relevant", "covered", 10}, {"relevant", "orphan", 2}, {"relevant", "approved_exception", 1},
 		{"not_relevant", "", 5}, {"retired", "", 4}, {"stale", "", 3}, {"unknown", "", 2}, {"needs_input", "", 1},
 		{"deferred_birth", "", 6}, {"class_0", "", 7},
+		// A second group in each bucket adds to it (a ledger sums many groups).
+		{"relevant", "covered", 1}, {"relevant", "orphan", 1}, {"relevant", "approved_exception", 1},
+		{"retired", "", 1}, {"stale", "", 1}, {"deferred_birth", "", 1}, {"class_0", "", 1},
 	}
-	l := gcos.Ledger{Scope: "policy", Total: 41}
+	l := gcos.Ledger{Scope: "policy", Total: 48}
 	for _, o := range objects {
 		l.Add(gcos.BucketFor(o.verdict, o.coverage), o.count)
 	}
-	want := gcos.Ledger{Scope: "policy", Total: 41, Covered: 10, Orphans: 2, ApprovedExceptions: 1, RetiredOrIgnored: 9,
-		Stale: 6, DeferredBirth: 6, Class0: 7}
+	want := gcos.Ledger{Scope: "policy", Total: 48, Covered: 11, Orphans: 3, ApprovedExceptions: 2, RetiredOrIgnored: 10,
+		Stale: 7, DeferredBirth: 7, Class0: 8}
 	if diff := cmp.Diff(want, l); diff != "" {
 		t.Fatalf("ledger (-want +got):\n%s", diff)
 	}
-	if l.Sum() != 41 || !l.Closes() || l.Difference() != 0 {
+	if l.Sum() != 48 || !l.Closes() || l.Difference() != 0 {
 		t.Fatalf("Sum %d, Closes %v, Difference %d", l.Sum(), l.Closes(), l.Difference())
 	}
-	l.Total = 43
+	l.Total = 50
 	if l.Closes() || l.Difference() != 2 {
 		t.Fatalf("uncounted objects: Closes %v, Difference %d", l.Closes(), l.Difference())
 	}
-	l.Total = 40
+	l.Total = 47
 	if l.Closes() || l.Difference() != -1 {
 		t.Fatalf("double-counted object: Closes %v, Difference %d", l.Closes(), l.Difference())
 	}
