@@ -294,7 +294,7 @@ func (s *Scheduler) auditLoop(ctx context.Context) error {
 			outage.Succeeded()
 			s.tick(ctx, postgres.ModeFullAudit, "ok")
 			s.logger().Info("full audit", "run_id", res.RunID, "snapshot", res.SnapshotID, "changed_groups", res.ChangedGroups,
-				"lost_signals", len(res.LostSignals), "count_drift", res.CountDrift, "kept_count_drift", len(res.KeptCountDrift),
+				"lost_signals", len(res.LostSignals), "nondeterministic", len(res.Nondeterministic), "count_drift", res.CountDrift, "kept_count_drift", len(res.KeptCountDrift),
 				"expired", res.Expired, "scanned", res.Scanned, "invariant_closes", res.Ledger.Closes, "elapsed", res.Elapsed)
 			if _, err := s.verify(ctx, res.RunID); err != nil && ctx.Err() == nil { // verify logs what it proved
 				s.logger().Error("full audit", "err", err)
