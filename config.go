@@ -261,7 +261,7 @@ type ScanConfig struct {
 	CoalesceWindow      Duration `json:"coalesce_window"`      // debounce before an event-driven scan
 	IncrementalInterval Duration `json:"incremental_interval"` // how often the whole dirty set is scanned
 	FullAuditInterval   Duration `json:"full_audit_interval"`  // how often the full audit runs
-	StormFraction       float64  `json:"storm_fraction"`       // a tick dirtying more than this share of groups is a storm
+	StormFraction       float64  `json:"storm_fraction"`       // a tick of the tail dirtying more than this share of groups is a storm
 	StormBatch          int      `json:"storm_batch"`          // groups per tick while throttled by a storm
 	RetryBase           Duration `json:"retry_base"`
 	RetryMax            Duration `json:"retry_max"`

@@ -27,3 +27,20 @@ var MembershipDirtyReasons = []string{"handoff:" + string(ChangeObjectBorn), "ha
 func MembershipOnly(reason *string) bool {
 	return reason != nil && slices.Contains(MembershipDirtyReasons, *reason)
 }
+
+// InvalidationStorm reports whether one intake tick that newly dirtied dirtied of groups groups is an invalidation
+// storm: more than fraction of all groups at once (the seeds' rule, a rate). A large standing dirty set is no
+// storm by itself: a wide ruleset activation dirties every group it changes without a tick of the intake.
+func InvalidationStorm(dirtied, groups int64, fraction float64) bool {
+	return overShare(dirtied, groups, fraction)
+}
+
+// StormDraining reports whether an open storm's throttle still holds: while more than fraction of all groups stay
+// dirty the scan takes at most its storm batch per tick, and once the dirty set is back under it the storm ends.
+func StormDraining(dirty, groups int64, fraction float64) bool {
+	return overShare(dirty, groups, fraction)
+}
+
+func overShare(n, groups int64, fraction float64) bool {
+	return groups > 0 && float64(n) > fraction*float64(groups)
+}

@@ -64,6 +64,9 @@ const (
 	IssuePhantomGap               IssueType = "phantom_gap"          // an exception naming an object with no birth
 )
 
+// StormSubject is the subject of the one group_invalidation_storm finding: a storm is about all groups at once.
+const StormSubject = "groups"
+
 // CoverageGapTypes are the coverage detections (detect.go): a scan raises them and the scan that sees the condition
 // gone resolves them, announced as governance.coverage.gap_resolved.
 var CoverageGapTypes = []IssueType{IssueCoverageOrphan, IssueCoverageOwnerGap, IssueCoverageIsland, IssuePhantomGap}

@@ -9,7 +9,8 @@
 //     that dirties them and emits the handoff signals (Stage.ApplyHandoff);
 //   - backfill.go, handshake.go: the seed, and its handshake with the tail (cursors start at the seed's horizon);
 //   - silence.go, monitor.go: the silent-gap check and the loop that runs it under its lease;
-//   - worker.go: the loop that polls every source.
+//   - worker.go: the loop that polls every source; storm.go: the storm rule over each of its ticks (a tick that
+//     dirties more than scan.storm_fraction of all groups raises group_invalidation_storm).
 //
 // The stage reaches candidate state only through the store core's surface (postgres: seed, mark dirty, object
 // rows, kept counts, the current ruleset). It holds no state of its own beyond caches: everything lives in the

@@ -32,6 +32,7 @@ type Stage struct {
 	lags                sync.Map                          // source → its last LagReport (Lags)
 	tsTypes             sync.Map                          // source → whether its cursor's column is a timestamp without time zone (present)
 	registries          atomic.Pointer[[]watchedRegistry] // the watched registries that existed at the last poll
+	groups              postgres.GroupCount               // the storm rule's denominator (WatchStorm)
 }
 
 // RetryDomain is the event_pending.event_domain of the intake's retry lane: its entries name their source in
@@ -48,12 +49,17 @@ type Config struct {
 	TTL gcos.TTLConfig
 	// ObjectRiskClasses are the classes whose objects get rows of their own (gate.object_risk_classes).
 	ObjectRiskClasses []string
+	// StormFraction and StormBatch are the storm rule's threshold and the scan's throttle (scan.storm_fraction,
+	// scan.storm_batch): a tick of the tail that newly dirties more than that share of all groups raises
+	// group_invalidation_storm.
+	StormFraction float64
+	StormBatch    int
 }
 
 // ConfigOf picks the intake stage's configuration out of the whole.
 func ConfigOf(c gcos.Config) Config {
 	return Config{Intake: c.Intake, Binding: c.SourceBinding, Outage: c.Outage, TTL: c.TTL,
-		ObjectRiskClasses: c.Gate.ObjectRiskClasses}
+		ObjectRiskClasses: c.Gate.ObjectRiskClasses, StormFraction: c.Scan.StormFraction, StormBatch: c.Scan.StormBatch}
 }
 
 // New returns the intake stage over store, deciding by its sections of the store's configuration.

@@ -140,6 +140,7 @@ type PollResult struct {
 	HeldBy       *HorizonHolder `json:"held_by,omitempty"` // the transaction that bounded the horizon; nil: the clock did
 	Stalled      string         `json:"stalled,omitempty"` // why the horizon could not be used at all
 	Position     string         `json:"position"`          // the cursor after the poll (a watermark)
+	Dirtied      int64          `json:"dirtied"`           // groups the committed poll newly marked dirty
 }
 
 // tailPos is a cursor position in the column's own type; start means before the first row.
@@ -477,7 +478,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 		if _, err := tx.Exec(ctx, tailTouchSQL, src.Name, res.summary(), horizon); err != nil {
 			return res, fmt.Errorf("poll %s: %w", src.Name, err)
 		}
-		return res, tailCommit(ctx, tx, src.Name)
+		return res.committed(ctx, tx, tally)
 	}
 	last := rows[len(rows)-1]
 	res.Position = next.watermark(cur.noTZ)
@@ -494,7 +495,17 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	if err := auditBatch(ctx, tx, src, cur.pos.watermark(cur.noTZ), res, rows, tally); err != nil {
 		return res, fmt.Errorf("poll %s: %w", src.Name, err)
 	}
-	return res, tailCommit(ctx, tx, src.Name)
+	return res.committed(ctx, tx, tally)
+}
+
+// committed commits the poll's transaction and, once it has, counts the groups its apply step dirtied (a poll
+// that rolls back dirtied nothing).
+func (r PollResult) committed(ctx context.Context, tx pgx.Tx, t *batchTally) (PollResult, error) {
+	if err := tailCommit(ctx, tx, r.Source); err != nil {
+		return r, err
+	}
+	r.Dirtied = t.dirtied
+	return r, nil
 }
 
 // auditBatch writes the audit row of one delivered batch (registry_changelog, entity governance_intake, action

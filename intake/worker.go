@@ -67,6 +67,7 @@ type SourceTick struct {
 	Stalled      string         `json:"stalled,omitempty"`
 	Lag          *LagReport     `json:"lag,omitempty"`
 	Error        string         `json:"error,omitempty"`
+	Dirtied      int64          `json:"dirtied"` // groups the pass's committed polls newly marked dirty
 }
 
 // pagesPerTick bounds how many pages Run reads from one source before turning to the next, so a backlog in one
@@ -134,11 +135,25 @@ func (w *Worker) Once(ctx context.Context) ([]SourceTick, error) {
 			errs = append(errs, err)
 		}
 	}
-	if _, err := w.Stage.PollRegistries(ctx); err != nil {
+	rt, err := w.Stage.PollRegistries(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := w.Stage.WatchStorm(ctx, tickDirtied(ticks, rt)); err != nil {
 		errs = append(errs, err)
 	}
 	w.heartbeat(ctx)
 	return ticks, errors.Join(errs...)
+}
+
+// tickDirtied is how many groups one tick of the tail newly dirtied: its passes over the sources and its poll of
+// the watched registries (the storm rule's numerator, Stage.WatchStorm).
+func tickDirtied(passes []SourceTick, rt RegistryTick) int64 {
+	n := rt.Stats.Dirtied
+	for _, t := range passes {
+		n += t.Dirtied
+	}
+	return n
 }
 
 // count adds a pass to the counts the next heartbeat event reports.
@@ -239,11 +254,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	for {
 		busy, failed := false, false
 		var pollErr error
+		var rt RegistryTick
+		var passes []SourceTick
 		if time.Since(lastRegistries) >= w.Config.RegistryPoll.Duration() {
 			lastRegistries = time.Now()
 			// A registry that cannot be read never slows the tails: its failure is logged once per outage, and a
 			// token's question waits on it (its rows are not handed off) until it can.
-			rt, err := w.Stage.PollRegistries(ctx)
+			var err error
+			rt, err = w.Stage.PollRegistries(ctx)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				registryOutage.Failed(err)
@@ -268,6 +286,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				break
 			}
 			w.count(t)
+			passes = append(passes, t)
 			switch {
 			case err != nil:
 				failed = true
@@ -286,6 +305,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			w.stopped(src0(w.sources()))
 			return nil
+		}
+		// A storm the rule cannot judge now is judged by no later tick (the marks are made): logged, never fatal to
+		// the tail, which loses nothing by it.
+		if _, err := w.Stage.WatchStorm(ctx, tickDirtied(passes, rt)); err != nil && ctx.Err() == nil {
+			log.Warn("storm rule", "err", err)
 		}
 		if !failed {
 			w.lastOK.Store(time.Now().UnixNano())
@@ -354,6 +378,7 @@ func (w *Worker) pass(ctx context.Context, src postgres.TailSource, maxPages int
 			if !res.Busy {
 				t.Position, t.Horizon = res.Position, res.Horizon
 			}
+			t.Dirtied += res.Dirtied
 			if !res.PageFull {
 				break
 			}

@@ -163,7 +163,7 @@ func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, er
 // drain runs ticks of one run until a tick claims nothing (or only failures remain).
 func (s *Scheduler) drain(ctx context.Context, mode string, debounce, expired bool) (Pass, error) {
 	p := Pass{Mode: mode}
-	var dirty *int64 // the dirty set as the previous tick left it: the next tick's storm guard reads it
+	var dirty *int64 // the dirty set as the previous tick left it: the next tick's storm throttle reads it
 	for {
 		res, err := s.Stage.ScanTick(ctx, ScanOptions{Mode: mode, RunID: p.RunID, Debounce: debounce, Expired: expired, dirty: dirty})
 		if err != nil {

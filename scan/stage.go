@@ -3,7 +3,6 @@ package scan
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,10 +28,10 @@ type Stage struct {
 	// Invariant, WithLedger); nil: the full audit reports no ledger.
 	ledger func(ctx context.Context, scope string) (gcos.LedgerReport, error)
 
-	// stormOpen is what this stage knows about the group_invalidation_storm finding (stormFinding*).
-	stormOpen atomic.Int32
-	totalMu   sync.Mutex
-	total     groupCount // the storm guard's denominator, re-counted at most every groupCountTTL
+	// stormClear is when (unix nanoseconds) this stage last found no group_invalidation_storm open: it looks again
+	// no sooner than stormRecheck later (stormThrottle).
+	stormClear atomic.Int64
+	groups     postgres.GroupCount // the storm throttle's denominator
 }
 
 // Config is what the scan stage decides by: its own section (scan.*) and, of the others, only what it reads.

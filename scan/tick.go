@@ -36,7 +36,7 @@ type ScanOptions struct {
 	// groups counted above the count with their own (movedCounts).
 	moved bool
 	// dirty, when set, is the dirty set's size as the previous tick of the run counted it when it ended: the storm
-	// guard takes it instead of counting again.
+	// throttle takes it instead of counting again.
 	dirty *int64
 }
 
@@ -229,7 +229,7 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	targeted := len(opts.Groups) > 0
 	storm := false
 	if !targeted { // a few named groups are no storm's batch
-		if storm, err = s.stormGuard(ctx, rs.Version, opts.dirty); err != nil {
+		if storm, err = s.stormThrottle(ctx, opts.dirty); err != nil {
 			return res, err
 		}
 	}
@@ -737,44 +737,50 @@ func coverageGroup(v postgres.CandidateValues, g gcos.Group) gcos.CoverageGroup 
 		Members: v.MemberCount}
 }
 
-// stormGuard raises group_invalidation_storm when the dirty set exceeds the configured share of all groups, and
-// resolves it when the share drops back; the caller throttles to the storm batch while it holds.
-func (s *Stage) stormGuard(ctx context.Context, ruleset string, counted *int64) (bool, error) {
+// stormThrottle reports whether the scan is throttled to its storm batch: a group_invalidation_storm is open (the
+// tail's storm rule raised it: one of its ticks dirtied more than scan.storm_fraction of all groups, intake's
+// WatchStorm) and more than that share of the groups is still dirty. Once the dirty set is back under the share the
+// storm is over and resolved. A large dirty set with no storm open (a wide ruleset activation) is drained at the
+// full batch, high risk first. With no storm open the finding is looked for at most every stormRecheck.
+func (s *Stage) stormThrottle(ctx context.Context, counted *int64) (bool, error) {
+	if time.Since(time.Unix(0, s.stormClear.Load())) < stormRecheck {
+		return false, nil
+	}
+	var open bool
+	if err := s.pool.QueryRow(ctx, stormOpenSQL, gcos.CoalesceKey(gcos.IssueGroupInvalidationStorm, gcos.StormSubject)).Scan(&open); err != nil {
+		return false, fmt.Errorf("storm throttle: %w", err)
+	}
+	if !open {
+		s.stormClear.Store(time.Now().UnixNano())
+		return false, nil
+	}
+	ruleset, groups, err := s.groups.Current(ctx, s.pool)
+	if err != nil {
+		return false, fmt.Errorf("storm throttle: %w", err)
+	}
 	var dirty int64
 	if counted != nil {
 		dirty = *counted
 	} else if err := s.pool.QueryRow(ctx, dirtyCountSQL, ruleset).Scan(&dirty); err != nil {
-		return false, fmt.Errorf("storm guard: %w", err)
+		return false, fmt.Errorf("storm throttle: %w", err)
 	}
-	total, err := s.totalGroups(ctx, ruleset)
-	if err != nil {
-		return false, fmt.Errorf("storm guard: %w", err)
+	if gcos.StormDraining(dirty, groups, s.cfg.Scan.StormFraction) {
+		return true, nil
 	}
-	storm := total > 0 && float64(dirty) > s.cfg.Scan.StormFraction*float64(total)
-	if storm {
-		s.stormOpen.Store(stormFindingOpen)
-		_, err := s.core.RaiseFinding(ctx, gcos.Finding{Type: gcos.IssueGroupInvalidationStorm, Subject: "groups", RulesetVersion: ruleset,
-			Evidence: map[string]any{"dirty": dirty, "groups": total, "fraction": float64(dirty) / float64(total), "threshold": s.cfg.Scan.StormFraction,
-				"throttled_to": s.cfg.Scan.StormBatch}})
-		return true, err
-	}
-	if s.stormOpen.Load() == stormFindingClosed {
-		return false, nil // nothing to resolve: this store closed it (or found none) and has not raised one since
-	}
-	if _, err := s.core.ResolveFinding(ctx, gcos.IssueGroupInvalidationStorm, "groups", ""); err != nil {
+	if _, err := s.core.ResolveFinding(ctx, gcos.IssueGroupInvalidationStorm, gcos.StormSubject, ""); err != nil {
 		return false, err
 	}
-	s.stormOpen.Store(stormFindingClosed)
+	s.logger.Info("scan: the invalidation storm drained; the scan takes its full batch again", "dirty", dirty, "groups", groups)
+	s.stormClear.Store(time.Now().UnixNano())
 	return false, nil
 }
 
-// What a store knows about the storm finding: unknown at start (another process may have raised it), open once
-// it raised it, closed once it resolved it.
-const (
-	stormFindingUnknown int32 = iota
-	stormFindingOpen
-	stormFindingClosed
-)
+// stormRecheck is how long a stage that found no storm open goes before it looks again: a storm raised meanwhile
+// (by this process's tail or another's) throttles the scan from the next look on.
+const stormRecheck = time.Second
+
+// stormOpenSQL reports whether the storm finding ($1: its coalesce key) is open.
+const stormOpenSQL = `SELECT EXISTS (SELECT 1 FROM system_issues WHERE coalesce_key = $1 AND status = 'open')`
 
 // dirtyCountSQL counts the dirty groups of ruleset $1 through the partial index on dirty rows.
 const dirtyCountSQL = `SELECT count(*) FROM governance_candidate_state WHERE dirty AND ruleset_version = $1`
@@ -793,33 +799,6 @@ func (s *Stage) recordRunFailure(ctx context.Context, runID, mode, ruleset strin
 	}
 	s.core.ObserveRun(mode, postgres.RunFailed, time.Duration(took*float64(time.Second)))
 	return nil
-}
-
-// totalGroups is the number of candidate rows under ruleset, re-counted at most every groupCountTTL: the storm
-// guard's denominator, which moves only when groups are born.
-func (s *Stage) totalGroups(ctx context.Context, ruleset string) (int64, error) {
-	s.totalMu.Lock()
-	c := s.total
-	s.totalMu.Unlock()
-	if c.ruleset == ruleset && time.Since(c.at) < groupCountTTL {
-		return c.n, nil
-	}
-	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state WHERE ruleset_version = $1`, ruleset).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count groups: %w", err)
-	}
-	s.totalMu.Lock()
-	s.total = groupCount{ruleset: ruleset, n: n, at: time.Now()}
-	s.totalMu.Unlock()
-	return n, nil
-}
-
-const groupCountTTL = 10 * time.Second
-
-type groupCount struct {
-	ruleset string
-	n       int64
-	at      time.Time
 }
 
 // ExpireStale marks every row past stale_after dirty (reason ttl) and raises candidate_stale for the high-risk
