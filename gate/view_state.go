@@ -35,6 +35,10 @@ type viewState struct {
 	classes       map[string]bool
 	// objectOfCandidate maps an object row's candidate key to its object_ref (its coverage is keyed by the former).
 	objectOfCandidate map[string]string
+	// snapshotRefs and exceptionRefs count the rows that reference each snapshot and each exception, kept as rows
+	// are applied: a catch-up reads the referenced rows anew without walking every row (referenced).
+	snapshotRefs  map[int64]int
+	exceptionRefs map[string]int
 
 	// Stamps of what changed, from one clock (a remembered answer is valid while its stamps are): gen for what every
 	// answer rests on (rulesets, snapshots, exceptions, registries), baseGen per base, objectGen per object row.
@@ -74,7 +78,7 @@ const (
 func loadViewState(ctx context.Context, tx pgx.Tx, clock uint64) (*viewState, error) {
 	st := &viewState{groups: map[string]viewGroup{}, byBase: map[postgres.BirthBase][]string{}, states: map[string]gcos.CandidateRow{},
 		objects: map[string]viewObject{}, coverage: map[string]gcos.CoverageRecord{}, objectOfCandidate: map[string]string{},
-		clock: clock + 1, gen: clock + 1, baseGen: map[postgres.BirthBase]uint64{}, objectGen: map[postgres.ObjectRef]uint64{}}
+		snapshotRefs: map[int64]int{}, exceptionRefs: map[string]int{}, clock: clock + 1, gen: clock + 1, baseGen: map[postgres.BirthBase]uint64{}, objectGen: map[postgres.ObjectRef]uint64{}}
 	if err := tx.QueryRow(ctx, viewRulesetSQL).Scan(&st.version, &st.versionStatus, &st.active); err != nil {
 		return nil, fmt.Errorf("load rulesets: %w", err)
 	}
@@ -232,6 +236,12 @@ func (st *viewState) applyRows(d *viewDelta) {
 	}
 	for k, r := range d.states {
 		old, had := st.states[k]
+		if had {
+			refCount(st.snapshotRefs, old.SnapshotRef, -1)
+		}
+		if r != nil {
+			refCount(st.snapshotRefs, r.SnapshotRef, 1)
+		}
 		switch {
 		case r == nil && had:
 			delete(st.states, k)
@@ -248,12 +258,17 @@ func (st *viewState) applyRows(d *viewDelta) {
 		old, had := st.objects[ref]
 		switch {
 		case o == nil && had:
+			refCount(st.snapshotRefs, old.row.SnapshotRef, -1)
 			delete(st.objects, ref)
 			delete(st.objectOfCandidate, old.row.GroupKey)
 			bumpObject(ref)
 		case o == nil:
 		case had && old.group == o.group && sameRow(old.row, o.row):
 		default:
+			if had {
+				refCount(st.snapshotRefs, old.row.SnapshotRef, -1)
+			}
+			refCount(st.snapshotRefs, o.row.SnapshotRef, 1)
 			st.objects[ref] = *o
 			st.objectOfCandidate[o.row.GroupKey] = ref
 			bumpObject(ref)
@@ -268,6 +283,12 @@ func (st *viewState) applyRows(d *viewDelta) {
 			delete(st.coverage, ref)
 		default:
 			st.coverage[ref] = *c
+		}
+		if had && old.ExceptionID != nil {
+			refCount(st.exceptionRefs, *old.ExceptionID, -1)
+		}
+		if c != nil && c.ExceptionID != nil {
+			refCount(st.exceptionRefs, *c.ExceptionID, 1)
 		}
 		if cand, ok := strings.CutPrefix(ref, "object:"); ok {
 			if obj, ok := st.objectOfCandidate[cand]; ok {
@@ -304,18 +325,23 @@ func rowDest(r *gcos.CandidateRow) []any {
 }
 
 // referenced lists the snapshots and exceptions the state's rows reference (call with the state's lock held when
-// it is shared), adding them to the given sets.
+// it is shared), adding them to the given sets. The counts are kept as rows are applied, so this costs the few
+// snapshots and exceptions referenced, not the rows.
 func (st *viewState) referenced(snaps map[int64]bool, exceptions map[string]bool) {
-	for _, r := range st.states {
-		snaps[r.SnapshotRef] = true
+	for id := range st.snapshotRefs {
+		snaps[id] = true
 	}
-	for _, o := range st.objects {
-		snaps[o.row.SnapshotRef] = true
+	for id := range st.exceptionRefs {
+		exceptions[id] = true
 	}
-	for _, c := range st.coverage {
-		if c.ExceptionID != nil {
-			exceptions[*c.ExceptionID] = true
-		}
+}
+
+// refCount adds delta to key's count in refs, dropping the key when no row references it any more.
+func refCount[K comparable](refs map[K]int, key K, delta int) {
+	if n := refs[key] + delta; n > 0 {
+		refs[key] = n
+	} else {
+		delete(refs, key)
 	}
 }
 
