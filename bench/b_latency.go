@@ -15,14 +15,16 @@ import (
 	"gcos/world"
 )
 
-// freshSQL is true once the change is verdict-fresh: the intake cursor has passed the new birth (so its dirty mark
-// committed, in the cursor's transaction) and every group of the birth (one per scope) reads clean in
-// v_candidate_effective with a scan_time after the birth's commit.
+// freshSQL reads how far a change has got: whether the intake cursor has passed the new birth (so its dirty mark
+// committed, in the cursor's transaction), whether every group of the birth (one per scope) reads clean in
+// v_candidate_effective with a scan_time after the birth's commit (fresh), and the latest such scan_time (the start
+// of the transaction that judged the last of them).
 const freshSQL = `
 SELECT coalesce((SELECT (c.position_tstz, c.position_id) >= ($1::timestamptz, $2::bigint)
-                 FROM gov_worker_cursor c WHERE c.source = $3), false)
-   AND (SELECT count(*) FROM v_candidate_effective e
-        WHERE e.group_key = ANY($4) AND e.clean AND e.scan_time > $1) = cardinality($4::text[])`
+                 FROM gov_worker_cursor c WHERE c.source = $3), false),
+       f.n = cardinality($4::text[]), f.scanned
+FROM (SELECT count(*) AS n, max(e.scan_time) AS scanned FROM v_candidate_effective e
+      WHERE e.group_key = ANY($4) AND e.clean AND e.scan_time > $1) f`
 
 const latencyInsertSQL = `
 INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
@@ -58,31 +60,46 @@ func latencyClasses(ctx context.Context, p *pgxpool.Pool) ([]latencyClass, error
 	return out, rows.Err()
 }
 
-// oneChange inserts one birth (an ordinary INSERT, born_at = now()) and waits until its verdict is fresh,
-// returning the time from the commit to the first poll that sees it fresh.
-func oneChange(ctx context.Context, p *pgxpool.Pool, c latencyClass, source string, seq int) (time.Duration, error) {
+// changeTiming is one change's way to a fresh verdict, from the commit of its birth: handed off (the intake's
+// transaction that marked its groups committed: the poll interval and the handoff), scan started (the wake, the
+// debounce and the claim's wait), fresh (the evaluation, the write and its commit, and the poller's own interval).
+type changeTiming struct {
+	handed, scanned, fresh time.Duration
+}
+
+// oneChange inserts one birth (an ordinary INSERT, born_at = now()) and polls until its verdict is fresh, returning
+// the time from the commit to the first poll that sees it fresh, and the stages on the way.
+func oneChange(ctx context.Context, p *pgxpool.Pool, c latencyClass, source string, seq int) (changeTiming, error) {
+	var ct changeTiming
 	var id int64
 	var born time.Time
 	code := fmt.Sprintf("%s-bench%d-%s", c.class, seq, randomHex(4))
 	if err := p.QueryRow(ctx, latencyInsertSQL, code, c.coll, c.class).Scan(&id, &born); err != nil {
-		return 0, fmt.Errorf("insert change: %w", err)
+		return ct, fmt.Errorf("insert change: %w", err)
 	}
 	t0 := time.Now() // the INSERT's implicit transaction has committed
 	deadline := t0.Add(60 * time.Second)
 	for {
-		var fresh bool
-		if err := p.QueryRow(ctx, freshSQL, born, id, source, c.keys).Scan(&fresh); err != nil {
-			return 0, fmt.Errorf("poll freshness: %w", err)
+		var handed, fresh bool
+		var scanned *time.Time
+		if err := p.QueryRow(ctx, freshSQL, born, id, source, c.keys).Scan(&handed, &fresh, &scanned); err != nil {
+			return ct, fmt.Errorf("poll freshness: %w", err)
+		}
+		if handed && ct.handed == 0 {
+			ct.handed = time.Since(t0)
 		}
 		if fresh {
-			return time.Since(t0), nil
+			ct.fresh = time.Since(t0)
+			// scan_time is the database's clock, as born_at is: the scan began this long after the commit.
+			ct.scanned = min(max(scanned.Sub(born), ct.handed), ct.fresh)
+			return ct, nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("change %s:%s not fresh after 60 s", c.coll, code)
+			return ct, fmt.Errorf("change %s:%s not fresh after 60 s", c.coll, code)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ct, ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -154,11 +171,17 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 	src := postgres.BirthTailSource(cfg.SourceBinding).Name
 	rnd := rand.New(rand.NewPCG(7, 11))
 	seq := 0
+	// stages are each phase's per-change times from the commit to the handoff, from the handoff to the scan's
+	// start, and from the scan's start to the fresh read.
+	type stages struct{ handoff, wake, scan []float64 }
+	split := map[string]*stages{}
 	measure := func(phase string, n int) ([]float64, error) {
 		var out []float64
+		st := &stages{}
+		split[phase] = st
 		for i := 0; i < n; i++ {
 			seq++
-			d, err := oneChange(dctx, client, classes[rnd.IntN(len(classes))], src, seq)
+			ct, err := oneChange(dctx, client, classes[rnd.IntN(len(classes))], src, seq)
 			if err != nil {
 				select {
 				case derr := <-daemonErr:
@@ -167,7 +190,10 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 				}
 				return out, err
 			}
-			out = append(out, ms(d))
+			out = append(out, ms(ct.fresh))
+			st.handoff = append(st.handoff, ms(ct.handed))
+			st.wake = append(st.wake, ms(ct.scanned-ct.handed))
+			st.scan = append(st.scan, ms(ct.fresh-ct.scanned))
 			if (i+1)%50 == 0 {
 				r.log.Info("latency", "phase", phase, "changes", i+1, "p50_ms", percentile(out, 50), "p99_ms", percentile(out, 99))
 			}
@@ -238,11 +264,27 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 		return row{Bench: "latency", Metric: metric, Unit: "ms", Better: lower, Ours: percentile(ours, p), Naive: fptr(percentile(nv, p)),
 			Target: tgt, Reps: len(ours), OursSamples: ours, NaiveSamples: nv, Note: n}
 	}
-	return []row{
+	load := fmt.Sprintf("under %s births/s", thousands(int64(r.opts.loadRate)))
+	rows := []row{
 		mk("change → fresh verdict, idle, p50", 50, idle, idleNaive, nil, ""),
 		mk("change → fresh verdict, idle, p99", 99, idle, idleNaive, &target{Op: "<=", Value: 250, Text: "≤ 250 ms"}, note),
-		mk(fmt.Sprintf("under %s births/s, p50", thousands(int64(r.opts.loadRate))), 50, loaded, loadedNaive, nil, ""),
-		mk(fmt.Sprintf("under %s births/s, p99", thousands(int64(r.opts.loadRate))), 99, loaded, loadedNaive, &target{Op: "<=", Value: 1000, Text: "≤ 1 s"},
+		mk(load+", p50", 50, loaded, loadedNaive, nil, ""),
+		mk(load+", p99", 99, loaded, loadedNaive, &target{Op: "<=", Value: 1000, Text: "≤ 1 s"},
 			fmt.Sprintf("churn achieved %s births/s while measured", thousands(int64(rate)))),
-	}, nil
+	}
+	// The breakdown: where each phase's time goes (no naive counterpart: the naive re-derive has no stages).
+	for _, ph := range []struct{ key, name string }{{"idle", "idle"}, {"load", load}} {
+		st := split[ph.key]
+		for _, seg := range []struct {
+			name string
+			xs   []float64
+		}{{"commit → handed off (intake poll + handoff)", st.handoff}, {"handed off → scan starts (wake + claim)", st.wake},
+			{"scan starts → fresh (evaluate + write + commit)", st.scan}} {
+			for _, p := range []float64{50, 99} {
+				rows = append(rows, row{Bench: "latency", Metric: fmt.Sprintf("%s: %s, p%.0f", ph.name, seg.name, p), Unit: "ms",
+					Better: lower, Ours: percentile(seg.xs, p), Reps: len(seg.xs), OursSamples: seg.xs})
+			}
+		}
+	}
+	return rows, nil
 }
