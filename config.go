@@ -323,6 +323,12 @@ type IntakeConfig struct {
 	// mapping, dirty marks and signal claims, smaller ones bound the daemon's memory (measured in BENCHMARKS.md).
 	PageSize     int      `json:"page_size"`
 	PollInterval Duration `json:"poll_interval"` // between polls when caught up
+	// ProbeInterval is how often a quiet worker (its last tick read at most ProbeQuietRows rows) asks each source
+	// whether a row lies beyond its cursor (one index probe, no lock, no write), polling at once when one does: a
+	// change to a quiet estate waits for the next probe, not the next poll. Under load each tick reads more, and the
+	// worker keeps PollInterval, which batches. 0 turns probing off.
+	ProbeInterval  Duration `json:"probe_interval"`
+	ProbeQuietRows int      `json:"probe_quiet_rows"`
 	// HorizonGuard is subtracted from the visibility horizon. The horizon (least of clock_timestamp() and the oldest
 	// open transaction's xact_start) is already exact for timestamps set to now() inside the writing transaction; the
 	// guard only covers the instant between a backend taking its start timestamp and publishing it in
@@ -538,6 +544,8 @@ func DefaultConfig() Config {
 		Intake: IntakeConfig{
 			PageSize:           25_000,
 			PollInterval:       Duration(100 * time.Millisecond),
+			ProbeInterval:      Duration(10 * time.Millisecond),
+			ProbeQuietRows:     10,
 			HorizonGuard:       Duration(10 * time.Millisecond),
 			RoleFilter:         []string{},
 			MaxAttempts:        5,
@@ -924,6 +932,12 @@ func (c Config) Validate() error {
 	in := c.Intake
 	p.positiveInt("intake.page_size", in.PageSize)
 	p.positive("intake.poll_interval", in.PollInterval)
+	if in.ProbeInterval < 0 || in.ProbeInterval > in.PollInterval {
+		p.add("intake.probe_interval", "must be between 0 (off) and intake.poll_interval (%s), got %s", in.PollInterval, in.ProbeInterval)
+	}
+	if in.ProbeQuietRows < 0 {
+		p.add("intake.probe_quiet_rows", "must not be negative, got %d", in.ProbeQuietRows)
+	}
 	p.positive("intake.registry_poll", in.RegistryPoll)
 	watched := map[string]bool{}
 	for i, r := range in.Registries {

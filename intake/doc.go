@@ -9,7 +9,8 @@
 //     that dirties them and emits the handoff signals (Stage.ApplyHandoff);
 //   - backfill.go, handshake.go: the seed, and its handshake with the tail (cursors start at the seed's horizon);
 //   - silence.go, monitor.go: the silent-gap check and the loop that runs it under its lease;
-//   - worker.go: the loop that polls every source; storm.go: the storm rule over each of its ticks (a tick that
+//   - worker.go: the loop that polls every source (probe.go: between polls, a quiet worker probes each source for
+//     a row beyond its cursor and polls at once when one is there); storm.go: the storm rule over each of its ticks (a tick that
 //     dirties more than scan.storm_fraction of all groups raises group_invalidation_storm).
 //
 // The stage reaches candidate state only through the store core's surface (postgres: seed, mark dirty, object

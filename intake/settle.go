@@ -111,27 +111,35 @@ func presentSQL(sources []postgres.TailSource, noTZ []bool, regs []watchedRegist
 FROM (` + strings.Join(parts, "\nUNION ALL\n") + `) p ORDER BY p.i`
 }
 
+// cursorNoTZ reports whether src's cursor column is a timestamp without time zone, read from its cursor once.
+func (s *Stage) cursorNoTZ(ctx context.Context, src postgres.TailSource) (bool, error) {
+	if known, ok := s.tsTypes.Load(src.Name); ok {
+		return known.(bool), nil
+	}
+	cur, err := tailScanCursor(s.pool.QueryRow(ctx, `SELECT `+tailCursorCols+` FROM gov_worker_cursor c WHERE c.source = $1`, src.Name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, tailErrNoCursor(src.Name)
+	}
+	if err != nil {
+		return false, fmt.Errorf("cursor %s: %w", src.Name, err)
+	}
+	if err := cur.matches(src); err != nil {
+		return false, err
+	}
+	known, _ := s.tsTypes.LoadOrStore(src.Name, cur.noTZ)
+	return known.(bool), nil
+}
+
 // present reads the present over sources (presentSQL); a source's column type (timestamp or timestamptz) is its
 // cursor's, read once.
 func (s *Stage) present(ctx context.Context, sources []postgres.TailSource, at time.Time) (present, error) {
 	names, noTZ := make([]string, len(sources)), make([]bool, len(sources))
 	for i, src := range sources {
 		names[i] = src.Name
-		known, ok := s.tsTypes.Load(src.Name)
-		if !ok {
-			cur, err := tailScanCursor(s.pool.QueryRow(ctx, `SELECT `+tailCursorCols+` FROM gov_worker_cursor c WHERE c.source = $1`, src.Name))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return present{}, tailErrNoCursor(src.Name)
-			}
-			if err != nil {
-				return present{}, fmt.Errorf("cursor %s: %w", src.Name, err)
-			}
-			if err := cur.matches(src); err != nil {
-				return present{}, err
-			}
-			known, _ = s.tsTypes.LoadOrStore(src.Name, cur.noTZ)
+		var err error
+		if noTZ[i], err = s.cursorNoTZ(ctx, src); err != nil {
+			return present{}, err
 		}
-		noTZ[i] = known.(bool)
 	}
 	var bound any
 	if !at.IsZero() {

@@ -250,6 +250,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	outage := gcos.NewOutageLog("intake poll (nothing is skipped)", w.pollInterval(), outageCfg, log)
 	lastBeat := time.Now()
 	var lastRegistries time.Time
+	hit, step := false, time.Duration(0) // whether the last idle wait ended on a probe's row, and its probe interval
 	registryOutage := gcos.NewOutageLog("registry watch", w.Config.RegistryPoll.Duration(), outageCfg, log)
 	for {
 		busy, failed := false, false
@@ -328,9 +329,68 @@ func (w *Worker) Run(ctx context.Context) error {
 		default:
 			outage.Succeeded()
 		}
-		if !sleep(ctx, wait) {
+		alive := true
+		if probe := w.Config.ProbeInterval.Duration(); probe > 0 && !failed && !busy && quiet(passes, w.Config.ProbeQuietRows) {
+			// A probe's row the poll could not read yet (held back by a transaction still open) is probed for
+			// less and less often, down to the poll's own cadence.
+			switch {
+			case hit && readNothing(passes):
+				step = min(2*step, wait)
+			default:
+				step = probe
+			}
+			hit, alive = w.idleWait(ctx, wait, step)
+		} else {
+			hit, alive = false, sleep(ctx, wait)
+		}
+		if !alive {
 			w.stopped(src0(w.sources()))
 			return nil
+		}
+	}
+}
+
+// readNothing reports whether a tick's passes read no row.
+func readNothing(passes []SourceTick) bool {
+	for _, t := range passes {
+		if t.Read > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// quiet reports whether a tick's passes read and retried at most most rows: too few for waiting to batch anything.
+func quiet(passes []SourceTick, most int) bool {
+	n := 0
+	for _, t := range passes {
+		n += t.Read + t.Retry.Attempted
+	}
+	return n <= most
+}
+
+// idleWait waits up to d for a row to land beyond a source's cursor, probing every source each step (Stage.Probe).
+// When one has, it waits out the horizon guard (the poll reads only rows older than that) and reports the hit, so
+// the next poll runs at once. A probe that fails falls back to the poll's cadence. It reports whether ctx is alive.
+func (w *Worker) idleWait(ctx context.Context, d, step time.Duration) (hit, alive bool) {
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, ctx.Err() == nil
+		}
+		if !sleep(ctx, min(step, left)) {
+			return false, false
+		}
+		for _, src := range w.sources() {
+			found, err := w.Stage.Probe(ctx, src)
+			if err != nil {
+				w.logger().Debug("intake probe failed; polling at the poll interval", "source", src.Name, "err", err)
+				return false, sleep(ctx, time.Until(deadline))
+			}
+			if found {
+				return true, sleep(ctx, w.Config.HorizonGuard.Duration())
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,61 @@ func TestIntakeRunHandsOffTicksAndStopsCleanly(t *testing.T) {
 	}
 	if n := e.count(t, `SELECT count(*) FROM queue_heartbeat WHERE last_tick_status = 'stopped'`); n != 2 {
 		t.Fatalf("want both heartbeats to say stopped, got %d", n)
+	}
+	e.verify(t)
+}
+
+// TestIntakeProbeWakesAQuietWorker: a source's probe says whether a row lies beyond its cursor (GCOS's own audit
+// rows aside), and a quiet worker polls when it does: with an hour between polls, rows written after the worker
+// went quiet are handed off all the same.
+func TestIntakeProbeWakesAQuietWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.cfg.PollInterval = gcos.Duration(time.Hour)
+	e.cfg.ProbeInterval = gcos.Duration(10 * time.Millisecond)
+	stage := intake.New(e.store)
+	sources := postgres.DefaultTailSources(e.store.Config().SourceBinding)
+	probe := func() []bool {
+		t.Helper()
+		var found []bool
+		for _, src := range sources {
+			ok, err := stage.Probe(e.ctx, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found = append(found, ok)
+		}
+		return found
+	}
+	e.insert(t, 4, 2)
+	wait.Pass(e.ctx, 30*time.Millisecond) // the horizon guard
+	if _, err := e.worker().Once(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Caught up: the change ledger holds the batch's own audit row beyond the cursor, which is no reason to poll.
+	if got := probe(); slices.Contains(got, true) {
+		t.Fatalf("probes after catching up: %v, want none", got)
+	}
+	e.insert(t, 1, 0)
+	if got := probe(); !got[0] || got[1] {
+		t.Fatalf("probes after a birth: %v, want the births only", got)
+	}
+
+	w := e.worker()
+	w.Config = e.cfg
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	applied := func() int64 { return e.count(t, `SELECT count(*) FROM intake_applied WHERE source = 'birth_registry'`) }
+	wait.For(t, 10*time.Second, "the first tick hands the birth off", func() bool { return applied() == 5 })
+	e.insert(t, 3, 1)
+	wait.For(t, 10*time.Second, "a probe wakes the quiet worker", func() bool {
+		return applied() == 8 && e.count(t, `SELECT count(*) FROM intake_applied WHERE source = 'registry_changelog'
+			AND id NOT IN (SELECT changelog_id FROM governance_audit_row)`) == 3
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
 	}
 	e.verify(t)
 }
