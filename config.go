@@ -326,7 +326,7 @@ type IntakeConfig struct {
 	// ProbeInterval is how often a quiet worker (its last tick read at most ProbeQuietRows rows) asks each source
 	// whether a row lies beyond its cursor (one index probe, no lock, no write), polling at once when one does: a
 	// change to a quiet estate waits for the next probe, not the next poll. Under load each tick reads more, and the
-	// worker keeps PollInterval, which batches. 0 turns probing off.
+	// worker keeps PollInterval, which batches. 0 turns probing off; above PollInterval it is PollInterval.
 	ProbeInterval  Duration `json:"probe_interval"`
 	ProbeQuietRows int      `json:"probe_quiet_rows"`
 	// HorizonGuard is subtracted from the visibility horizon. The horizon (least of clock_timestamp() and the oldest
@@ -932,8 +932,8 @@ func (c Config) Validate() error {
 	in := c.Intake
 	p.positiveInt("intake.page_size", in.PageSize)
 	p.positive("intake.poll_interval", in.PollInterval)
-	if in.ProbeInterval < 0 || in.ProbeInterval > in.PollInterval {
-		p.add("intake.probe_interval", "must be between 0 (off) and intake.poll_interval (%s), got %s", in.PollInterval, in.ProbeInterval)
+	if in.ProbeInterval < 0 {
+		p.add("intake.probe_interval", "must be >= 0 (0: off), got %s", in.ProbeInterval)
 	}
 	if in.ProbeQuietRows < 0 {
 		p.add("intake.probe_quiet_rows", "must not be negative, got %d", in.ProbeQuietRows)

@@ -108,7 +108,7 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		{"bad glob", `{"intake":{"changelog_kinds":[{"action":"[","kind":"object_born"}]}}`,
 			`intake.changelog_kinds[0].action: bad glob pattern: pattern "[": unclosed [`},
 		{"storm fraction zero", `{"scan":{"storm_fraction":0}}`, "scan.storm_fraction: must be in (0, 1]"},
-		{"probe slower than the poll", `{"intake":{"probe_interval":"1s"}}`, "intake.probe_interval: must be between 0 (off) and intake.poll_interval (100ms), got 1s"},
+		{"negative probe", `{"intake":{"probe_interval":"-1ms"}}`, "intake.probe_interval: must be >= 0 (0: off), got -1ms"},
 		{"negative quiet rows", `{"intake":{"probe_quiet_rows":-1}}`, "intake.probe_quiet_rows: must not be negative, got -1"},
 		{"storm fraction above one", `{"scan":{"storm_fraction":1.5}}`, "scan.storm_fraction: must be in (0, 1]"},
 		{"retry max below base", `{"scan":{"retry_base":"10s","retry_max":"1s"}}`, "scan.retry_max: must be >= scan.retry_base"},

@@ -330,7 +330,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			outage.Succeeded()
 		}
 		alive := true
-		if probe := w.Config.ProbeInterval.Duration(); probe > 0 && !failed && !busy && quiet(passes, w.Config.ProbeQuietRows) {
+		if probe := min(w.Config.ProbeInterval.Duration(), w.pollInterval()); probe > 0 && !failed && !busy && quiet(passes, w.Config.ProbeQuietRows) {
 			// A probe's row the poll could not read yet (held back by a transaction still open) is probed for
 			// less and less often, down to the poll's own cadence.
 			switch {
