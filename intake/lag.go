@@ -39,7 +39,7 @@ WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.xact_st
   AND (cardinality($1::text[]) = 0 OR a.usename = ANY ($1::text[]))
   AND clock_timestamp() - a.xact_start > $2::bigint * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM unnest($3::int4[], $4::timestamptz[]) AS q(pid, xact_start)
-                  WHERE q.pid = a.pid AND q.xact_start = a.xact_start)
+                  WHERE (q.pid = a.pid OR q.pid = a.leader_pid) AND q.xact_start = a.xact_start)
 ORDER BY a.xact_start
 LIMIT 10`
 

@@ -241,7 +241,8 @@ const tailCursorCols = `c.source_table, c.ts_column, c.id_column, c.ts_type, c.t
 // The horizon, the first statement of every poll. A READ COMMITTED transaction takes a new snapshot per statement,
 // so the page read (a later statement) sees every transaction that had ended when this one looked. The open
 // transactions $3/$4 (pid, xact_start) are passed over: for a births source, this process's scan transactions,
-// which insert no birth (postgres.Store.InScanTx).
+// which insert no birth (postgres.Store.InScanTx), with the parallel workers of their queries (each its own backend,
+// under its leader's pid and the same transaction start: a scan counting a collection from the source runs one).
 const tailHorizonSQL = `
 SELECT least(clock_timestamp(), now(), h.xact_start) - $2::bigint * interval '1 microsecond',
        h.pid, h.usename, h.application_name, h.state, h.backend_type, h.xact_start,
@@ -257,7 +258,7 @@ LEFT JOIN LATERAL (
       AND a.backend_type NOT IN ('autovacuum worker', 'autovacuum launcher')
       AND (cardinality($1::text[]) = 0 OR a.usename = ANY ($1::text[]))
       AND NOT EXISTS (SELECT 1 FROM unnest($3::int4[], $4::timestamptz[]) AS q(pid, xact_start)
-                      WHERE q.pid = a.pid AND q.xact_start = a.xact_start)
+                      WHERE (q.pid = a.pid OR q.pid = a.leader_pid) AND q.xact_start = a.xact_start)
     ORDER BY a.xact_start
     LIMIT 1) AS h ON true`
 

@@ -448,6 +448,56 @@ func TestTailS5_RoleFilterIgnoresReadOnlySession(t *testing.T) {
 	}
 }
 
+// TestTailS7_ScanTransactionsParallelWorkersHoldNoBirths: a scan transaction's query may run parallel workers
+// (counting a collection from the source does), each a backend of its own with the transaction's start; the births
+// tail passes over them as over their leader, and births committed while they run are handed off.
+func TestTailS7_ScanTransactionsParallelWorkersHoldNoBirths(t *testing.T) {
+	t.Parallel()
+	e := newTailEnv(t)
+	before := e.births(t, 2)
+	e.drain(t, e.birth, tailRecord)
+	if _, err := e.pool.Exec(e.ctx, `CREATE TABLE slow_rows AS SELECT g AS v FROM generate_series(1, 20000) g; ANALYZE slow_rows`); err != nil {
+		t.Fatal(err)
+	}
+	began, done := make(chan postgres.ScanTx, 1), make(chan error, 1)
+	go func() {
+		done <- e.store.InScanTx(e.ctx, func(tx pgx.Tx) error {
+			var me postgres.ScanTx
+			if err := tx.QueryRow(e.ctx, `SELECT pg_backend_pid(), now()`).Scan(&me.PID, &me.Start); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(e.ctx, `SET LOCAL max_parallel_workers_per_gather = 2; SET LOCAL parallel_setup_cost = 0;
+				SET LOCAL parallel_tuple_cost = 0; SET LOCAL min_parallel_table_scan_size = 0`); err != nil {
+				return err
+			}
+			began <- me
+			// Minutes of sleeping rows, spread over the workers; cancelled once the test has looked.
+			_, err := tx.Exec(e.ctx, `SELECT count(*) FROM slow_rows WHERE pg_sleep(0.01) IS NOT NULL`)
+			return err
+		})
+	}()
+	scan := <-began
+	t.Cleanup(func() {
+		_, _ = e.pool.Exec(context.Background(), `SELECT pg_cancel_backend($1)`, scan.PID)
+		<-done
+	})
+	workers := `SELECT count(*) FROM pg_stat_activity WHERE leader_pid = $1 AND backend_type = 'parallel worker'`
+	wait.For(t, 30*time.Second, "the scan's query runs parallel workers", func() bool {
+		var n int
+		return e.pool.QueryRow(e.ctx, workers, scan.PID).Scan(&n) == nil && n > 0
+	})
+	later := e.births(t, 3)
+	res := e.drain(t, e.birth, tailRecord)
+	if res.HeldBy != nil {
+		t.Fatalf("nothing but the scan transaction is open, yet the births horizon is held by %+v", res.HeldBy)
+	}
+	var n int
+	if err := e.pool.QueryRow(e.ctx, workers, scan.PID).Scan(&n); err != nil || n == 0 {
+		t.Fatalf("the parallel workers ended before the tail was looked at (%d, %v): the test proves nothing", n, err)
+	}
+	tailExactlyOnce(t, "S7 births while a scan's parallel workers run", append(slices.Clone(before), later...), e.applied(t, e.birth.Name))
+}
+
 // TestTailS7_ScanTransactionHoldsNoBirths: a scan transaction of this process (InScanTx) inserts no birth, so the
 // births tail passes over it while it is open: births committed after it began are handed off, once. It still
 // writes the change ledger, so the changelog tail waits for it and names it. Once it ends it is no longer named,
