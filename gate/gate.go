@@ -551,11 +551,12 @@ func (g *Gate) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 		if _, err := postgres.MarkKeysDirtyTx(ctx, tx, rescan, gcos.DirtyTTL); err != nil {
 			return err
 		}
+		// Every finding this transaction raises, built first so that the rows they link are locked before any
+		// finding's key (LockOrder).
+		var raise []gcos.Finding
 		for _, key := range unknown {
-			if _, err := postgres.RaiseFindingTx(ctx, tx, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key, Group: key,
-				Evidence: map[string]any{"group_key": key, "raised_by": "gate"}}); err != nil {
-				return err
-			}
+			raise = append(raise, gcos.Finding{Type: gcos.IssueCandidateUnknown, Subject: key, Group: key,
+				Evidence: map[string]any{"group_key": key, "raised_by": "gate"}})
 		}
 		for _, o := range orphans {
 			subject, evidence := o.key, map[string]any{"group_key": o.key, "scope": o.scope, "object": o.object, "raised_by": "gate"}
@@ -569,14 +570,7 @@ func (g *Gate) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			} else {
 				f.Group = o.key
 			}
-			if _, err := postgres.RaiseFindingTx(ctx, tx, f); err != nil {
-				return err
-			}
-		}
-		for _, l := range lifts {
-			if err := postgres.RaiseExceptionLiftedTx(ctx, tx, l.lift, l.object, l.ruleset, "", "gate"); err != nil {
-				return err
-			}
+			raise = append(raise, f)
 		}
 		for _, in := range inputs {
 			p := in.problem
@@ -585,7 +579,18 @@ func (g *Gate) gateFollowUp(ctx context.Context, f gateFollowUps) error {
 			if in.subject() == in.object {
 				f.Object = in.object // the object's own row, when it has one
 			}
+			raise = append(raise, f)
+		}
+		if err := postgres.LockFindingLinksTx(ctx, tx, raise); err != nil {
+			return err
+		}
+		for _, f := range raise {
 			if _, err := postgres.RaiseFindingTx(ctx, tx, f); err != nil {
+				return err
+			}
+		}
+		for _, l := range lifts {
+			if err := postgres.RaiseExceptionLiftedTx(ctx, tx, l.lift, l.object, l.ruleset, "", "gate"); err != nil {
 				return err
 			}
 		}

@@ -65,13 +65,48 @@ func (s *Store) RaiseFinding(ctx context.Context, f gcos.Finding) (int64, error)
 	return id, err
 }
 
-// RaiseFindingTx is RaiseFinding inside tx.
+// RaiseFindingTx is RaiseFinding inside tx. The candidate row the finding links is locked before the finding's key
+// (LockOrder: candidate rows, object rows, then findings); a transaction raising several findings locks all their
+// rows first (LockFindingLinksTx).
 func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, error) {
+	if err := LockFindingLinksTx(ctx, tx, []gcos.Finding{f}); err != nil {
+		return 0, fmt.Errorf("raise %s: %w", f.Type, err)
+	}
 	key := gcos.CoalesceKey(f.Type, f.Subject)
 	if _, err := tx.Exec(ctx, findingLockSQL, key); err != nil {
 		return 0, fmt.Errorf("raise %s: lock: %w", f.Type, err)
 	}
 	return raiseLockedFinding(ctx, tx, f)
+}
+
+// LockFindingLinksTx locks the candidate rows the findings link (their groups', then their object rows', each in
+// key order, under every ruleset), before any finding's key is locked: the link is written after the finding's
+// lock, and a row taken only then would be a candidate-row lock after a finding lock, the reverse of LockOrder,
+// which a scan holding the row and raising the same finding would wait on in a cycle. A row this transaction
+// already holds is no wait.
+func LockFindingLinksTx(ctx context.Context, tx pgx.Tx, fs []gcos.Finding) error {
+	var groups, objects []string
+	for _, f := range fs {
+		switch {
+		case f.Object != "":
+			objects = append(objects, f.Object)
+		case f.Group != "":
+			groups = append(groups, f.Group)
+		}
+	}
+	if len(groups) > 0 {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM governance_candidate_state WHERE group_key = ANY($1)
+			ORDER BY group_key, ruleset_version FOR NO KEY UPDATE`, groups); err != nil {
+			return fmt.Errorf("lock the linked candidate rows: %w", err)
+		}
+	}
+	if len(objects) > 0 {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM governance_candidate_object WHERE candidate_key = ANY($1)
+			ORDER BY candidate_key, ruleset_version FOR NO KEY UPDATE`, objects); err != nil {
+			return fmt.Errorf("lock the linked object rows: %w", err)
+		}
+	}
+	return nil
 }
 
 // LockFindingTx takes the lock raisers and resolvers of a coalesce key hold (until tx ends): a caller that decides
