@@ -66,6 +66,7 @@ var benchmarks = []benchmark{
 	{"preview", "impact preview of an owner revocation covering 10 % of a scope vs re-evaluating every group", benchPreview},
 	{"verify", "the reference evaluator (gcos verify) from scratch, beside the full audit it checks", benchVerify},
 	{"memory", "RSS of a gcos-up-equivalent process after intake + scans over the world", benchMemory},
+	{"fleet", "1, 2 and 3 gcos up processes on one database under rising churn: sustained births/s with change → verdict p99 ≤ 1 s, gate decisions/s, where the CPU goes", benchFleet},
 }
 
 // runner is what a benchmark gets: the options, the server and a logger.
