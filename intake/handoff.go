@@ -105,6 +105,8 @@ type HandoffStats struct {
 	Unmapped  int            `json:"unmapped"`  // rows no mapping rule matches (reported, never silent)
 	Untrusted int            `json:"untrusted"` // rows from an untrusted source system (quarantined)
 	Kinds     map[string]int `json:"kinds"`
+
+	marked []string // the keys of the groups this apply marked (the storm rule's count is of distinct groups)
 }
 
 // signal is one coalesced change: a kind on a set of groups.
@@ -131,7 +133,7 @@ func (s *Stage) ApplyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	failures, st, err := s.applyHandoff(ctx, tx, rows)
 	if t := tallyOf(ctx); t != nil && err == nil {
 		// A page retried without its failed rows reports again: the tally keeps the last, applied, attempt.
-		*t = batchTally{signals: st.Signals, emitted: st.Emitted, captured: st.Captured, dirtied: st.Dirtied}
+		*t = batchTally{signals: st.Signals, emitted: st.Emitted, captured: st.Captured, dirtied: st.Dirtied, marked: st.marked}
 	}
 	if err == nil {
 		s.totalsMu.Lock()
@@ -265,11 +267,12 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	for reason, keys := range byReason {
 		marks[reason] = slices.Sorted(maps.Keys(keys))
 	}
-	n, err := postgres.MarkChangesTx(ctx, tx, marks, bornIn)
+	marked, err := postgres.MarkChangesTx(ctx, tx, marks, bornIn)
 	if err != nil {
 		return nil, st, err
 	}
-	st.Dirtied += n
+	st.Dirtied += int64(len(marked))
+	st.marked = marked
 	// After the dirty marks (candidate rows, then queued objects: the order a scan's pass takes them in).
 	if err := s.queueObjects(ctx, tx, births, sigs); err != nil {
 		return nil, st, err

@@ -79,6 +79,8 @@ type RegistryTick struct {
 	Busy       int            `json:"busy"`       // polled by another worker at the same moment
 	Changed    map[string]int `json:"changed"`    // rows added, changed or gone, by registry
 	Stats      HandoffStats   `json:"stats"`
+
+	marked []string // the keys of the groups the tick's handoffs marked
 }
 
 // registryLockClass is the advisory-lock class of the registry watch: two workers never poll one registry at once.
@@ -140,6 +142,7 @@ func (s *Stage) PollRegistries(ctx context.Context) (RegistryTick, error) {
 				return fmt.Errorf("%d of %d changed rows could not be handed off, first %s: %w", len(failures), len(changed), changed[0].EntityCode, failures[0].Err)
 			}
 			tick.Stats.add(st)
+			tick.marked = append(tick.marked, st.marked...)
 			return nil
 		})
 		if err != nil {

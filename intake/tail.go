@@ -141,6 +141,8 @@ type PollResult struct {
 	Stalled      string         `json:"stalled,omitempty"` // why the horizon could not be used at all
 	Position     string         `json:"position"`          // the cursor after the poll (a watermark)
 	Dirtied      int64          `json:"dirtied"`           // groups the committed poll newly marked dirty
+
+	marked []string // their keys
 }
 
 // tailPos is a cursor position in the column's own type; start means before the first row.
@@ -505,7 +507,7 @@ func (r PollResult) committed(ctx context.Context, tx pgx.Tx, t *batchTally) (Po
 	if err := tailCommit(ctx, tx, r.Source); err != nil {
 		return r, err
 	}
-	r.Dirtied = t.dirtied
+	r.Dirtied, r.marked = t.dirtied, t.marked
 	return r, nil
 }
 
@@ -540,6 +542,7 @@ func auditBatch(ctx context.Context, tx pgx.Tx, src postgres.TailSource, before 
 type batchTally struct {
 	signals, emitted, captured int
 	dirtied                    int64
+	marked                     []string
 }
 
 type tallyKey struct{}

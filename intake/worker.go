@@ -68,6 +68,8 @@ type SourceTick struct {
 	Lag          *LagReport     `json:"lag,omitempty"`
 	Error        string         `json:"error,omitempty"`
 	Dirtied      int64          `json:"dirtied"` // groups the pass's committed polls newly marked dirty
+
+	marked []string // their keys
 }
 
 // pagesPerTick bounds how many pages Run reads from one source before turning to the next, so a backlog in one
@@ -146,14 +148,20 @@ func (w *Worker) Once(ctx context.Context) ([]SourceTick, error) {
 	return ticks, errors.Join(errs...)
 }
 
-// tickDirtied is how many groups one tick of the tail newly dirtied: its passes over the sources and its poll of
-// the watched registries (the storm rule's numerator, Stage.WatchStorm).
+// tickDirtied is how many groups one tick of the tail marked dirty: its passes over the sources and its poll of
+// the watched registries, each group once however many of its pages marked it (the storm rule's numerator,
+// Stage.WatchStorm).
 func tickDirtied(passes []SourceTick, rt RegistryTick) int64 {
-	n := rt.Stats.Dirtied
-	for _, t := range passes {
-		n += t.Dirtied
+	groups := map[string]bool{}
+	for _, k := range rt.marked {
+		groups[k] = true
 	}
-	return n
+	for _, t := range passes {
+		for _, k := range t.marked {
+			groups[k] = true
+		}
+	}
+	return int64(len(groups))
 }
 
 // count adds a pass to the counts the next heartbeat event reports.
@@ -439,6 +447,7 @@ func (w *Worker) pass(ctx context.Context, src postgres.TailSource, maxPages int
 				t.Position, t.Horizon = res.Position, res.Horizon
 			}
 			t.Dirtied += res.Dirtied
+			t.marked = append(t.marked, res.marked...)
 			if !res.PageFull {
 				break
 			}

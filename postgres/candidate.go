@@ -422,7 +422,7 @@ WITH marks AS (
     WHERE c.group_key = l.group_key AND c.ruleset_version = l.ruleset_version
     RETURNING c.group_key
 )
-SELECT (SELECT count(*) FROM marked), coalesce((SELECT array_agg(group_key) FROM locked), '{}')`
+SELECT coalesce((SELECT array_agg(group_key) FROM marked), '{}'), coalesce((SELECT array_agg(group_key) FROM locked), '{}')`
 
 // pendingMarkSQL keeps the membership marks ($2 keys, $3 reasons, $4 the births behind each) whose rows
 // markDirtySQL did not take (dirty, or made dirty by a transaction it waited for) as one pending mark under ruleset
@@ -493,7 +493,8 @@ func MarkKeysDirtyTx(ctx context.Context, tx pgx.Tx, groupKeys []string, reason 
 // MarkDirtyTx marks groups dirty with a reason each (SPEC §8) in one statement (markDirtySQL). It returns how
 // many groups became dirty.
 func MarkDirtyTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string) (int64, error) {
-	return MarkChangesTx(ctx, tx, byReason, nil)
+	marked, err := MarkChangesTx(ctx, tx, byReason, nil)
+	return int64(len(marked)), err
 }
 
 // MarkBirthsMax is how many births a pending mark carries for one group: beyond it, the mark is settled by time.
@@ -501,43 +502,43 @@ const MarkBirthsMax = CountedBirthsMax
 
 // MarkChangesTx is MarkDirtyTx for a handoff: births names, per group key, the births (ids) whose handoff marks it.
 // A membership mark kept pending carries them, so a scan whose count read those births before their handoff
-// settles it (ApplyPendingMarks); a mark without them waits for a count begun after it.
-func MarkChangesTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string, births map[string][]int64) (int64, error) {
+// settles it (ApplyPendingMarks); a mark without them waits for a count begun after it. It returns the keys of the
+// groups it marked.
+func MarkChangesTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string, births map[string][]int64) ([]string, error) {
 	var keys, reasons []string
 	for reason, ks := range byReason {
 		if !gcos.ValidDirtyReason(reason) {
-			return 0, gcos.Errorf(gcos.EINVALID, "dirty reason %s is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", gcos.Quote(reason))
+			return nil, gcos.Errorf(gcos.EINVALID, "dirty reason %s is not one of handoff:<kind>, axis, ruleset_bump, authority, snapshot_drift, ttl, input", gcos.Quote(reason))
 		}
 		for _, k := range ks {
 			keys, reasons = append(keys, k), append(reasons, reason)
 		}
 	}
 	if len(keys) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	// The current ruleset as a value, so the rows are found through the (group_key, ruleset_version) key.
 	var ruleset string
 	if err := tx.QueryRow(ctx, `SELECT ruleset_version FROM v_current_ruleset`).Scan(&ruleset); errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil // no ruleset: no candidate row to mark
+		return nil, nil // no ruleset: no candidate row to mark
 	} else if err != nil {
-		return 0, fmt.Errorf("mark dirty: current ruleset: %w", err)
+		return nil, fmt.Errorf("mark dirty: current ruleset: %w", err)
 	}
-	var marked int64
-	var locked []string
+	var marked, locked []string
 	if err := tx.QueryRow(ctx, markDirtySQL, keys, reasons, ruleset, gcos.MembershipDirtyReasons).Scan(&marked, &locked); err != nil {
-		return 0, fmt.Errorf("mark %d groups dirty: %w", len(keys), err)
+		return nil, fmt.Errorf("mark %d groups dirty: %w", len(keys), err)
 	}
 	pending, pendingReasons := pendingMarks(keys, reasons, locked)
 	if len(pending) > 0 {
 		if _, err := tx.Exec(ctx, pendingMarkSQL, ruleset, pending, pendingReasons, pendingBirths(pending, keys, reasons, births)); err != nil {
-			return 0, fmt.Errorf("keep %d membership marks pending: %w", len(pending), err)
+			return nil, fmt.Errorf("keep %d membership marks pending: %w", len(pending), err)
 		}
 	}
-	if marked > 0 || len(pending) > 0 {
+	if len(marked) > 0 || len(pending) > 0 {
 		// Delivered at commit: wakes event-driven scanners (a pending mark is settled by their next tick); polling
 		// stays the source of truth.
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, "dirty"); err != nil {
-			return 0, fmt.Errorf("notify scanners: %w", err)
+			return nil, fmt.Errorf("notify scanners: %w", err)
 		}
 	}
 	return marked, nil
