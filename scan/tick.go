@@ -229,7 +229,7 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 	targeted := len(opts.Groups) > 0
 	storm := false
 	if !targeted { // a few named groups are no storm's batch
-		if storm, err = s.stormThrottle(ctx, opts.dirty); err != nil {
+		if storm, err = s.stormThrottle(ctx, rs.Version, opts.dirty); err != nil {
 			return res, err
 		}
 	}
@@ -742,7 +742,7 @@ func coverageGroup(v postgres.CandidateValues, g gcos.Group) gcos.CoverageGroup 
 // WatchStorm) and more than that share of the groups is still dirty. Once the dirty set is back under the share the
 // storm is over and resolved. A large dirty set with no storm open (a wide ruleset activation) is drained at the
 // full batch, high risk first. With no storm open the finding is looked for at most every stormRecheck.
-func (s *Stage) stormThrottle(ctx context.Context, counted *int64) (bool, error) {
+func (s *Stage) stormThrottle(ctx context.Context, ruleset string, counted *int64) (bool, error) {
 	if time.Since(time.Unix(0, s.stormClear.Load())) < stormRecheck {
 		return false, nil
 	}
@@ -754,7 +754,7 @@ func (s *Stage) stormThrottle(ctx context.Context, counted *int64) (bool, error)
 		s.stormClear.Store(time.Now().UnixNano())
 		return false, nil
 	}
-	ruleset, groups, err := s.groups.Current(ctx, s.pool)
+	_, groups, err := s.groups.Current(ctx, s.pool)
 	if err != nil {
 		return false, fmt.Errorf("storm throttle: %w", err)
 	}
