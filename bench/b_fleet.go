@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"gcos"
 	"gcos/client"
+	"gcos/embeddedpg"
 	"gcos/postgres"
 	"gcos/world"
 )
@@ -325,7 +325,7 @@ func fleetCPU(procs []*fleetProc) (fleetCPUTimes, error) {
 func startFleet(ctx context.Context, r *runner, bin, cfgPath, dsn, dir string, n int) ([]*fleetProc, error) {
 	var procs []*fleetProc
 	for i := range n {
-		port, err := freePort()
+		port, err := embeddedpg.FreePort()
 		if err != nil {
 			stopFleet(procs)
 			return nil, err
@@ -415,15 +415,6 @@ func stopFleet(procs []*fleetProc) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // tail is the last lines of a log file.

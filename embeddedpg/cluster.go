@@ -84,7 +84,7 @@ type Config struct {
 	// StartTimeout bounds Start when ctx has no deadline; 0 means 2 minutes.
 	StartTimeout time.Duration
 
-	pickPort func() (int, error) // test hook; nil means freePort
+	pickPort func() (int, error) // test hook; nil means FreePort
 }
 
 // Cluster is a running private PostgreSQL server. Its methods are safe for concurrent use.
@@ -377,7 +377,7 @@ func (c *Cluster) prepareLog() error {
 func (c *Cluster) startServer(ctx context.Context) error {
 	pick := c.cfg.pickPort
 	if pick == nil {
-		pick = freePort
+		pick = FreePort
 	}
 	previous := c.recordedPort()
 	for attempt := 1; ; attempt++ {
@@ -692,8 +692,8 @@ func RunningDSN(dataDir string) (string, error) {
 	return c.DSN(), nil
 }
 
-// freePort asks the kernel for a free port on 127.0.0.1 and releases it for the server to take.
-func freePort() (int, error) {
+// FreePort asks the kernel for a free port on 127.0.0.1 and releases it for a server to take.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

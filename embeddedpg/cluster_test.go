@@ -231,7 +231,7 @@ func TestPortInUse(t *testing.T) {
 		if picks == 1 {
 			return busyPort, nil
 		}
-		return freePort()
+		return FreePort()
 	}
 	c = start(t, cfg)
 	if picks < 2 || c.Port() == busyPort || c.Port() == 5432 {
