@@ -28,8 +28,8 @@ func MembershipOnly(reason *string) bool {
 	return reason != nil && slices.Contains(MembershipDirtyReasons, *reason)
 }
 
-// InvalidationStorm reports whether one intake tick that newly dirtied dirtied of groups groups is an invalidation
-// storm: more than fraction of all groups at once (the seeds' rule, a rate). A large standing dirty set is no
+// InvalidationStorm reports whether a tick of the tail that marked dirtied groups dirty, of groups in all, is an
+// invalidation storm: more than fraction of all groups at once (the seeds' rule, a rate). A large standing dirty set is no
 // storm by itself: a wide ruleset activation dirties every group it changes without a tick of the intake.
 func InvalidationStorm(dirtied, groups int64, fraction float64) bool {
 	return overShare(dirtied, groups, fraction)

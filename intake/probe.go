@@ -19,10 +19,9 @@ func probeSQL(src postgres.TailSource, noTZ bool) string {
 	if src.Kind == postgres.TailChangelog {
 		own = ` AND NOT EXISTS (SELECT 1 FROM governance_audit_row a WHERE a.changelog_id = t.{id})`
 	}
-	// The position is read first (an init plan), so the row comparison is an index bound on (ts, id): a join on the
-	// cursor's columns would be planned as a scan of the whole table.
-	// The first row in the index's order, not EXISTS: EXISTS drops the ORDER BY, and the planner, guessing a third of
-	// the table lies beyond an unknown position, would scan it all.
+	// The position is read first (init plans), so the row comparison bounds the (ts, id) index, and the first row
+	// is asked for in the index's order: a join on the cursor's columns, or an EXISTS (which drops the ORDER BY),
+	// was planned as a scan of the whole table, the planner guessing a third of it lies past an unknown position.
 	return src.SQL(`SELECT coalesce((SELECT true FROM {t} t WHERE (t.{ts}, t.{id}) > ((SELECT ` + pos + ` FROM gov_worker_cursor c WHERE c.source = $1),
 		(SELECT c.position_id FROM gov_worker_cursor c WHERE c.source = $1))` + own + ` ORDER BY t.{ts}, t.{id} LIMIT 1), false)`)
 }

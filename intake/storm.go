@@ -8,7 +8,7 @@ import (
 )
 
 // WatchStorm applies the storm rule to one tick of the tail (a pass over every source and the watched registries)
-// that newly dirtied dirtied groups: more than scan.storm_fraction of all groups at once raises
+// that marked dirtied groups dirty: more than scan.storm_fraction of all groups at once raises
 // group_invalidation_storm, which throttles the scan until the dirty set drains back under the same share (the scan
 // stage resolves it). The rule is a rate, counted where the marks are made, so a burst the event scan drains
 // before its next tick is caught all the same; marks made outside the tail (a ruleset activation's diff, stale
