@@ -79,31 +79,36 @@ func RaiseFindingTx(ctx context.Context, tx pgx.Tx, f gcos.Finding) (int64, erro
 	return raiseLockedFinding(ctx, tx, f)
 }
 
-// LockFindingLinksTx locks the candidate rows the findings link (their groups', then their object rows', each in
-// key order, under every ruleset), before any finding's key is locked: the link is written after the finding's
-// lock, and a row taken only then would be a candidate-row lock after a finding lock, the reverse of LockOrder,
-// which a scan holding the row and raising the same finding would wait on in a cycle. A row this transaction
-// already holds is no wait.
+// LockFindingLinksTx locks the candidate rows the findings link (the rows raiseLockedFinding's link writes: the
+// group's or object's row under the finding's ruleset, else the active one), groups' then objects', each in key
+// order, before any finding's key is locked. The link is written after the finding's lock, and a row taken only then
+// would be a candidate-row lock after a finding lock, the reverse of LockOrder, which a scan holding the row and
+// raising the same finding would wait on in a cycle. A row this transaction already holds (a scan's claimed row) is
+// no wait.
 func LockFindingLinksTx(ctx context.Context, tx pgx.Tx, fs []gcos.Finding) error {
-	var groups, objects []string
+	var groups, groupRulesets, objects, objectRulesets []string
 	for _, f := range fs {
 		switch {
 		case f.Object != "":
-			objects = append(objects, f.Object)
+			objects, objectRulesets = append(objects, f.Object), append(objectRulesets, f.RulesetVersion)
 		case f.Group != "":
-			groups = append(groups, f.Group)
+			groups, groupRulesets = append(groups, f.Group), append(groupRulesets, f.RulesetVersion)
 		}
 	}
-	if len(groups) > 0 {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM governance_candidate_state WHERE group_key = ANY($1)
-			ORDER BY group_key, ruleset_version FOR NO KEY UPDATE`, groups); err != nil {
-			return fmt.Errorf("lock the linked candidate rows: %w", err)
+	for _, l := range []struct {
+		what, table, key  string
+		keys, rulesets []string
+	}{
+		{"candidate", "governance_candidate_state", "group_key", groups, groupRulesets},
+		{"object", "governance_candidate_object", "candidate_key", objects, objectRulesets},
+	} {
+		if len(l.keys) == 0 {
+			continue
 		}
-	}
-	if len(objects) > 0 {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM governance_candidate_object WHERE candidate_key = ANY($1)
-			ORDER BY candidate_key, ruleset_version FOR NO KEY UPDATE`, objects); err != nil {
-			return fmt.Errorf("lock the linked object rows: %w", err)
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM `+l.table+` c JOIN unnest($1::text[], $2::text[]) AS l(k, rs) ON c.`+l.key+` = l.k
+			AND c.ruleset_version = coalesce(nullif(l.rs, ''), (SELECT ruleset_version FROM governance_ruleset WHERE status = 'active'))
+			ORDER BY c.`+l.key+` FOR NO KEY UPDATE OF c`, l.keys, l.rulesets); err != nil {
+			return fmt.Errorf("lock the linked %s rows: %w", l.what, err)
 		}
 	}
 	return nil
