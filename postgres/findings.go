@@ -96,8 +96,8 @@ func LockFindingLinksTx(ctx context.Context, tx pgx.Tx, fs []gcos.Finding) error
 		}
 	}
 	for _, l := range []struct {
-		what, table, key  string
-		keys, rulesets []string
+		what, table, key string
+		keys, rulesets   []string
 	}{
 		{"candidate", "governance_candidate_state", "group_key", groups, groupRulesets},
 		{"object", "governance_candidate_object", "candidate_key", objects, objectRulesets},
