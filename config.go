@@ -217,7 +217,9 @@ type GateConfig struct {
 	// the database; otherwise the gate reads through. ViewRefresh is how often the view catches up when no
 	// notification wakes it (its proof of freshness: it must be well under MaxStaleness). ViewBirthMaxAge bounds
 	// how long a cached birth row serves when a source update bypasses the change ledger. FeedRetention is how
-	// long the change feed keeps a note for views that fell behind (older: they reload). ViewObjects bounds the
+	// long the change feed keeps a note for views that fell behind (older: they reload); FeedPartition is the span of
+	// each of the feed's time partitions, retention's grain (a note goes with its partition, between FeedRetention
+	// and FeedRetention + FeedPartition after it was written). ViewObjects bounds the
 	// births and answers the view remembers (each; past it they are all forgotten and read again as asked).
 	View            bool     `json:"view"`
 	ViewObjects     int      `json:"view_objects"`
@@ -225,6 +227,7 @@ type GateConfig struct {
 	ViewRefresh     Duration `json:"view_refresh"`
 	ViewBirthMaxAge Duration `json:"view_birth_max_age"`
 	FeedRetention   Duration `json:"feed_retention"`
+	FeedPartition   Duration `json:"feed_partition"`
 	// RescanDeadline is how long the gate waits for a synchronous re-scan of the groups a high-risk decision blocks
 	// on for staleness alone (SPEC §12: a dirty high-risk row is re-evaluated within a deadline); past it the
 	// gate blocks, and the re-scan runs on (within gate.timeout) for the callers after it. 0 turns it off.
@@ -281,8 +284,10 @@ type ScanConfig struct {
 	// source row committed before it (the audit's cut): only then is a change with no dirty mark a lost signal, and
 	// a count or verdict that differs a drift or a mismatch. Past it the audit says so and judges what it saw.
 	SettleTimeout Duration `json:"settle_timeout"`
-	// VerdictChangesKeep is how long the verdict change log (GET /v1/changes) keeps a change.
-	VerdictChangesKeep Duration `json:"verdict_changes_keep"`
+	// VerdictChangesKeep is how long the verdict change log (GET /v1/changes) keeps a change; VerdictChangesPartition
+	// is the span of each of the log's time partitions, retention's grain (a change goes with its partition).
+	VerdictChangesKeep      Duration `json:"verdict_changes_keep"`
+	VerdictChangesPartition Duration `json:"verdict_changes_partition"`
 	// DetectWrites bounds what one coverage detection pass writes (findings raised, resolved, brought up to date;
 	// in that order): the rest wait for the next pass, so the first pass over an estate with thousands of gaps
 	// spreads over several passes instead of one burst beside the event scans.
@@ -500,7 +505,7 @@ func DefaultConfig() Config {
 		},
 		Gate: GateConfig{LowRiskClasses: []string{"read_descriptive"}, Timeout: Duration(2 * time.Second), PoolConns: 4, ObjectRiskClasses: []string{},
 			View: true, ViewObjects: 200_000, MaxStaleness: Duration(100 * time.Millisecond), ViewRefresh: Duration(20 * time.Millisecond),
-			ViewBirthMaxAge: Duration(30 * time.Second), FeedRetention: Duration(10 * time.Minute),
+			ViewBirthMaxAge: Duration(30 * time.Second), FeedRetention: Duration(10 * time.Minute), FeedPartition: Duration(2 * time.Minute),
 			RescanDeadline: Duration(50 * time.Millisecond), RescanConcurrency: 2, BatchMax: 1000,
 			HandOffPoll: Duration(10 * time.Millisecond), AuthZENActions: map[string]string{ActionRead: ActionRead, ActionWrite: ActionWrite},
 			SearchHold: Duration(time.Minute), SearchMax: 8},
@@ -523,23 +528,24 @@ func DefaultConfig() Config {
 			PromoteEvery: Duration(2 * time.Second),
 		},
 		Scan: ScanConfig{
-			BatchSize:           500,
-			CoalesceWindow:      Duration(100 * time.Millisecond),
-			IncrementalInterval: Duration(5 * time.Second),
-			FullAuditInterval:   Duration(24 * time.Hour),
-			StormFraction:       0.25,
-			StormBatch:          200,
-			DetectWrites:        50,
-			DetectInterval:      Duration(time.Minute),
-			DetectRefresh:       Duration(10 * time.Minute),
-			VerifySample:        2000,
-			VerifySlices:        32,
-			VerifyBatchObjects:  20_000,
-			SettleTimeout:       Duration(time.Minute),
-			VerdictChangesKeep:  Duration(24 * time.Hour),
-			RetryBase:           Duration(time.Second),
-			RetryMax:            Duration(5 * time.Minute),
-			MaxAttempts:         5,
+			BatchSize:               500,
+			CoalesceWindow:          Duration(100 * time.Millisecond),
+			IncrementalInterval:     Duration(5 * time.Second),
+			FullAuditInterval:       Duration(24 * time.Hour),
+			StormFraction:           0.25,
+			StormBatch:              200,
+			DetectWrites:            50,
+			DetectInterval:          Duration(time.Minute),
+			DetectRefresh:           Duration(10 * time.Minute),
+			VerifySample:            2000,
+			VerifySlices:            32,
+			VerifyBatchObjects:      20_000,
+			SettleTimeout:           Duration(time.Minute),
+			VerdictChangesKeep:      Duration(24 * time.Hour),
+			VerdictChangesPartition: Duration(time.Hour),
+			RetryBase:               Duration(time.Second),
+			RetryMax:                Duration(5 * time.Minute),
+			MaxAttempts:             5,
 		},
 		Intake: IntakeConfig{
 			PageSize:           25_000,
@@ -809,6 +815,7 @@ func (c Config) Validate() error {
 	p.positive("gate.view_refresh", c.Gate.ViewRefresh)
 	p.positive("gate.view_birth_max_age", c.Gate.ViewBirthMaxAge)
 	p.positive("gate.feed_retention", c.Gate.FeedRetention)
+	p.positive("gate.feed_partition", c.Gate.FeedPartition)
 	p.positiveInt("gate.view_objects", c.Gate.ViewObjects)
 	p.nonNegative("gate.rescan_deadline", c.Gate.RescanDeadline)
 	p.positive("gate.handoff_poll", c.Gate.HandOffPoll)
@@ -926,6 +933,7 @@ func (c Config) Validate() error {
 	}
 	p.positiveInt("scan.verify_slices", s.VerifySlices)
 	p.positive("scan.verdict_changes_keep", s.VerdictChangesKeep)
+	p.positive("scan.verdict_changes_partition", s.VerdictChangesPartition)
 	p.positiveInt("scan.verify_batch_objects", s.VerifyBatchObjects)
 	p.positive("scan.settle_timeout", s.SettleTimeout)
 

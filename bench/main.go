@@ -34,6 +34,7 @@ type options struct {
 	timeout        time.Duration
 	maxLoad        float64
 	latencyChanges int
+	logRows        int
 	loadRate       float64
 	gateDuration   time.Duration
 	cpuProfile     string
@@ -66,6 +67,7 @@ var benchmarks = []benchmark{
 	{"preview", "impact preview of an owner revocation covering 10 % of a scope vs re-evaluating every group", benchPreview},
 	{"verify", "the reference evaluator (gcos verify) from scratch, beside the full audit it checks", benchVerify},
 	{"memory", "RSS of a gcos-up-equivalent process after intake + scans over the world", benchMemory},
+	{"logs", "the verdict change log at 10⁷ changes: retiring an hour by dropping its partition vs DELETE + VACUUM, WAL, writes and the newest page", benchLogs},
 	{"fleet", "1, 2 and 3 gcos up processes on one database under rising churn: sustained births/s with change → verdict p99 ≤ 1 s, gate decisions/s, where the CPU goes", benchFleet},
 }
 
@@ -123,6 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", time.Hour, "time limit of each benchmark")
 	fs.Float64Var(&o.maxLoad, "max-load", 0, "before each benchmark wait (up to 10 min) until the 1-minute load average is below this (0: don't wait)")
 	fs.IntVar(&o.latencyChanges, "latency-changes", 200, "changes measured per latency phase (idle, under load)")
+	fs.IntVar(&o.logRows, "log-rows", 10_000_000, "changes in the verdict change log of the logs benchmark")
 	fs.Float64Var(&o.loadRate, "load-births-per-second", 5000, "churn rate of the latency benchmark's loaded phase")
 	fs.DurationVar(&o.gateDuration, "gate-duration", 5*time.Second, "measuring time of each gate figure per repetition")
 	fs.DurationVar(&o.coalesceWindow, "coalesce-window", 0, "override scan.coalesce_window (default: gcos.DefaultConfig)")
@@ -145,6 +148,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.children < 1 {
 		return nil, errors.New("-children must be positive")
+	}
+	if o.logRows < 1 {
+		return nil, errors.New("-log-rows must be positive")
 	}
 	if o.latencyChanges < 1 {
 		return nil, errors.New("-latency-changes must be positive")

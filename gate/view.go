@@ -43,6 +43,7 @@ type VerdictView struct {
 	refresh      time.Duration
 	birthMaxAge  time.Duration
 	feedRetained time.Duration
+	feedWidth    time.Duration // gate.feed_partition
 
 	catchingUp sync.Mutex // one catch-up at a time
 	mu         sync.RWMutex
@@ -73,7 +74,8 @@ type VerdictView struct {
 func NewVerdictView(g *Gate) *VerdictView {
 	c := g.cfg.Gate
 	return &VerdictView{g: g, maxStale: c.MaxStaleness.Duration(), refresh: c.ViewRefresh.Duration(),
-		birthMaxAge: c.ViewBirthMaxAge.Duration(), feedRetained: c.FeedRetention.Duration(), maxObjects: c.ViewObjects}
+		birthMaxAge: c.ViewBirthMaxAge.Duration(), feedRetained: c.FeedRetention.Duration(), feedWidth: c.FeedPartition.Duration(),
+		maxObjects: c.ViewObjects}
 }
 
 type horizonSample struct {
@@ -306,32 +308,34 @@ func readFeed(ctx context.Context, tx pgx.Tx, prev string) (map[string][]string,
 	return changed, nil
 }
 
-// prune drops the feed's notes of transactions that ended more than gate.feed_retention ago: every view that caught
-// up since has read them. A view whose last snapshot lies below the mark reloads.
+// prune keeps the change feed's partitions (postgres.MaintainLogTx): it makes them ahead, and drops the notes of
+// transactions that ended more than gate.feed_retention ago, by partition: every view that caught up since has read
+// them. A view whose last snapshot lies below what was dropped reloads. Until the view has a sample that old it
+// drops nothing (mark 0) and only makes partitions.
 func (v *VerdictView) prune(ctx context.Context, at time.Time, xmin string) {
 	if len(v.samples) == 0 || at.Sub(v.samples[len(v.samples)-1].at) >= v.feedRetained/10 {
 		v.samples = append(v.samples, horizonSample{at: at, xmin: xmin})
 	}
+	if !v.lastPrune.IsZero() && at.Sub(v.lastPrune) < v.feedRetained/10 {
+		return
+	}
+	mark := "0"
 	cut := -1
 	for i, s := range v.samples {
 		if at.Sub(s.at) >= v.feedRetained {
 			cut = i
 		}
 	}
-	if cut < 0 || at.Sub(v.lastPrune) < v.feedRetained/10 {
-		return
+	if cut >= 0 {
+		mark = v.samples[cut].xmin
+		v.samples = v.samples[cut+1:]
 	}
-	mark := v.samples[cut].xmin
-	v.samples = v.samples[cut+1:]
 	v.lastPrune = at
 	err := pgx.BeginFunc(ctx, v.g.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM gcos_change_feed WHERE xid < $1::xid8`, mark); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `UPDATE gcos_change_feed_horizon SET pruned_below = greatest(pruned_below, $1::xid8)`, mark)
+		_, err := postgres.MaintainLogTx(ctx, tx, postgres.ChangeFeedLog, postgres.LogRetention{Width: v.feedWidth, Keep: v.feedRetained, Mark: mark})
 		return err
 	})
-	if err != nil {
-		v.g.logger.Warn("gate view: prune the change feed", "err", err)
+	if err != nil && ctx.Err() == nil {
+		v.g.logger.Warn("gate view: maintain the change feed", "err", err)
 	}
 }

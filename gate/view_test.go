@@ -352,14 +352,14 @@ func TestVerdictView_NeverAllowsPastItsBoundAfterABlock(t *testing.T) {
 	}
 }
 
-// The feed keeps a note gate.feed_retention after its transaction ended, then drops it; a view whose last
-// snapshot lies below what was dropped reloads everything instead of missing notes, and still answers as the
-// database does.
+// The feed keeps a note gate.feed_retention after its transaction ended, then drops it with its partition; a view
+// whose last snapshot lies below what was dropped reloads everything instead of missing notes, and still answers as
+// the database does.
 func TestVerdictView_FeedIsPrunedAndALaggardReloads(t *testing.T) {
 	t.Parallel()
 	b := seededWorld(t, 5000, func(c *gcos.Config) {
 		c.Gate.MaxStaleness, c.Gate.ViewRefresh = gcos.Duration(time.Hour), gcos.Duration(time.Minute)
-		c.Gate.FeedRetention = gcos.Duration(300 * time.Millisecond)
+		c.Gate.FeedRetention, c.Gate.FeedPartition = gcos.Duration(300*time.Millisecond), gcos.Duration(100*time.Millisecond)
 	})
 	keep := gate.NewVerdictView(b.gate()) // catches up all along: prunes
 	laggard := gate.NewVerdictView(b.gate())

@@ -3,9 +3,11 @@ package scan
 import (
 	"context"
 	"time"
+
+	"gcos/postgres"
 )
 
-// PruneVerdictChanges runs the incremental loop's prune of the verdict change log once.
-func (s *Stage) PruneVerdictChanges(ctx context.Context, keep time.Duration) (int64, error) {
-	return s.pruneVerdictChanges(ctx, keep)
+// MaintainVerdictChanges runs the incremental loop's maintenance of the verdict change log once.
+func (s *Stage) MaintainVerdictChanges(ctx context.Context, keep, width time.Duration) (postgres.LogMaintained, error) {
+	return s.maintainVerdictChanges(ctx, keep, width)
 }

@@ -260,8 +260,8 @@ func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 			if p.Scanned > 0 || p.Storm {
 				s.logger().Info("incremental scan", "run_id", p.RunID, "scanned", p.Scanned, "verdict_changes", p.VerdictChanges, "storm", p.Storm, "remaining", p.Remaining)
 			}
-			if _, err := s.Stage.pruneVerdictChanges(ctx, s.Config.VerdictChangesKeep.Duration()); err != nil && ctx.Err() == nil {
-				s.logger().Warn("prune the verdict change log", "err", err)
+			if _, err := s.Stage.maintainVerdictChanges(ctx, s.Config.VerdictChangesKeep.Duration(), s.Config.VerdictChangesPartition.Duration()); err != nil && ctx.Err() == nil {
+				s.logger().Warn("maintain the verdict change log", "err", err)
 			}
 		}
 		sleep(ctx, wait)
@@ -319,30 +319,30 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// pruneVerdictChangesSQL deletes the changes older than $1 and moves the horizon past the newest transaction deleted
-// (xid8 has no arithmetic: one past it through numeric); it returns how many it deleted.
-const pruneVerdictChangesSQL = `WITH below AS (
-		SELECT least((SELECT min(xid) FROM gcos_verdict_change WHERE changed_at >= now() - $1::interval),
-		             pg_snapshot_xmin(pg_current_snapshot())) AS xid),
-	gone AS (DELETE FROM gcos_verdict_change v USING below WHERE v.xid < below.xid RETURNING v.xid),
-	moved AS (UPDATE gcos_verdict_change_horizon h
-		SET pruned_below = greatest(h.pruned_below, ((SELECT max(xid) FROM gone)::text::numeric + 1)::text::xid8)
-		WHERE EXISTS (SELECT 1 FROM gone))
-	SELECT count(*) FROM gone`
+// verdictChangesMarkSQL is the verdict change log's retention mark: the oldest transaction that wrote a change still
+// kept ($1), or the oldest still running if that is older. A partition goes only when its writers are all below it,
+// so the horizon it moves never passes a change kept: a cursor issued anywhere in the kept window reads on.
+const verdictChangesMarkSQL = `SELECT least((SELECT min(xid) FROM gcos_verdict_change WHERE changed_at >= now() - $1::interval),
+	pg_snapshot_xmin(pg_current_snapshot()))::text`
 
-// pruneVerdictChanges deletes the verdict changes older than keep (scan.verdict_changes_keep): the log the change
-// routes and the gate's view read is a window, not a history. It deletes by transaction, below the oldest
-// transaction that wrote a change still kept (and below every transaction still open), and moves the log's horizon
-// just past the newest transaction it deleted a change of, so that a feed cursor that may have missed a deleted
-// change is refused, never silently short (postgres.Store.ChangesAfter). A prune that deletes nothing leaves the
+// maintainVerdictChanges makes the verdict change log's partitions ahead and drops those older than keep
+// (scan.verdict_changes_keep): the log the change routes and the gate's view read is a window, not a history. The
+// log's horizon moves just past the newest transaction dropped, so that a feed cursor that may have missed a dropped
+// change is refused, never silently short (postgres.Store.ChangesAfter). A maintenance that drops nothing leaves the
 // horizon: a cursor issued while the log was empty (a dashboard opened before the first change) stays good.
-func (s *Stage) pruneVerdictChanges(ctx context.Context, keep time.Duration) (int64, error) {
-	var n int64
+func (s *Stage) maintainVerdictChanges(ctx context.Context, keep, width time.Duration) (postgres.LogMaintained, error) {
+	var res postgres.LogMaintained
 	err := pgx.BeginFunc(ctx, s.core.Pool(), func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, pruneVerdictChangesSQL, keep).Scan(&n)
+		var mark string
+		if err := tx.QueryRow(ctx, verdictChangesMarkSQL, keep).Scan(&mark); err != nil {
+			return fmt.Errorf("read the retention mark: %w", err)
+		}
+		var err error
+		res, err = postgres.MaintainLogTx(ctx, tx, postgres.VerdictChangeLog, postgres.LogRetention{Width: width, Keep: keep, Mark: mark})
+		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("prune verdict changes: %w", err)
+		return res, fmt.Errorf("maintain the verdict change log: %w", err)
 	}
-	return n, nil
+	return res, nil
 }

@@ -2,6 +2,7 @@ package migration_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -291,11 +292,74 @@ func TestSnapshotSealsAreImmutable(t *testing.T) {
 			t.Errorf("%s: %v, want it refused", stmt, err)
 		}
 	}
-	if _, err := m.Down(ctx, 1); err != nil {
+	if _, err := m.Down(ctx, m.Latest()-21); err != nil {
 		t.Fatal(err)
 	}
 	var left int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'gcos_snapshot_seal'`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("step 22's down left its table: %d %v", left, err)
+	}
+}
+
+// TestPartitionedLogsCarryTheirRows: step 23 moves the verdict change log and the change feed into partitioned
+// tables with every row (the verdict changes' ids go on from where they were), and its down moves them back, the
+// rows of the time partitions made since included.
+func TestPartitionedLogsCarryTheirRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := substrateDB(t)
+	m, err := migration.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Down(ctx, m.Latest()-22); err != nil { // back to step 22
+		t.Fatal(err)
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows := func() string {
+		t.Helper()
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT (SELECT string_agg(format('%s:%s', id, key), ' ' ORDER BY id) FROM gcos_verdict_change)
+			|| ' / ' || (SELECT string_agg(key, ' ' ORDER BY key) FROM gcos_change_feed)`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	change := func(key string) string {
+		return fmt.Sprintf(`INSERT INTO gcos_verdict_change (subject, key, group_key, ruleset_version, verdict_before, verdict_after, why, run_id)
+			VALUES ('group', '%s', '%[1]s', 'rs', 'unknown', 'relevant', 'rescan', 'run')`, key)
+	}
+	exec(change("a") + `, ('group', 'b', 'b', 'rs', 'unknown', 'relevant', 'rescan', 'run')`)
+	exec(`INSERT INTO gcos_change_feed (kind, key) VALUES ('group', 'f1'), ('state', 'f2')`)
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exec(change("c"))
+	exec(`CREATE TABLE gcos_verdict_change_later PARTITION OF gcos_verdict_change FOR VALUES FROM ('2999-01-01') TO ('3000-01-01')`)
+	exec(`INSERT INTO gcos_verdict_change (changed_at, subject, key, group_key, ruleset_version, verdict_before, verdict_after, why, run_id)
+		VALUES ('2999-06-01', 'group', 'd', 'd', 'rs', 'unknown', 'relevant', 'rescan', 'run')`)
+	exec(`INSERT INTO gcos_change_feed (kind, key) VALUES ('group', 'f3')`)
+	want := "1:a 2:b 3:c 4:d / f1 f2 f3"
+	if got := rows(); got != want {
+		t.Fatalf("after step 23:\n got %s\nwant %s", got, want)
+	}
+	var partitioned int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_partitioned_table WHERE partrelid IN ('gcos_verdict_change'::regclass, 'gcos_change_feed'::regclass)`).Scan(&partitioned); err != nil || partitioned != 2 {
+		t.Fatalf("%d of the two logs partitioned after step 23 (%v)", partitioned, err)
+	}
+	if _, err := m.Down(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	exec(change("e"))
+	if got, want := rows(), "1:a 2:b 3:c 4:d 5:e / f1 f2 f3"; got != want {
+		t.Fatalf("after step 23's down:\n got %s\nwant %s", got, want)
 	}
 }
