@@ -136,6 +136,9 @@ func formatValue(v float64, unit string) string {
 	case "rows/s", "decisions/s", "rows", "groups":
 		return thousands(int64(math.Round(v))) + " " + unit
 	case "MiB":
+		if v < 10 {
+			return fmt.Sprintf("%.2f MiB", v)
+		}
 		return fmt.Sprintf("%.0f MiB", v)
 	case "×":
 		return fmt.Sprintf("%.2f×", v)

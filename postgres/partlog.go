@@ -38,8 +38,7 @@ type LogRetention struct {
 type LogMaintained struct {
 	Created int   // partitions made
 	Moved   int64 // rows moved from the default partition into the partitions made
-	Dropped int   // partitions dropped
-	Removed int64 // rows dropped with them
+	Dropped int   // partitions dropped (their rows are not counted: that would read them under the log's lock)
 }
 
 // logAhead is how many partitions past now's each maintenance makes, so that a maintenance or two missed leaves no
@@ -160,15 +159,10 @@ func MaintainLogTx(ctx context.Context, tx pgx.Tx, log Log, r LogRetention) (Log
 	drop, moved := gcos.LogPartitionsToDrop(logSpans(expired), cutoff, mark, horizon)
 	for _, i := range drop {
 		name := pgx.Identifier{expired[i].Name}.Sanitize()
-		var n int64
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+name).Scan(&n); err != nil {
-			return fail("count partition "+name, err)
-		}
 		if _, err := tx.Exec(ctx, `DROP TABLE `+name); err != nil {
 			return fail("drop partition "+name, err)
 		}
 		res.Dropped++
-		res.Removed += n
 	}
 	if moved != horizon {
 		if _, err := tx.Exec(ctx, `UPDATE `+pgx.Identifier{log.Horizon}.Sanitize()+` SET pruned_below = greatest(pruned_below, $1::xid8)`,
@@ -177,6 +171,25 @@ func MaintainLogTx(ctx context.Context, tx pgx.Tx, log Log, r LogRetention) (Log
 		}
 	}
 	return res, nil
+}
+
+// verdictChangesMarkSQL is the verdict change log's retention mark: the oldest transaction that wrote a change in a
+// partition still kept (whole partitions from the one the cutoff falls in: the oldest of each by its xid index, not
+// a scan for the oldest kept change), or the oldest still running if that is older. A partition goes only when its
+// writers are all below it, so the horizon it moves never passes a change kept: a cursor issued anywhere in the kept
+// window reads on.
+const verdictChangesMarkSQL = `SELECT least(
+	(SELECT min(xid) FROM gcos_verdict_change WHERE changed_at >= date_bin($2::interval, now() - $1::interval, '0001-01-01 00:00:00+00')),
+	pg_snapshot_xmin(pg_current_snapshot()))::text`
+
+// MaintainVerdictChangesTx keeps the verdict change log (scan.verdict_changes_keep, scan.verdict_changes_partition):
+// its partitions made ahead, and those older than keep dropped below the mark of verdictChangesMarkSQL.
+func MaintainVerdictChangesTx(ctx context.Context, tx pgx.Tx, keep, width time.Duration) (LogMaintained, error) {
+	var mark string
+	if err := tx.QueryRow(ctx, verdictChangesMarkSQL, keep, width).Scan(&mark); err != nil {
+		return LogMaintained{}, fmt.Errorf("maintain the verdict change log: read the retention mark: %w", err)
+	}
+	return MaintainLogTx(ctx, tx, VerdictChangeLog, LogRetention{Width: width, Keep: keep, Mark: mark})
 }
 
 // logPartition is one time partition of a log, by name.

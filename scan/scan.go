@@ -319,12 +319,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// verdictChangesMarkSQL is the verdict change log's retention mark: the oldest transaction that wrote a change still
-// kept ($1), or the oldest still running if that is older. A partition goes only when its writers are all below it,
-// so the horizon it moves never passes a change kept: a cursor issued anywhere in the kept window reads on.
-const verdictChangesMarkSQL = `SELECT least((SELECT min(xid) FROM gcos_verdict_change WHERE changed_at >= now() - $1::interval),
-	pg_snapshot_xmin(pg_current_snapshot()))::text`
-
 // maintainVerdictChanges makes the verdict change log's partitions ahead and drops those older than keep
 // (scan.verdict_changes_keep): the log the change routes and the gate's view read is a window, not a history. The
 // log's horizon moves just past the newest transaction dropped, so that a feed cursor that may have missed a dropped
@@ -333,12 +327,8 @@ const verdictChangesMarkSQL = `SELECT least((SELECT min(xid) FROM gcos_verdict_c
 func (s *Stage) maintainVerdictChanges(ctx context.Context, keep, width time.Duration) (postgres.LogMaintained, error) {
 	var res postgres.LogMaintained
 	err := pgx.BeginFunc(ctx, s.core.Pool(), func(tx pgx.Tx) error {
-		var mark string
-		if err := tx.QueryRow(ctx, verdictChangesMarkSQL, keep).Scan(&mark); err != nil {
-			return fmt.Errorf("read the retention mark: %w", err)
-		}
 		var err error
-		res, err = postgres.MaintainLogTx(ctx, tx, postgres.VerdictChangeLog, postgres.LogRetention{Width: width, Keep: keep, Mark: mark})
+		res, err = postgres.MaintainVerdictChangesTx(ctx, tx, keep, width)
 		return err
 	})
 	if err != nil {
