@@ -331,11 +331,15 @@ func (v *VerdictView) prune(ctx context.Context, at time.Time, xmin string) {
 		v.samples = v.samples[cut+1:]
 	}
 	v.lastPrune = at
-	err := pgx.BeginFunc(ctx, v.g.pool, func(tx pgx.Tx) error {
-		_, err := postgres.MaintainLogTx(ctx, tx, postgres.ChangeFeedLog, postgres.LogRetention{Width: v.feedWidth, Keep: v.feedRetained, Mark: mark})
+	var res postgres.LogMaintained
+	err := pgx.BeginFunc(ctx, v.g.pool, func(tx pgx.Tx) (err error) {
+		res, err = postgres.MaintainLogTx(ctx, tx, postgres.ChangeFeedLog, postgres.LogRetention{Width: v.feedWidth, Keep: v.feedRetained, Mark: mark})
 		return err
 	})
-	if err != nil && ctx.Err() == nil {
+	switch {
+	case err != nil && ctx.Err() == nil:
 		v.g.logger.Warn("gate view: maintain the change feed", "err", err)
+	case res.Deferred:
+		v.g.logger.Debug("gate view: the change feed's maintenance waits for its lock until the next pass")
 	}
 }

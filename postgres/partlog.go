@@ -39,6 +39,9 @@ type LogMaintained struct {
 	Created int   // partitions made
 	Moved   int64 // rows moved from the default partition into the partitions made
 	Dropped int   // partitions dropped (their rows are not counted: that would read them under the log's lock)
+	// Deferred: there was work, but the log's lock was not free within logLockTimeout; the next maintenance tries
+	// again (partitions are made logAhead widths ahead, so nothing is late for it).
+	Deferred bool
 }
 
 // logAhead is how many partitions past now's each maintenance makes, so that a maintenance or two missed leaves no
@@ -124,8 +127,11 @@ func MaintainLogTx(ctx context.Context, tx pgx.Tx, log Log, r LogRetention) (Log
 	// The whole log's lock, taken first, so that no reader or writer of the log waits on this maintenance while
 	// holding what it waits for. Attaching alone locks less, but a writer that routed its row by the partitions it
 	// saw before would then put it into the default partition after the attach, and fail its constraint.
-	if _, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+	if ok, err := lockLog(ctx, tx, table); err != nil {
 		return fail("lock the log", err)
+	} else if !ok {
+		res.Deferred = true
+		return res, nil
 	}
 	for _, s := range create {
 		name := pgx.Identifier{log.Table + "_p" + strings.ReplaceAll(s.From.UTC().Format("20060102t150405.999999"), ".", "_")}.Sanitize()
@@ -190,6 +196,23 @@ func MaintainVerdictChangesTx(ctx context.Context, tx pgx.Tx, keep, width time.D
 		return LogMaintained{}, fmt.Errorf("maintain the verdict change log: read the retention mark: %w", err)
 	}
 	return MaintainLogTx(ctx, tx, VerdictChangeLog, LogRetention{Width: width, Keep: keep, Mark: mark})
+}
+
+// lockLog takes the log's exclusive lock within logLockTimeout, under a savepoint: false when it was not free in
+// time, with tx still usable.
+func lockLog(ctx context.Context, tx pgx.Tx, table string) (bool, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, err = sp.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`)
+	if IsPgCode(err, "55P03") { // lock_not_available
+		return false, sp.Rollback(ctx)
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, sp.Commit(ctx)
 }
 
 // logPartition is one time partition of a log, by name.

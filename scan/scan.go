@@ -260,8 +260,12 @@ func (s *Scheduler) incrementalLoop(ctx context.Context) error {
 			if p.Scanned > 0 || p.Storm {
 				s.logger().Info("incremental scan", "run_id", p.RunID, "scanned", p.Scanned, "verdict_changes", p.VerdictChanges, "storm", p.Storm, "remaining", p.Remaining)
 			}
-			if _, err := s.Stage.maintainVerdictChanges(ctx, s.Config.VerdictChangesKeep.Duration(), s.Config.VerdictChangesPartition.Duration()); err != nil && ctx.Err() == nil {
+			res, err := s.Stage.maintainVerdictChanges(ctx, s.Config.VerdictChangesKeep.Duration(), s.Config.VerdictChangesPartition.Duration())
+			switch {
+			case err != nil && ctx.Err() == nil:
 				s.logger().Warn("maintain the verdict change log", "err", err)
+			case res.Deferred:
+				s.logger().Debug("the verdict change log's maintenance waits for its lock until the next tick")
 			}
 		}
 		sleep(ctx, wait)

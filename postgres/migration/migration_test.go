@@ -193,8 +193,10 @@ func TestParseRefusesBadSets(t *testing.T) {
 // TestFindingsSelectorRowsAreCarried: step 21 carries the rows "every finding" made before it (a subject table of
 // system_issues) to the selector by transition, dropping one the recipient already has in the new form; its down
 // turns them back.
-func TestFindingsSelectorRowsAreCarried(t *testing.T) {
-	t.Parallel()
+// atStep is a database migrated all the way up and back down to step, and its migrator: a step's down runs as it
+// would on a database that had every later step applied.
+func atStep(t *testing.T, step int) (*pgxpool.Pool, *migration.Migrator) {
+	t.Helper()
 	ctx := context.Background()
 	pool := substrateDB(t)
 	m, err := migration.New(pool)
@@ -204,9 +206,16 @@ func TestFindingsSelectorRowsAreCarried(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Down(ctx, m.Latest()-20); err != nil { // back to step 20
+	if _, err := m.Down(ctx, m.Latest()-step); err != nil {
 		t.Fatal(err)
 	}
+	return pool, m
+}
+
+func TestFindingsSelectorRowsAreCarried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, m := atStep(t, 20)
 	if _, err := pool.Exec(ctx, `INSERT INTO event_subscription (recipient_ref, event_domain, scope_subject_table, scope_filter, mute) VALUES
 		('alice', 'governance', 'system_issues', '{}', true),
 		('bob', 'governance', 'system_issues', '{}', true),
@@ -244,17 +253,7 @@ func TestFindingsSelectorRowsAreCarried(t *testing.T) {
 func TestSnapshotSealsAreImmutable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := substrateDB(t)
-	m, err := migration.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Down(ctx, m.Latest()-21); err != nil { // back to step 21
-		t.Fatal(err)
-	}
+	pool, m := atStep(t, 21)
 	if _, err := pool.Exec(ctx, `INSERT INTO evolution_snapshots (id, snapshot_at, scope, metrics, notes) VALUES
 		(7, '2026-11-01T00:00:00Z', 'governance.audit', '{"groups": {}}', 'before step 22'), (8, now(), 'global', '{}', 'not GCOS''s')`); err != nil {
 		t.Fatal(err)
@@ -307,17 +306,7 @@ func TestSnapshotSealsAreImmutable(t *testing.T) {
 func TestPartitionedLogsCarryTheirRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := substrateDB(t)
-	m, err := migration.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Down(ctx, m.Latest()-22); err != nil { // back to step 22
-		t.Fatal(err)
-	}
+	pool, m := atStep(t, 22)
 	exec := func(sql string) {
 		t.Helper()
 		if _, err := pool.Exec(ctx, sql); err != nil {
