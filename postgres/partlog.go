@@ -51,7 +51,7 @@ const logAhead = 2
 // logLockTimeout bounds the wait for the log's locks (making and dropping a partition lock it briefly): past it the
 // maintenance gives up until the next one, so a long reader never queues the log's readers and writers behind it
 // for long. Partitions are made logAhead widths ahead, so a maintenance that gives up now and then costs nothing.
-const logLockTimeout = "200ms"
+const logLockTimeout = "50ms"
 
 // logPartitionsSQL lists a log's time partitions and their bounds (the default partition has none).
 const logPartitionsSQL = `SELECT c.relname, b[1]::timestamptz, b[2]::timestamptz
