@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -65,7 +66,12 @@ func (s *Stage) cachedRegistries(ctx context.Context, q postgres.Querier) (*regi
 	if err != nil {
 		return nil, err
 	}
-	s.regCache.cur, s.regCache.loaded = &registrySet{regs: regs, groups: map[postgres.BirthBase][]gcos.Group{}}, time.Now()
+	// Unchanged registries derive the same groups: a busy tail keeps the groups it derived instead of deriving
+	// them again every second.
+	if cur := s.regCache.cur; cur == nil || !reflect.DeepEqual(cur.regs, regs) {
+		s.regCache.cur = &registrySet{regs: regs, groups: map[postgres.BirthBase][]gcos.Group{}}
+	}
+	s.regCache.loaded = time.Now()
 	return s.regCache.cur, nil
 }
 
@@ -107,6 +113,25 @@ type HandoffStats struct {
 	Kinds     map[string]int `json:"kinds"`
 
 	marked []string // the keys of the groups this apply marked (the storm rule's count is of distinct groups)
+}
+
+// trustedSources answers IntakeConfig.Trusted once per source system of a page: a page holds thousands of rows
+// from a handful of source systems, and each answer matches globs.
+type trustedSources struct {
+	cfg  *gcos.IntakeConfig
+	seen map[string]bool
+}
+
+func (t *trustedSources) of(source string) bool {
+	ok, seen := t.seen[source]
+	if !seen {
+		if t.seen == nil {
+			t.seen = map[string]bool{}
+		}
+		ok = t.cfg.Trusted(source)
+		t.seen[source] = ok
+	}
+	return ok
 }
 
 // signal is one coalesced change: a kind on a set of groups.
@@ -188,6 +213,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	if err != nil {
 		return nil, st, err
 	}
+	trusted := trustedSources{cfg: &s.cfg.Intake}
 	var unmapped, untrusted rowReports
 	var named []string // objects a change-ledger row names, mapped or not: the gate's views drop their births
 	for i := range rows {
@@ -215,7 +241,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 			case kind == "":
 				st.Skipped++ // a rule says skip
 				continue
-			case !own[r.ID] && !r.Observed && !s.cfg.Intake.Trusted(r.ChangedBy):
+			case !own[r.ID] && !r.Observed && !trusted.of(r.ChangedBy):
 				st.Untrusted++
 				untrusted.add(r.Source, r.ChangedBy, r.ID)
 				continue
@@ -235,7 +261,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		return nil, st, err
 	}
 	if len(births) > 0 {
-		bs, untrusted, err := s.mapBirths(ctx, tx, rset, births)
+		bs, untrusted, err := s.mapBirths(ctx, tx, rset, &trusted, births)
 		if err != nil {
 			return nil, st, err
 		}
@@ -245,7 +271,6 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	// Coalesce: one dirty mark per (group, reason) for the page, however many rows touched it, with the births
 	// behind each group's mark (a pending mark is settled by a count that read them).
 	byReason := map[string]map[string]bool{}
-	bornIn, timed := map[string][]int64{}, map[string]bool{}
 	for _, sig := range sigs {
 		st.Kinds[string(sig.kind)]++
 		reason := gcos.DirtyReasonFor(sig.kind)
@@ -254,15 +279,9 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		}
 		for _, g := range sig.groups {
 			byReason[reason][g] = true
-			bornIn[g] = append(bornIn[g], sig.births...)
-			if len(sig.births) == 0 {
-				timed[g] = true
-			}
 		}
 	}
-	for g := range timed {
-		delete(bornIn, g) // a change no count of births settles marked it too: settled by time alone
-	}
+	bornIn := birthsBehind(sigs)
 	marks := make(map[string][]string, len(byReason))
 	for reason, keys := range byReason {
 		marks[reason] = slices.Sorted(maps.Keys(keys))
@@ -274,7 +293,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	st.Dirtied += int64(len(marked))
 	st.marked = marked
 	// After the dirty marks (candidate rows, then queued objects: the order a scan's pass takes them in).
-	if err := s.queueObjects(ctx, tx, births, sigs); err != nil {
+	if err := s.queueObjects(ctx, tx, &trusted, births, sigs); err != nil {
 		return nil, st, err
 	}
 	st.Signals = len(sigs)
@@ -282,6 +301,49 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		return nil, st, err
 	}
 	return failures, st, nil
+}
+
+// birthsBehind is, per group key, the births behind the page's mark of it: those of every signal naming it, or
+// none (absent) when a signal without births names it too (a change no count of births settles: settled by time).
+// The signals of one base group name its groups in every scope with one slice (mapBirths), so the births are
+// gathered per slice, and a group only that slice names shares the slice's list: MarkChangesTx writes a shared
+// list out once for all of them.
+func birthsBehind(sigs []*signal) map[string][]int64 {
+	lists := map[*string][]int64{} // births per slice of groups, by its first element
+	namedBy := map[string][]*string{}
+	timed := map[string]bool{}
+	for _, sig := range sigs {
+		if len(sig.groups) == 0 {
+			continue
+		}
+		id := &sig.groups[0]
+		if _, ok := lists[id]; !ok {
+			for _, g := range sig.groups {
+				namedBy[g] = append(namedBy[g], id)
+			}
+		}
+		lists[id] = append(lists[id], sig.births...)
+		if len(sig.births) == 0 {
+			for _, g := range sig.groups {
+				timed[g] = true
+			}
+		}
+	}
+	out := make(map[string][]int64, len(namedBy))
+	for g, ids := range namedBy {
+		switch {
+		case timed[g]:
+		case len(ids) == 1:
+			out[g] = lists[ids[0]]
+		default:
+			var all []int64
+			for _, id := range ids {
+				all = append(all, lists[id]...)
+			}
+			out[g] = all
+		}
+	}
+	return out
 }
 
 // queueObjectsSQL queues objects for the scan of their base (governance_object_pending); a queued object queued
@@ -295,7 +357,7 @@ ON CONFLICT (collection_name, entity_code) DO UPDATE SET object_class = EXCLUDED
 // queueObjects queues, for the scan of their base, the page's objects whose rows a scan must judge one by one: a
 // trusted birth (not an inherited child) of a class whose objects have rows under the current ruleset, and an
 // object a change row names. The scan's pass then reads just their births (followObjects), never its whole base.
-func (s *Stage) queueObjects(ctx context.Context, tx pgx.Tx, births []*postgres.TailRow, sigs []*signal) error {
+func (s *Stage) queueObjects(ctx context.Context, tx pgx.Tx, trusted *trustedSources, births []*postgres.TailRow, sigs []*signal) error {
 	queued := map[[2]string]postgres.BirthBase{}
 	for _, sig := range sigs {
 		if sig.object != nil && sig.kind != gcos.ChangeObjectBorn {
@@ -308,7 +370,7 @@ func (s *Stage) queueObjects(ctx context.Context, tx pgx.Tx, births []*postgres.
 			return err
 		}
 		for _, r := range births {
-			if r.ParentCode == "" && classes[r.EntityType] && s.cfg.Intake.Trusted(r.SourceSystem) {
+			if r.ParentCode == "" && classes[r.EntityType] && trusted.of(r.SourceSystem) {
 				queued[[2]string{r.CollectionName, r.EntityCode}] = postgres.BirthBase{Class: r.EntityType, Coll: r.CollectionName, Status: r.Status}
 			}
 		}
@@ -363,7 +425,7 @@ func (s *Stage) objectRowClasses(ctx context.Context, tx pgx.Tx) (map[string]boo
 // however a replay splits the rows into pages it produces exactly the keys the first delivery did, and the signal
 // key table deduplicates them. Births from an untrusted source system dirty nothing and signal nothing: they are
 // quarantined (quarantineUntrusted) and cannot inject governance work until their source is trusted.
-func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, births []*postgres.TailRow) ([]*signal, int, error) {
+func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, trusted *trustedSources, births []*postgres.TailRow) ([]*signal, int, error) {
 	anchors, err := s.anchors(ctx, tx, births)
 	if err != nil {
 		return nil, 0, err
@@ -390,7 +452,7 @@ func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, bir
 				b = a
 			}
 		}
-		if !s.cfg.Intake.Trusted(r.SourceSystem) {
+		if !trusted.of(r.SourceSystem) {
 			untrustedRows = append(untrustedRows, r)
 			continue
 		}

@@ -611,7 +611,10 @@ func tailPreparedHolders(ctx context.Context, q postgres.Querier) ([]HorizonHold
 	return out, err
 }
 
-// tailReadRows runs a select built from src.selectList and scans TailRows (sizeHint: the expected row count).
+// tailReadRows runs a select built from src.selectList and reads TailRows (sizeHint: the expected row count). It
+// decodes each row's raw values itself: the id and the order key through the type map's plans, made once per page,
+// and the text fields through an interner, so a value a page repeats (a collection, a class, a status, a source
+// system) is one string, not one allocation per row.
 func tailReadRows(ctx context.Context, q postgres.Querier, src postgres.TailSource, noTZ bool, sizeHint int, sql string, args ...any) ([]postgres.TailRow, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
@@ -619,45 +622,88 @@ func tailReadRows(ctx context.Context, q postgres.Querier, src postgres.TailSour
 	}
 	defer rows.Close()
 	fields := src.Fields()
-	out := make([]postgres.TailRow, 0, min(max(sizeHint, 0), 100_000))
+	fds := rows.FieldDescriptions()
+	if len(fds) != 3+len(fields) {
+		return nil, fmt.Errorf("source %s: the read returned %d columns, want %d", src.Name, len(fds), 3+len(fields))
+	}
 	var (
-		r      postgres.TailRow
-		rawTS  pgtype.Timestamp
-		rawTZ  pgtype.Timestamptz
-		inst   pgtype.Timestamptz
-		texts  = make([]pgtype.Text, len(fields))
-		dest   = make([]any, 0, 3+len(fields))
-		rawDst any
+		id    int64
+		rawTS pgtype.Timestamp
+		rawTZ pgtype.Timestamptz
+		inst  pgtype.Timestamptz
 	)
+	dest := []any{&id, &rawTZ, &inst}
 	if noTZ {
-		rawDst = &rawTS
-	} else {
-		rawDst = &rawTZ
+		dest[1] = &rawTS
 	}
-	dest = append(dest, &r.ID, rawDst, &inst)
-	for i := range texts {
-		dest = append(dest, &texts[i])
+	types := rows.Conn().TypeMap()
+	plans := make([]pgtype.ScanPlan, len(dest))
+	for i, d := range dest {
+		plans[i] = types.PlanScan(fds[i].DataTypeOID, fds[i].Format, d)
 	}
+	strs := newInterner(len(fields))
+	out := make([]postgres.TailRow, 0, min(max(sizeHint, 0), 100_000))
 	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return nil, err
+		vals := rows.RawValues()
+		for i, d := range dest {
+			if err := plans[i].Scan(vals[i], d); err != nil {
+				return nil, fmt.Errorf("source %s: column %s: %w", src.Name, fds[i].Name, err)
+			}
 		}
-		row := postgres.TailRow{Source: src.Name, ID: r.ID, TS: inst.Time}
+		row := postgres.TailRow{Source: src.Name, ID: id, TS: inst.Time}
+		infinite := rawTZ.InfinityModifier != pgtype.Finite
 		if noTZ {
-			row.Raw = rawTS.Time
+			row.Raw, infinite = rawTS.Time, rawTS.InfinityModifier != pgtype.Finite
 		} else {
 			row.Raw = rawTZ.Time
 		}
-		if (noTZ && rawTS.InfinityModifier != pgtype.Finite) || (!noTZ && rawTZ.InfinityModifier != pgtype.Finite) {
+		if infinite {
 			return nil, gcos.Errorf(gcos.EINVALID, "source %s row %d: infinite %s: a database-clock timestamp "+
 				"is never infinite", src.Name, row.ID, src.TSColumn)
 		}
 		for i, f := range fields {
-			*row.Field(f) = texts[i].String
+			*row.Field(f) = strs.get(i, vals[3+i])
 		}
 		out = append(out, row)
 	}
 	return out, rows.Err()
+}
+
+// internMax is how many distinct values a column of one page may show before its values stop being interned: a
+// column whose values do not repeat (an entity code) would only fill the map.
+const internMax = 4096
+
+// interner shares the repeated values of a page's text columns (NULL reads as "").
+type interner struct {
+	seen []map[string]string
+}
+
+func newInterner(columns int) *interner {
+	in := &interner{seen: make([]map[string]string, columns)}
+	for i := range in.seen {
+		in.seen[i] = map[string]string{}
+	}
+	return in
+}
+
+func (in *interner) get(column int, b []byte) string {
+	seen := in.seen[column]
+	switch {
+	case b == nil:
+		return ""
+	case seen == nil: // this column's values do not repeat
+		return string(b)
+	}
+	if s, ok := seen[string(b)]; ok {
+		return s
+	}
+	if len(seen) >= internMax {
+		in.seen[column] = nil
+		return string(b)
+	}
+	s := string(b)
+	seen[s] = s
+	return s
 }
 
 // tailApplyRows hands rows to apply under a savepoint. When apply reports failed rows, their effects (and the others')

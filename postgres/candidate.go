@@ -238,16 +238,15 @@ func birthsText(ids []int64) *string {
 	if ids == nil {
 		return nil
 	}
-	var b strings.Builder
-	b.WriteByte('{')
+	b := make([]byte, 0, 2+8*len(ids))
+	b = append(b, '{')
 	for i, id := range ids {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.WriteString(strconv.FormatInt(id, 10))
+		b = strconv.AppendInt(b, id, 10)
 	}
-	b.WriteByte('}')
-	out := b.String()
+	out := string(append(b, '}'))
 	return &out
 }
 
@@ -466,10 +465,20 @@ func pendingBirths(pending, keys, reasons []string, births map[string][]int64) [
 			other[k] = true
 		}
 	}
+	// The groups of one base in every scope share one list of births (the same slice): it is written out once.
+	type list struct {
+		first *int64
+		n     int
+	}
+	texts := map[list]*string{}
 	out := make([]*string, len(pending))
 	for i, k := range pending {
 		if ids := births[k]; len(ids) > 0 && len(ids) <= MarkBirthsMax && !other[k] {
-			out[i] = birthsText(ids)
+			l := list{&ids[0], len(ids)}
+			if texts[l] == nil {
+				texts[l] = birthsText(ids)
+			}
+			out[i] = texts[l]
 		}
 	}
 	return out

@@ -66,6 +66,14 @@ func TestPendingBirths(t *testing.T) {
 			}
 		})
 	}
+	// The groups of one base share their births (one slice): the list is written out once and shared.
+	shared := []int64{5, 7}
+	got := pendingBirths([]string{"a", "b", "c"}, []string{"a", "b", "c"}, []string{born, born, born},
+		map[string][]int64{"a": shared, "b": shared, "c": {5, 7}})
+	if Deref(got[0]) != "{5,7}" || got[0] != got[1] || Deref(got[2]) != "{5,7}" || got[2] == got[0] {
+		t.Fatalf("pendingBirths over a shared list = %q %q %q (%p %p %p), want one text for a and b, another for c",
+			Deref(got[0]), Deref(got[1]), Deref(got[2]), got[0], got[1], got[2])
+	}
 }
 
 func TestPendingKeyMerge(t *testing.T) {

@@ -344,11 +344,81 @@ func TestPartitionedLogsCarryTheirRows(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_partitioned_table WHERE partrelid IN ('gcos_verdict_change'::regclass, 'gcos_change_feed'::regclass)`).Scan(&partitioned); err != nil || partitioned != 2 {
 		t.Fatalf("%d of the two logs partitioned after step 23 (%v)", partitioned, err)
 	}
-	if _, err := m.Down(ctx, 1); err != nil {
+	if _, err := m.Down(ctx, m.Latest()-22); err != nil { // step 23's down (and those of the steps after it)
 		t.Fatal(err)
 	}
 	exec(change("e"))
 	if got, want := rows(), "1:a 2:b 3:c 4:d 5:e / f1 f2 f3"; got != want {
 		t.Fatalf("after step 23's down:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestPendingMarksCompressWithLz4: step 24 compresses new pending marks with lz4 (where the server has it), a mark
+// written before the step reads back unchanged after it and after its down, and the down restores the default.
+func TestPendingMarksCompressWithLz4(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, m := atStep(t, 23)
+	methods := func() string {
+		t.Helper()
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT string_agg(attname || '=' || coalesce(nullif(attcompression::text, ''), '-'), ' ' ORDER BY attname)
+			FROM pg_attribute WHERE attrelid = 'governance_pending_mark'::regclass AND attname IN ('group_keys', 'reasons', 'marked_at', 'births')`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// A mark large enough to be compressed: 3,000 keys, each with 25 births.
+	const mark = `INSERT INTO governance_pending_mark (ruleset_version, group_keys, reasons, marked_at, births)
+		SELECT $1, array_agg(md5(g::text) ORDER BY g), array_agg('handoff:object_born'::text ORDER BY g), array_agg(now() ORDER BY g),
+		       array_agg((SELECT array_agg(g * 100 + i)::text FROM generate_series(1, 25) i) ORDER BY g)
+		FROM generate_series(1, 3000) g`
+	digest := func(ruleset string) string {
+		t.Helper()
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT md5(group_keys::text || reasons::text || births::text) FROM governance_pending_mark WHERE ruleset_version = $1`, ruleset).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if _, err := pool.Exec(ctx, mark, "before"); err != nil {
+		t.Fatal(err)
+	}
+	before := digest("before")
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var lz4 bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals))`).Scan(&lz4); err != nil {
+		t.Fatal(err)
+	}
+	want := "births=l group_keys=l marked_at=l reasons=l"
+	if !lz4 {
+		want = "births=- group_keys=- marked_at=- reasons=-"
+	}
+	if got := methods(); got != want {
+		t.Fatalf("after step 24 (server has lz4: %v): %s, want %s", lz4, got, want)
+	}
+	if _, err := pool.Exec(ctx, mark, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if lz4 {
+		var method string
+		if err := pool.QueryRow(ctx, `SELECT pg_column_compression(births) FROM governance_pending_mark WHERE ruleset_version = 'after'`).Scan(&method); err != nil || method != "lz4" {
+			t.Fatalf("a mark written after step 24 is compressed with %q (%v), want lz4", method, err)
+		}
+	}
+	if got := digest("before"); got != before {
+		t.Fatal("a mark written before step 24 reads back changed")
+	}
+	after := digest("after")
+	if _, err := m.Down(ctx, m.Latest()-23); err != nil {
+		t.Fatal(err)
+	}
+	if got := methods(); got != "births=- group_keys=- marked_at=- reasons=-" {
+		t.Fatalf("after step 24's down: %s, want the default everywhere", got)
+	}
+	if digest("before") != before || digest("after") != after {
+		t.Fatal("pending marks read back changed after step 24's down")
 	}
 }
