@@ -255,6 +255,9 @@ func benchConfig(o *options) gcos.Config {
 	if o.intakePoll > 0 {
 		cfg.Intake.PollInterval = gcos.Duration(o.intakePoll)
 	}
+	if o.intakePage > 0 {
+		cfg.Intake.PageSize = o.intakePage
+	}
 	return cfg
 }
 

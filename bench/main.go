@@ -40,6 +40,7 @@ type options struct {
 	cpuProfile     string
 	coalesceWindow time.Duration
 	intakePoll     time.Duration
+	intakePage     int
 	poolConns      int
 	verbose        bool
 	memoryChild    string // internal: run the memory workload in this process and print its RSS
@@ -130,6 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.gateDuration, "gate-duration", 5*time.Second, "measuring time of each gate figure per repetition")
 	fs.DurationVar(&o.coalesceWindow, "coalesce-window", 0, "override scan.coalesce_window (default: gcos.DefaultConfig)")
 	fs.DurationVar(&o.intakePoll, "intake-poll", 0, "override intake.poll_interval (default: gcos.DefaultConfig)")
+	fs.IntVar(&o.intakePage, "intake-page", 0, "override intake.page_size (default: gcos.DefaultConfig)")
 	fs.IntVar(&o.poolConns, "pool-conns", 0, "connections of the store's pool (0: pgxpool's default, as gcos up opens it)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
