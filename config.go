@@ -326,7 +326,10 @@ func (r ChangelogRule) matches(entityType, action string) bool {
 type IntakeConfig struct {
 	// PageSize is source rows per keyset page, each applied in one transaction: larger pages amortize the per-page
 	// mapping, dirty marks and signal claims, smaller ones bound the daemon's memory (measured in BENCHMARKS.md).
-	PageSize     int      `json:"page_size"`
+	PageSize int `json:"page_size"`
+	// ReadAhead: while a births page that came back full is applied, the next one is read on a connection of its
+	// own (intake/readahead.go), so a tail catching up reads and applies at once.
+	ReadAhead    bool     `json:"read_ahead"`
 	PollInterval Duration `json:"poll_interval"` // between polls when caught up
 	// ProbeInterval is how often a quiet worker (its last tick read at most ProbeQuietRows rows) asks each source
 	// whether a row lies beyond its cursor (one index probe, no lock, no write), polling at once when one does: a
@@ -549,6 +552,7 @@ func DefaultConfig() Config {
 		},
 		Intake: IntakeConfig{
 			PageSize:           25_000,
+			ReadAhead:          true,
 			PollInterval:       Duration(100 * time.Millisecond),
 			ProbeInterval:      Duration(10 * time.Millisecond),
 			ProbeQuietRows:     10,

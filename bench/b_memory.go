@@ -269,6 +269,9 @@ func runMemoryChild(ctx context.Context, r *runner, mode, db string) (memReport,
 	if r.opts.intakePoll > 0 {
 		args = append(args, "-intake-poll", r.opts.intakePoll.String())
 	}
+	if r.opts.noReadAhead {
+		args = append(args, "-no-read-ahead")
+	}
 	if r.opts.intakePage > 0 {
 		args = append(args, "-intake-page", strconv.Itoa(r.opts.intakePage))
 	}

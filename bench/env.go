@@ -255,6 +255,9 @@ func benchConfig(o *options) gcos.Config {
 	if o.intakePoll > 0 {
 		cfg.Intake.PollInterval = gcos.Duration(o.intakePoll)
 	}
+	if o.noReadAhead {
+		cfg.Intake.ReadAhead = false
+	}
 	if o.intakePage > 0 {
 		cfg.Intake.PageSize = o.intakePage
 	}

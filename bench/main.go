@@ -38,9 +38,11 @@ type options struct {
 	loadRate       float64
 	gateDuration   time.Duration
 	cpuProfile     string
+	memProfile     string
 	coalesceWindow time.Duration
 	intakePoll     time.Duration
 	intakePage     int
+	noReadAhead    bool
 	poolConns      int
 	verbose        bool
 	memoryChild    string // internal: run the memory workload in this process and print its RSS
@@ -132,9 +134,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.coalesceWindow, "coalesce-window", 0, "override scan.coalesce_window (default: gcos.DefaultConfig)")
 	fs.DurationVar(&o.intakePoll, "intake-poll", 0, "override intake.poll_interval (default: gcos.DefaultConfig)")
 	fs.IntVar(&o.intakePage, "intake-page", 0, "override intake.page_size (default: gcos.DefaultConfig)")
+	fs.BoolVar(&o.noReadAhead, "no-read-ahead", false, "set intake.read_ahead to false")
 	fs.IntVar(&o.poolConns, "pool-conns", 0, "connections of the store's pool (0: pgxpool's default, as gcos up opens it)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile (allocations of the whole run, and what is live at its end) to this file")
 	fs.StringVar(&o.memoryChild, "memory-child", "", "internal: run the memory workload (ours|naive) on -database-url and print the RSS")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -202,6 +206,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if o.memProfile != "" {
+		defer func() {
+			f, err := os.Create(o.memProfile)
+			if err == nil {
+				err = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+			if err != nil {
+				fmt.Fprintln(stderr, "bench: heap profile:", err)
+			}
+		}()
 	}
 
 	// First Ctrl-C (or SIGTERM) cancels the run; cleanup (dropping databases, stopping the cluster) still runs.

@@ -33,6 +33,8 @@ type Stage struct {
 	tsTypes             sync.Map                          // source → whether its cursor's column is a timestamp without time zone (present)
 	registries          atomic.Pointer[[]watchedRegistry] // the watched registries that existed at the last poll
 	groups              postgres.GroupCount               // the storm rule's denominator (WatchStorm)
+	aheads              sync.Map                          // source → its *readAhead not yet taken (readahead.go)
+	readAheadHook       func()                            // tests: called by each read-ahead before it reads
 }
 
 // RetryDomain is the event_pending.event_domain of the intake's retry lane: its entries name their source in

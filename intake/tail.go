@@ -133,14 +133,15 @@ type PollResult struct {
 	Future       int            `json:"future,omitempty"`        // rows beyond the future tolerance, handed to apply early
 	SkippedEarly int            `json:"skipped_early,omitempty"` // page rows already handed off early
 	Applied      int            `json:"applied"`
-	Failed       int            `json:"failed"`        // rows sent to the retry lane
-	DeadLettered int            `json:"dead_lettered"` // of those, dead-lettered at once (max_attempts 1)
-	PageFull     bool           `json:"page_full"`     // more rows may be waiting below the horizon
-	Horizon      time.Time      `json:"horizon"`
-	HeldBy       *HorizonHolder `json:"held_by,omitempty"` // the transaction that bounded the horizon; nil: the clock did
-	Stalled      string         `json:"stalled,omitempty"` // why the horizon could not be used at all
-	Position     string         `json:"position"`          // the cursor after the poll (a watermark)
-	Dirtied      int64          `json:"dirtied"`           // groups the committed poll newly marked dirty
+	Failed       int            `json:"failed"`               // rows sent to the retry lane
+	DeadLettered int            `json:"dead_lettered"`        // of those, dead-lettered at once (max_attempts 1)
+	PageFull     bool           `json:"page_full"`            // more rows may be waiting below the horizon
+	ReadAhead    bool           `json:"read_ahead,omitempty"` // the page was read ahead, while the one before it was applied
+	Horizon      time.Time      `json:"horizon"`              // the horizon the page was read below
+	HeldBy       *HorizonHolder `json:"held_by,omitempty"`    // the transaction that bounded the horizon; nil: the clock did
+	Stalled      string         `json:"stalled,omitempty"`    // why the horizon could not be used at all
+	Position     string         `json:"position"`             // the cursor after the poll (a watermark)
+	Dirtied      int64          `json:"dirtied"`              // groups the committed poll newly marked dirty
 
 	marked []string // their keys
 }
@@ -250,6 +251,7 @@ SELECT least(clock_timestamp(), now(), h.xact_start) - $2::bigint * interval '1 
        h.pid, h.usename, h.application_name, h.state, h.backend_type, h.xact_start,
        extract(epoch FROM clock_timestamp() - h.xact_start)::float8,
        pg_is_in_recovery(),
+       now(),
        coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false)
            OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
 FROM (SELECT 1) AS one
@@ -295,6 +297,7 @@ type horizonRead struct {
 	at                  time.Time
 	heldBy              *HorizonHolder // the open transaction that bounded the horizon; nil: the clock did
 	inRecovery, seesAll bool
+	txStart             time.Time // the reading transaction's own start (its xact_start)
 }
 
 // readHorizon reads the tail horizon (tailHorizonSQL) with the intake's role filter and guard, passing over the
@@ -315,7 +318,7 @@ func readHorizon(ctx context.Context, q postgres.Querier, cfg gcos.IntakeConfig,
 	guard := max(cfg.HorizonGuard.Duration(), 0) // a negative guard would read above the horizon
 	pids, starts := postgres.ScanTxArrays(skip)
 	if err := q.QueryRow(ctx, tailHorizonSQL, roles, guard.Microseconds(), pids, starts).Scan(
-		&h.at, &hPID, &hRole, &hApp, &hState, &hType, &hStart, &hAge, &h.inRecovery, &h.seesAll); err != nil {
+		&h.at, &hPID, &hRole, &hApp, &hState, &hType, &hStart, &hAge, &h.inRecovery, &h.txStart, &h.seesAll); err != nil {
 		return h, err
 	}
 	if hPID != nil && hStart.Valid && !hStart.Time.After(h.at.Add(guard)) {
@@ -407,6 +410,9 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 		return res, err
 	}
 	res.Position = cur.pos.watermark(cur.noTZ)
+	// The page read ahead while the last one was applied (readahead.go), if it starts where the cursor is: taken by
+	// whichever poll locks the cursor next, so one that stalls drops it too.
+	rows, ahead, ok := s.takeReadAhead(ctx, src, cfg, cur, page)
 	if prepared > 0 {
 		// A prepared transaction has left pg_stat_activity but may still commit rows of any age: stall (never skip)
 		// until it is resolved, and say so.
@@ -423,19 +429,25 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 		return res, tailCommit(ctx, tx, src.Name)
 	}
 
-	// 3. One page below the horizon.
-	args := []any{cur.pos.tsArg(cur.noTZ), cur.pos.idArg(), horizon, page}
-	if cur.noTZ {
-		args = append(args, cur.zone)
-	}
-	rows, err := tailReadRows(ctx, tx, src, cur.noTZ, page, readSQL(src, cur.noTZ), args...)
-	if err != nil {
-		return res, fmt.Errorf("poll %s: read: %w", src.Name, err)
+	// 3. One page below the horizon: the page read ahead, or one read now. pageHorizon is the horizon it was read below.
+	pageHorizon := horizon
+	if ok {
+		pageHorizon, res.Horizon, res.HeldBy, res.ReadAhead = ahead.at, ahead.at, ahead.heldBy, true
+	} else {
+		rows, err = readPage(ctx, tx, src, cur.noTZ, cur.zone, cur.pos, horizon, page)
+		if err != nil {
+			return res, fmt.Errorf("poll %s: read: %w", src.Name, err)
+		}
 	}
 	res.Read, res.PageFull = len(rows), len(rows) == page
 	next := cur.pos
 	if len(rows) > 0 {
 		next = tailPos{ts: rows[len(rows)-1].Raw, id: rows[len(rows)-1].ID}
+	}
+	if res.PageFull && src.Kind == postgres.TailBirth && cfg.ReadAhead {
+		// More rows wait: read the next page while this one is applied. This transaction writes no birth, so the
+		// read-ahead's horizon passes over it.
+		s.startReadAhead(ctx, src, cfg, cur, next, page, postgres.ScanTx{PID: int32(tx.Conn().PgConn().PID()), Start: h.txStart})
 	}
 
 	// 3b. Rows the order key misplaces: behind the cursor (never to be read) or far in the future (sweep.go).
@@ -478,7 +490,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 		return res, fmt.Errorf("poll %s: %w", src.Name, err)
 	}
 	if len(rows) == 0 {
-		if _, err := tx.Exec(ctx, tailTouchSQL, src.Name, res.summary(), horizon); err != nil {
+		if _, err := tx.Exec(ctx, tailTouchSQL, src.Name, res.summary(), pageHorizon); err != nil {
 			return res, fmt.Errorf("poll %s: %w", src.Name, err)
 		}
 		return res.committed(ctx, tx, tally)
@@ -492,7 +504,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 		posTZ = last.Raw
 	}
 	if _, err := tx.Exec(ctx, tailAdvanceSQL, src.Name, posTZ, posTS, last.ID, last.TS, res.Read, res.Applied,
-		res.DeadLettered, res.summary(), horizon); err != nil {
+		res.DeadLettered, res.summary(), pageHorizon); err != nil {
 		return res, postgres.MapError(err, "poll "+src.Name+": advance cursor")
 	}
 	if err := auditBatch(ctx, tx, src, cur.pos.watermark(cur.noTZ), res, rows, tally); err != nil {

@@ -37,6 +37,9 @@ type tailEnv struct {
 	cfg       gcos.IntakeConfig
 	birth     postgres.TailSource
 	changelog postgres.TailSource
+	// stage is the one poll and drain use, as a worker holds one: a births page that comes back full starts reading
+	// the next (intake.read_ahead), which the next poll takes.
+	stage *intake.Stage
 }
 
 const tailGuard = 20 * time.Millisecond
@@ -55,6 +58,7 @@ func newTailEnv(t *testing.T) *tailEnv {
 	cfg.LagThreshold = gcos.Duration(300 * time.Millisecond)
 	e := &tailEnv{ctx: ctx, pool: pool, store: postgres.New(pool, full, nil), cfg: cfg,
 		birth: postgres.BirthTailSource(full.SourceBinding), changelog: postgres.ChangelogTailSource()}
+	e.stage = intake.New(e.store)
 	if _, err := pool.Exec(ctx, `CREATE TABLE tail_applied (source text NOT NULL, id bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +86,7 @@ func tailRecord(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]inta
 // poll runs one poll and fails the test on error.
 func (e *tailEnv) poll(t *testing.T, src postgres.TailSource, apply intake.ApplyFunc) intake.PollResult {
 	t.Helper()
-	res, err := intake.New(e.store).PollTail(e.ctx, src, e.cfg, apply)
+	res, err := e.stage.PollTail(e.ctx, src, e.cfg, apply)
 	if err != nil {
 		t.Fatalf("poll %s: %v", src.Name, err)
 	}

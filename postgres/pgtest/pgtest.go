@@ -61,7 +61,9 @@ func run(m *testing.M) int {
 			DataDir:      filepath.Join(dir, "data"),
 			Ephemeral:    true,
 			RemoveOnStop: true,
-			Logger:       slog.New(slog.DiscardHandler),
+			// The intake's tail stalls on a prepared transaction (it may commit rows of any age): tests prepare some.
+			Settings: map[string]string{"max_prepared_transactions": "8"},
+			Logger:   slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: start throwaway PostgreSQL (or set %s): %v\n", EnvDatabaseURL, err)
