@@ -1217,6 +1217,35 @@ func TestTailPreconditionsRefuseWithClearMessages(t *testing.T) {
 	}
 	if maxPrepared == 0 {
 		t.Log("max_prepared_transactions = 0 on this server: the prepared-transaction stall is not exercised")
+		return
+	}
+	w := tailBegin(t, e.session(t))
+	wID, err := tailInsertBirth(e.ctx, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gid = "gcos-tail-stall"
+	if _, err := w.Exec(e.ctx, `PREPARE TRANSACTION '`+gid+`'`); err != nil {
+		t.Fatal(err)
+	}
+	resolved := false
+	t.Cleanup(func() {
+		if !resolved {
+			_, _ = e.pool.Exec(e.ctx, `ROLLBACK PREPARED '`+gid+`'`)
+		}
+	})
+	wait.Pass(e.ctx, 2*tailGuard)
+	res := e.poll(t, e.birth, tailRecord)
+	if res.Read != 0 || !strings.Contains(res.Stalled, gid) || res.HeldBy == nil || res.HeldBy.PreparedGID != gid {
+		t.Fatalf("a prepared transaction must stall the poll, naming it: %+v", res)
+	}
+	if _, err := e.pool.Exec(e.ctx, `COMMIT PREPARED '`+gid+`'`); err != nil {
+		t.Fatal(err)
+	}
+	resolved = true
+	e.drain(t, e.birth, tailRecord)
+	if got := e.applied(t, e.birth.Name); got[wID] != 1 {
+		t.Fatalf("the prepared row, once committed, should be handed off once: applied %d times", got[wID])
 	}
 }
 
