@@ -59,7 +59,8 @@ func TestLoadConfigOverrides(t *testing.T) {
 		"ttl": {"write_high": "12h", "experimental": "30m"},
 		"gate": {"low_risk_classes": ["read_descriptive", "read_low"]},
 		"scan": {"batch_size": 50, "retry_base": "250ms"},
-		"intake": {"changelog_kinds": [{"entity_type": "thing", "action": "zap", "kind": "object_retired"}], "registries": []}
+		"intake": {"changelog_kinds": [{"entity_type": "thing", "action": "zap", "kind": "object_retired"}], "registries": [],
+		           "read_ahead": false}
 	}`))
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +85,9 @@ func TestLoadConfigOverrides(t *testing.T) {
 	}
 	if _, ok := c.Intake.KindFor("collection", "update"); ok {
 		t.Error("a file's changelog_kinds replace the defaults")
+	}
+	if c.Intake.ReadAhead || !gcos.DefaultConfig().Intake.ReadAhead || c.Intake.PageSize != gcos.DefaultConfig().Intake.PageSize {
+		t.Errorf("intake.read_ahead is on by default and a file turns it off, leaving the page size: %+v", c.Intake)
 	}
 }
 
