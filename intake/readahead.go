@@ -25,6 +25,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +44,8 @@ type readAhead struct {
 	guard time.Duration
 	roles []string
 
+	cancel  context.CancelFunc
+	reading atomic.Bool   // it holds a connection: its read ends without waiting on anything the poll holds
 	done    chan struct{} // closed once rows, horizon and err are set
 	rows    []postgres.TailRow
 	horizon horizonRead
@@ -58,10 +61,12 @@ func (s *Stage) startReadAhead(ctx context.Context, src postgres.TailSource, cfg
 	from tailPos, page int, self postgres.ScanTx) {
 	ra := &readAhead{src: src, from: from, noTZ: cur.noTZ, zone: cur.zone, page: page, guard: cfg.HorizonGuard.Duration(),
 		roles: slices.Clone(cfg.RoleFilter), done: make(chan struct{})}
+	ctx, ra.cancel = context.WithCancel(ctx)
 	s.aheads.Store(src.Name, ra)
 	skip := append(s.writesNone(src), self)
 	go func() {
 		defer close(ra.done)
+		defer ra.cancel()
 		if s.readAheadHook != nil {
 			s.readAheadHook()
 		}
@@ -76,6 +81,7 @@ func (s *Stage) readAhead(ctx context.Context, ra *readAhead, cfg gcos.IntakeCon
 		return nil, horizonRead{}, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	ra.reading.Store(true)
 	h, err := readHorizon(ctx, tx, cfg, skip)
 	switch {
 	case err != nil:
@@ -96,7 +102,8 @@ func (s *Stage) readAhead(ctx context.Context, ra *readAhead, cfg gcos.IntakeCon
 
 // takeReadAhead returns src's page read ahead, and the horizon it was read below, when it was read from the
 // cursor's position under the poll's configuration; ok is false when there is none to take (the poll reads its
-// page itself). The read-ahead is dropped either way.
+// page itself). The read-ahead is dropped either way. The poll waits for a read-ahead only once it is reading: one
+// still waiting for a connection of the pool (which the poll's own transaction may be holding) is called off.
 func (s *Stage) takeReadAhead(ctx context.Context, src postgres.TailSource, cfg gcos.IntakeConfig, cur tailCursorRow,
 	page int) (rows []postgres.TailRow, h horizonRead, ok bool) {
 	v, found := s.aheads.LoadAndDelete(src.Name)
@@ -104,9 +111,14 @@ func (s *Stage) takeReadAhead(ctx context.Context, src postgres.TailSource, cfg 
 		return nil, h, false
 	}
 	ra := v.(*readAhead)
+	if !ra.reading.Load() {
+		// It waits for a connection (or its hook): the poll reads its page itself rather than wait for one.
+		ra.cancel()
+	}
 	select {
 	case <-ra.done:
 	case <-ctx.Done():
+		ra.cancel()
 		return nil, h, false
 	}
 	if ra.err != nil || !ra.fits(src, cfg, cur, page) {

@@ -5,19 +5,25 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"gcos"
 	"gcos/gcostest/wait"
 	"gcos/intake"
 	"gcos/postgres"
+	"gcos/postgres/pgtest"
 )
 
-// readAheadPolls polls the births tail until a page is not full, and returns each poll's result.
+// readAheadPolls polls the births tail until a page is not full, and returns each poll's result. Before each poll it
+// lets the read-ahead the last one started finish reading: a poll calls off one that has no connection yet.
 func (e *tailEnv) readAheadPolls(t *testing.T) []intake.PollResult {
 	t.Helper()
 	var out []intake.PollResult
 	for range 1_000 {
+		intake.WaitReadAhead(e.stage, e.birth.Name)
 		res := e.poll(t, e.birth, tailRecord)
 		out = append(out, res)
 		if !res.PageFull {
@@ -116,6 +122,39 @@ func TestTailReadAhead_PassesOverTheApplyingPoll(t *testing.T) {
 		t.Fatalf("the page read ahead should hold the 50 rows left and the 10 committed while the first was applied: %+v", res)
 	}
 	tailExactlyOnce(t, "passes over", append(before, during...), e.applied(t, e.birth.Name))
+}
+
+// TestTailReadAhead_OneConnection: the read-ahead needs a connection of its own, which the poll's transaction may be
+// holding. On a pool of one the tail still drains, every row once: a poll never waits for a read-ahead that has no
+// connection yet (it reads its page itself), and one that has one never waits on the poll.
+func TestTailReadAhead_OneConnection(t *testing.T) {
+	t.Parallel()
+	e := newTailEnv(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(e.pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(one.Close)
+	stage := intake.New(postgres.New(one, gcos.DefaultConfig(), nil))
+	ids := e.births(t, 1_050)
+	wait.Pass(e.ctx, 2*tailGuard)
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	for polls := 0; ; polls++ {
+		res, err := stage.PollTail(ctx, e.birth, e.cfg, tailRecord)
+		if err != nil {
+			t.Fatalf("poll %d on a pool of one connection: %v", polls+1, err)
+		}
+		if !res.PageFull {
+			break
+		}
+	}
+	tailExactlyOnce(t, "one connection", ids, e.applied(t, e.birth.Name))
 }
 
 // TestTailReadAhead_DroppedWhenTheCursorMoved: a page read ahead from where the cursor no longer is (a reset, another
