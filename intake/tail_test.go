@@ -741,7 +741,13 @@ func TestTailStress_ConcurrentWriters(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		insert func(context.Context, pgx.Tx) (int64, error)
-	}{{"birth_registry", tailTxInsertBirth}, {"registry_changelog", tailTxInsertChange}} {
+		page   int
+	}{
+		{"birth_registry", tailTxInsertBirth, 50},
+		{"registry_changelog", tailTxInsertChange, 50},
+		// Pages the writers fill faster than they are applied: nearly every poll takes a page read ahead.
+		{"birth_registry_read_ahead", tailTxInsertBirth, 5},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newTailEnv(t)
@@ -762,7 +768,7 @@ func TestTailStress_ConcurrentWriters(t *testing.T) {
 			stop := make(chan struct{})
 			writersDone := tailStressWriters(t, writers, 16, stop, tc.insert)
 			cfg := e.cfg
-			cfg.PageSize = 50
+			cfg.PageSize = tc.page
 			// A naive tail (no horizon) runs alongside as the control: it must lose rows, or the run proved nothing.
 			naiveSeen := map[int64]bool{}
 			naiveDone := make(chan struct{})
@@ -770,15 +776,18 @@ func TestTailStress_ConcurrentWriters(t *testing.T) {
 				defer close(naiveDone)
 				tailNaive(e, src, stop, naiveSeen)
 			}()
-			var polls, reads int
+			var polls, reads, ahead int
 			deadline := time.Now().Add(2500 * time.Millisecond)
 			for time.Now().Before(deadline) {
-				res, err := intake.New(e.store).PollTail(e.ctx, src, cfg, tailRecord)
+				res, err := e.stage.PollTail(e.ctx, src, cfg, tailRecord) // full births pages read ahead
 				if err != nil {
 					t.Fatal(err)
 				}
 				polls++
 				reads += res.Read
+				if res.ReadAhead {
+					ahead++
+				}
 				if !res.PageFull {
 					wait.Pace(e.ctx, time.Duration(mrand.IntN(5))*time.Millisecond) // a poller's random pace
 				}
@@ -802,8 +811,8 @@ func TestTailStress_ConcurrentWriters(t *testing.T) {
 			tailExactlyOnce(t, tc.name, committed, e.applied(t, src.Name))
 			// What committed is also exactly what the table holds.
 			tailExactlyOnce(t, tc.name+" vs table", e.ids(t, src.Table), e.applied(t, src.Name))
-			t.Logf("%s: %d committed rows, %d polls, %d read while writers ran; the naive control lost %d",
-				tc.name, len(committed), polls, reads, naiveLost)
+			t.Logf("%s: %d committed rows, %d polls (%d of them read ahead), %d read while writers ran; the naive control lost %d",
+				tc.name, len(committed), polls, ahead, reads, naiveLost)
 		})
 	}
 }
@@ -884,7 +893,8 @@ func TestTailKill_ExactlyOnceAcrossAbortedPolls(t *testing.T) {
 			cancel = func() { cancelInner(); prev() }
 		}
 		wait.Pace(e.ctx, time.Duration(mrand.IntN(10))*time.Millisecond) // a crash's random moment
-		res, err := intake.New(e.store).PollTail(ctx, e.birth, cfg, apply)
+		// One stage across the polls, as a worker holds it: a page read ahead by a poll that then failed is dropped.
+		res, err := e.stage.PollTail(ctx, e.birth, cfg, apply)
 		cancel()
 		switch {
 		case err != nil:
