@@ -52,7 +52,8 @@ type readAhead struct {
 	err     error
 }
 
-// errPrepared stops a read-ahead that found a prepared transaction: the poll stalls on it (and says so) itself.
+// errPrepared stops a read-ahead that found a prepared transaction: the next poll reads its page itself (or stalls on
+// the transaction, and says so, if it is still prepared).
 var errPrepared = errors.New("a prepared transaction is open")
 
 // startReadAhead starts reading src's page after from, on a connection of its own, passing over the transaction

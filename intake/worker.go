@@ -379,7 +379,8 @@ func quiet(passes []SourceTick, most int) bool {
 
 // idleWait waits up to d for a row to land beyond a source's cursor, probing every source each step (Stage.Probe).
 // When one has, it waits out what is left of the horizon guard for that row (the poll reads only rows older than the
-// guard) and reports the hit, so the next poll runs at once. A probe that fails falls back to the poll's cadence. It reports whether ctx is alive.
+// guard) and reports the hit, so the next poll runs at once. A probe that fails falls back to the poll's cadence.
+// It reports whether ctx is alive.
 func (w *Worker) idleWait(ctx context.Context, d, step time.Duration) (hit, alive bool) {
 	deadline := time.Now().Add(d)
 	for {
