@@ -1,6 +1,6 @@
 package intake
 
-// SetReadAheadHook makes every read-ahead of s call hook before it takes its horizon, so a test can hold it back.
+// SetReadAheadHook makes every read-ahead of s call hook before it takes a connection, so a test can hold it back.
 func SetReadAheadHook(s *Stage, hook func()) { s.readAheadHook = hook }
 
 // WaitReadAhead waits until the read-ahead of source, if one is pending, has read its page (it is not taken).
