@@ -34,6 +34,16 @@ func (e *tailEnv) readAheadPolls(t *testing.T) []intake.PollResult {
 	return nil
 }
 
+// holdReadAheads holds every read-ahead of e's stage back, before it takes a connection, until release is called.
+func holdReadAheads(t *testing.T, e *tailEnv) (release func()) {
+	t.Helper()
+	hold := make(chan struct{})
+	release = sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // a failing test never leaves a read-ahead waiting
+	intake.SetReadAheadHook(e.stage, func() { <-hold })
+	return release
+}
+
 // TestTailReadAhead_TakesTheNextPageOnce: while a full births page is applied the next one is read, and the next poll
 // hands it off: every row exactly once, in pages of the configured size; with intake.read_ahead off, no poll does.
 func TestTailReadAhead_TakesTheNextPageOnce(t *testing.T) {
@@ -101,10 +111,7 @@ func TestTailReadAhead_PassesOverTheApplyingPoll(t *testing.T) {
 	e := newTailEnv(t)
 	before := e.births(t, 150)
 	wait.Pass(e.ctx, 2*tailGuard)
-	hold := make(chan struct{})
-	release := sync.OnceFunc(func() { close(hold) })
-	t.Cleanup(release)
-	intake.SetReadAheadHook(e.stage, func() { <-hold })
+	release := holdReadAheads(t, e)
 	var during []int64
 	slowApply := func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
 		if len(during) == 0 { // the first page: rows commit while it is applied, then the read-ahead reads
@@ -197,10 +204,7 @@ func TestTailReadAhead_PreparedTransactionDropsIt(t *testing.T) {
 	if maxPrepared == 0 {
 		t.Skip("max_prepared_transactions = 0 on this server (the throwaway test cluster allows them)")
 	}
-	hold := make(chan struct{})
-	release := sync.OnceFunc(func() { close(hold) })
-	t.Cleanup(release) // a failing test never leaves the read-ahead waiting
-	intake.SetReadAheadHook(e.stage, func() { <-hold })
+	release := holdReadAheads(t, e)
 	before := e.births(t, 150)
 	wait.Pass(e.ctx, 2*tailGuard)
 	if res := e.poll(t, e.birth, tailRecord); !res.PageFull {
