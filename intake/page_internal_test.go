@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"testing"
-	"time"
 	"unsafe"
 )
 
@@ -73,24 +72,4 @@ func TestInterner(t *testing.T) {
 // sameString reports whether two strings share their bytes.
 func sameString(a, b string) bool {
 	return len(a) > 0 && len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
-}
-
-func TestGuardLeft(t *testing.T) {
-	const guard = 10 * time.Millisecond
-	for _, tt := range []struct {
-		name      string
-		age, want time.Duration
-	}{
-		{"just taken: the whole guard", 0, guard},
-		{"part of it passed", 4 * time.Millisecond, 6 * time.Millisecond},
-		{"older than the guard: none", 25 * time.Millisecond, 0},
-		{"exactly the guard: none", guard, 0},
-		{"a key ahead of the clock: the whole guard, no more", -time.Second, guard},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := guardLeft(guard, tt.age); got != tt.want {
-				t.Fatalf("guardLeft(%s, %s) = %s, want %s", guard, tt.age, got, tt.want)
-			}
-		})
-	}
 }

@@ -378,9 +378,8 @@ func quiet(passes []SourceTick, most int) bool {
 }
 
 // idleWait waits up to d for a row to land beyond a source's cursor, probing every source each step (Stage.Probe).
-// When one has, it waits out what is left of the horizon guard for that row (the poll reads only rows older than the
-// guard) and reports the hit, so the next poll runs at once. A probe that fails falls back to the poll's cadence.
-// It reports whether ctx is alive.
+// When one has, it waits out the horizon guard (the poll reads only rows older than that) and reports the hit, so
+// the next poll runs at once. A probe that fails falls back to the poll's cadence. It reports whether ctx is alive.
 func (w *Worker) idleWait(ctx context.Context, d, step time.Duration) (hit, alive bool) {
 	deadline := time.Now().Add(d)
 	for {
@@ -392,14 +391,13 @@ func (w *Worker) idleWait(ctx context.Context, d, step time.Duration) (hit, aliv
 			return false, false
 		}
 		for _, src := range w.sources() {
-			found, age, err := w.Stage.Probe(ctx, src)
+			found, err := w.Stage.Probe(ctx, src)
 			if err != nil {
 				w.logger().Debug("intake probe failed; polling at the poll interval", "source", src.Name, "err", err)
 				return false, sleep(ctx, time.Until(deadline))
 			}
 			if found {
-				// The row is readable once the horizon has passed it: what is left of the guard after its age.
-				return true, sleep(ctx, guardLeft(w.Config.HorizonGuard.Duration(), age))
+				return true, sleep(ctx, w.Config.HorizonGuard.Duration())
 			}
 		}
 	}

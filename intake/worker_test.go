@@ -157,12 +157,9 @@ func TestIntakeProbeWakesAQuietWorker(t *testing.T) {
 		t.Helper()
 		var found []bool
 		for _, src := range sources {
-			ok, age, err := stage.Probe(e.ctx, src)
+			ok, err := stage.Probe(e.ctx, src)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if ok && (age < 0 || age > time.Minute) {
-				t.Fatalf("the probe of %s found a row aged %s: its order key was taken just now", src.Name, age)
 			}
 			found = append(found, ok)
 		}
