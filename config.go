@@ -85,6 +85,12 @@ type EventsConfig struct {
 	CouncilTypes []string `json:"council_types"`
 	// PromoteEvery is the pause between two promotions of captured signals by the process holding the role.
 	PromoteEvery Duration `json:"promote_every"`
+	// SignalKeyKeep is the dedup window: how long the idempotency key of a signal GCOS emitted is kept, so that a
+	// replay of what it announced (a cursor reset, a retried transaction) emits nothing new. A replay of changes
+	// handed off longer ago than this announces them again. SignalKeyPartition is the span of one partition of the
+	// key table, a whole number of hours; the promoter drops a partition once every key in it is past the window.
+	SignalKeyKeep      Duration `json:"signal_key_keep"`
+	SignalKeyPartition Duration `json:"signal_key_partition"`
 }
 
 // EventRule throttles the announcements whose type matches Types.
@@ -526,9 +532,11 @@ func DefaultConfig() Config {
 				// Everything else: one announcement per subject per minute, 200 per type per 10 minutes.
 				{Types: "governance.*", Cooldown: Duration(time.Minute), Ceiling: 200, Window: Duration(10 * time.Minute)},
 			},
-			Escalation:   EventEscalationConfig{Severities: []string{"error"}, After: Duration(4 * time.Hour), To: CouncilOwner},
-			CouncilTypes: []string{"governance.coverage.owner_dispute", "governance.exception.unratified", "governance.coverage.island.detected"},
-			PromoteEvery: Duration(2 * time.Second),
+			Escalation:         EventEscalationConfig{Severities: []string{"error"}, After: Duration(4 * time.Hour), To: CouncilOwner},
+			CouncilTypes:       []string{"governance.coverage.owner_dispute", "governance.exception.unratified", "governance.coverage.island.detected"},
+			PromoteEvery:       Duration(2 * time.Second),
+			SignalKeyKeep:      Duration(7 * 24 * time.Hour),
+			SignalKeyPartition: Duration(24 * time.Hour),
 		},
 		Scan: ScanConfig{
 			BatchSize:               500,
@@ -854,6 +862,10 @@ func (c Config) Validate() error {
 	}
 	p.nonNegative("events.escalation.after", c.Events.Escalation.After)
 	p.positive("events.promote_every", c.Events.PromoteEvery)
+	p.positive("events.signal_key_keep", c.Events.SignalKeyKeep)
+	if w := c.Events.SignalKeyPartition; w <= 0 || w.Duration()%time.Hour != 0 {
+		p.add("events.signal_key_partition", "must be a positive whole number of hours (a key is filed by the hour it was first seen), got %s", w)
+	}
 	for i, sev := range c.Events.Escalation.Severities {
 		if !slices.Contains([]string{"info", "warning", "error"}, sev) {
 			p.add(fmt.Sprintf("events.escalation.severities[%d]", i), "%s is not an event severity (info, warning, error)", Quote(sev))

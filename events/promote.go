@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -12,14 +13,37 @@ import (
 // order (event_pending id order), marking each processed. Captures of still inactive types stay; dead-lettered
 // rows, intake retry rows and rows GCOS did not capture are never promoted. Each batch is one transaction, so a
 // crash loses nothing and a re-run finishes the job without duplicates. It runs as the holder of RolePromotion
-// (ECONFLICT while another process holds it).
+// (ECONFLICT while another process holds it). The holder also keeps the signals' idempotency keys
+// (maintainSignalKeys).
 func (l *Loop) PromotePending(ctx context.Context) (res postgres.PromoteResult, err error) {
 	err = l.core.AsRole(ctx, postgres.RolePromotion, func(ctx context.Context) error {
 		var err error
-		res, err = l.promotePending(ctx)
-		return err
+		if res, err = l.promotePending(ctx); err != nil {
+			return err
+		}
+		return l.maintainSignalKeys(ctx)
 	})
 	return res, err
+}
+
+// maintainSignalKeys makes the key table's partitions ahead and drops those past the dedup window
+// (events.signal_key_keep): the keys are a window, not a history, and a whole partition goes by a DROP, not a DELETE.
+// A maintenance that found the table's lock busy defers to the next promotion.
+func (l *Loop) maintainSignalKeys(ctx context.Context) error {
+	var res postgres.LogMaintained
+	err := l.core.InTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = postgres.MaintainSignalKeysTx(ctx, tx, l.cfg.Events.SignalKeyKeep.Duration(), l.cfg.Events.SignalKeyPartition.Duration())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("keep the signal keys: %w", err)
+	}
+	if res.Created > 0 || res.Dropped > 0 || res.Deferred {
+		l.logger.Debug("signal keys kept", "partitions_made", res.Created, "keys_moved", res.Moved, "partitions_dropped", res.Dropped,
+			"deferred", res.Deferred)
+	}
+	return nil
 }
 
 func (l *Loop) promotePending(ctx context.Context) (postgres.PromoteResult, error) {

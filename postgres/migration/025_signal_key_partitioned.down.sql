@@ -1,0 +1,14 @@
+-- One table again, each key once, first seen at its earliest hour.
+ALTER TABLE governance_signal_key RENAME TO governance_signal_key_partitioned;
+ALTER INDEX governance_signal_key_pkey RENAME TO governance_signal_key_partitioned_pkey;
+CREATE TABLE governance_signal_key (
+    source_system  text        NOT NULL,
+    event_type     text        NOT NULL,
+    correlation_id text        NOT NULL,
+    first_seen_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (source_system, event_type, correlation_id)
+);
+INSERT INTO governance_signal_key (source_system, event_type, correlation_id, first_seen_at)
+    SELECT source_system, event_type, correlation_id, min(first_seen_at)
+    FROM governance_signal_key_partitioned GROUP BY 1, 2, 3;
+DROP TABLE governance_signal_key_partitioned;
