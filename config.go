@@ -89,6 +89,8 @@ type EventsConfig struct {
 	// replay of what it announced (a cursor reset, a retried transaction) emits nothing new. A replay of changes
 	// handed off longer ago than this announces them again. SignalKeyPartition is the span of one partition of the
 	// key table, a whole number of hours; the promoter drops a partition once every key in it is past the window.
+	// A claim looks a key up in every partition (a partitioned table holds no unique key across its partitions), so
+	// partitions as wide as the window keep that to two or three lookups (BENCHMARKS.md, the signal keys).
 	SignalKeyKeep      Duration `json:"signal_key_keep"`
 	SignalKeyPartition Duration `json:"signal_key_partition"`
 }
@@ -536,7 +538,7 @@ func DefaultConfig() Config {
 			CouncilTypes:       []string{"governance.coverage.owner_dispute", "governance.exception.unratified", "governance.coverage.island.detected"},
 			PromoteEvery:       Duration(2 * time.Second),
 			SignalKeyKeep:      Duration(7 * 24 * time.Hour),
-			SignalKeyPartition: Duration(24 * time.Hour),
+			SignalKeyPartition: Duration(7 * 24 * time.Hour),
 		},
 		Scan: ScanConfig{
 			BatchSize:               500,

@@ -16,7 +16,8 @@ import (
 // 24 + reps hours back from the hour now is in; each rep retires the oldest hour still kept: ours by the scan's
 // maintenance (postgres.MaintainVerdictChangesTx: one partition dropped), naive by a DELETE of the same rows and the VACUUM
 // that must follow it sooner or later (autovacuum's work, timed here). Beside it: the WAL each writes, a scan's
-// write of a 500-change batch into each, and the newest page the change routes read from each.
+// write of a 500-change batch into each, and the newest page the change routes read from each. Then the same for
+// the signals' idempotency keys (b_signal_keys.go).
 
 const (
 	logsBatch     = 500 // changes per write, as a busy scan tick writes them
@@ -130,7 +131,11 @@ func benchLogs(ctx context.Context, r *runner) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []row{{
+	keys, err := benchSignalKeys(ctx, r, pool)
+	if err != nil {
+		return nil, err
+	}
+	return append([]row{{
 		Bench: "logs", Metric: fmt.Sprintf("retire one hour (%s of %s changes)", perHour, thousands(int64(n))), Unit: "ms", Better: lower,
 		Ours: median(dropMS), Naive: fptr(median(deleteMS) + median(vacuumMS)), Reps: reps, OursSamples: dropMS, NaiveSamples: sum2(deleteMS, vacuumMS),
 		Note: fmt.Sprintf("ours: drop its partition; naive: DELETE %s + the VACUUM it leaves %s", fmtMS(median(deleteMS)), fmtMS(median(vacuumMS))),
@@ -150,7 +155,7 @@ func benchLogs(ctx context.Context, r *runner) ([]row, error) {
 		Bench: "logs", Metric: fmt.Sprintf("newest page of %d changes", logsPageLimit), Unit: "ms", Better: lower,
 		Ours: median(readOurs), Naive: fptr(median(readNaive)), Reps: reps, OursSamples: readOurs, NaiveSamples: readNaive,
 		Note: fmt.Sprintf("ORDER BY changed_at DESC, id DESC over %d hourly partitions vs one table", len(parts)),
-	}}, nil
+	}}, keys...), nil
 }
 
 // logAheadHours is how many partitions past now's the maintenance makes (one hour wide here).

@@ -117,6 +117,20 @@ WHERE NOT EXISTS (SELECT 1 FROM governance_signal_key k WHERE k.source_system = 
 ON CONFLICT DO NOTHING
 RETURNING source_system || chr(31) || event_type || chr(31) || correlation_id`
 
+// ClaimSignalKeysTx claims the signals' idempotency keys (source, type and correlation id, side by side, in key
+// order) and returns those that were new, each as source, type and id joined by chr(31) (emitKeysSQL).
+func ClaimSignalKeysTx(ctx context.Context, tx pgx.Tx, srcs, types, corrs []string) ([]string, error) {
+	rows, err := tx.Query(ctx, emitKeysSQL, srcs, types, corrs)
+	if err != nil {
+		return nil, fmt.Errorf("claim signal keys: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("claim signal keys: %w", err)
+	}
+	return claimed, nil
+}
+
 // promoteLockSQL serialises every promoter (the event stage's promoter and the backlog flush of an emit) so the outbox order of
 // a type follows its capture order.
 const promoteLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('gcos.events.promote', 0))`
@@ -358,13 +372,9 @@ func EmitSignals(ctx context.Context, tx pgx.Tx, es []Emit) ([]EmitResult, error
 	for _, i := range keyOrder {
 		srcs, types, corrs = append(srcs, es[i].SourceSystem), append(types, es[i].EventType), append(corrs, es[i].CorrelationID)
 	}
-	rows, err := tx.Query(ctx, emitKeysSQL, srcs, types, corrs)
+	claimed, err := ClaimSignalKeysTx(ctx, tx, srcs, types, corrs)
 	if err != nil {
-		return nil, fmt.Errorf("emit: keys: %w", err)
-	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("emit: keys: %w", err)
+		return nil, fmt.Errorf("emit: %w", err)
 	}
 	fresh := make(map[string]bool, len(claimed))
 	for _, k := range claimed {
