@@ -33,7 +33,15 @@ func TestSignalKeysKeptForTheWindow(t *testing.T) {
 	e.exec(t, `UPDATE governance_signal_key SET first_seen_at = date_bin('1 hour', now() - interval '1 day', '0001-01-01 00:00:00+00')
 		WHERE correlation_id = 'seen-1-day-ago'`)
 
-	e.promote(t) // the default window (7 days): partitions made, for the aged keys' days too; nothing dropped
+	// A window of 7 days in daily partitions: partitions made, for the aged keys' days too; nothing dropped.
+	daily := func(keep time.Duration) *events.Loop {
+		cfg := gcos.DefaultConfig()
+		cfg.Events.SignalKeyKeep, cfg.Events.SignalKeyPartition = gcos.Duration(keep), gcos.Duration(24*time.Hour)
+		return events.New(postgres.New(e.pool, cfg, nil))
+	}
+	if _, err := daily(7 * 24 * time.Hour).PromotePending(e.ctx); err != nil {
+		t.Fatal(err)
+	}
 	parts, err := postgres.LogPartitions(e.ctx, e.pool, postgres.SignalKeyLog)
 	if err != nil {
 		t.Fatal(err)
@@ -54,10 +62,7 @@ func TestSignalKeysKeptForTheWindow(t *testing.T) {
 	}
 
 	// A window of two days: the partition of the key first seen 3 days ago goes, and only it.
-	cfg := gcos.DefaultConfig()
-	cfg.Events.SignalKeyKeep = gcos.Duration(48 * time.Hour)
-	short := events.New(postgres.New(e.pool, cfg, nil))
-	if _, err := short.PromotePending(e.ctx); err != nil {
+	if _, err := daily(48 * time.Hour).PromotePending(e.ctx); err != nil {
 		t.Fatal(err)
 	}
 	after, err := postgres.LogPartitions(e.ctx, e.pool, postgres.SignalKeyLog)
