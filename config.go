@@ -85,14 +85,11 @@ type EventsConfig struct {
 	CouncilTypes []string `json:"council_types"`
 	// PromoteEvery is the pause between two promotions of captured signals by the process holding the role.
 	PromoteEvery Duration `json:"promote_every"`
-	// SignalKeyKeep is the dedup window: how long the idempotency key of a signal GCOS emitted is kept, so that a
-	// replay of what it announced (a cursor reset, a retried transaction) emits nothing new. A replay of changes
-	// handed off longer ago than this announces them again. SignalKeyPartition is the span of one partition of the
-	// key table, a whole number of hours; the promoter drops a partition once every key in it is past the window.
-	// A claim looks a key up in every partition (a partitioned table holds no unique key across its partitions), so
-	// partitions as wide as the window keep that to two or three lookups (BENCHMARKS.md, the signal keys).
-	SignalKeyKeep      Duration `json:"signal_key_keep"`
-	SignalKeyPartition Duration `json:"signal_key_partition"`
+	// SignalKeyKeep is the dedup window: how long, at least, the idempotency key of a signal GCOS emitted is kept,
+	// so that a replay of what it announced (a cursor reset, a retried transaction) emits nothing new. Keys are kept
+	// in two generations that rotate every SignalKeyKeep (postgres.RotateSignalKeysTx), so a key is kept for less
+	// than twice it. A replay of changes handed off longer ago announces them again.
+	SignalKeyKeep Duration `json:"signal_key_keep"`
 }
 
 // EventRule throttles the announcements whose type matches Types.
@@ -534,11 +531,10 @@ func DefaultConfig() Config {
 				// Everything else: one announcement per subject per minute, 200 per type per 10 minutes.
 				{Types: "governance.*", Cooldown: Duration(time.Minute), Ceiling: 200, Window: Duration(10 * time.Minute)},
 			},
-			Escalation:         EventEscalationConfig{Severities: []string{"error"}, After: Duration(4 * time.Hour), To: CouncilOwner},
-			CouncilTypes:       []string{"governance.coverage.owner_dispute", "governance.exception.unratified", "governance.coverage.island.detected"},
-			PromoteEvery:       Duration(2 * time.Second),
-			SignalKeyKeep:      Duration(7 * 24 * time.Hour),
-			SignalKeyPartition: Duration(7 * 24 * time.Hour),
+			Escalation:    EventEscalationConfig{Severities: []string{"error"}, After: Duration(4 * time.Hour), To: CouncilOwner},
+			CouncilTypes:  []string{"governance.coverage.owner_dispute", "governance.exception.unratified", "governance.coverage.island.detected"},
+			PromoteEvery:  Duration(2 * time.Second),
+			SignalKeyKeep: Duration(7 * 24 * time.Hour),
 		},
 		Scan: ScanConfig{
 			BatchSize:               500,
@@ -865,9 +861,6 @@ func (c Config) Validate() error {
 	p.nonNegative("events.escalation.after", c.Events.Escalation.After)
 	p.positive("events.promote_every", c.Events.PromoteEvery)
 	p.positive("events.signal_key_keep", c.Events.SignalKeyKeep)
-	if w := c.Events.SignalKeyPartition; w <= 0 || w.Duration()%time.Hour != 0 {
-		p.add("events.signal_key_partition", "must be a positive whole number of hours (a key is filed by the hour it was first seen), got %s", w)
-	}
 	for i, sev := range c.Events.Escalation.Severities {
 		if !slices.Contains([]string{"info", "warning", "error"}, sev) {
 			p.add(fmt.Sprintf("events.escalation.severities[%d]", i), "%s is not an event severity (info, warning, error)", Quote(sev))

@@ -82,3 +82,11 @@ func LogPartitionsToDrop(parts []LogPartition, cutoff time.Time, mark, horizon u
 	}
 	return drop, horizon
 }
+
+// SignalKeyRotationDue says whether the signal keys' two generations rotate at now (postgres.RotateSignalKeysTx):
+// the current generation has been current since since for keep (the dedup window), so every key of the other one
+// was first seen longer than keep ago and the other can be emptied to become the current one. A key is so kept for
+// at least keep and less than twice keep.
+func SignalKeyRotationDue(since, now time.Time, keep time.Duration) bool {
+	return keep > 0 && !now.Before(since.Add(keep))
+}

@@ -80,3 +80,25 @@ func TestLogPartitionsToDrop(t *testing.T) {
 		})
 	}
 }
+
+func TestSignalKeyRotationDue(t *testing.T) {
+	since := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	week := 7 * 24 * time.Hour
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		keep time.Duration
+		want bool
+	}{
+		{"just made current", since, week, false},
+		{"a second short of the window", since.Add(week - time.Second), week, false},
+		{"the window reached", since.Add(week), week, true},
+		{"long past (the rotator was down)", since.Add(5 * week), week, true},
+		{"a clock behind since", since.Add(-time.Hour), week, false},
+		{"no window: never", since.Add(5 * week), 0, false},
+	} {
+		if got := SignalKeyRotationDue(since, tc.now, tc.keep); got != tc.want {
+			t.Errorf("%s: due %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

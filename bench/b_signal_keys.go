@@ -13,68 +13,67 @@ import (
 )
 
 // The signal keys half of the logs benchmark: the signals' idempotency keys (governance_signal_key) at -log-rows
-// keys, partitioned as the promoter keeps them by default (events.signal_key_partition, events.signal_key_keep),
-// beside the same keys in one plain table (the table before migration 025, with an index on first_seen_at so that a
-// DELETE by age need not scan it). The keys span the window plus one partition per rep back from now's partition;
-// each rep retires the oldest partition still kept: ours by the promoter's maintenance
-// (postgres.MaintainSignalKeysTx: one partition dropped), naive by a DELETE of the same keys and its VACUUM. Beside
+// keys, half in each of the two generations the promoter keeps (events.signal_key_keep), beside the same keys in one
+// plain table (the table before migration 025, with an index on first_seen_at so that a DELETE by age need not scan
+// it). Each rep retires the older half: ours by the promoter's rotation (postgres.RotateSignalKeysTx: one
+// generation truncated), naive by a DELETE of the same keys and its VACUUM; then both are filled back untimed. Beside
 // it, the price on the hot path: a handoff page's claim of keysClaim keys, new ones and replayed ones (spread over
-// the keys kept), ours looking each up in every partition, naive in its one primary key.
+// both halves), ours looking each up in both generations, naive in its one primary key.
 
 const (
 	keysClaim  = 733 // keys a handoff page of 25,000 births claims (BENCHMARKS.md, the intake's page)
 	keysClaims = 20  // claims timed per rep and kind
-	keysAhead  = 2   // partitions past now's the maintenance makes
 )
 
 func benchSignalKeys(ctx context.Context, r *runner, pool *pgxpool.Pool) ([]row, error) {
 	n, reps := r.opts.logRows, r.opts.reps
-	ev := gcos.DefaultConfig().Events
-	width, window := ev.SignalKeyPartition.Duration(), ev.SignalKeyKeep.Duration()
-	span := int((window+width-1)/width) + reps // partitions filled before now's
-	var p0 time.Time                           // now's partition
-	if err := pool.QueryRow(ctx, `SELECT date_bin($1::interval, now(), '0001-01-01 00:00:00+00')`, width).Scan(&p0); err != nil {
+	keep := gcos.DefaultConfig().Events.SignalKeyKeep.Duration()
+	half := n / 2
+	t0 := time.Now()
+	if _, err := pool.Exec(ctx, `CREATE TABLE keys_naive (source_system text NOT NULL, event_type text NOT NULL, correlation_id text NOT NULL,
+		first_seen_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (source_system, event_type, correlation_id));
+		CREATE INDEX keys_naive_first_seen_at ON keys_naive (first_seen_at)`); err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
-	if err := fillSignalKeys(ctx, pool, n, span, p0, width); err != nil {
+	// The older half in generation 1, the newer in generation 0, current for a window.
+	if err := fillSignalKeys(ctx, pool, 1, 0, half, 2*keep, keep); err != nil {
 		return nil, fmt.Errorf("fill the signal keys: %w", err)
 	}
-	r.log.Info("logs: signal keys filled", "keys", n, "partitions", span+1, "elapsed", time.Since(t0).Round(time.Second))
-
-	maintain := func(keep time.Duration) (res postgres.LogMaintained, err error) {
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			res, err = postgres.MaintainSignalKeysTx(ctx, tx, keep, width)
-			return err
-		})
-		return res, err
+	if err := fillSignalKeys(ctx, pool, 0, half, 2*half, keep-time.Minute, 0); err != nil {
+		return nil, fmt.Errorf("fill the signal keys: %w", err)
 	}
+	r.log.Info("logs: signal keys filled", "keys", 2*half, "elapsed", time.Since(t0).Round(time.Second))
+
 	var dropMS, deleteMS, vacuumMS, oursWAL, naiveWAL, newOurs, newNaive, replayOurs, replayNaive []float64
-	var removed int64
+	lo := 0 // the keys k<lo> … are the older half
 	for rep := 1; rep <= reps; rep++ {
-		keep := time.Duration(span-rep)*width + time.Since(p0) - width/2 // the cutoff half a partition inside the next
-		cutoff := p0.Add(-time.Duration(span-rep) * width)
-		var due, alike int64
-		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM governance_signal_key WHERE first_seen_at < $1),
-			(SELECT count(*) FROM keys_naive WHERE first_seen_at < $1)`, cutoff).Scan(&due, &alike); err != nil {
+		if _, err := pool.Exec(ctx, `UPDATE gcos_signal_key_generation SET since = now() - $1::interval - interval '1 minute'`, keep); err != nil {
+			return nil, err
+		}
+		var current int
+		if err := pool.QueryRow(ctx, `SELECT current FROM gcos_signal_key_generation`).Scan(&current); err != nil {
 			return nil, err
 		}
 		lsn := walAt(ctx, pool)
 		t := time.Now()
-		res, err := maintain(keep)
+		var res postgres.SignalKeysRotated
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = postgres.RotateSignalKeysTx(ctx, tx, keep)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
 		dropMS = append(dropMS, ms(time.Since(t)))
 		oursWAL = append(oursWAL, walSince(ctx, pool, lsn))
-		if res.Dropped != 1 {
-			return nil, fmt.Errorf("rep %d: the maintenance dropped %d key partitions, want 1", rep, res.Dropped)
+		if !res.Rotated || res.Current != 1-current {
+			return nil, fmt.Errorf("rep %d: the rotation did not rotate: %+v", rep, res)
 		}
-		removed += due
 
 		lsn = walAt(ctx, pool)
 		t = time.Now()
-		tag, err := pool.Exec(ctx, `DELETE FROM keys_naive WHERE first_seen_at < $1`, cutoff)
+		tag, err := pool.Exec(ctx, `DELETE FROM keys_naive WHERE first_seen_at < now() - $1::interval`, keep)
 		if err != nil {
 			return nil, err
 		}
@@ -85,16 +84,22 @@ func benchSignalKeys(ctx context.Context, r *runner, pool *pgxpool.Pool) ([]row,
 		}
 		vacuumMS = append(vacuumMS, ms(time.Since(t)))
 		naiveWAL = append(naiveWAL, walSince(ctx, pool, lsn))
-		if tag.RowsAffected() != due || alike != due {
-			return nil, fmt.Errorf("rep %d: naive deleted %d keys, ours dropped %d", rep, tag.RowsAffected(), due)
+		if tag.RowsAffected() != int64(half) {
+			return nil, fmt.Errorf("rep %d: naive deleted %d keys, ours emptied a generation of %d", rep, tag.RowsAffected(), half)
 		}
 
-		// Replayed keys: spread over the keys kept (the retired partitions held at most the first rep/span of them),
-		// all duplicates.
-		lo := rep*n/span + 1
-		replay := make([]string, keysClaim)
+		// Filled back: what was the newer half is older now, and a new half is current.
+		if _, err := pool.Exec(ctx, `UPDATE keys_naive SET first_seen_at = first_seen_at - $1::interval`, keep); err != nil {
+			return nil, err
+		}
+		lo += half
+		if err := fillSignalKeys(ctx, pool, res.Current, lo+half, lo+2*half, keep-time.Minute, 0); err != nil {
+			return nil, err
+		}
+
+		replay := make([]string, keysClaim) // spread over both halves
 		for j := range replay {
-			replay[j] = fmt.Sprintf("k%d", lo+j*(n-lo)/keysClaim)
+			replay[j] = fmt.Sprintf("k%d", lo+j*(2*half)/keysClaim)
 		}
 		for _, kind := range []string{"new", "replay"} {
 			for _, naive := range []bool{false, true} {
@@ -124,58 +129,40 @@ func benchSignalKeys(ctx context.Context, r *runner, pool *pgxpool.Pool) ([]row,
 			}
 		}
 	}
-	parts, err := postgres.LogPartitions(ctx, pool, postgres.SignalKeyLog)
-	if err != nil {
-		return nil, err
-	}
 	return []row{{
-		Bench: "logs", Metric: fmt.Sprintf("signal keys: retire one partition (%s of %s keys)", thousands(removed/int64(reps)), thousands(int64(n))),
+		Bench: "logs", Metric: fmt.Sprintf("signal keys: retire a window (%s of %s keys)", thousands(int64(half)), thousands(int64(2*half))),
 		Unit: "ms", Better: lower, Ours: median(dropMS), Naive: fptr(median(deleteMS) + median(vacuumMS)), Reps: reps,
 		OursSamples: dropMS, NaiveSamples: sum2(deleteMS, vacuumMS),
-		Note: fmt.Sprintf("ours: the promoter drops its partition; naive: DELETE %s + the VACUUM it leaves %s", fmtMS(median(deleteMS)), fmtMS(median(vacuumMS))),
+		Note: fmt.Sprintf("ours: the promoter truncates the older generation; naive: DELETE %s + the VACUUM it leaves %s", fmtMS(median(deleteMS)), fmtMS(median(vacuumMS))),
 	}, {
-		Bench: "logs", Metric: "signal keys: retire one partition, WAL written", Unit: "MiB", Better: lower,
+		Bench: "logs", Metric: "signal keys: retire a window, WAL written", Unit: "MiB", Better: lower,
 		Ours: median(oursWAL), Naive: fptr(median(naiveWAL)), Reps: reps, OursSamples: oursWAL, NaiveSamples: naiveWAL,
 	}, {
 		Bench: "logs", Metric: fmt.Sprintf("signal keys: claim %d new keys", keysClaim), Unit: "ms", Better: lower,
 		Ours: median(newOurs), Naive: fptr(median(newNaive)), Reps: reps, OursSamples: newOurs, NaiveSamples: newNaive,
-		Note: fmt.Sprintf("a handoff page's claim, the median of %d per rep; ours looks each key up in %d partitions of %s (and the default)", keysClaims, len(parts), width),
+		Note: fmt.Sprintf("a handoff page's claim, the median of %d per rep; ours looks each key up in both generations", keysClaims),
 	}, {
 		Bench: "logs", Metric: fmt.Sprintf("signal keys: claim %d replayed keys", keysClaim), Unit: "ms", Better: lower,
 		Ours: median(replayOurs), Naive: fptr(median(replayNaive)), Reps: reps, OursSamples: replayOurs, NaiveSamples: replayNaive,
-		Note: "keys from every kept day, all refused as duplicates",
+		Note: "keys of both generations, all refused as duplicates",
 	}}, nil
 }
 
-// fillSignalKeys writes n keys first seen evenly from span partitions before p0 up to now, into the partitioned key
-// table (its partitions made first, keysAhead ahead, as the promoter makes them) and into keys_naive, then vacuums
-// and analyzes both.
-func fillSignalKeys(ctx context.Context, pool *pgxpool.Pool, n, span int, p0 time.Time, width time.Duration) error {
-	for d := -span; d <= keysAhead; d++ {
-		from := p0.Add(time.Duration(d) * width)
-		if _, err := pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s PARTITION OF governance_signal_key FOR VALUES FROM ('%s') TO ('%s')`,
-			pgx.Identifier{fmt.Sprintf("governance_signal_key_bench_%d", d+span)}.Sanitize(), from.Format(time.RFC3339),
-			from.Add(width).Format(time.RFC3339))); err != nil {
-			return err
-		}
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE keys_naive (source_system text NOT NULL, event_type text NOT NULL, correlation_id text NOT NULL,
-		first_seen_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (source_system, event_type, correlation_id));
-		CREATE INDEX keys_naive_first_seen_at ON keys_naive (first_seen_at)`); err != nil {
-		return err
-	}
+// fillSignalKeys writes the keys k<from> … k<to-1> into generation gen, first seen evenly from startedAgo to endedAgo
+// before now, and the same keys into keys_naive, then vacuums and analyzes both.
+func fillSignalKeys(ctx context.Context, pool *pgxpool.Pool, gen, from, to int, startedAgo, endedAgo time.Duration) error {
 	const chunk = 1_000_000
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		if _, err := pool.Exec(ctx, `INSERT INTO governance_signal_key (source_system, event_type, correlation_id, first_seen_at)
-			SELECT 'birth_registry', 'governance.handoff.object_born', 'k' || i,
-				date_bin('1 hour', $4::timestamptz + (i::float8 / $3::float8) * ($5::timestamptz - $4::timestamptz), '0001-01-01 00:00:00+00')
-			FROM generate_series($1::int, $2::int - 1) i`,
-			lo, hi, n, p0.Add(-time.Duration(span)*width), time.Now()); err != nil {
+	for lo := from; lo < to; lo += chunk {
+		hi := min(lo+chunk, to)
+		if _, err := pool.Exec(ctx, `INSERT INTO governance_signal_key (source_system, event_type, correlation_id, generation, first_seen_at)
+			SELECT 'birth_registry', 'governance.handoff.object_born', 'k' || i, $5::smallint,
+				now() - $3::interval + ((i - $6)::float8 / ($7 - $6)::float8) * ($3::interval - $4::interval)
+			FROM generate_series($1::int, $2::int - 1) i`, lo, hi, startedAgo, endedAgo, gen, from, to); err != nil {
 			return err
 		}
 	}
-	for _, sql := range []string{`INSERT INTO keys_naive SELECT * FROM governance_signal_key`,
+	for _, sql := range []string{
+		fmt.Sprintf(`INSERT INTO keys_naive SELECT source_system, event_type, correlation_id, first_seen_at FROM governance_signal_key_g%d`, gen),
 		`VACUUM ANALYZE governance_signal_key`, `VACUUM ANALYZE keys_naive`} {
 		if _, err := pool.Exec(ctx, sql); err != nil {
 			return err

@@ -26,22 +26,21 @@ func (l *Loop) PromotePending(ctx context.Context) (res postgres.PromoteResult, 
 	return res, err
 }
 
-// maintainSignalKeys makes the key table's partitions ahead and drops those past the dedup window
-// (events.signal_key_keep): the keys are a window, not a history, and a whole partition goes by a DROP, not a DELETE.
-// A maintenance that found the table's lock busy defers to the next promotion.
+// maintainSignalKeys rotates the generations of the signals' idempotency keys when the current one has been current
+// for the dedup window (events.signal_key_keep): the keys are a window, not a history, and the older generation goes
+// by a TRUNCATE, not a DELETE. A rotation that found the key table's lock busy defers to the next promotion.
 func (l *Loop) maintainSignalKeys(ctx context.Context) error {
-	var res postgres.LogMaintained
+	var res postgres.SignalKeysRotated
 	err := l.core.InTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		res, err = postgres.MaintainSignalKeysTx(ctx, tx, l.cfg.Events.SignalKeyKeep.Duration(), l.cfg.Events.SignalKeyPartition.Duration())
+		res, err = postgres.RotateSignalKeysTx(ctx, tx, l.cfg.Events.SignalKeyKeep.Duration())
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("keep the signal keys: %w", err)
 	}
-	if res.Created > 0 || res.Dropped > 0 || res.Deferred {
-		l.logger.Debug("signal keys kept", "partitions_made", res.Created, "keys_moved", res.Moved, "partitions_dropped", res.Dropped,
-			"deferred", res.Deferred)
+	if res.Rotated || res.Deferred {
+		l.logger.Debug("signal keys", "rotated", res.Rotated, "current_generation", res.Current, "deferred", res.Deferred)
 	}
 	return nil
 }

@@ -2,17 +2,16 @@ package events_test
 
 import (
 	"testing"
-	"time"
 
 	"gcos"
-	"gcos/events"
 	"gcos/postgres"
 )
 
-// TestSignalKeysKeptForTheWindow: a signal's idempotency key is kept for the dedup window (events.signal_key_keep)
-// whatever partition holds it: a replay of a key first seen days ago, in an older partition than today's, is still
-// a duplicate. The promoter makes the key table's partitions and drops those past the window, after which a replay
-// of a key it held announces again; a key inside the window stays.
+// TestSignalKeysKeptForTheWindow: a signal's idempotency key is kept for the dedup window (events.signal_key_keep) in
+// either of two generations: a replay of a key the generation before holds is still a duplicate. The promoter
+// rotates the generations once the current one has been current for the window, emptying the older one, after which
+// a replay of a key it held announces again while a key of the generation kept stays a duplicate. A rotation waits
+// for a transaction that claimed keys: it defers while one is open, and the key that transaction claimed survives it.
 func TestSignalKeysKeptForTheWindow(t *testing.T) {
 	t.Parallel()
 	e := newEvEnv(t)
@@ -22,63 +21,66 @@ func TestSignalKeysKeptForTheWindow(t *testing.T) {
 		t.Helper()
 		return e.emit(t, handoffEmit(gcos.ChangeObjectBorn, "fin_invoices", "INV-1", corr, evBase)).Outcome
 	}
-	for _, corr := range []string{"seen-3-days-ago", "seen-1-day-ago", "seen-now"} {
-		if got := emit(corr); got != postgres.EmitOutcomeEmitted {
-			t.Fatalf("first emit of %s: %s", corr, got)
-		}
+	current := func() int {
+		t.Helper()
+		return e.n(t, `SELECT current FROM gcos_signal_key_generation`)
 	}
-	// Age two keys: each is filed under the hour it was first seen.
-	e.exec(t, `UPDATE governance_signal_key SET first_seen_at = date_bin('1 hour', now() - interval '3 days', '0001-01-01 00:00:00+00')
-		WHERE correlation_id = 'seen-3-days-ago'`)
-	e.exec(t, `UPDATE governance_signal_key SET first_seen_at = date_bin('1 hour', now() - interval '1 day', '0001-01-01 00:00:00+00')
-		WHERE correlation_id = 'seen-1-day-ago'`)
+	windowAgo := func() { // the current generation has been current for longer than the window (7 days)
+		t.Helper()
+		e.exec(t, `UPDATE gcos_signal_key_generation SET since = now() - interval '7 days 1 minute'`)
+	}
+	if got := emit("first"); got != postgres.EmitOutcomeEmitted {
+		t.Fatalf("first emit: %s", got)
+	}
+	e.promote(t)
+	if g := current(); g != 0 {
+		t.Fatalf("rotated inside the window: generation %d is current", g)
+	}
 
-	// A window of 7 days in daily partitions: partitions made, for the aged keys' days too; nothing dropped.
-	daily := func(keep time.Duration) *events.Loop {
-		cfg := gcos.DefaultConfig()
-		cfg.Events.SignalKeyKeep, cfg.Events.SignalKeyPartition = gcos.Duration(keep), gcos.Duration(24*time.Hour)
-		return events.New(postgres.New(e.pool, cfg, nil))
+	windowAgo()
+	e.promote(t)
+	if g := current(); g != 1 {
+		t.Fatalf("after the window generation %d is current, want 1", g)
 	}
-	if _, err := daily(7 * 24 * time.Hour).PromotePending(e.ctx); err != nil {
-		t.Fatal(err)
+	if got := emit("first"); got != postgres.EmitOutcomeDuplicate {
+		t.Fatalf("replay of a key of the generation before: %s, want duplicate", got)
 	}
-	parts, err := postgres.LogPartitions(e.ctx, e.pool, postgres.SignalKeyLog)
+	if got := emit("second"); got != postgres.EmitOutcomeEmitted {
+		t.Fatalf("a new key: %s", got)
+	}
+	if n := e.n(t, `SELECT count(*) FROM governance_signal_key_g1 WHERE correlation_id = 'second'`); n != 1 {
+		t.Fatal("a new key is not in the current generation")
+	}
+
+	// A transaction that claimed a key is open: the rotation due waits for it no longer than its lock timeout.
+	tx, err := e.pool.Begin(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(parts) < 5 { // 3 days ago, yesterday, today and two days ahead
-		t.Fatalf("partitions after the first maintenance: %v", parts)
+	defer tx.Rollback(e.ctx) //nolint:errcheck // after Commit it is a no-op
+	if res, err := postgres.EmitSignal(e.ctx, tx, handoffEmit(gcos.ChangeObjectBorn, "fin_invoices", "INV-1", "held", evBase)); err != nil ||
+		res.Outcome != postgres.EmitOutcomeEmitted {
+		t.Fatalf("claim in an open transaction: %+v %v", res, err)
 	}
-	if n := e.n(t, `SELECT count(*) FROM governance_signal_key_default`); n != 0 {
-		t.Fatalf("%d keys left in the default partition", n)
+	windowAgo()
+	e.promote(t)
+	if g := current(); g != 1 {
+		t.Fatalf("rotated under an open claim: generation %d is current", g)
 	}
-	if n := e.n(t, `SELECT count(DISTINCT tableoid) FROM governance_signal_key`); n != 3 {
-		t.Fatalf("the three keys lie in %d partitions, want 3", n)
+	if err := tx.Commit(e.ctx); err != nil {
+		t.Fatal(err)
 	}
-	for _, corr := range []string{"seen-3-days-ago", "seen-1-day-ago", "seen-now"} {
-		if got := emit(corr); got != postgres.EmitOutcomeDuplicate {
-			t.Fatalf("replay of %s inside the window: %s, want duplicate", corr, got)
+	e.promote(t)
+	if g := current(); g != 0 {
+		t.Fatalf("after the claim committed generation %d is current, want 0", g)
+	}
+	for corr, want := range map[string]string{
+		"first":  postgres.EmitOutcomeEmitted,   // its generation was emptied: past the window
+		"second": postgres.EmitOutcomeDuplicate, // kept in the generation before
+		"held":   postgres.EmitOutcomeDuplicate, // claimed just before the rotation
+	} {
+		if got := emit(corr); got != want {
+			t.Errorf("replay of %s after the second rotation: %s, want %s", corr, got, want)
 		}
-	}
-
-	// A window of two days: the partition of the key first seen 3 days ago goes, and only it.
-	if _, err := daily(48 * time.Hour).PromotePending(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	after, err := postgres.LogPartitions(e.ctx, e.pool, postgres.SignalKeyLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(after) != len(parts)-1 || after[0] != parts[1] {
-		t.Fatalf("partitions after a two-day window: %v, before %v (want the oldest dropped)", after, parts)
-	}
-	if got := e.strings(t, `SELECT correlation_id FROM governance_signal_key ORDER BY 1`); len(got) != 2 || got[0] != "seen-1-day-ago" || got[1] != "seen-now" {
-		t.Fatalf("keys kept: %v", got)
-	}
-	if got := emit("seen-3-days-ago"); got != postgres.EmitOutcomeEmitted {
-		t.Fatalf("replay past the window: %s, want emitted again", got)
-	}
-	if got := emit("seen-1-day-ago"); got != postgres.EmitOutcomeDuplicate {
-		t.Fatalf("replay inside the window: %s, want duplicate", got)
 	}
 }

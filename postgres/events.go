@@ -104,15 +104,14 @@ type EmitResult struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
-// emitKeysSQL claims keys and returns those that were new (source, type and id joined by chr(31)). A key any
-// partition of the key table holds (one kept for the dedup window, events.signal_key_keep) is a replay. Within an
-// hour the primary key decides first-seen: a concurrent emit of the same key waits for the other transaction and
-// then conflicts, so a signal is enqueued at most once however often it is replayed within the window. (Two emits of
-// one key in different hours, neither committed, would both pass; no emitter does that: each key announces a fact
-// whose own lock serialises its emits, e.g. the tail's cursor, a finding's row, the promotion lock.)
+// emitKeysSQL claims keys into the current generation and returns those that were new (source, type and id joined
+// by chr(31)). A key either generation holds (one first seen within the dedup window, events.signal_key_keep) is a
+// replay. Within a generation the primary key decides first-seen: a concurrent emit of the same key waits for the
+// other transaction and then conflicts, so a signal is enqueued at most once however often it is replayed; a
+// rotation of the generations waits for every claiming transaction (RotateSignalKeysTx), so no claim spans one.
 const emitKeysSQL = `
-INSERT INTO governance_signal_key (source_system, event_type, correlation_id)
-SELECT u.s, u.t, u.c FROM unnest($1::text[], $2::text[], $3::text[]) AS u(s, t, c)
+INSERT INTO governance_signal_key (source_system, event_type, correlation_id, generation)
+SELECT u.s, u.t, u.c, g.current FROM unnest($1::text[], $2::text[], $3::text[]) AS u(s, t, c), gcos_signal_key_generation g
 WHERE NOT EXISTS (SELECT 1 FROM governance_signal_key k WHERE k.source_system = u.s AND k.event_type = u.t AND k.correlation_id = u.c)
 ON CONFLICT DO NOTHING
 RETURNING source_system || chr(31) || event_type || chr(31) || correlation_id`

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -13,11 +12,9 @@ import (
 	"gcos"
 )
 
-// A Log is one of GCOS's time-partitioned tables (migrations 023, 025): its partitioned table, the time column it
-// is partitioned by, and the one-row table whose pruned_below says below which transaction its rows may be gone.
-// Each has a default partition, <table>_default, for rows no time partition takes yet. A log without a Horizon is
-// kept by time alone: no one reads it by transaction, so its rows carry no xid and a partition goes once it is past
-// retention (the mark is not consulted).
+// A Log is one of GCOS's time-partitioned logs (migration 023): its partitioned table, the time column it is
+// partitioned by, and the one-row table whose pruned_below says below which transaction its rows may be gone.
+// Each has a default partition, <table>_default, for rows no time partition takes yet.
 type Log struct {
 	Table, Column, Horizon string
 }
@@ -26,7 +23,6 @@ type Log struct {
 var (
 	VerdictChangeLog = Log{Table: "gcos_verdict_change", Column: "changed_at", Horizon: "gcos_verdict_change_horizon"}
 	ChangeFeedLog    = Log{Table: "gcos_change_feed", Column: "noted_at", Horizon: "gcos_change_feed_horizon"}
-	SignalKeyLog     = Log{Table: "governance_signal_key", Column: "first_seen_at"}
 )
 
 // LogRetention is what one maintenance of a log does: make the partitions of Width its rows need (now's, those
@@ -89,10 +85,6 @@ func MaintainLogTx(ctx context.Context, tx pgx.Tx, log Log, r LogRetention) (Log
 		r.Mark).Scan(&now, &mark); err != nil {
 		return fail("read the clock and the mark", err)
 	}
-	timeOnly := log.Horizon == ""
-	if timeOnly {
-		mark = math.MaxUint64 // every partition's newest writer reads as 0: below it
-	}
 	parts, err := logPartitions(ctx, tx, log)
 	if err != nil {
 		return fail("list partitions", err)
@@ -125,7 +117,7 @@ func MaintainLogTx(ctx context.Context, tx pgx.Tx, log Log, r LogRetention) (Log
 			expired = append(expired, p)
 		}
 	}
-	if err := newestWriters(ctx, tx, log, expired); err != nil {
+	if err := newestWriters(ctx, tx, expired); err != nil {
 		return fail("read the newest writers", err)
 	}
 	drop, _ := gcos.LogPartitionsToDrop(logSpans(expired), cutoff, mark, 0)
@@ -163,14 +155,12 @@ func MaintainLogTx(ctx context.Context, tx pgx.Tx, log Log, r LogRetention) (Log
 		return res, nil
 	}
 	// Under the log's lock no one writes: the newest writers read again are final.
-	if err := newestWriters(ctx, tx, log, expired); err != nil {
+	if err := newestWriters(ctx, tx, expired); err != nil {
 		return fail("read the newest writers", err)
 	}
 	var horizon uint64
-	if !timeOnly {
-		if err := tx.QueryRow(ctx, `SELECT pruned_below::text::bigint FROM `+pgx.Identifier{log.Horizon}.Sanitize()).Scan(&horizon); err != nil {
-			return fail("read the horizon", err)
-		}
+	if err := tx.QueryRow(ctx, `SELECT pruned_below::text::bigint FROM `+pgx.Identifier{log.Horizon}.Sanitize()).Scan(&horizon); err != nil {
+		return fail("read the horizon", err)
 	}
 	drop, moved := gcos.LogPartitionsToDrop(logSpans(expired), cutoff, mark, horizon)
 	for _, i := range drop {
@@ -180,7 +170,7 @@ func MaintainLogTx(ctx context.Context, tx pgx.Tx, log Log, r LogRetention) (Log
 		}
 		res.Dropped++
 	}
-	if moved != horizon && !timeOnly {
+	if moved != horizon {
 		if _, err := tx.Exec(ctx, `UPDATE `+pgx.Identifier{log.Horizon}.Sanitize()+` SET pruned_below = greatest(pruned_below, $1::xid8)`,
 			strconv.FormatUint(moved, 10)); err != nil {
 			return fail("move the horizon", err)
@@ -206,13 +196,6 @@ func MaintainVerdictChangesTx(ctx context.Context, tx pgx.Tx, keep, width time.D
 		return LogMaintained{}, fmt.Errorf("maintain the verdict change log: read the retention mark: %w", err)
 	}
 	return MaintainLogTx(ctx, tx, VerdictChangeLog, LogRetention{Width: width, Keep: keep, Mark: mark})
-}
-
-// MaintainSignalKeysTx keeps the announcements' idempotency keys (events.signal_key_keep,
-// events.signal_key_partition): their partitions made ahead, and those whose keys were all first seen longer than
-// keep ago dropped. A key dropped is forgotten: a replay of what it announced, that long after, announces it again.
-func MaintainSignalKeysTx(ctx context.Context, tx pgx.Tx, keep, width time.Duration) (LogMaintained, error) {
-	return MaintainLogTx(ctx, tx, SignalKeyLog, LogRetention{Width: width, Keep: keep})
 }
 
 // lockLog takes the log's exclusive lock within logLockTimeout, under a savepoint: false when it was not free in
@@ -265,12 +248,8 @@ func LogPartitions(ctx context.Context, q Querier, log Log) ([]gcos.Span, error)
 	return out, nil
 }
 
-// newestWriters reads each partition's newest writer (0 when it is empty) by its xid index; a log kept by time
-// alone has none.
-func newestWriters(ctx context.Context, tx pgx.Tx, log Log, parts []logPartition) error {
-	if log.Horizon == "" {
-		return nil
-	}
+// newestWriters reads each partition's newest writer (0 when it is empty) by its xid index.
+func newestWriters(ctx context.Context, tx pgx.Tx, parts []logPartition) error {
 	for i := range parts {
 		if err := tx.QueryRow(ctx, `SELECT coalesce(max(xid)::text, '0')::bigint FROM `+pgx.Identifier{parts[i].Name}.Sanitize()).
 			Scan(&parts[i].Newest); err != nil {

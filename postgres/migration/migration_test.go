@@ -423,10 +423,10 @@ func TestPendingMarksCompressWithLz4(t *testing.T) {
 	}
 }
 
-// TestSignalKeysPartitionedCarryTheirKeys: step 25 partitions the signal keys by the hour they were first seen and
-// carries every key, into the default partition until the first maintenance; a key claimed after it is still
-// refused by the primary key within its hour. Its down makes one table again, each key once, at its earliest hour.
-func TestSignalKeysPartitionedCarryTheirKeys(t *testing.T) {
+// TestSignalKeyGenerationsCarryTheirKeys: step 25 splits the signal keys into two generations and carries every key
+// into the current one, current since the oldest key was first seen; a key claimed twice in a generation is kept
+// once. Its down makes one table again, each key once, at its earliest sighting.
+func TestSignalKeyGenerationsCarryTheirKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, m := atStep(t, 24)
@@ -440,7 +440,7 @@ func TestSignalKeysPartitionedCarryTheirKeys(t *testing.T) {
 		t.Helper()
 		var s string
 		if err := pool.QueryRow(ctx, `SELECT string_agg(format('%s/%s/%s@%s', source_system, event_type, correlation_id,
-			to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')), ' ' ORDER BY 1, 2, 3) FROM governance_signal_key`).Scan(&s); err != nil {
+			to_char(first_seen_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')), ' ' ORDER BY 1) FROM governance_signal_key`).Scan(&s); err != nil {
 			t.Fatal(err)
 		}
 		return s
@@ -448,17 +448,22 @@ func TestSignalKeysPartitionedCarryTheirKeys(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := "birth_registry/governance.handoff.object_born/a@2026-11-01T10:00:00 birth_registry/governance.handoff.object_born/b@2026-11-02T23:00:00 " +
+	want := "birth_registry/governance.handoff.object_born/a@2026-11-01T10:17:00 birth_registry/governance.handoff.object_born/b@2026-11-02T23:59:59 " +
 		"gcos/governance.lifecycle.run_completed/a@2026-11-03T00:00:00"
 	if got := keys(); got != want {
 		t.Fatalf("after step 25:\n got %s\nwant %s", got, want)
 	}
-	var partitioned bool
-	if err := pool.QueryRow(ctx, `SELECT relkind = 'p' FROM pg_class WHERE relname = 'governance_signal_key'`).Scan(&partitioned); err != nil || !partitioned {
-		t.Fatalf("governance_signal_key is not partitioned after step 25: %v %v", partitioned, err)
+	var current, inCurrent int
+	var since string
+	if err := pool.QueryRow(ctx, `SELECT current, to_char(since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS'),
+		(SELECT count(*) FROM governance_signal_key_g0) FROM gcos_signal_key_generation`).Scan(&current, &since, &inCurrent); err != nil {
+		t.Fatal(err)
 	}
-	// Two claims of one key in the same hour: the primary key keeps one.
-	claim := `INSERT INTO governance_signal_key (source_system, event_type, correlation_id) VALUES ('gcos', 'governance.lifecycle.run_completed', 'now')
+	if current != 0 || since != "2026-11-01T10:17:00" || inCurrent != 3 {
+		t.Fatalf("after step 25 generation %d is current since %s and holds %d keys, want 0 since 2026-11-01T10:17:00 holding 3", current, since, inCurrent)
+	}
+	// Two claims of one key in a generation: the primary key keeps one.
+	claim := `INSERT INTO governance_signal_key (source_system, event_type, correlation_id, generation) VALUES ('gcos', 'governance.lifecycle.run_completed', 'now', 0)
 		ON CONFLICT DO NOTHING`
 	for range 2 {
 		if _, err := pool.Exec(ctx, claim); err != nil {
@@ -467,13 +472,13 @@ func TestSignalKeysPartitionedCarryTheirKeys(t *testing.T) {
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM governance_signal_key WHERE correlation_id = 'now'`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("%d rows for one key claimed twice in an hour (%v), want 1", n, err)
+		t.Fatalf("%d rows for one key claimed twice in a generation (%v), want 1", n, err)
 	}
 	if _, err := pool.Exec(ctx, `DELETE FROM governance_signal_key WHERE correlation_id = 'now'`); err != nil {
 		t.Fatal(err)
 	}
-	// A key the partitioned table holds in two hours (claimed in both, across a boundary) comes back once.
-	if _, err := pool.Exec(ctx, `INSERT INTO governance_signal_key VALUES ('birth_registry', 'governance.handoff.object_born', 'b', '2026-11-04T05:00:00Z')`); err != nil {
+	// A key both generations hold comes back once, at its earliest sighting.
+	if _, err := pool.Exec(ctx, `INSERT INTO governance_signal_key VALUES ('birth_registry', 'governance.handoff.object_born', 'b', 1, '2026-11-04T05:00:00Z')`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Down(ctx, m.Latest()-24); err != nil {
@@ -482,7 +487,8 @@ func TestSignalKeysPartitionedCarryTheirKeys(t *testing.T) {
 	if got := keys(); got != want {
 		t.Fatalf("after step 25's down:\n got %s\nwant %s", got, want)
 	}
-	if err := pool.QueryRow(ctx, `SELECT relkind = 'p' FROM pg_class WHERE relname = 'governance_signal_key'`).Scan(&partitioned); err != nil || partitioned {
-		t.Fatalf("governance_signal_key is still partitioned after step 25's down: %v %v", partitioned, err)
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('gcos_signal_key_generation', 'governance_signal_key_g0')`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("step 25's down left %d of its tables (%v)", left, err)
 	}
 }

@@ -1,6 +1,6 @@
--- One table again, each key once, first seen at its earliest hour.
-ALTER TABLE governance_signal_key RENAME TO governance_signal_key_partitioned;
-ALTER INDEX governance_signal_key_pkey RENAME TO governance_signal_key_partitioned_pkey;
+-- One table again, each key once, at its earliest first sighting.
+ALTER TABLE governance_signal_key RENAME TO governance_signal_key_generations;
+ALTER INDEX governance_signal_key_pkey RENAME TO governance_signal_key_generations_pkey;
 CREATE TABLE governance_signal_key (
     source_system  text        NOT NULL,
     event_type     text        NOT NULL,
@@ -10,5 +10,6 @@ CREATE TABLE governance_signal_key (
 );
 INSERT INTO governance_signal_key (source_system, event_type, correlation_id, first_seen_at)
     SELECT source_system, event_type, correlation_id, min(first_seen_at)
-    FROM governance_signal_key_partitioned GROUP BY 1, 2, 3;
-DROP TABLE governance_signal_key_partitioned;
+    FROM governance_signal_key_generations GROUP BY 1, 2, 3;
+DROP TABLE governance_signal_key_generations;
+DROP TABLE gcos_signal_key_generation;
