@@ -70,7 +70,7 @@ var benchmarks = []benchmark{
 	{"preview", "impact preview of an owner revocation covering 10 % of a scope vs re-evaluating every group", benchPreview},
 	{"verify", "the reference evaluator (gcos verify) from scratch, beside the full audit it checks", benchVerify},
 	{"memory", "RSS of a gcos-up-equivalent process after intake + scans over the world", benchMemory},
-	{"logs", "the verdict change log and the signal keys at 10⁷ rows: retiring an hour (a day) by dropping its partition vs DELETE + VACUUM, WAL, writes, the newest page and a page's key claim", benchLogs},
+	{"logs", "the verdict change log and the signal keys at 10⁷ rows: retiring an hour of changes (a window of keys) by dropping a partition (truncating a generation) vs DELETE + VACUUM, WAL, writes, the newest page and a page's key claim", benchLogs},
 	{"fleet", "1, 2 and 3 gcos up processes on one database under rising churn: sustained births/s with change → verdict p99 ≤ 1 s, gate decisions/s, where the CPU goes", benchFleet},
 }
 
