@@ -14,7 +14,7 @@ CREATE TABLE governance_signal_key (
     source_system  text        NOT NULL,
     event_type     text        NOT NULL,
     correlation_id text        NOT NULL,
-    generation     smallint    NOT NULL CHECK (generation IN (0, 1)),
+    generation     smallint    NOT NULL CHECK (generation BETWEEN 0 AND 1),
     first_seen_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (source_system, event_type, correlation_id, generation)
 ) PARTITION BY LIST (generation);
@@ -24,7 +24,7 @@ CREATE TABLE governance_signal_key_g1 PARTITION OF governance_signal_key FOR VAL
 -- The current generation, and since when it is current. One row.
 CREATE TABLE gcos_signal_key_generation (
     one     boolean     PRIMARY KEY DEFAULT true CHECK (one),
-    current smallint    NOT NULL CHECK (current IN (0, 1)),
+    current smallint    NOT NULL CHECK (current BETWEEN 0 AND 1),
     since   timestamptz NOT NULL
 );
 -- The keys kept so far are the current generation, current since the oldest of them was first seen: the first
