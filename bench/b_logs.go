@@ -83,21 +83,13 @@ func benchLogs(ctx context.Context, r *runner) ([]row, error) {
 		}
 		removed += due
 
-		lsn = walAt(ctx, pool)
-		t = time.Now()
-		tag, err := pool.Exec(ctx, `DELETE FROM logs_naive WHERE changed_at < $1`, cutoff)
+		d, err := deleteAndVacuum(ctx, pool, "logs_naive", "changed_at < $1", cutoff)
 		if err != nil {
 			return nil, err
 		}
-		deleteMS = append(deleteMS, ms(time.Since(t)))
-		t = time.Now()
-		if _, err := pool.Exec(ctx, `VACUUM logs_naive`); err != nil {
-			return nil, err
-		}
-		vacuumMS = append(vacuumMS, ms(time.Since(t)))
-		naiveWAL = append(naiveWAL, walSince(ctx, pool, lsn))
-		if tag.RowsAffected() != due {
-			return nil, fmt.Errorf("rep %d: naive deleted %d rows, ours dropped %d", rep, tag.RowsAffected(), due)
+		deleteMS, vacuumMS, naiveWAL = append(deleteMS, d.deleteMS), append(vacuumMS, d.vacuumMS), append(naiveWAL, d.walMiB)
+		if d.rows != due {
+			return nil, fmt.Errorf("rep %d: naive deleted %d rows, ours dropped %d", rep, d.rows, due)
 		}
 
 		// The scan's maintenance at every incremental tick, with nothing due.
@@ -257,6 +249,31 @@ func logsNewestPage(ctx context.Context, pool *pgxpool.Pool, table string) (floa
 		samples = append(samples, ms(time.Since(t)))
 	}
 	return median(samples), nil
+}
+
+// deleted is one naive retirement: a DELETE and the VACUUM it leaves behind, timed, and the WAL both wrote.
+type deleted struct {
+	rows                       int64
+	deleteMS, vacuumMS, walMiB float64
+}
+
+// deleteAndVacuum retires the rows of table that match where, as a plain table must: a DELETE, then the VACUUM that
+// must follow it sooner or later (autovacuum's work, timed here).
+func deleteAndVacuum(ctx context.Context, pool *pgxpool.Pool, table, where string, args ...any) (deleted, error) {
+	var d deleted
+	lsn := walAt(ctx, pool)
+	t := time.Now()
+	tag, err := pool.Exec(ctx, `DELETE FROM `+table+` WHERE `+where, args...)
+	if err != nil {
+		return d, err
+	}
+	d.rows, d.deleteMS = tag.RowsAffected(), ms(time.Since(t))
+	t = time.Now()
+	if _, err := pool.Exec(ctx, `VACUUM `+table); err != nil {
+		return d, err
+	}
+	d.vacuumMS, d.walMiB = ms(time.Since(t)), walSince(ctx, pool, lsn)
+	return d, nil
 }
 
 func walAt(ctx context.Context, pool *pgxpool.Pool) string {

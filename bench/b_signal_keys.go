@@ -71,21 +71,13 @@ func benchSignalKeys(ctx context.Context, r *runner, pool *pgxpool.Pool) ([]row,
 			return nil, fmt.Errorf("rep %d: the rotation did not rotate: %+v", rep, res)
 		}
 
-		lsn = walAt(ctx, pool)
-		t = time.Now()
-		tag, err := pool.Exec(ctx, `DELETE FROM keys_naive WHERE first_seen_at < now() - $1::interval`, keep)
+		d, err := deleteAndVacuum(ctx, pool, "keys_naive", "first_seen_at < now() - $1::interval", keep)
 		if err != nil {
 			return nil, err
 		}
-		deleteMS = append(deleteMS, ms(time.Since(t)))
-		t = time.Now()
-		if _, err := pool.Exec(ctx, `VACUUM keys_naive`); err != nil {
-			return nil, err
-		}
-		vacuumMS = append(vacuumMS, ms(time.Since(t)))
-		naiveWAL = append(naiveWAL, walSince(ctx, pool, lsn))
-		if tag.RowsAffected() != int64(half) {
-			return nil, fmt.Errorf("rep %d: naive deleted %d keys, ours emptied a generation of %d", rep, tag.RowsAffected(), half)
+		deleteMS, vacuumMS, naiveWAL = append(deleteMS, d.deleteMS), append(vacuumMS, d.vacuumMS), append(naiveWAL, d.walMiB)
+		if d.rows != int64(half) {
+			return nil, fmt.Errorf("rep %d: naive deleted %d keys, ours emptied a generation of %d", rep, d.rows, half)
 		}
 
 		// Filled back: what was the newer half is older now, and a new half is current.
