@@ -60,7 +60,7 @@ var benchmarks = []benchmark{
 	{"backfill", "backfill (snapshot + ruleset + seeding) vs one evaluated candidate row per birth", benchBackfill},
 	{"children", "+N inherited children under one container: candidate rows added, groups dirtied", benchChildren},
 	{"intake", "PollTail + ApplyHandoff over every birth vs a plain keyset tail", benchIntake},
-	{"latency", "change → fresh verdict in event mode, idle and under 5,000 births/s", benchLatency},
+	{"latency", "change → fresh verdict in event mode (a birth's membership refresh, and an object change that may move a verdict), idle and under 5,000 births/s", benchLatency},
 	{"rescan", "one dirty group rescan at N vs 10N births", benchRescan},
 	{"gate", "gate decisions in-process, from the database and from the view (8 concurrent callers); over HTTP: gate_http", benchGate},
 	{"gate_http", "the gate as a pipeline asks it: over HTTP through the client package, single and batch of 100, view and database, bytes per answer, beside in-process and the naive gate", benchGateHTTP},

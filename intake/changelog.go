@@ -23,7 +23,7 @@ import (
 // (the row is about one object of that class, named by entity_code); a row that is neither cannot be mapped and is
 // returned as an error, which sends it to the retry lane. Which groups the row dirties is gcos.RouteChange's
 // decision; this function only resolves what the row names.
-func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, counts collectionCounts, r postgres.TailRow, kind gcos.ChangeKind) (*signal, error) {
+func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, counts collectionCounts, recounted map[string]bool, r postgres.TailRow, kind gcos.ChangeKind) (*signal, error) {
 	regs := rset.regs
 	table := "registry_changelog"
 	if r.Observed {
@@ -65,11 +65,13 @@ func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 			if subject.Moved, err = s.movedBases(ctx, tx, counts, base, kind == gcos.ChangeObjectRetired); err != nil {
 				return nil, err
 			}
-			if kind != gcos.ChangeObjectBorn {
-				// The object may have moved between base groups: the kept counts of its collection are recounted.
-				if err := postgres.RequestRecount(ctx, tx, []string{base.SourceRegistry}, string(kind)); err != nil {
+			if kind != gcos.ChangeObjectBorn && !recounted[base.SourceRegistry] {
+				// The object may have moved between base groups: the kept counts of its collection are counted again
+				// through the births cursor, once a page (its rows' changes committed before it was read).
+				if _, err := s.core.RecountKept(ctx, tx, base.SourceRegistry, string(kind)); err != nil {
 					return nil, err
 				}
+				recounted[base.SourceRegistry] = true
 			}
 		}
 	}

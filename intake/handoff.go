@@ -206,6 +206,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	}
 	var failures []RowFailure
 	counts := collectionCounts{} // member counts per collection, counted at most once per page
+	recounted := map[string]bool{} // collections whose kept counts a change of the page counted again
 	births := make([]*postgres.TailRow, 0, len(rows))
 	var sigs []*signal
 	birthSource := postgres.BirthTailSource(s.cfg.Binding).Name
@@ -246,7 +247,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 				untrusted.add(r.Source, r.ChangedBy, r.ID)
 				continue
 			}
-			sig, err := s.mapChangelog(ctx, tx, rset, counts, *r, kind)
+			sig, err := s.mapChangelog(ctx, tx, rset, counts, recounted, *r, kind)
 			if err != nil {
 				failures = append(failures, RowFailure{ID: r.ID, Err: err})
 				continue

@@ -742,9 +742,53 @@ func (e *hoEnv) keptCountsDiffer(t *testing.T) int64 {
 		  AND kb.members IS DISTINCT FROM src.n`)
 }
 
+// TestReadAheadPageAfterARecount: a births page read ahead before a change's handoff counted its collection again
+// (RecountKept) is applied after it. Its rows may show a birth in the base group it has since left, so the page
+// counts that collection from the source instead of adding its births to the counts: they stay exact.
+func TestReadAheadPageAfterARecount(t *testing.T) {
+	t.Parallel()
+	e := newHandoffEnv(t, 600, nil)
+	births := postgres.BirthTailSource(e.Cfg.SourceBinding)
+	var coll, class string
+	if err := e.Pool.QueryRow(e.Ctx, `SELECT collection_name, entity_type FROM birth_registry
+		WHERE status = 'active' AND parent_code IS NULL ORDER BY id LIMIT 1`).Scan(&coll, &class); err != nil {
+		t.Fatal(err)
+	}
+	// A full page, then a page that holds the birth the change moves.
+	page := e.Cfg.Intake.PageSize
+	e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		SELECT 'ahead-' || g, $1, $2, 'active', 'birth-api', 'tester' FROM generate_series(1, $3::int) g ORDER BY g`, coll, class, page+50)
+	wait.Pass(e.Ctx, 4*hoGuard)
+	first, err := e.stage.PollTail(e.Ctx, births, e.Cfg.Intake, e.apply)
+	if err != nil || !first.PageFull {
+		t.Fatalf("the first page: %+v, %v", first, err)
+	}
+	intake.WaitReadAhead(e.stage, births.Name) // the next page is read: 'ahead-<page+25>' is active in it
+	moved := fmt.Sprintf("ahead-%d", page+25)
+	e.Exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, moved)
+	e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:ahead')`, class, moved)
+	wait.Pass(e.Ctx, 4*hoGuard)
+	if _, err := e.stage.PollTail(e.Ctx, postgres.ChangelogTailSource(), e.Cfg.Intake, e.apply); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM governance_recount_request`); n != 0 {
+		t.Fatalf("the retire filed %d recount requests instead of counting its collection again", n)
+	}
+	second, err := e.stage.PollTail(e.Ctx, births, e.Cfg.Intake, e.apply)
+	if err != nil || !second.ReadAhead || second.Read != 50 {
+		t.Fatalf("the second page was not the one read ahead: %+v, %v", second, err)
+	}
+	if n := e.keptCountsDiffer(t); n != 0 {
+		t.Fatalf("%d kept base counts differ from the source after a page read before the recount", n)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM governance_collection_count WHERE source_registry = $1`, coll); n != 1 {
+		t.Fatalf("the counts of %s are not kept after the page", coll)
+	}
+}
+
 // TestHandoffKeepsMemberCounts: the births handoff keeps every collection's base-group counts equal to the
-// source's, however the history is paged; a lifecycle move files a recount request that the next births page
-// honours; a cursor reset (a replay) drops the counts instead of counting births twice.
+// source's, however the history is paged; the handoff of a lifecycle move counts its collection again at once, so
+// the counts stay kept and exact; a cursor reset (a replay) drops the counts instead of counting births twice.
 func TestHandoffKeepsMemberCounts(t *testing.T) {
 	t.Parallel()
 	e := newHandoffEnv(t, 1500, nil)
@@ -766,9 +810,30 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 	if n := e.keptCountsDiffer(t); n != 0 {
 		t.Fatalf("%d kept base counts differ from the source after 30 births", n)
 	}
-	// A retire moves a birth between base groups: the changelog files a recount, the next births page honours it.
+	// A retire moves a birth between base groups: the change's handoff counts the collection again, and its counts
+	// are exact (and kept, so scans read them) when it commits, before any births page.
+	countedAt := func() (at time.Time) {
+		if err := e.Pool.QueryRow(e.Ctx, `SELECT counted_at FROM governance_collection_count WHERE source_registry = $1`, coll).Scan(&at); err != nil {
+			t.Fatalf("the counts of %s are not kept: %v", coll, err)
+		}
+		return at
+	}
+	before := countedAt()
 	e.Exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
 	e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:kept')`, class, code)
+	wait.Pass(e.Ctx, 4*hoGuard)
+	if _, err := e.stage.PollTail(e.Ctx, postgres.ChangelogTailSource(), e.Cfg.Intake, e.apply); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM governance_recount_request`); n != 0 {
+		t.Fatalf("the retire filed %d recount requests instead of counting its collection again", n)
+	}
+	if n := e.keptCountsDiffer(t); n != 0 {
+		t.Fatalf("%d kept base counts differ from the source after the retire's handoff", n)
+	}
+	if !countedAt().After(before) {
+		t.Fatal("the retire's handoff did not count its collection again")
+	}
 	e.catchUp(t)
 	e.Exec(t, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 		VALUES ('kept-after-retire', $1, $2, 'active', 'birth-api', 'tester')`, coll, class)

@@ -467,8 +467,13 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	}
 	res.Late, res.Future, res.SkippedEarly = len(sw2.late), len(sw2.future), sw2.skippedEarly
 
-	// 4. Apply; failed rows are rolled back and set aside.
-	failures, err := tailApplyRows(ctx, tx, hand, apply)
+	// 4. Apply; failed rows are rolled back and set aside. A page read ahead was read before this transaction began:
+	// the births handoff compares that with when a change last recounted a collection (postgres.RecountKept).
+	actx := ctx
+	if ok {
+		actx = postgres.WithRowsReadAt(ctx, ahead.txStart)
+	}
+	failures, err := tailApplyRows(actx, tx, hand, apply)
 	if err != nil {
 		return res, fmt.Errorf("poll %s: apply: %w", src.Name, err)
 	}

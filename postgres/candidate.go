@@ -190,7 +190,8 @@ func UpdateGroupCounts(ctx context.Context, tx pgx.Tx, groups []gcos.Group) erro
 // LockOrder is the order every transaction takes the locks of the candidate state in (SPEC §8), so that no two
 // of them ever wait for each other in a cycle:
 //
-//  1. kept member counts (governance_collection_count), in collection order: the births handoff only;
+//  1. kept member counts (governance_collection_count), in collection order: the births handoff; a change's handoff
+//     takes one only without waiting (RecountKept, SKIP LOCKED);
 //  2. group rows (governance_group), in group-key order, FOR NO KEY UPDATE: never a key-changing lock, so the
 //     foreign-key check of a candidate row's insert (KEY SHARE on its group) waits for no one; new group keys
 //     are inserted in key order, in one statement, before any candidate row is locked;

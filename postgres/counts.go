@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -71,18 +72,31 @@ func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 		}
 	}
 	sort.Strings(colls)
-	rows, err = tx.Query(ctx, `SELECT source_registry FROM governance_collection_count WHERE source_registry = ANY($1)
-		ORDER BY source_registry FOR UPDATE`, colls)
-	if err != nil {
-		return fmt.Errorf("lock kept counts: %w", err)
-	}
-	keptList, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	// A collection counted again after the page was read (RecountKept, for a change that may have moved births) may
+	// hold a birth of the page in another base group by now: counted from the source, not added to.
+	rows, err = tx.Query(ctx, `SELECT source_registry, counted_at > coalesce($2::timestamptz, now()) FROM governance_collection_count
+		WHERE source_registry = ANY($1) ORDER BY source_registry FOR UPDATE`, colls, rowsReadAt(ctx))
 	if err != nil {
 		return fmt.Errorf("lock kept counts: %w", err)
 	}
 	kept := map[string]bool{}
-	for _, c := range keptList {
-		kept[c] = true
+	var recounted []string
+	var coll string
+	var after bool
+	if _, err := pgx.ForEachRow(rows, []any{&coll, &after}, func() error {
+		if after {
+			recounted = append(recounted, coll)
+		} else {
+			kept[coll] = true
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("lock kept counts: %w", err)
+	}
+	if len(recounted) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM governance_collection_count WHERE source_registry = ANY($1)`, recounted); err != nil {
+			return fmt.Errorf("drop counts recounted after the page was read: %w", err)
+		}
 	}
 	var fresh []string
 	for _, c := range colls {
@@ -107,6 +121,22 @@ func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 		return err
 	}
 	return keepCollectionCounts(ctx, tx, fresh, counted)
+}
+
+type rowsReadAtKey struct{}
+
+// WithRowsReadAt says, to the births handoff applied under ctx, that its rows were read by a transaction that began
+// at t, before the handoff's own (a page read ahead). Without it they were read in the handoff's transaction.
+func WithRowsReadAt(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, rowsReadAtKey{}, t)
+}
+
+// rowsReadAt is when the transaction that read the rows handed off under ctx began; nil: the handoff's own.
+func rowsReadAt(ctx context.Context) *time.Time {
+	if t, ok := ctx.Value(rowsReadAtKey{}).(time.Time); ok {
+		return &t
+	}
+	return nil
 }
 
 // heldCollections are the collections whose counts cannot be kept now: those of the page's births handed off out of
@@ -186,6 +216,49 @@ func addBaseCounts(ctx context.Context, tx pgx.Tx, counts map[BirthBase]int64) e
 		return fmt.Errorf("keep base counts: %w", err)
 	}
 	return nil
+}
+
+// RecountKept counts coll's members again through the births cursor and keeps that count, in the transaction of a
+// change that may have moved births between its base groups: the counts are exact again when it commits, so the
+// scans that follow keep reading them instead of counting the collection from the source. It takes the kept counts'
+// row without waiting (level 1 of LockOrder, SKIP LOCKED): while it holds it no births handoff adds to them or moves
+// the cursor past a birth of coll, so the cursor it reads and the count through it agree. The new counted_at tells a
+// births page read before this count that its births' base groups may be stale (KeepCounts counts that collection
+// from the source instead of adding them).
+//
+// When the counts are not kept, another transaction holds them (a births handoff applying a page of them), or no
+// births cursor holds a position, it files a recount request instead (RequestRecount) and returns false.
+func (s *Store) RecountKept(ctx context.Context, tx pgx.Tx, coll, reason string) (bool, error) {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM governance_collection_count WHERE source_registry = $1 FOR UPDATE SKIP LOCKED`, coll).Scan(&one)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("recount %s: lock kept counts: %w", coll, err)
+	}
+	kept := err == nil
+	var through *tailPosition
+	if kept {
+		var err error
+		if through, err = s.birthsThrough(ctx, tx); err != nil {
+			return false, fmt.Errorf("recount %s: %w", coll, err)
+		}
+	}
+	if through == nil {
+		return false, RequestRecount(ctx, tx, []string{coll}, reason)
+	}
+	counted, err := s.MemberCounts(ctx, tx, []string{coll}, through)
+	if err != nil {
+		return false, fmt.Errorf("recount %s: %w", coll, err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM governance_base_count WHERE source_registry = $1`, coll); err != nil {
+		return false, fmt.Errorf("recount %s: %w", coll, err)
+	}
+	if err := addBaseCounts(ctx, tx, counted); err != nil {
+		return false, fmt.Errorf("recount %s: %w", coll, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE governance_collection_count SET counted_at = clock_timestamp() WHERE source_registry = $1`, coll); err != nil {
+		return false, fmt.Errorf("recount %s: %w", coll, err)
+	}
+	return true, nil
 }
 
 // RequestRecount files a recount of collections whose births may have moved between base groups.
