@@ -62,16 +62,21 @@ func (s *Stage) mapChangelog(ctx context.Context, tx pgx.Tx, rset *registrySet, 
 		if found {
 			subject.Object = &base
 			sig.object = &postgres.BirthBase{Class: base.ObjectClass, Coll: base.SourceRegistry, Status: base.LifecycleStatus}
-			if subject.Moved, err = s.movedBases(ctx, tx, counts, base, kind == gcos.ChangeObjectRetired); err != nil {
-				return nil, err
-			}
 			if kind != gcos.ChangeObjectBorn && !recounted[base.SourceRegistry] {
 				// The object may have moved between base groups: the kept counts of its collection are counted again
-				// through the births cursor, once a page (its rows' changes committed before it was read).
-				if _, err := s.core.RecountKept(ctx, tx, base.SourceRegistry, string(kind)); err != nil {
+				// through the births cursor, once a page (its rows' changes committed before it was read). The same
+				// read counts its members now, for movedBases.
+				members, err := s.core.RecountKept(ctx, tx, base.SourceRegistry, string(kind))
+				if err != nil {
 					return nil, err
 				}
+				if members != nil {
+					counts[base.SourceRegistry] = members
+				}
 				recounted[base.SourceRegistry] = true
+			}
+			if subject.Moved, err = s.movedBases(ctx, tx, counts, base, kind == gcos.ChangeObjectRetired); err != nil {
+				return nil, err
 			}
 		}
 	}

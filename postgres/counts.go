@@ -224,41 +224,55 @@ func addBaseCounts(ctx context.Context, tx pgx.Tx, counts map[BirthBase]int64) e
 // row without waiting (level 1 of LockOrder, SKIP LOCKED): while it holds it no births handoff adds to them or moves
 // the cursor past a birth of coll, so the cursor it reads and the count through it agree. The new counted_at tells a
 // births page read before this count that its births' base groups may be stale (KeepCounts counts that collection
-// from the source instead of adding them).
+// from the source instead of adding them). It returns the collection's members now, every birth counted (what
+// MemberCounts returns without a position), read by the same statement.
 //
 // When the counts are not kept, another transaction holds them (a births handoff applying a page of them), or no
-// births cursor holds a position, it files a recount request instead (RequestRecount) and returns false.
-func (s *Store) RecountKept(ctx context.Context, tx pgx.Tx, coll, reason string) (bool, error) {
+// births cursor holds a position, it files a recount request instead (RequestRecount) and returns nil.
+func (s *Store) RecountKept(ctx context.Context, tx pgx.Tx, coll, reason string) (map[BirthBase]int64, error) {
 	var one int
 	err := tx.QueryRow(ctx, `SELECT 1 FROM governance_collection_count WHERE source_registry = $1 FOR UPDATE SKIP LOCKED`, coll).Scan(&one)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return false, fmt.Errorf("recount %s: lock kept counts: %w", coll, err)
+		return nil, fmt.Errorf("recount %s: lock kept counts: %w", coll, err)
 	}
-	kept := err == nil
 	var through *tailPosition
-	if kept {
-		var err error
+	if err == nil {
 		if through, err = s.birthsThrough(ctx, tx); err != nil {
-			return false, fmt.Errorf("recount %s: %w", coll, err)
+			return nil, fmt.Errorf("recount %s: %w", coll, err)
 		}
 	}
 	if through == nil {
-		return false, RequestRecount(ctx, tx, []string{coll}, reason)
+		return nil, RequestRecount(ctx, tx, []string{coll}, reason)
 	}
-	counted, err := s.MemberCounts(ctx, tx, []string{coll}, through)
+	if err := noJIT(ctx, tx); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, s.BirthBinding().memberCountThroughSQL(), []string{coll}, through.at, through.id)
 	if err != nil {
-		return false, fmt.Errorf("recount %s: %w", coll, err)
+		return nil, fmt.Errorf("recount %s: %w", coll, err)
+	}
+	members, kept := map[BirthBase]int64{}, map[BirthBase]int64{}
+	var b BirthBase
+	var all, upTo int64
+	if _, err := pgx.ForEachRow(rows, []any{&b.Class, &b.Coll, &b.Status, &all, &upTo}, func() error {
+		members[b] += all
+		if upTo > 0 {
+			kept[b] += upTo
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("recount %s: %w", coll, err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM governance_base_count WHERE source_registry = $1`, coll); err != nil {
-		return false, fmt.Errorf("recount %s: %w", coll, err)
+		return nil, fmt.Errorf("recount %s: %w", coll, err)
 	}
-	if err := addBaseCounts(ctx, tx, counted); err != nil {
-		return false, fmt.Errorf("recount %s: %w", coll, err)
+	if err := addBaseCounts(ctx, tx, kept); err != nil {
+		return nil, fmt.Errorf("recount %s: %w", coll, err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE governance_collection_count SET counted_at = clock_timestamp() WHERE source_registry = $1`, coll); err != nil {
-		return false, fmt.Errorf("recount %s: %w", coll, err)
+		return nil, fmt.Errorf("recount %s: %w", coll, err)
 	}
-	return true, nil
+	return members, nil
 }
 
 // RequestRecount files a recount of collections whose births may have moved between base groups.

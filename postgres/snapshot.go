@@ -275,6 +275,23 @@ WHERE b.{coll} = ANY($1) AND b.{parent} IS NOT NULL
 GROUP BY 1, 2, 3`)
 }
 
+// memberCountThroughSQL is memberCountSQL counting both every member and those through the tail position ($2, $3),
+// in one read of the collections.
+func (b BirthBinding) memberCountThroughSQL() string {
+	return b.SQL(`
+SELECT b.{type}, b.{coll}, b.{status}, count(*), count(*) FILTER (WHERE (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
+FROM {t} b
+WHERE b.{coll} = ANY($1) AND b.{parent} IS NULL
+GROUP BY 1, 2, 3
+UNION ALL
+SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*),
+       count(*) FILTER (WHERE (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
+FROM {t} b
+LEFT JOIN {t} p ON p.{coll} = b.{coll} AND p.{code} = b.{parent}
+WHERE b.{coll} = ANY($1) AND b.{parent} IS NOT NULL
+GROUP BY 1, 2, 3`)
+}
+
 // bornAfterSQL counts, by anchor base group, the births of the collections $3 after the tail position ($1, $2):
 // the births the tail has not handed off yet, and, when $4, lists their ids. It reads the (born_at, id) index over
 // the tail's lag only.
