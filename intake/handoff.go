@@ -205,7 +205,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 		return nil, st, err
 	}
 	var failures []RowFailure
-	counts := collectionCounts{} // member counts per collection, counted at most once per page
+	counts := collectionCounts{}   // member counts per collection, counted at most once per page
 	recounted := map[string]bool{} // collections whose kept counts a change of the page counted again
 	births := make([]*postgres.TailRow, 0, len(rows))
 	var sigs []*signal
