@@ -21,9 +21,10 @@ import (
 // transaction ever waits on the handoff's locks for it.
 
 // KeepCounts adds a page of births to the kept counts. It takes the collections' row locks before the page records
-// or dirties any group. It first drops the counts of collections with a recount request, then adds the births of
-// kept collections, and counts a collection it does not keep yet from the source through the page's last birth
-// (every birth up to it has been committed and is handed off by now).
+// or dirties any group. It first drops the counts of collections with a recount request, and of those a change
+// counted again after the page was read (RecountKept), then adds the births of kept collections, and counts a
+// collection it does not keep yet from the source through the page's last birth (every birth up to it has been
+// committed and is handed off by now).
 //
 // A birth handed off out of cursor order (behind the cursor, or ahead of it) is not added: the counts of its
 // collection are dropped instead, and a collection stays unkept while a birth handed off ahead of the cursor is
@@ -244,23 +245,8 @@ func (s *Store) RecountKept(ctx context.Context, tx pgx.Tx, coll, reason string)
 	if through == nil {
 		return nil, RequestRecount(ctx, tx, []string{coll}, reason)
 	}
-	if err := noJIT(ctx, tx); err != nil {
-		return nil, err
-	}
-	rows, err := tx.Query(ctx, s.BirthBinding().memberCountThroughSQL(), []string{coll}, through.at, through.id)
+	members, kept, err := s.memberCounts(ctx, tx, []string{coll}, through)
 	if err != nil {
-		return nil, fmt.Errorf("recount %s: %w", coll, err)
-	}
-	members, kept := map[BirthBase]int64{}, map[BirthBase]int64{}
-	var b BirthBase
-	var all, upTo int64
-	if _, err := pgx.ForEachRow(rows, []any{&b.Class, &b.Coll, &b.Status, &all, &upTo}, func() error {
-		members[b] += all
-		if upTo > 0 {
-			kept[b] += upTo
-		}
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("recount %s: %w", coll, err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM governance_base_count WHERE source_registry = $1`, coll); err != nil {

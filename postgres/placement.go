@@ -194,12 +194,22 @@ func (s *Store) bornAfter(ctx context.Context, tx pgx.Tx, from tailPosition, col
 // MemberCounts counts the members of every base group of the collections now, through a tail position (every
 // birth when through is nil).
 func (s *Store) MemberCounts(ctx context.Context, tx pgx.Tx, colls []string, through *tailPosition) (map[BirthBase]int64, error) {
-	out := map[BirthBase]int64{}
+	all, upTo, err := s.memberCounts(ctx, tx, colls, through)
+	if through == nil {
+		return all, err
+	}
+	return upTo, err
+}
+
+// memberCounts counts the members of every base group of the collections now, in one read: every birth, and those
+// through a tail position (none when through is nil).
+func (s *Store) memberCounts(ctx context.Context, tx pgx.Tx, colls []string, through *tailPosition) (all, upTo map[BirthBase]int64, err error) {
+	all, upTo = map[BirthBase]int64{}, map[BirthBase]int64{}
 	if len(colls) == 0 {
-		return out, nil
+		return all, upTo, nil
 	}
 	if err := noJIT(ctx, tx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var at *time.Time
 	var id *int64
@@ -208,18 +218,20 @@ func (s *Store) MemberCounts(ctx context.Context, tx pgx.Tx, colls []string, thr
 	}
 	rows, err := tx.Query(ctx, s.BirthBinding().memberCountSQL(), colls, at, id)
 	if err != nil {
-		return nil, fmt.Errorf("count group members: %w", err)
+		return nil, nil, fmt.Errorf("count group members: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var b BirthBase
-		var n int64
-		if err := rows.Scan(&b.Class, &b.Coll, &b.Status, &n); err != nil {
-			return nil, fmt.Errorf("count group members: %w", err)
+	var b BirthBase
+	var n, m int64
+	if _, err := pgx.ForEachRow(rows, []any{&b.Class, &b.Coll, &b.Status, &n, &m}, func() error {
+		all[b] += n
+		if m > 0 {
+			upTo[b] += m
 		}
-		out[b] += n
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("count group members: %w", err)
 	}
-	return out, rows.Err()
+	return all, upTo, nil
 }
 
 // noJIT turns JIT compilation off for the rest of the transaction: the counts are short scans and aggregates, on

@@ -254,30 +254,13 @@ FROM {t} b CROSS JOIN LATERAL (SELECT ` + RowHashExpr + ` AS h) f
 WHERE b.{coll} = $1 AND b.{code} = $2`)
 }
 
-// memberCountSQL counts the members of every base group of the collections $1 through a tail position ($2, $3;
-// every row when $2 is NULL), each inherited child in its anchor's base group as baseAggregateSQL places it (the
-// rows of one base group may appear twice: the caller adds them up). A base group's objects all live in its
-// collection, so the count reads those collections and nothing else; objects without a parent (nearly all) are
-// counted by a hash aggregate on three columns, children through a lookup of their parent.
+// memberCountSQL counts the members of every base group of the collections $1, each inherited child in its
+// anchor's base group as baseAggregateSQL places it (the rows of one base group may appear twice: the caller adds
+// them up): every member, and those through a tail position ($2, $3; none when $2 is NULL), in one read. A base
+// group's objects all live in its collection, so the count reads those collections and nothing else; objects
+// without a parent (nearly all) are counted by a hash aggregate on three columns, children through a lookup of their
+// parent.
 func (b BirthBinding) memberCountSQL() string {
-	return b.SQL(`
-SELECT b.{type}, b.{coll}, b.{status}, count(*)
-FROM {t} b
-WHERE b.{coll} = ANY($1) AND b.{parent} IS NULL
-  AND ($2::timestamptz IS NULL OR (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
-GROUP BY 1, 2, 3
-UNION ALL
-SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*)
-FROM {t} b
-LEFT JOIN {t} p ON p.{coll} = b.{coll} AND p.{code} = b.{parent}
-WHERE b.{coll} = ANY($1) AND b.{parent} IS NOT NULL
-  AND ($2::timestamptz IS NULL OR (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
-GROUP BY 1, 2, 3`)
-}
-
-// memberCountThroughSQL is memberCountSQL counting both every member and those through the tail position ($2, $3),
-// in one read of the collections.
-func (b BirthBinding) memberCountThroughSQL() string {
 	return b.SQL(`
 SELECT b.{type}, b.{coll}, b.{status}, count(*), count(*) FILTER (WHERE (b.{born}, b.{id}) <= ($2::timestamptz, $3::bigint))
 FROM {t} b
