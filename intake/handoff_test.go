@@ -742,6 +742,21 @@ func (e *hoEnv) keptCountsDiffer(t *testing.T) int64 {
 		  AND kb.members IS DISTINCT FROM src.n`)
 }
 
+// retireAndHandOff retires one object with its changelog row and hands off the change ledger alone, whose handoff
+// must count the collection again rather than file a recount request.
+func (e *hoEnv) retireAndHandOff(t *testing.T, coll, class, code string) {
+	t.Helper()
+	e.Exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
+	e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:kept')`, class, code)
+	wait.Pass(e.Ctx, 4*hoGuard)
+	if _, err := e.stage.PollTail(e.Ctx, postgres.ChangelogTailSource(), e.Cfg.Intake, e.apply); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM governance_recount_request`); n != 0 {
+		t.Fatalf("the retire filed %d recount requests instead of counting its collection again", n)
+	}
+}
+
 // TestReadAheadPageAfterARecount: a births page read ahead before a change's handoff counted its collection again
 // (RecountKept) is applied after it. Its rows may show a birth in the base group it has since left, so the page
 // counts that collection from the source instead of adding its births to the counts: they stay exact.
@@ -765,15 +780,7 @@ func TestReadAheadPageAfterARecount(t *testing.T) {
 	}
 	intake.WaitReadAhead(e.stage, births.Name) // the next page is read: 'ahead-<page+25>' is active in it
 	moved := fmt.Sprintf("ahead-%d", page+25)
-	e.Exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, moved)
-	e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:ahead')`, class, moved)
-	wait.Pass(e.Ctx, 4*hoGuard)
-	if _, err := e.stage.PollTail(e.Ctx, postgres.ChangelogTailSource(), e.Cfg.Intake, e.apply); err != nil {
-		t.Fatal(err)
-	}
-	if n := e.Count(t, `SELECT count(*) FROM governance_recount_request`); n != 0 {
-		t.Fatalf("the retire filed %d recount requests instead of counting its collection again", n)
-	}
+	e.retireAndHandOff(t, coll, class, moved)
 	second, err := e.stage.PollTail(e.Ctx, births, e.Cfg.Intake, e.apply)
 	if err != nil || !second.ReadAhead || second.Read != 50 {
 		t.Fatalf("the second page was not the one read ahead: %+v, %v", second, err)
@@ -819,15 +826,7 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 		return at
 	}
 	before := countedAt()
-	e.Exec(t, `UPDATE birth_registry SET status = 'retired' WHERE collection_name = $1 AND entity_code = $2`, coll, code)
-	e.Exec(t, `INSERT INTO registry_changelog (entity_type, entity_code, action, changed_by) VALUES ($1, $2, 'retire', 'ops:kept')`, class, code)
-	wait.Pass(e.Ctx, 4*hoGuard)
-	if _, err := e.stage.PollTail(e.Ctx, postgres.ChangelogTailSource(), e.Cfg.Intake, e.apply); err != nil {
-		t.Fatal(err)
-	}
-	if n := e.Count(t, `SELECT count(*) FROM governance_recount_request`); n != 0 {
-		t.Fatalf("the retire filed %d recount requests instead of counting its collection again", n)
-	}
+	e.retireAndHandOff(t, coll, class, code)
 	if n := e.keptCountsDiffer(t); n != 0 {
 		t.Fatalf("%d kept base counts differ from the source after the retire's handoff", n)
 	}
