@@ -163,6 +163,7 @@ var coreForOneStage = map[string]string{
 	"CountGroups":      "the kept counts are the candidate-state surface the stages share (STYLE.md); the scans read them whole",
 	"KeepCounts":       "the kept counts (see CountGroups); the births handoff keeps them in the tail's transaction",
 	"KeepSeedCounts":   "the kept counts (see CountGroups); the backfill seeds them",
+	"RecountKept":      "the kept counts (see CountGroups); a change's handoff counts its collection again under their lock",
 	"ListenDirty":      "the session connection is the core's (database.session_url); the scans listen on it",
 	"ScanTransactions": "the core's record of open scan transactions (InScanTx, the scans') that the tail reads",
 	"InScanTx":         "it records the scan transaction where the tail reads it (ScanTransactions), so the tail need not wait",
