@@ -330,7 +330,7 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 		mk("birth → groups counted (membership refresh), idle, p99", 99, idleB.total, idleNaive, &target{Op: "<=", Value: 250, Text: "≤ 250 ms"}, note),
 		mk("birth → groups counted, "+load+", p50", 50, loadB.total, loadedNaive, nil, ""),
 		mk("birth → groups counted, "+load+", p99", 99, loadB.total, loadedNaive, &target{Op: "<=", Value: 1000, Text: "≤ 1 s"}, achieved),
-		// The floor's (issue 64): a change that may move a verdict, to its fresh verdict.
+		// The stricter targets, for a change that may move a verdict: to its fresh verdict.
 		mk("object change → fresh verdict, idle, p50", 50, idleV.total, idleNaive, nil, ""),
 		mk("object change → fresh verdict, idle, p99", 99, idleV.total, idleNaive, &target{Op: "<=", Value: 50, Text: "≤ 50 ms"}, note),
 		mk("object change → fresh verdict, "+load+", p50", 50, loadV.total, loadedNaive, nil, ""),
