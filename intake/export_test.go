@@ -9,3 +9,6 @@ func WaitReadAhead(s *Stage, source string) {
 		<-v.(*readAhead).done
 	}
 }
+
+// PlansTaken is how many births pages s applied by the plan made when they were read ahead (a rolled-back apply too).
+func PlansTaken(s *Stage) int64 { return s.plansTaken.Load() }

@@ -75,6 +75,17 @@ func (s *Stage) cachedRegistries(ctx context.Context, q postgres.Querier) (*regi
 	return s.regCache.cur, nil
 }
 
+// freshRegistries is the registry set loaded less than registryCacheTTL ago, without loading one: nil if there is
+// none (a read-ahead plans with it and never waits on the database for it).
+func (s *Stage) freshRegistries() *registrySet {
+	s.regCache.mu.Lock()
+	defer s.regCache.mu.Unlock()
+	if s.regCache.cur != nil && time.Since(s.regCache.loaded) < registryCacheTTL {
+		return s.regCache.cur
+	}
+	return nil
+}
+
 // unknownGroups returns the groups not yet known to be recorded.
 func (s *Stage) unknownGroups(groups []gcos.Group) []gcos.Group {
 	s.regCache.mu.Lock()
@@ -219,41 +230,40 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	var named []string // objects a change-ledger row names, mapped or not: the gate's views drop their births
 	for i := range rows {
 		r := &rows[i] // rows are large: never copied
-		if coll := rset.regs.Classes[r.EntityType]; r.Source != birthSource && coll != nil && r.EntityCode != "" {
-			named = append(named, *coll+":"+r.EntityCode)
-		}
-		switch {
-		case r.Source == birthSource:
-			if r.EntityType == "" || r.CollectionName == "" || r.EntityCode == "" || r.Status == "" {
-				failures = append(failures, RowFailure{ID: r.ID, Kind: gcos.ChangeObjectBorn, Err: gcos.Errorf(gcos.EINVALID, "birth %d: class, collection, code and status are required", r.ID)})
+		if r.Source == birthSource {
+			if err := birthInvalid(r); err != nil {
+				failures = append(failures, RowFailure{ID: r.ID, Kind: gcos.ChangeObjectBorn, Err: err})
 				continue
 			}
 			births = append(births, r)
-		default:
-			kind, matched := s.cfg.Intake.ClassifyChangelog(r.EntityType, r.Action)
-			switch {
-			case own[r.ID] && kind != gcos.ChangeRuleset:
-				st.Skipped++ // GCOS's own audit row (recorded by id when written): never fed back
-				continue
-			case !matched:
-				st.Unmapped++
-				unmapped.add(r.Source, r.EntityType+"/"+r.Action, r.ID)
-				continue
-			case kind == "":
-				st.Skipped++ // a rule says skip
-				continue
-			case !own[r.ID] && !r.Observed && !trusted.of(r.ChangedBy):
-				st.Untrusted++
-				untrusted.add(r.Source, r.ChangedBy, r.ID)
-				continue
-			}
-			sig, err := s.mapChangelog(ctx, tx, rset, counts, recounted, *r, kind)
-			if err != nil {
-				failures = append(failures, RowFailure{ID: r.ID, Err: err})
-				continue
-			}
-			sigs = append(sigs, sig)
+			continue
 		}
+		if coll := rset.regs.Classes[r.EntityType]; coll != nil && r.EntityCode != "" {
+			named = append(named, *coll+":"+r.EntityCode)
+		}
+		kind, matched := s.cfg.Intake.ClassifyChangelog(r.EntityType, r.Action)
+		switch {
+		case own[r.ID] && kind != gcos.ChangeRuleset:
+			st.Skipped++ // GCOS's own audit row (recorded by id when written): never fed back
+			continue
+		case !matched:
+			st.Unmapped++
+			unmapped.add(r.Source, r.EntityType+"/"+r.Action, r.ID)
+			continue
+		case kind == "":
+			st.Skipped++ // a rule says skip
+			continue
+		case !own[r.ID] && !r.Observed && !trusted.of(r.ChangedBy):
+			st.Untrusted++
+			untrusted.add(r.Source, r.ChangedBy, r.ID)
+			continue
+		}
+		sig, err := s.mapChangelog(ctx, tx, rset, counts, recounted, *r, kind)
+		if err != nil {
+			failures = append(failures, RowFailure{ID: r.ID, Err: err})
+			continue
+		}
+		sigs = append(sigs, sig)
 	}
 	if err := s.reportRows(ctx, tx, unmapped, untrusted); err != nil {
 		return nil, st, err
@@ -261,33 +271,34 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 	if err := postgres.NoteBirthsTx(ctx, tx, named); err != nil {
 		return nil, st, err
 	}
+	var co coalesced
 	if len(births) > 0 {
-		bs, untrusted, err := s.mapBirths(ctx, tx, rset, &trusted, births)
-		if err != nil {
+		plan := planOf(ctx, rset, births)
+		if plan != nil {
+			s.plansTaken.Add(1)
+		} else {
+			anchors, err := s.anchors(ctx, tx, births)
+			if err != nil {
+				return nil, st, err
+			}
+			plan = s.planBirths(rset, births, anchors)
+		}
+		if err := s.mapBirths(ctx, tx, rset, plan); err != nil {
 			return nil, st, err
 		}
-		sigs = append(sigs, bs...)
-		st.Untrusted += untrusted
+		st.Untrusted += len(plan.untrusted)
+		if len(sigs) == 0 {
+			co = plan.coalesced
+		}
+		sigs = append(sigs, plan.sigs...)
 	}
-	// Coalesce: one dirty mark per (group, reason) for the page, however many rows touched it, with the births
-	// behind each group's mark (a pending mark is settled by a count that read them).
-	byReason := map[string]map[string]bool{}
+	if co.marks == nil {
+		co = coalesce(sigs)
+	}
 	for _, sig := range sigs {
 		st.Kinds[string(sig.kind)]++
-		reason := gcos.DirtyReasonFor(sig.kind)
-		if byReason[reason] == nil {
-			byReason[reason] = map[string]bool{}
-		}
-		for _, g := range sig.groups {
-			byReason[reason][g] = true
-		}
 	}
-	bornIn := birthsBehind(sigs)
-	marks := make(map[string][]string, len(byReason))
-	for reason, keys := range byReason {
-		marks[reason] = slices.Sorted(maps.Keys(keys))
-	}
-	marked, err := postgres.MarkChangesTx(ctx, tx, marks, bornIn)
+	marked, err := postgres.MarkChangesTx(ctx, tx, co.marks, co.bornIn)
 	if err != nil {
 		return nil, st, err
 	}
@@ -421,19 +432,62 @@ func (s *Stage) objectRowClasses(ctx context.Context, tx pgx.Tx) (map[string]boo
 	return classes, nil
 }
 
-// mapBirths resolves each birth's group (its anchor's, for an inherited child) in every scope, records new groups,
-// and returns one signal per (base group, id bucket, source system): each key is a function of one row alone, so
-// however a replay splits the rows into pages it produces exactly the keys the first delivery did, and the signal
-// key table deduplicates them. Births from an untrusted source system dirty nothing and signal nothing: they are
-// quarantined (quarantineUntrusted) and cannot inject governance work until their source is trusted.
-func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, trusted *trustedSources, births []*postgres.TailRow) ([]*signal, int, error) {
-	anchors, err := s.anchors(ctx, tx, births)
-	if err != nil {
-		return nil, 0, err
+// coalesced is a page's signals as dirty marks: one per (group, reason), however many rows touched the group, with
+// the births behind each group's mark (a pending mark is settled by a count that read them).
+type coalesced struct {
+	marks  map[string][]string // group keys by reason, in key order
+	bornIn map[string][]int64
+}
+
+func coalesce(sigs []*signal) coalesced {
+	byReason := map[string]map[string]bool{}
+	for _, sig := range sigs {
+		reason := gcos.DirtyReasonFor(sig.kind)
+		if byReason[reason] == nil {
+			byReason[reason] = map[string]bool{}
+		}
+		for _, g := range sig.groups {
+			byReason[reason][g] = true
+		}
 	}
-	if err := s.core.KeepCounts(ctx, tx, births, anchors); err != nil {
-		return nil, 0, err
+	co := coalesced{marks: make(map[string][]string, len(byReason)), bornIn: birthsBehind(sigs)}
+	for reason, keys := range byReason {
+		co.marks[reason] = slices.Sorted(maps.Keys(keys))
 	}
+	return co
+}
+
+// birthInvalid says why a birth cannot be handed off, or nil.
+func birthInvalid(r *postgres.TailRow) error {
+	if r.EntityType == "" || r.CollectionName == "" || r.EntityCode == "" || r.Status == "" {
+		return gcos.Errorf(gcos.EINVALID, "birth %d: class, collection, code and status are required", r.ID)
+	}
+	return nil
+}
+
+// birthPlan is what a page of births becomes, worked out from its rows and the registries alone: what it adds to
+// the kept counts, its groups in every scope, its signals and their dirty marks. The page's transaction then only
+// writes it. A page read ahead is planned while the page before is applied (readahead.go).
+type birthPlan struct {
+	rset      *registrySet
+	births    []*postgres.TailRow
+	anchors   map[[2]string]postgres.BirthBase
+	counts    *postgres.PageCounts
+	groups    []gcos.Group                 // with the page's trusted births per base group as member counts
+	trusted   map[postgres.BirthBase]int64 // trusted births per base group
+	untrusted []*postgres.TailRow
+	sigs      []*signal
+	coalesced coalesced
+}
+
+// planBirths resolves each birth's group (its anchor's, for an inherited child) in every scope and makes one signal
+// per (base group, id bucket, source system): each key is a function of one row alone, so however a replay splits
+// the rows into pages it produces exactly the keys the first delivery did, and the signal key table deduplicates
+// them. Births from an untrusted source system dirty nothing and signal nothing: they are quarantined
+// (quarantineUntrusted) and cannot inject governance work until their source is trusted.
+func (s *Stage) planBirths(rset *registrySet, births []*postgres.TailRow, anchors map[[2]string]postgres.BirthBase) *birthPlan {
+	plan := &birthPlan{rset: rset, births: births, anchors: anchors, counts: postgres.CountPage(births, anchors),
+		trusted: map[postgres.BirthBase]int64{}}
 	type sigKey struct {
 		base   postgres.BirthBase
 		bucket int64
@@ -441,11 +495,10 @@ func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, tru
 	}
 	bucket := max(s.cfg.Intake.SignalBucket, 1)
 	table := s.core.BirthBinding().Table
+	trusted := trustedSources{cfg: &s.cfg.Intake}
 	sigs := map[sigKey]*signal{}
 	var order []sigKey
 	var bases []postgres.BirthBase
-	counts := map[postgres.BirthBase]int64{}
-	var untrustedRows []*postgres.TailRow
 	for _, r := range births {
 		b := postgres.BirthBase{Class: r.EntityType, Coll: r.CollectionName, Status: r.Status}
 		if r.ParentCode != "" {
@@ -454,13 +507,13 @@ func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, tru
 			}
 		}
 		if !trusted.of(r.SourceSystem) {
-			untrustedRows = append(untrustedRows, r)
+			plan.untrusted = append(plan.untrusted, r)
 			continue
 		}
-		if _, ok := counts[b]; !ok {
+		if _, ok := plan.trusted[b]; !ok {
 			bases = append(bases, b)
 		}
-		counts[b]++
+		plan.trusted[b]++
 		k := sigKey{b, r.ID / bucket, r.SourceSystem}
 		if sig, ok := sigs[k]; ok {
 			if r.ID < sig.firstID {
@@ -474,27 +527,51 @@ func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, tru
 			occurred: r.TS, table: table, objectTyp: b.Class, births: []int64{r.ID}}
 		order = append(order, k)
 	}
-	var groups []gcos.Group
 	keysOf := make(map[postgres.BirthBase][]string, len(bases))
 	for _, b := range bases {
 		for _, g := range rset.groupsOf(b) {
-			g.MemberCount = counts[b]
-			groups = append(groups, g)
+			g.MemberCount = plan.trusted[b]
+			plan.groups = append(plan.groups, g)
 			keysOf[b] = append(keysOf[b], g.Key)
 		}
 	}
-	if err := s.recordNewGroups(ctx, tx, groups); err != nil {
-		return nil, 0, err
-	}
-	if err := s.quarantineUntrusted(ctx, tx, rset.regs, untrustedRows, anchors, counts); err != nil {
-		return nil, 0, err
-	}
-	out := make([]*signal, 0, len(order))
+	plan.sigs = make([]*signal, 0, len(order))
 	for _, k := range order {
 		sigs[k].groups = keysOf[k.base]
-		out = append(out, sigs[k])
+		plan.sigs = append(plan.sigs, sigs[k])
 	}
-	return out, len(untrustedRows), nil
+	plan.coalesced = coalesce(plan.sigs)
+	return plan
+}
+
+type birthPlanKey struct{}
+
+// withBirthPlan hands the plan of a page read ahead to its apply step.
+func withBirthPlan(ctx context.Context, plan *birthPlan) context.Context {
+	return context.WithValue(ctx, birthPlanKey{}, plan)
+}
+
+// planOf is the plan handed to ctx, if it was made for these births (the same rows, none of them failed or added
+// by the sweep) with these registries; nil otherwise (the apply plans the page itself).
+func planOf(ctx context.Context, rset *registrySet, births []*postgres.TailRow) *birthPlan {
+	plan, _ := ctx.Value(birthPlanKey{}).(*birthPlan)
+	if plan == nil || plan.rset != rset || len(plan.births) != len(births) || len(births) == 0 ||
+		plan.births[0] != births[0] || plan.births[len(births)-1] != births[len(births)-1] {
+		return nil
+	}
+	return plan
+}
+
+// mapBirths writes a page's births plan in its transaction: the kept counts, new groups, and the quarantine of
+// births from untrusted source systems.
+func (s *Stage) mapBirths(ctx context.Context, tx pgx.Tx, rset *registrySet, plan *birthPlan) error {
+	if err := s.core.KeepCounts(ctx, tx, plan.counts); err != nil {
+		return err
+	}
+	if err := s.recordNewGroups(ctx, tx, plan.groups); err != nil {
+		return err
+	}
+	return s.quarantineUntrusted(ctx, tx, rset.regs, plan.untrusted, plan.anchors, plan.trusted)
 }
 
 // anchors looks up the parents of inherited children: (collection, parent_code) → the anchor's base group.

@@ -3,6 +3,7 @@ package intake_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -936,4 +937,63 @@ func TestFullAuditCorrectsCountsAfterSilentChanges(t *testing.T) {
 	e.ScanAll(t, postgres.ModeIncremental)
 	e.Exec(t, `DELETE FROM birth_registry WHERE collection_name = $1 AND entity_code = 'silent-3'`, coll)
 	audit("the only member of a group deleted silently")
+}
+
+// TestReadAheadPlanHandsOffTheSame: births pages planned while the page before was applied (birthPlan, made by the
+// read-ahead) are handed off exactly as pages the apply plans in its own transaction: the same signals, dirty marks,
+// pending marks with their births, queued objects and kept counts.
+func TestReadAheadPlanHandsOffTheSame(t *testing.T) {
+	t.Parallel()
+	handOff := func(readAhead bool) (map[string]map[string]string, int64) {
+		e := newHandoffWorld(t, 1_500, func(cfg *gcos.Config) { cfg.Intake.ReadAhead = readAhead; cfg.Intake.PageSize = 200 })
+		births := postgres.BirthTailSource(e.Cfg.SourceBinding)
+		wait.Pass(e.Ctx, 4*hoGuard)
+		for polls := 0; ; polls++ {
+			if polls > 100 {
+				t.Fatal("the births tail never caught up")
+			}
+			intake.WaitReadAhead(e.stage, births.Name) // taken, not called off for want of a connection
+			res, err := e.stage.PollTail(e.Ctx, births, e.Cfg.Intake, e.apply)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.PageFull {
+				break
+			}
+		}
+		state := map[string]map[string]string{
+			"signals": e.Pairs(t, `SELECT correlation_id, event_type || ' ' || source_system || ' ' || (safe_payload - 'occurred_at')::text
+				FROM event_outbox WHERE event_type LIKE 'governance.handoff.%' AND event_type <> 'governance.handoff.heartbeat'`),
+			"signal keys": e.Pairs(t, `SELECT correlation_id, source_system || ' ' || event_type FROM governance_signal_key
+				WHERE event_type LIKE 'governance.handoff.%'`),
+			"dirty": e.dirty(t),
+			"pending marks": e.Pairs(t, `SELECT u.key, string_agg(u.reason || ' ' || coalesce(u.births, '-'), ', ' ORDER BY u.reason, u.births)
+				FROM governance_pending_mark m, unnest(m.group_keys, m.reasons, m.births) AS u(key, reason, births) GROUP BY u.key`),
+			"queued objects": e.Pairs(t, `SELECT collection_name || ':' || entity_code, object_class || ' ' || lifecycle_status
+				FROM governance_object_pending`),
+			"kept counts": e.Pairs(t, `SELECT source_registry || ' ' || object_class || ' ' || lifecycle_status, members::text
+				FROM governance_base_count`),
+		}
+		return state, intake.PlansTaken(e.stage)
+	}
+	planned, taken := handOff(true)
+	inline, none := handOff(false)
+	if taken < 5 || none != 0 {
+		t.Fatalf("%d pages took the read-ahead's plan with read_ahead on (want all but the first of 8), %d with it off", taken, none)
+	}
+	for aspect, want := range inline {
+		got := planned[aspect]
+		if len(want) == 0 {
+			t.Fatalf("no %s to compare", aspect)
+		}
+		if !maps.Equal(got, want) {
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s of %s: planned ahead %q, planned in the apply %q", aspect, k, got[k], v)
+					break
+				}
+			}
+			t.Fatalf("%s: %d planned ahead, %d planned in the apply, differing", aspect, len(got), len(want))
+		}
+	}
 }

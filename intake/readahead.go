@@ -46,9 +46,10 @@ type readAhead struct {
 
 	cancel  context.CancelFunc
 	reading atomic.Bool   // it holds a connection: its read ends without waiting on anything the poll holds
-	done    chan struct{} // closed once rows, horizon and err are set
+	done    chan struct{} // closed once rows, horizon, plan and err are set
 	rows    []postgres.TailRow
 	horizon horizonRead
+	plan    *birthPlan // the page's births planned (planBirths), or nil
 	err     error
 }
 
@@ -71,34 +72,57 @@ func (s *Stage) startReadAhead(ctx context.Context, src postgres.TailSource, cfg
 		if s.readAheadHook != nil {
 			s.readAheadHook()
 		}
-		ra.rows, ra.horizon, ra.err = s.readAhead(ctx, ra, cfg, skip)
+		ra.rows, ra.horizon, ra.plan, ra.err = s.readAhead(ctx, ra, cfg, skip)
 	}()
 }
 
-// readAhead takes a poll's three steps (the horizon, no prepared transaction, the page) in one read-only transaction.
-func (s *Stage) readAhead(ctx context.Context, ra *readAhead, cfg gcos.IntakeConfig, skip []postgres.ScanTx) ([]postgres.TailRow, horizonRead, error) {
+// readAhead takes a poll's three steps (the horizon, no prepared transaction, the page) in one read-only transaction,
+// then, once the transaction has ended, plans the page's births with the registries the last apply loaded, unless a
+// birth is an inherited child (its anchor is looked up in the apply's transaction).
+func (s *Stage) readAhead(ctx context.Context, ra *readAhead, cfg gcos.IntakeConfig, skip []postgres.ScanTx) ([]postgres.TailRow, horizonRead, *birthPlan, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, horizonRead{}, err
+		return nil, horizonRead{}, nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	ra.reading.Store(true)
 	h, err := readHorizon(ctx, tx, cfg, skip)
 	switch {
 	case err != nil:
-		return nil, h, err
+		return nil, h, nil, err
 	case h.inRecovery || !h.seesAll:
-		return nil, h, errors.New("the horizon cannot be read here") // the poll refuses, and says why
+		return nil, h, nil, errors.New("the horizon cannot be read here") // the poll refuses, and says why
 	}
 	var prepared int64
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()`).Scan(&prepared); err != nil {
-		return nil, h, err
+		return nil, h, nil, err
 	}
 	if prepared > 0 {
-		return nil, h, errPrepared
+		return nil, h, nil, errPrepared
 	}
 	rows, err := readPage(ctx, tx, ra.src, ra.noTZ, ra.zone, ra.from, h.at, ra.page)
-	return rows, h, err
+	if err != nil {
+		return nil, h, nil, err
+	}
+	_ = tx.Rollback(ctx)
+	rset := s.freshRegistries() // the apply plans with the registries it loads, if they are not these
+	if rset == nil {
+		return rows, h, nil, nil
+	}
+	births := make([]*postgres.TailRow, 0, len(rows))
+	for i := range rows {
+		r := &rows[i]
+		if r.ParentCode != "" {
+			return rows, h, nil, nil
+		}
+		if birthInvalid(r) == nil {
+			births = append(births, r)
+		}
+	}
+	if len(births) == 0 {
+		return rows, h, nil, nil
+	}
+	return rows, h, s.planBirths(rset, births, nil), nil
 }
 
 // takeReadAhead returns src's page read ahead, and the horizon it was read below, when it was read from the
@@ -106,10 +130,10 @@ func (s *Stage) readAhead(ctx context.Context, ra *readAhead, cfg gcos.IntakeCon
 // page itself). The read-ahead is dropped either way. The poll waits for a read-ahead only once it is reading: one
 // still waiting for a connection of the pool (which the poll's own transaction may be holding) is called off.
 func (s *Stage) takeReadAhead(ctx context.Context, src postgres.TailSource, cfg gcos.IntakeConfig, cur tailCursorRow,
-	page int) (rows []postgres.TailRow, h horizonRead, ok bool) {
+	page int) (rows []postgres.TailRow, h horizonRead, plan *birthPlan, ok bool) {
 	v, found := s.aheads.LoadAndDelete(src.Name)
 	if !found {
-		return nil, h, false
+		return nil, h, nil, false
 	}
 	ra := v.(*readAhead)
 	if !ra.reading.Load() {
@@ -120,12 +144,12 @@ func (s *Stage) takeReadAhead(ctx context.Context, src postgres.TailSource, cfg 
 	case <-ra.done:
 	case <-ctx.Done():
 		ra.cancel()
-		return nil, h, false
+		return nil, h, nil, false
 	}
 	if ra.err != nil || !ra.fits(src, cfg, cur, page) {
-		return nil, h, false
+		return nil, h, nil, false
 	}
-	return ra.rows, ra.horizon, true
+	return ra.rows, ra.horizon, ra.plan, true
 }
 
 // fits says whether the page was read from the cursor's position, of the same source, in the same zone, with the

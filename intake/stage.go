@@ -34,6 +34,7 @@ type Stage struct {
 	registries          atomic.Pointer[[]watchedRegistry] // the watched registries that existed at the last poll
 	groups              postgres.GroupCount               // the storm rule's denominator (WatchStorm)
 	aheads              sync.Map                          // source → its *readAhead not yet taken (readahead.go)
+	plansTaken          atomic.Int64                      // births pages whose apply took the plan made when they were read ahead
 	readAheadHook       func()                            // tests: called by each read-ahead before it reads
 }
 

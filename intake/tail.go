@@ -412,7 +412,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	res.Position = cur.pos.watermark(cur.noTZ)
 	// The page read ahead while the last one was applied (readahead.go), if it starts where the cursor is: taken by
 	// whichever poll locks the cursor next, so one that stalls drops it too.
-	rows, ahead, ok := s.takeReadAhead(ctx, src, cfg, cur, page)
+	rows, ahead, plan, ok := s.takeReadAhead(ctx, src, cfg, cur, page)
 	if prepared > 0 {
 		// A prepared transaction has left pg_stat_activity but may still commit rows of any age: stall (never skip)
 		// until it is resolved, and say so.
@@ -468,10 +468,14 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	res.Late, res.Future, res.SkippedEarly = len(sw2.late), len(sw2.future), sw2.skippedEarly
 
 	// 4. Apply; failed rows are rolled back and set aside. A page read ahead was read before this transaction began:
-	// the births handoff compares that with when a change last recounted a collection (postgres.RecountKept).
+	// the births handoff compares that with when a change last recounted a collection (postgres.RecountKept). Its
+	// plan, worked out while the page before was applied, serves the apply if the page is handed off as read.
 	actx := ctx
 	if ok {
 		actx = postgres.WithRowsReadAt(ctx, ahead.txStart)
+		if plan != nil && len(hand) == len(rows) && len(rows) > 0 && &hand[0] == &rows[0] {
+			actx = withBirthPlan(actx, plan)
+		}
 	}
 	failures, err := tailApplyRows(actx, tx, hand, apply)
 	if err != nil {

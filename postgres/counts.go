@@ -30,8 +30,8 @@ import (
 // collection are dropped instead, and a collection stays unkept while a birth handed off ahead of the cursor is
 // still pending (the cursor skips that row when it gets there, so no page would add it). A scan counts an unkept
 // collection from the source through the cursor, plus the births after it, which is exact either way.
-func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, anchors map[[2]string]BirthBase) error {
-	if len(births) == 0 {
+func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, page *PageCounts) error {
+	if page == nil || len(page.byColl) == 0 {
 		return nil
 	}
 	rows, err := tx.Query(ctx, `DELETE FROM governance_recount_request RETURNING source_registry`)
@@ -42,7 +42,7 @@ func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 	if err != nil {
 		return fmt.Errorf("take recount requests: %w", err)
 	}
-	held, err := s.heldCollections(ctx, tx, births)
+	held, err := s.heldCollections(ctx, tx, page.outOfOrder)
 	if err != nil {
 		return err
 	}
@@ -55,21 +55,19 @@ func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 	add := map[BirthBase]int64{}
 	var colls []string
 	seen := map[string]bool{}
-	for _, r := range births {
-		if slices.Contains(held, r.CollectionName) {
+	for coll, cp := range page.byColl {
+		if slices.Contains(held, coll) {
 			continue // neither added to nor counted afresh (an out-of-order birth's collection is held too)
 		}
-		if last == nil || last.after(r.TS, r.ID) {
-			last = &tailPosition{r.TS, r.ID}
+		if last == nil || last.after(cp.last.at, cp.last.id) {
+			last = &cp.last
 		}
-		b := BirthBase{r.EntityType, r.CollectionName, r.Status}
-		if a, ok := anchors[[2]string{r.CollectionName, r.ParentCode}]; ok && r.ParentCode != "" {
-			b = a
-		}
-		add[b]++
-		if !seen[b.Coll] {
-			seen[b.Coll] = true
-			colls = append(colls, b.Coll)
+		for b, n := range cp.bases {
+			add[b] += n
+			if !seen[b.Coll] {
+				seen[b.Coll] = true
+				colls = append(colls, b.Coll)
+			}
 		}
 	}
 	sort.Strings(colls)
@@ -124,6 +122,50 @@ func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, births []*TailRow, an
 	return keepCollectionCounts(ctx, tx, fresh, counted)
 }
 
+// PageCounts is what a page of births adds to the kept counts, worked out from its rows alone (CountPage), so it
+// can be worked out before the page's transaction begins (a page read ahead).
+type PageCounts struct {
+	byColl     map[string]*collectionPage // by the births' collection
+	outOfOrder []string                   // collections with a birth handed off out of cursor order
+}
+
+// collectionPage is the page's births of one collection: per base group (an inherited child in its anchor's), and
+// the last of them in cursor order.
+type collectionPage struct {
+	bases map[BirthBase]int64
+	last  tailPosition
+}
+
+// CountPage counts a page of births per collection and base group; anchors are the base groups of the inherited
+// children's anchors (a child without one is counted in its own).
+func CountPage(births []*TailRow, anchors map[[2]string]BirthBase) *PageCounts {
+	page := &PageCounts{byColl: map[string]*collectionPage{}}
+	var cp *collectionPage
+	var coll string
+	for _, r := range births {
+		if r.OutOfOrder != "" && !slices.Contains(page.outOfOrder, r.CollectionName) {
+			page.outOfOrder = append(page.outOfOrder, r.CollectionName)
+		}
+		// A page's births come in bursts per collection: the last one looked up is often the one.
+		if cp == nil || coll != r.CollectionName {
+			coll = r.CollectionName
+			if cp = page.byColl[coll]; cp == nil {
+				cp = &collectionPage{bases: map[BirthBase]int64{}, last: tailPosition{r.TS, r.ID}}
+				page.byColl[coll] = cp
+			}
+		}
+		if cp.last.after(r.TS, r.ID) {
+			cp.last = tailPosition{r.TS, r.ID}
+		}
+		b := BirthBase{r.EntityType, r.CollectionName, r.Status}
+		if a, ok := anchors[[2]string{r.CollectionName, r.ParentCode}]; ok && r.ParentCode != "" {
+			b = a
+		}
+		cp.bases[b]++
+	}
+	return page
+}
+
 type rowsReadAtKey struct{}
 
 // WithRowsReadAt says, to the births handoff applied under ctx, that its rows were read by a transaction that began
@@ -142,13 +184,8 @@ func rowsReadAt(ctx context.Context) *time.Time {
 
 // heldCollections are the collections whose counts cannot be kept now: those of the page's births handed off out of
 // cursor order, and those with a birth handed off ahead of the cursor that the cursor has not reached yet.
-func (s *Store) heldCollections(ctx context.Context, tx pgx.Tx, births []*TailRow) ([]string, error) {
-	var held []string
-	for _, r := range births {
-		if r.OutOfOrder != "" && !slices.Contains(held, r.CollectionName) {
-			held = append(held, r.CollectionName)
-		}
-	}
+func (s *Store) heldCollections(ctx context.Context, tx pgx.Tx, outOfOrder []string) ([]string, error) {
+	held := slices.Clone(outOfOrder)
 	b := s.BirthBinding()
 	rows, err := tx.Query(ctx, b.SQL(`SELECT DISTINCT t.{coll} FROM {t} t
 		WHERE t.{id} = ANY ((SELECT early_ids FROM gov_worker_cursor WHERE source = $1)::bigint[])`), BirthTailSource(s.cfg.SourceBinding).Name)
