@@ -227,7 +227,18 @@ func (s *Stage) ResetCursorAs(ctx context.Context, source, watermark string, by 
 			WHERE source = $1`, source, posTZ, posTS, posID, instant, from, to); err != nil {
 			return postgres.MapError(err, "reset cursor "+source)
 		}
-		if source == postgres.BirthTailSource(s.cfg.Binding).Name {
+		switch {
+		case source != postgres.BirthTailSource(s.cfg.Binding).Name:
+		case next.start:
+			// Nothing is handed off through the start: every kept collection has no member through it, exactly, so
+			// the replay's first page adds to its counts instead of counting the collection from the source.
+			if _, err := tx.Exec(ctx, `DELETE FROM governance_base_count`); err != nil {
+				return fmt.Errorf("zero kept counts: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE governance_collection_count SET counted_at = clock_timestamp()`); err != nil {
+				return fmt.Errorf("zero kept counts: %w", err)
+			}
+		default:
 			// The births after the new position are handed off again: the counts kept from them would count them
 			// twice, so every collection is counted again.
 			if _, err := tx.Exec(ctx, `DELETE FROM governance_collection_count`); err != nil {

@@ -871,6 +871,18 @@ func TestHandoffKeepsMemberCounts(t *testing.T) {
 		WHERE v.member_count <> src.n AND v.lifecycle_status IS NOT NULL AND v.group_member_count > 0`); n != 0 {
 		t.Fatalf("%d groups' member counts differ from the source after the scans", n)
 	}
+	// A replay from the start keeps every collection's counts, at zero: nothing is handed off through the start.
+	colls := kept()
+	if _, err := intake.New(e.Store).ResetCursor(e.Ctx, "birth_registry", "start"); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM governance_base_count`); n != 0 || kept() != colls || colls == 0 {
+		t.Fatalf("a reset to the start left %d base counts and %d of %d collections kept, want 0 and all", n, kept(), colls)
+	}
+	e.catchUp(t)
+	if n := e.keptCountsDiffer(t); n != 0 {
+		t.Fatalf("%d kept base counts differ from the source after a replay from the start", n)
+	}
 }
 
 // groupCountsDiffer counts the groups with members whose member count (what the gate and the ledger read) differs
