@@ -317,7 +317,7 @@ func (s *Stage) applyHandoff(ctx context.Context, tx pgx.Tx, rows []postgres.Tai
 
 // birthsBehind is, per group key, the births behind the page's mark of it: those of every signal naming it, or
 // none (absent) when a signal without births names it too (a change no count of births settles: settled by time).
-// The signals of one base group name its groups in every scope with one slice (mapBirths), so the births are
+// The signals of one base group name its groups in every scope with one slice (planBirths), so the births are
 // gathered per slice, and a group only that slice names shares the slice's list: MarkChangesTx writes a shared
 // list out once for all of them.
 func birthsBehind(sigs []*signal) map[string][]int64 {
@@ -439,6 +439,7 @@ type coalesced struct {
 	bornIn map[string][]int64
 }
 
+// coalesce turns a page's signals into its dirty marks.
 func coalesce(sigs []*signal) coalesced {
 	byReason := map[string]map[string]bool{}
 	for _, sig := range sigs {

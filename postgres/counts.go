@@ -16,9 +16,9 @@ import (
 // Member counts kept by the births handoff (governance_collection_count, governance_base_count): a scan reads them
 // instead of counting births, so its work follows the change, not the estate. A kept collection's counts are exact
 // through the births cursor, because the handoff adds each page's births in the transaction that advances the
-// cursor past them; a birth is handed off once (a replay resets the cursor, which drops every count). A change that
-// can move births between base groups files a recount request instead of touching the counts, so no other
-// transaction ever waits on the handoff's locks for it.
+// cursor past them; a birth is handed off once (a replay resets the cursor, which drops every count, or zeroes them
+// for a replay from the start). A change that can move births between base groups counts its collection again
+// (RecountKept), or files a recount request when another transaction holds the counts: it never waits for them.
 
 // KeepCounts adds a page of births to the kept counts. It takes the collections' row locks before the page records
 // or dirties any group. It first drops the counts of collections with a recount request, and of those a change
