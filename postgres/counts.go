@@ -140,19 +140,14 @@ type collectionPage struct {
 // children's anchors (a child without one is counted in its own).
 func CountPage(births []*TailRow, anchors map[[2]string]BirthBase) *PageCounts {
 	page := &PageCounts{byColl: map[string]*collectionPage{}}
-	var cp *collectionPage
-	var coll string
 	for _, r := range births {
 		if r.OutOfOrder != "" && !slices.Contains(page.outOfOrder, r.CollectionName) {
 			page.outOfOrder = append(page.outOfOrder, r.CollectionName)
 		}
-		// A page's births come in bursts per collection: the last one looked up is often the one.
-		if cp == nil || coll != r.CollectionName {
-			coll = r.CollectionName
-			if cp = page.byColl[coll]; cp == nil {
-				cp = &collectionPage{bases: map[BirthBase]int64{}, last: tailPosition{r.TS, r.ID}}
-				page.byColl[coll] = cp
-			}
+		cp := page.byColl[r.CollectionName]
+		if cp == nil {
+			cp = &collectionPage{bases: map[BirthBase]int64{}, last: tailPosition{r.TS, r.ID}}
+			page.byColl[r.CollectionName] = cp
 		}
 		if cp.last.after(r.TS, r.ID) {
 			cp.last = tailPosition{r.TS, r.ID}
