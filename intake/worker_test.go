@@ -143,6 +143,73 @@ func TestIntakeRunHandsOffTicksAndStopsCleanly(t *testing.T) {
 	e.verify(t)
 }
 
+// TestIntakeSourcesDoNotWaitForEachOther: each source is tailed by a loop of its own, so a change in the ledger
+// waits for no page of births but the one in flight when it committed (whose transaction may still write to the
+// ledger: the horizon holds the change back until it ends). Here every births page is held in its apply step until
+// the test lets it go: the change is handed off while the page after that one is held.
+func TestIntakeSourcesDoNotWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // pages of 25 rows
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	w := e.worker()
+	w.Apply = func(ctx context.Context, tx pgx.Tx, rows []postgres.TailRow) ([]intake.RowFailure, error) {
+		if len(rows) > 0 && rows[0].Source == "birth_registry" {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return record(ctx, tx, rows)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	})
+	awaitPage := func(n int) {
+		t.Helper()
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("births page %d was not applied within 10 s", n)
+		}
+	}
+	births := func() int64 { return e.count(t, `SELECT count(*) FROM intake_applied WHERE source = 'birth_registry'`) }
+	e.insert(t, 60, 0)
+	awaitPage(1)
+	e.insert(t, 0, 3)
+	// The next page's transaction begins past the horizon guard after the changes, so it does not hold them back.
+	wait.Pass(e.ctx, 30*time.Millisecond)
+	release <- struct{}{} // the first page commits; the second is held
+	awaitPage(2)
+	changes := func() int64 {
+		return e.count(t, `SELECT count(*) FROM intake_applied WHERE source = 'registry_changelog'
+			AND id NOT IN (SELECT changelog_id FROM governance_audit_row)`)
+	}
+	wait.For(t, 10*time.Second, "the changes are handed off while the next births page is held", func() bool { return changes() == 3 })
+	if n := births(); n != 25 {
+		t.Fatalf("%d births applied while the second page was held; want the first page's 25", n)
+	}
+	close(release)
+	wait.For(t, 10*time.Second, "the births are handed off once let go", func() bool { return births() == 60 })
+	cancel()
+	stopped = true
+	if err := <-done; err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	e.verify(t)
+}
+
 // TestIntakeProbeWakesAQuietWorker: a source's probe says whether a row lies beyond its cursor (GCOS's own audit
 // rows aside), and a quiet worker polls when it does: with an hour between polls, rows written after the worker
 // went quiet are handed off all the same.
