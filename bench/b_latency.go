@@ -18,15 +18,17 @@ import (
 
 // freshSQL reads how far a change has got: whether the intake cursor of its source ($3) has passed it (so its dirty
 // mark committed, in the cursor's transaction; $1 is a birth's born_at, $5 a change row's timestamp-without-zone
-// order key), whether every group it names (one per scope) reads clean in v_candidate_effective with a scan_time
-// after its commit ($6) (fresh), and the latest such scan_time (the start of the transaction that judged the last of
-// them).
+// order key), whether it is handed off and every group it names (one per scope) reads clean in v_candidate_effective
+// with a scan_time after its commit ($6) (fresh), and the latest such scan_time (the start of the transaction that
+// judged the last of them). Fresh needs the handoff: under load a group is scanned for its members again and again,
+// and a scan that began after the change's commit but before its mark did not judge it (the mark waits for that
+// scan's row lock, then dirties the group again).
 const freshSQL = `
-SELECT coalesce((SELECT CASE WHEN c.position_tstz IS NOT NULL THEN (c.position_tstz, c.position_id) >= ($1::timestamptz, $2::bigint)
-                             ELSE (c.position_ts, c.position_id) >= ($5::timestamp, $2::bigint) END
-                 FROM gov_worker_cursor c WHERE c.source = $3), false),
-       f.n = cardinality($4::text[]), f.scanned
-FROM (SELECT count(*) AS n, max(e.scan_time) AS scanned FROM v_candidate_effective e
+SELECT h.handed, h.handed AND f.n = cardinality($4::text[]), f.scanned
+FROM (SELECT coalesce((SELECT CASE WHEN c.position_tstz IS NOT NULL THEN (c.position_tstz, c.position_id) >= ($1::timestamptz, $2::bigint)
+                                   ELSE (c.position_ts, c.position_id) >= ($5::timestamp, $2::bigint) END
+                       FROM gov_worker_cursor c WHERE c.source = $3), false) AS handed) h,
+     (SELECT count(*) AS n, max(e.scan_time) AS scanned FROM v_candidate_effective e
       WHERE e.group_key = ANY($4) AND e.clean AND e.scan_time > $6) f`
 
 const latencyInsertSQL = `
@@ -233,6 +235,15 @@ func benchLatency(ctx context.Context, r *runner) ([]row, error) {
 		return st
 	}
 	measure := func(phase string, n int) error {
+		// How often the daemon's work waited for a connection of the store's pool in the phase.
+		before := ws.store.Pool().Stat()
+		defer func() {
+			after := ws.store.Pool().Stat()
+			r.log.Info("latency: the store's pool", "phase", phase, "max_conns", after.MaxConns(),
+				"acquires", after.AcquireCount()-before.AcquireCount(),
+				"waited", after.EmptyAcquireCount()-before.EmptyAcquireCount(),
+				"waited_for", (after.EmptyAcquireWaitTime() - before.EmptyAcquireWaitTime()).Round(time.Millisecond))
+		}()
 		for i := 0; i < n; i++ {
 			seq++
 			ct, err := oneChange(dctx, client, classes[rnd.IntN(len(classes))], births, seq)
