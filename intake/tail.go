@@ -15,8 +15,8 @@ package intake
 // will be). If it had not started, ts > clock_timestamp() > w. now() (the poll's own start) is in the least() so
 // rows the poll's own apply step writes into a tailed table can never fall under its own horizon either. The guard
 // only covers the instant between a backend taking its start timestamp and publishing it in pg_stat_activity.
-// The horizon passes over this process's scan transactions (postgres.Store.InScanTx): they insert no birth, and write
-// the change ledger only as GCOS's own audit rows, which the intake never acts on (writesNone).
+// A births source's horizon passes over this process's scan transactions (postgres.Store.InScanTx): they insert no
+// birth, so they cannot add a row under it.
 //
 // A timestamp-without-time-zone column (registry_changelog."timestamp") stores now() converted to the writing
 // session's local time. The horizon is therefore compared in that same local time — (w AT TIME ZONE zone), exactly
@@ -243,8 +243,8 @@ const tailCursorCols = `c.source_table, c.ts_column, c.id_column, c.ts_type, c.t
 
 // The horizon, the first statement of every poll. A READ COMMITTED transaction takes a new snapshot per statement,
 // so the page read (a later statement) sees every transaction that had ended when this one looked. The open
-// transactions $3/$4 (pid, xact_start) are passed over: this process's scan transactions, which insert no birth
-// and write only GCOS's own rows to the ledger (postgres.Store.InScanTx, writesNone), with the parallel workers of their queries (each its own backend,
+// transactions $3/$4 (pid, xact_start) are passed over: for a births source, this process's scan transactions,
+// which insert no birth (postgres.Store.InScanTx), with the parallel workers of their queries (each its own backend,
 // under its leader's pid and the same transaction start: a scan counting a collection from the source runs one).
 const tailHorizonSQL = `
 SELECT least(clock_timestamp(), now(), h.xact_start) - $2::bigint * interval '1 microsecond',
@@ -328,16 +328,13 @@ func readHorizon(ctx context.Context, q postgres.Querier, cfg gcos.IntakeConfig,
 	return h, nil
 }
 
-// writesNone are the open transactions that write nothing src's tail acts on: this process's scan transactions.
-// They insert no birth, and they write the change ledger only through postgres.Audit: GCOS's own rows, recorded in
-// governance_audit_row in the same transaction, which the intake sets aside unread (and a token does not wait for).
-// Such a row that commits after the cursor has passed it is never read, which is all reading it would have done.
+// writesNone are the open transactions that write nothing src's tail reads: for a births source, this process's
+// scan transactions (they write GCOS's tables and the change ledger, never a birth); none for another source.
 func (s *Stage) writesNone(src postgres.TailSource) []postgres.ScanTx {
-	switch src.Kind {
-	case postgres.TailBirth, postgres.TailChangelog:
-		return s.core.ScanTransactions()
+	if src.Kind != postgres.TailBirth {
+		return nil
 	}
-	return nil
+	return s.core.ScanTransactions()
 }
 
 // tailCursorExists distinguishes "locked by another worker" from "no cursor".

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,10 +28,10 @@ type Worker struct {
 	// DisableMonitor keeps Run from running the silent-gap Monitor next to the tail (a process that runs its own).
 	DisableMonitor bool
 
-	countsMu sync.Mutex
-	counts   map[string]int64 // since the worker started, for governance.handoff.heartbeat
-	lastOK   atomic.Int64     // unix nanoseconds by which every source had ended a pass without an error
-	running  atomic.Bool      // Run has started polling and has not returned
+	lastLag map[string]time.Time
+	counts  map[string]int64 // since the worker started, for governance.handoff.heartbeat
+	lastOK  atomic.Int64     // unix nanoseconds at the end of the last pass over every source without an error
+	running atomic.Bool      // Run has started polling and has not returned
 }
 
 // Ready reports whether the tail is live: it completed a pass over every source without an error within
@@ -73,8 +72,8 @@ type SourceTick struct {
 	marked []string // their keys
 }
 
-// pagesPerTick bounds how many pages one pass of a source's loop reads before it reports what it did (its marks to
-// the storm rule, its heartbeat row) and comes straight back for more.
+// pagesPerTick bounds how many pages Run reads from one source before turning to the next, so a backlog in one
+// source does not starve the others (Run comes straight back without sleeping).
 const pagesPerTick = 20
 
 func (w *Worker) logger() *slog.Logger {
@@ -167,8 +166,6 @@ func tickDirtied(passes []SourceTick, rt RegistryTick) int64 {
 
 // count adds a pass to the counts the next heartbeat event reports.
 func (w *Worker) count(t SourceTick) {
-	w.countsMu.Lock()
-	defer w.countsMu.Unlock()
 	if w.counts == nil {
 		w.counts = map[string]int64{}
 	}
@@ -187,9 +184,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	w.countsMu.Lock()
 	c := maps.Clone(w.counts)
-	w.countsMu.Unlock()
 	if c == nil {
 		c = map[string]int64{}
 	}
@@ -223,11 +218,9 @@ func (w *Worker) heartbeatInterval() time.Duration {
 
 // Run starts the worker and polls until ctx ends, which it treats as a clean stop (nil). A precondition failure
 // stops it with that error; any other error (the database restarting, a failed apply) is logged, ticked into
-// the heartbeat and retried with backoff — a row is never skipped. Every source is tailed by a loop of its own
-// (tailLoop), so a change in the ledger never waits behind a page of births. Once per intake.poll_interval a tick
-// polls the watched registries (when intake.registry_poll is due) and judges the storm rule over the groups the
-// source loops and the registries newly dirtied since the tick before; governance.handoff.heartbeat is emitted once
-// per intake.heartbeat_interval, and, unless DisableMonitor, the silent-gap Monitor runs beside the tail.
+// the heartbeat and retried with backoff — a row is never skipped. Every source's queue_heartbeat row ticks after
+// each pass (also an empty one: quiet is not dead), governance.handoff.heartbeat is emitted once per
+// intake.heartbeat_interval, and, unless DisableMonitor, the silent-gap Monitor runs beside the tail.
 func (w *Worker) Run(ctx context.Context) error {
 	log := w.logger()
 	outageCfg := w.Stage.cfg.Outage
@@ -260,26 +253,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 		defer func() { stop(); <-done }()
 	}
-	srcs := w.sources()
-	var since tailTally
-	since.ok, since.failing = make([]atomic.Int64, len(srcs)), make([]atomic.Bool, len(srcs))
-	var loops sync.WaitGroup
-	for i, src := range srcs {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			w.tailLoop(ctx, src, &since, &since.ok[i], &since.failing[i])
-		}()
-	}
-	defer func() {
-		loops.Wait()
-		w.stopped(src0(srcs))
-	}()
+	lagEvery := max(w.pollInterval(), min(w.Config.LagThreshold.Duration()/4, 30*time.Second))
+	w.lastLag = map[string]time.Time{}
+	outage := gcos.NewOutageLog("intake poll (nothing is skipped)", w.pollInterval(), outageCfg, log)
 	lastBeat := time.Now()
 	var lastRegistries time.Time
+	hit, step := false, time.Duration(0) // whether the last idle wait ended on a probe's row, and its probe interval
 	registryOutage := gcos.NewOutageLog("registry watch", w.Config.RegistryPoll.Duration(), outageCfg, log)
 	for {
+		busy, failed := false, false
+		var pollErr error
 		var rt RegistryTick
+		var passes []SourceTick
 		if time.Since(lastRegistries) >= w.Config.RegistryPoll.Duration() {
 			lastRegistries = time.Now()
 			// A registry that cannot be read never slows the tails: its failure is logged once per outage, and a
@@ -297,119 +282,63 @@ func (w *Worker) Run(ctx context.Context) error {
 					"signals", rt.Stats.Signals, "dirtied", rt.Stats.Dirtied)
 			}
 		}
+		for _, src := range w.sources() {
+			if ctx.Err() != nil {
+				break
+			}
+			checkLag := time.Since(w.lastLag[src.Name]) >= lagEvery
+			t, err := w.pass(ctx, src, pagesPerTick, checkLag)
+			if checkLag {
+				w.lastLag[src.Name] = time.Now()
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			w.count(t)
+			passes = append(passes, t)
+			switch {
+			case err != nil:
+				failed = true
+				pollErr = fmt.Errorf("source %s: %w", src.Name, err)
+			case t.Stalled != "":
+				log.Warn("intake stalled", "source", src.Name, "reason", t.Stalled)
+			case t.Read > 0 || t.Retry.Attempted > 0:
+				log.Debug("intake pass", "source", src.Name, "read", t.Read, "failed", t.Failed,
+					"retried", t.Retry.Attempted, "dead_lettered", t.DeadLettered+t.Retry.DeadLettered, "position", t.Position)
+			}
+			if t.Lag != nil && t.Lag.Lagging {
+				log.Warn("handoff lag", "source", src.Name, "reason", t.Lag.Reason)
+			}
+			busy = busy || t.PageFull
+		}
+		if ctx.Err() != nil {
+			w.stopped(src0(w.sources()))
+			return nil
+		}
 		// A storm the rule cannot judge now is judged by no later tick (the marks are made): logged, never fatal to
 		// the tail, which loses nothing by it.
-		if _, err := w.Stage.WatchStorm(ctx, tickDirtied(since.take(), rt)); err != nil && ctx.Err() == nil {
+		if _, err := w.Stage.WatchStorm(ctx, tickDirtied(passes, rt)); err != nil && ctx.Err() == nil {
 			log.Warn("storm rule", "err", err)
 		}
-		if ok := since.allOK(); ok > 0 {
-			w.lastOK.Store(ok)
+		if !failed {
+			w.lastOK.Store(time.Now().UnixNano())
 		}
-		if !since.anyFailing() && time.Since(lastBeat) >= w.heartbeatInterval() {
+		if !failed && time.Since(lastBeat) >= w.heartbeatInterval() {
 			w.heartbeat(ctx)
 			lastBeat = time.Now()
 		}
-		if !sleep(ctx, w.pollInterval()) {
-			return nil
-		}
-	}
-}
-
-// tailTally is what the source loops did since the last tick of Run: the passes whose marks the storm rule has not
-// judged yet, and when each source last ended a pass without an error.
-type tailTally struct {
-	mu      sync.Mutex
-	passes  []SourceTick
-	ok      []atomic.Int64 // per source, unix nanoseconds
-	failing []atomic.Bool  // per source: its last pass failed
-}
-
-func (t *tailTally) add(p SourceTick) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.passes = append(t.passes, p)
-}
-
-func (t *tailTally) take() []SourceTick {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	p := t.passes
-	t.passes = nil
-	return p
-}
-
-// anyFailing reports whether a source's last pass failed.
-func (t *tailTally) anyFailing() bool {
-	for i := range t.failing {
-		if t.failing[i].Load() {
-			return true
-		}
-	}
-	return false
-}
-
-// allOK is the instant by which every source had ended a pass without an error (0 while one has not yet).
-func (t *tailTally) allOK() int64 {
-	var oldest int64
-	for i := range t.ok {
-		v := t.ok[i].Load()
-		if v == 0 {
-			return 0
-		}
-		if oldest == 0 || v < oldest {
-			oldest = v
-		}
-	}
-	return oldest
-}
-
-// tailLoop tails one source until ctx ends: a pass (up to pagesPerTick pages, the due retries, the lag now and then),
-// then at once again while pages are full, otherwise a wait of one poll interval, cut short by a probe that finds a
-// row beyond the cursor while the source is quiet. A failed pass is retried with backoff; nothing is skipped.
-func (w *Worker) tailLoop(ctx context.Context, src postgres.TailSource, since *tailTally, ok *atomic.Int64, failing *atomic.Bool) {
-	log := w.logger()
-	lagEvery := max(w.pollInterval(), min(w.Config.LagThreshold.Duration()/4, 30*time.Second))
-	var lastLag time.Time
-	outage := gcos.NewOutageLog("intake poll of "+src.Name+" (nothing is skipped)", w.pollInterval(), w.Stage.cfg.Outage, log)
-	hit, step := false, time.Duration(0) // whether the last idle wait ended on a probe's row, and its probe interval
-	for {
-		checkLag := time.Since(lastLag) >= lagEvery
-		t, err := w.pass(ctx, src, pagesPerTick, checkLag)
-		if checkLag {
-			lastLag = time.Now()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		w.count(t)
-		since.add(t)
-		failing.Store(err != nil)
-		switch {
-		case err != nil:
-		case t.Stalled != "":
-			log.Warn("intake stalled", "source", src.Name, "reason", t.Stalled)
-		case t.Read > 0 || t.Retry.Attempted > 0:
-			log.Debug("intake pass", "source", src.Name, "read", t.Read, "failed", t.Failed,
-				"retried", t.Retry.Attempted, "dead_lettered", t.DeadLettered+t.Retry.DeadLettered, "position", t.Position)
-		}
-		if t.Lag != nil && t.Lag.Lagging {
-			log.Warn("handoff lag", "source", src.Name, "reason", t.Lag.Reason)
-		}
 		wait := w.pollInterval()
 		switch {
-		case err != nil:
-			wait = outage.Failed(fmt.Errorf("source %s: %w", src.Name, err))
-		case t.PageFull:
+		case failed:
+			wait = outage.Failed(pollErr)
+		case busy:
 			wait = 0
 			outage.Succeeded()
-			ok.Store(time.Now().UnixNano())
 		default:
 			outage.Succeeded()
-			ok.Store(time.Now().UnixNano())
 		}
 		alive := true
-		passes := []SourceTick{t}
-		if probe := min(w.Config.ProbeInterval.Duration(), w.pollInterval()); probe > 0 && err == nil && !t.PageFull && quiet(passes, w.Config.ProbeQuietRows) {
+		if probe := min(w.Config.ProbeInterval.Duration(), w.pollInterval()); probe > 0 && !failed && !busy && quiet(passes, w.Config.ProbeQuietRows) {
 			// A probe's row the poll could not read yet (held back by a transaction still open) is probed for
 			// less and less often, down to the poll's own cadence.
 			switch {
@@ -418,12 +347,13 @@ func (w *Worker) tailLoop(ctx context.Context, src postgres.TailSource, since *t
 			default:
 				step = probe
 			}
-			hit, alive = w.idleWait(ctx, src, wait, step)
+			hit, alive = w.idleWait(ctx, wait, step)
 		} else {
 			hit, alive = false, sleep(ctx, wait)
 		}
 		if !alive {
-			return
+			w.stopped(src0(w.sources()))
+			return nil
 		}
 	}
 }
@@ -447,10 +377,10 @@ func quiet(passes []SourceTick, most int) bool {
 	return n <= most
 }
 
-// idleWait waits up to d for a row to land beyond src's cursor, probing it each step (Stage.Probe). When one has,
-// it waits out the horizon guard (the poll reads only rows older than that) and reports the hit, so the next poll
-// runs at once. A probe that fails falls back to the poll's cadence. It reports whether ctx is alive.
-func (w *Worker) idleWait(ctx context.Context, src postgres.TailSource, d, step time.Duration) (hit, alive bool) {
+// idleWait waits up to d for a row to land beyond a source's cursor, probing every source each step (Stage.Probe).
+// When one has, it waits out the horizon guard (the poll reads only rows older than that) and reports the hit, so
+// the next poll runs at once. A probe that fails falls back to the poll's cadence. It reports whether ctx is alive.
+func (w *Worker) idleWait(ctx context.Context, d, step time.Duration) (hit, alive bool) {
 	deadline := time.Now().Add(d)
 	for {
 		left := time.Until(deadline)
@@ -460,13 +390,15 @@ func (w *Worker) idleWait(ctx context.Context, src postgres.TailSource, d, step 
 		if !sleep(ctx, min(step, left)) {
 			return false, false
 		}
-		found, err := w.Stage.Probe(ctx, src)
-		if err != nil {
-			w.logger().Debug("intake probe failed; polling at the poll interval", "source", src.Name, "err", err)
-			return false, sleep(ctx, time.Until(deadline))
-		}
-		if found {
-			return true, sleep(ctx, w.Config.HorizonGuard.Duration())
+		for _, src := range w.sources() {
+			found, err := w.Stage.Probe(ctx, src)
+			if err != nil {
+				w.logger().Debug("intake probe failed; polling at the poll interval", "source", src.Name, "err", err)
+				return false, sleep(ctx, time.Until(deadline))
+			}
+			if found {
+				return true, sleep(ctx, w.Config.HorizonGuard.Duration())
+			}
 		}
 	}
 }

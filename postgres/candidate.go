@@ -545,37 +545,13 @@ func MarkChangesTx(ctx context.Context, tx pgx.Tx, byReason map[string][]string,
 		}
 	}
 	if len(marked) > 0 || len(pending) > 0 {
-		// Delivered at commit: wakes event-driven scanners of the marks' kinds (a pending mark is settled by their
-		// next tick); polling stays the source of truth.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, NotifyChannel, notifyPayloads(byReason)); err != nil {
+		// Delivered at commit: wakes event-driven scanners (a pending mark is settled by their next tick); polling
+		// stays the source of truth.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, "dirty"); err != nil {
 			return nil, fmt.Errorf("notify scanners: %w", err)
 		}
 	}
 	return marked, nil
-}
-
-// notifyPayloads are the notifications a marking sends: NotifyVerdict when one of its reasons may move a verdict,
-// NotifyMembership when one is a member-count refresh.
-func notifyPayloads(byReason map[string][]string) []string {
-	var verdict, membership bool
-	for reason, keys := range byReason {
-		if len(keys) == 0 {
-			continue
-		}
-		if gcos.MembershipOnly(&reason) {
-			membership = true
-		} else {
-			verdict = true
-		}
-	}
-	var out []string
-	if verdict {
-		out = append(out, NotifyVerdict)
-	}
-	if membership {
-		out = append(out, NotifyMembership)
-	}
-	return out
 }
 
 // rebaseCandidates moves verdicts from the previous active ruleset to the newly activated one: groups the diff

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -265,16 +264,12 @@ func (s *Store) Heartbeat(ctx context.Context, name, kind, status string) error 
 // committed while its owner is busy scanning waits on the connection instead of being missed. It is not safe for
 // concurrent use.
 type DirtyListener struct {
-	store  *Store
-	conn   *pgx.Conn
-	ignore []string // payloads Wait does not return for (NotifyVerdict, NotifyMembership)
+	store *Store
+	conn  *pgx.Conn
 }
 
-// ListenDirty returns a listener that is not woken by the notifications whose payload is one of ignore (a scan loop
-// of one lane ignores the other lane's marks); it connects on the first Wait.
-func (s *Store) ListenDirty(ignore ...string) *DirtyListener {
-	return &DirtyListener{store: s, ignore: ignore}
-}
+// ListenDirty returns a listener; it connects on the first Wait.
+func (s *Store) ListenDirty() *DirtyListener { return &DirtyListener{store: s} }
 
 // Listening reports whether Wait can be woken by a dirty mark: false when the store has no session to LISTEN on
 // (a transaction pooler without a session URL), and Wait only waits out its timeout.
@@ -307,21 +302,17 @@ func (l *DirtyListener) Wait(ctx context.Context, timeout time.Duration) (bool, 
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for {
-		n, err := l.conn.WaitForNotification(wctx)
-		switch {
-		case err == nil && slices.Contains(l.ignore, n.Payload):
-			continue
-		case err == nil:
-			return true, nil
-		case ctx.Err() != nil:
-			return false, ctx.Err()
-		case wctx.Err() != nil:
-			return false, nil
-		default:
-			l.Close()
-			return false, fmt.Errorf("wait for dirty marks: %w", err)
-		}
+	_, err := l.conn.WaitForNotification(wctx)
+	switch {
+	case err == nil:
+		return true, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case wctx.Err() != nil:
+		return false, nil
+	default:
+		l.Close()
+		return false, fmt.Errorf("wait for dirty marks: %w", err)
 	}
 }
 

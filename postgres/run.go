@@ -231,11 +231,3 @@ var RunStatuses = []string{RunRunning, RunSucceeded, RunFailed, RunAbandoned}
 // NotifyChannel is the LISTEN/NOTIFY channel a dirty mark wakes event-driven scanners on. Polling remains the
 // source of truth: a lost notification only delays a scan.
 const NotifyChannel = "gcos_dirty"
-
-// The payloads of a dirty mark's notification say which kind of mark it committed, so a scan loop of one kind is
-// not woken by the other's: NotifyVerdict for a mark that may move a verdict (a change, a ruleset bump, a lapsed
-// TTL), NotifyMembership for a member-count refresh (gcos.MembershipDirtyReasons).
-const (
-	NotifyVerdict    = "verdict"
-	NotifyMembership = "membership"
-)

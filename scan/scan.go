@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,7 +77,7 @@ func drain(ch <-chan error) []error {
 func (s *Scheduler) Once(ctx context.Context, mode string) (Pass, error) {
 	switch mode {
 	case postgres.ModeEvent:
-		return s.drain(ctx, postgres.ModeEvent, true, false, laneAny)
+		return s.drain(ctx, postgres.ModeEvent, true, false)
 	case postgres.ModeIncremental:
 		return s.incremental(ctx, true)
 	case postgres.ModeFullAudit, "full":
@@ -100,7 +99,7 @@ func (s *Scheduler) incremental(ctx context.Context, detect bool) (Pass, error) 
 	if _, err := s.Stage.ExpireStale(ctx); err != nil {
 		return Pass{}, err
 	}
-	p, err := s.drain(ctx, postgres.ModeIncremental, false, true, laneAny)
+	p, err := s.drain(ctx, postgres.ModeIncremental, false, true)
 	if err != nil || !detect {
 		return p, err
 	}
@@ -161,12 +160,12 @@ func (s *Scheduler) verify(ctx context.Context, runID string) (oracle.Report, er
 	return rep, nil
 }
 
-// drain runs ticks of one run, of one lane, until a tick claims nothing (or only failures remain).
-func (s *Scheduler) drain(ctx context.Context, mode string, debounce, expired bool, l lane) (Pass, error) {
+// drain runs ticks of one run until a tick claims nothing (or only failures remain).
+func (s *Scheduler) drain(ctx context.Context, mode string, debounce, expired bool) (Pass, error) {
 	p := Pass{Mode: mode}
 	var dirty *int64 // the dirty set as the previous tick left it: the next tick's storm throttle reads it
 	for {
-		res, err := s.Stage.ScanTick(ctx, ScanOptions{Mode: mode, RunID: p.RunID, Debounce: debounce, Expired: expired, dirty: dirty, lane: l})
+		res, err := s.Stage.ScanTick(ctx, ScanOptions{Mode: mode, RunID: p.RunID, Debounce: debounce, Expired: expired, dirty: dirty})
 		if err != nil {
 			return p, err
 		}
@@ -196,61 +195,29 @@ func (s *Scheduler) tick(ctx context.Context, name, status string) {
 	}
 }
 
-// eventLoop runs the event mode as one loop per lane (laneVerdict, laneMembership), so a mark that may move a verdict
-// is claimed while a tick of member-count refreshes is still evaluating. The two claim disjoint rows with SKIP
-// LOCKED, as the event loops of two processes do. The mode's heartbeat says "error" while either lane's last pass
-// failed.
+// eventLoop wakes on a dirty mark (or after the poll interval) and scans groups whose coalesce window has passed.
 func (s *Scheduler) eventLoop(ctx context.Context) error {
-	var failing [2]atomic.Bool
-	status := func(i int, failed bool) string {
-		failing[i].Store(failed)
-		if failing[0].Load() || failing[1].Load() {
-			return "error"
-		}
-		return "ok"
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i, l := range []lane{laneVerdict, laneMembership} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.laneLoop(ctx, l, func(failed bool) string { return status(i, failed) })
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// laneLoop wakes on a dirty mark of its lane (or after the poll interval) and scans the lane's groups whose coalesce
-// window has passed; status gives the heartbeat's status after a pass that failed or not.
-func (s *Scheduler) laneLoop(ctx context.Context, l lane, status func(failed bool) string) error {
 	window := s.Config.CoalesceWindow.Duration()
 	poll := max(window, 50*time.Millisecond)
-	ignore, name := postgres.NotifyMembership, "event scan (verdict marks)"
-	if l == laneMembership {
-		ignore, name = postgres.NotifyVerdict, "event scan (membership marks)"
-	}
-	listener := s.Stage.core.ListenDirty(ignore)
+	listener := s.Stage.core.ListenDirty()
 	defer listener.Close()
-	outage := s.outage(name, poll)
+	outage := s.outage("event scan", poll)
 	for ctx.Err() == nil {
-		p, err := s.drain(ctx, postgres.ModeEvent, true, false, l)
+		p, err := s.drain(ctx, postgres.ModeEvent, true, false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.tick(ctx, postgres.ModeEvent, status(true))
+			s.tick(ctx, postgres.ModeEvent, "error")
 			sleep(ctx, outage.Failed(err))
 			continue
 		}
-		s.tick(ctx, postgres.ModeEvent, status(false))
+		s.tick(ctx, postgres.ModeEvent, "ok")
 		if p.Scanned > 0 {
-			s.logger().Debug(name, "run_id", p.RunID, "scanned", p.Scanned, "remaining", p.Remaining)
+			s.logger().Debug("event scan", "run_id", p.RunID, "scanned", p.Scanned, "remaining", p.Remaining)
 		}
-		// What is left is inside its coalesce window (claimable within one window), waiting out a retry backoff, or
-		// the other lane's; a group not re-scanned within the window is claimed as soon as its mark arrives
-		// (claimDirtySQL).
+		// What is left is inside its coalesce window (claimable within one window) or waiting out a retry backoff;
+		// a group not re-scanned within the window is claimed as soon as its mark arrives (claimDirtySQL).
 		wait := poll * 20
 		if p.Remaining > 0 {
 			wait = window

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"gcos"
 	"gcos/gate"
 	"gcos/gcostest"
@@ -123,94 +121,6 @@ func TestRunWakesOnDirtyMarks(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
-	}
-}
-
-// TestEventLanesDoNotWaitForEachOther: a mark that may move a verdict is scanned while a tick of member-count
-// refreshes cannot finish, and each lane sleeps through the other's notifications. The membership lane is held at its
-// first step (the pending marks it applies) by a lock the test takes; a scheduler with one event loop for both kinds
-// of mark would wait there too, and the verdict mark would stay dirty.
-func TestEventLanesDoNotWaitForEachOther(t *testing.T) {
-	t.Parallel()
-	store, ctx := seeded(t)
-	rows, err := store.Pool().Query(ctx, `SELECT group_key FROM governance_candidate_state ORDER BY group_key LIMIT 18`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(all) < 18 {
-		t.Fatalf("%d groups (%v); the test needs 18", len(all), err)
-	}
-	verdictKeys, membershipKeys := all[:3], all[3:6]
-	dirtyOf := func(keys []string) int {
-		var n int
-		if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM governance_candidate_state c JOIN v_current_ruleset USING (ruleset_version)
-			WHERE c.dirty AND c.group_key = ANY($1)`, keys).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-
-	hold, err := store.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = hold.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := hold.Exec(ctx, `LOCK TABLE governance_pending_mark IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	s := &scan.Scheduler{Stage: scan.New(store), Config: store.Config().Scan, Modes: []string{postgres.ModeEvent}}
-	go func() { done <- s.Run(runCtx) }()
-	if _, err := store.MarkDirty(ctx, membershipKeys, gcos.MembershipDirtyReasons[0]); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.MarkDirty(ctx, verdictKeys, "axis"); err != nil {
-		t.Fatal(err)
-	}
-	if !wait.Until(10*time.Second, func() bool { return dirtyOf(verdictKeys) == 0 }) {
-		t.Fatalf("after 10 s, %d of the %d verdict marks are still dirty behind a membership tick that cannot finish", dirtyOf(verdictKeys), len(verdictKeys))
-	}
-	if n := dirtyOf(membershipKeys); n != len(membershipKeys) {
-		t.Fatalf("%d of %d membership marks are dirty while their lane is held; want all", n, len(membershipKeys))
-	}
-	if err := hold.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !wait.Until(10*time.Second, func() bool { return dirtyOf(membershipKeys) == 0 }) {
-		t.Fatalf("after 10 s, %d membership marks are still dirty once their lane is free", dirtyOf(membershipKeys))
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-
-	// Each lane's listener sleeps through the other lane's notifications (fresh groups each time, so every mark marks).
-	next := all[6:]
-	take := func() []string { k := next[:3]; next = next[3:]; return k }
-	membership := gcos.MembershipDirtyReasons[0]
-	for _, c := range []struct{ ignore, other, own string }{
-		{postgres.NotifyMembership, membership, "axis"},
-		{postgres.NotifyVerdict, "axis", membership},
-	} {
-		l := store.ListenDirty(c.ignore)
-		if _, err := l.Wait(ctx, time.Second); err != nil { // connects and returns at once
-			t.Fatal(err)
-		}
-		if _, err := store.MarkDirty(ctx, take(), c.other); err != nil {
-			t.Fatal(err)
-		}
-		if woke, err := l.Wait(ctx, 300*time.Millisecond); err != nil || woke {
-			t.Fatalf("a listener ignoring %q woke on a %s mark (%v)", c.ignore, c.other, err)
-		}
-		if _, err := store.MarkDirty(ctx, take(), c.own); err != nil {
-			t.Fatal(err)
-		}
-		if woke, err := l.Wait(ctx, 10*time.Second); err != nil || !woke {
-			t.Fatalf("a listener ignoring %q did not wake on a %s mark (%v)", c.ignore, c.own, err)
-		}
-		l.Close()
 	}
 }
 

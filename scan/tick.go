@@ -38,21 +38,7 @@ type ScanOptions struct {
 	// dirty, when set, is the dirty set's size as the previous tick of the run counted it when it ended: the storm
 	// throttle takes it instead of counting again.
 	dirty *int64
-	// lane restricts a tick to one kind of dirty mark (the event loop runs one loop per lane); the zero lane takes
-	// both, verdict-relevant marks first.
-	lane lane
 }
-
-// lane is the kind of dirty mark a tick claims. A verdict-relevant mark (a change that may move a verdict, a ruleset
-// bump, a lapsed TTL) has a loop of its own, so it never waits for a tick of member-count refreshes (membership
-// marks and new groups) to commit: the two loops claim disjoint rows, as two processes do.
-type lane int
-
-const (
-	laneAny        lane = iota // verdict-relevant marks first, membership marks when there are none, then new groups
-	laneVerdict                // verdict-relevant marks only
-	laneMembership             // membership marks and new groups only
-)
 
 // ScanResult reports one tick.
 type ScanResult struct {
@@ -268,7 +254,7 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 		inTx = s.core.InTx
 	}
 	var pending postgres.PendingMarks
-	if !targeted && opts.lane != laneVerdict {
+	if !targeted {
 		// Membership marks that found their rows dirty (postgres.ApplyPendingMarks): a row a scan cleared over a
 		// count from before the mark is marked again, in a transaction of its own, so the rows it marks are held no
 		// longer than the marking (a handoff marking them waits for no scan) and the claim below finds them dirty.
@@ -311,12 +297,10 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			}
 		} else {
 			// Verdict-relevant marks first, in a tick of their own; member-count refreshes when there are none.
-			if opts.lane != laneMembership {
-				if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.LowRiskClasses, limit, gcos.MembershipDirtyReasons, false); err != nil {
-					return err
-				}
+			if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.LowRiskClasses, limit, gcos.MembershipDirtyReasons, false); err != nil {
+				return err
 			}
-			if len(keys) == 0 && opts.lane != laneVerdict {
+			if len(keys) == 0 {
 				if err := claim("dirty", claimDirtySQL, rs.Version, debounce, s.cfg.LowRiskClasses, limit, gcos.MembershipDirtyReasons, true); err != nil {
 					return err
 				}
@@ -328,7 +312,7 @@ func (s *Stage) scanTick(ctx context.Context, opts ScanOptions) (ScanResult, err
 			}
 		}
 		var unseeded []string
-		if room := limit - len(keys); room > 0 && !targeted && opts.lane != laneVerdict {
+		if room := limit - len(keys); room > 0 && !targeted {
 			since := pgtype.Timestamptz{Valid: true, InfinityModifier: pgtype.NegativeInfinity}
 			if opts.Mode == postgres.ModeEvent {
 				since = pgtype.Timestamptz{Valid: true, Time: rs.ProposedAt}
@@ -868,7 +852,7 @@ func (s *Stage) ExpireStale(ctx context.Context) (int64, error) {
 			}
 		}
 		if n > 0 {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, postgres.NotifyChannel, postgres.NotifyVerdict)
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'ttl')`, postgres.NotifyChannel)
 		}
 		return err
 	})
