@@ -341,6 +341,17 @@ func overcountProbe(ctx context.Context, pool *pgxpool.Pool) string {
 			WHERE o.lifecycle_status = 'active'
 			GROUP BY e.group_key, e.member_count, e.group_member_count
 			HAVING count(*) > coalesce(e.member_count, e.group_member_count)
+			UNION ALL
+			SELECT format('placed nowhere or below zero: %s group %s %s/%s/%s owner=%s members=%s group_members=%s object_rows=%s verdict=%s coverage=%s in_snapshot=%s first_seen=%s scan=%s',
+			              e.scope, left(e.group_key, 8), e.object_class, e.source_registry, e.lifecycle_status, coalesce(e.owner_scope, '-'),
+			              coalesce(e.member_count::text, 'NULL'), e.group_member_count, o.n, e.effective_verdict, coalesce(e.coverage_outcome, 'NULL'),
+			              coalesce((SELECT metrics -> 'groups' FROM evolution_snapshots WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1) ? e.group_key, false),
+			              to_char(g.first_seen_at, 'HH24:MI:SS.MS'), to_char(e.scan_time, 'HH24:MI:SS.MS'))
+			FROM v_candidate_effective e JOIN governance_group g USING (group_key)
+			LEFT JOIN LATERAL (SELECT count(*) AS n FROM v_candidate_object_effective o WHERE o.group_key = e.group_key AND o.lifecycle_status = 'active') o ON true
+			WHERE g.retired_at IS NULL AND (e.member_count IS NULL
+			   OR (e.effective_verdict = 'relevant' AND e.coverage_outcome IS NULL)
+			   OR coalesce(e.member_count, e.group_member_count) < o.n)
 			LIMIT 20`)
 		if err != nil {
 			return err

@@ -212,3 +212,105 @@ func TestAMovedBirthIsNeverCountedTwice(t *testing.T) {
 		t.Fatalf("the state differs from a from-scratch evaluation: %v", rep.Mismatches[:min(10, len(rep.Mismatches))])
 	}
 }
+
+// TestAGroupNoScanJudgedIsStaleAfterAnAudit: a birth is born into a base no group held, and the intake records its
+// group before any scan judges it. A full audit captures the source with that group in it and leaves it to the
+// scans (it seeds only groups the registry does not hold). Until a scan judges it, its members are unknown: the
+// ledger counts them as stale and closes, in every sample, including those taken between the audit's commit and
+// the scan (here held there by another transaction's count lock).
+func TestAGroupNoScanJudgedIsStaleAfterAnAudit(t *testing.T) {
+	t.Parallel()
+	store, ctx := seeded(t)
+	pool := store.Pool()
+	stage := scan.New(store)
+	worker := &intake.Worker{Stage: intake.New(store), Config: store.Config().Intake, DisableMonitor: true}
+
+	// A class and collection with active births and no superseded one: a superseded birth there opens a new base.
+	var class, coll string
+	if err := pool.QueryRow(ctx, `SELECT b.entity_type, b.collection_name FROM birth_registry b
+		WHERE b.status = 'active'
+		  AND NOT EXISTS (SELECT 1 FROM birth_registry r WHERE r.collection_name = b.collection_name AND r.entity_type = b.entity_type AND r.status = 'superseded')
+		ORDER BY b.id LIMIT 1`).Scan(&class, &coll); err != nil {
+		t.Fatal(err)
+	}
+	closes := func(when string) {
+		t.Helper()
+		rep, err := gate.New(store, nil).Invariant(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Closes {
+			t.Fatalf("%s: the ledger does not close: %+v", when, rep.Ledgers)
+		}
+	}
+	closes("at rest")
+	if _, err := pool.Exec(ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		VALUES ('unjudged-1', $1, $2, 'superseded', 'birth-api', 'scan-test')`, coll, class); err != nil {
+		t.Fatal(err)
+	}
+	var joined, scope string
+	wait.For(t, 2*time.Minute, "the intake hands the birth off and records its group", func() bool {
+		if _, err := worker.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err := pool.QueryRow(ctx, `SELECT g.group_key, coalesce(g.scope, '') FROM governance_group g
+			WHERE g.object_class = $1 AND g.source_registry = $2 AND g.lifecycle_status = 'superseded' AND g.retired_at IS NULL
+			ORDER BY 1 LIMIT 1`, class, coll).Scan(&joined, &scope)
+		if err != nil && err != pgx.ErrNoRows {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+	var judged bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM governance_candidate_state WHERE group_key = $1)`, joined).Scan(&judged); err != nil || judged {
+		t.Fatalf("the intake recorded the new group %s judged (%v): %v", joined, judged, err)
+	}
+	closes("the new group recorded, before any scan")
+
+	// Another transaction holds the count lock of the collection in one scope: the audit records its snapshot, and
+	// its scan of the new group waits before it commits.
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('gcos.counts:' || $1 || chr(31) || $2, 0))`, coll, scope); err != nil {
+		t.Fatal(err)
+	}
+	type auditResult struct {
+		res scan.AuditResult
+		err error
+	}
+	done := make(chan auditResult, 1)
+	go func() {
+		res, err := stage.FullAudit(ctx, nil)
+		done <- auditResult{res, err}
+	}()
+	wait.For(t, 2*time.Minute, "the audit recorded its snapshot and its scan waits for the count lock", func() bool {
+		var ready bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM evolution_snapshots WHERE scope = 'governance.audit' AND metrics -> 'groups' ? $1)
+			AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			            AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`, joined).Scan(&ready); err != nil {
+			t.Fatal(err)
+		}
+		return ready
+	})
+	var seededNow bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM governance_candidate_state WHERE group_key = $1)`, joined).Scan(&seededNow); err != nil {
+		t.Fatal(err)
+	}
+	if seededNow {
+		t.Fatalf("the audit judged the new group %s itself; this test needs it left to a scan", joined)
+	}
+	closes("after the audit's snapshot, before a scan judged the new group")
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil {
+		t.Fatalf("the audit: %v", r.err)
+	}
+	closes("once the audit's scan judged the new group")
+	if rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{}); err != nil || !rep.Clean() {
+		t.Fatalf("after the audit: %v %+v", err, rep.Mismatches)
+	}
+}

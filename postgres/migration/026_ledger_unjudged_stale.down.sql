@@ -1,0 +1,49 @@
+-- The ledger as before: a group the last full snapshot knew, with no candidate row under the current ruleset,
+-- places its members nowhere.
+CREATE OR REPLACE VIEW v_invariant_ledger AS
+WITH snap AS (
+    SELECT id, metrics FROM evolution_snapshots
+    WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1
+), estate AS (
+    SELECT gcos_estate_count() AS births
+), live AS (
+    SELECT g.group_key FROM governance_group g WHERE g.retired_at IS NULL
+), scopes AS (
+    SELECT DISTINCT g.scope FROM governance_group g WHERE g.retired_at IS NULL
+), objects AS (
+    SELECT o.group_key, CASE WHEN o.effective_verdict = 'relevant' AND o.coverage_outcome IS NULL THEN NULL
+                             ELSE gcos_invariant_bucket(o.effective_verdict, o.coverage_outcome) END AS bucket,
+           count(*) AS n
+    FROM v_candidate_object_effective o WHERE o.lifecycle_status = 'active'
+    GROUP BY 1, 2
+), groups AS (
+    SELECT e.scope,
+           CASE WHEN e.member_count IS NULL AND (SELECT metrics -> 'groups' FROM snap) ? e.group_key THEN NULL
+                WHEN e.effective_verdict = 'relevant' AND e.coverage_outcome IS NULL THEN NULL
+                ELSE gcos_invariant_bucket(e.effective_verdict, e.coverage_outcome) END AS bucket,
+           coalesce(e.member_count, e.group_member_count) AS members,
+           coalesce(e.member_count, e.group_member_count)
+               - coalesce((SELECT sum(n) FROM objects o WHERE o.group_key = e.group_key), 0) AS n
+    FROM v_candidate_effective e JOIN live l USING (group_key)
+), placed AS (
+    SELECT scope, bucket, n FROM groups
+    UNION ALL
+    SELECT g.scope, o.bucket, o.n FROM objects o JOIN governance_group g USING (group_key)
+), unplaced AS (
+    SELECT s.scope, greatest((SELECT births FROM estate) - coalesce((SELECT sum(members) FROM groups g WHERE g.scope = s.scope), 0), 0) AS n
+    FROM scopes s
+)
+SELECT s.scope,
+       (SELECT id FROM snap) AS snapshot_id,
+       (SELECT births FROM estate) AS total,
+       coalesce(sum(p.n) FILTER (WHERE p.bucket = 'covered'), 0)::bigint AS covered,
+       coalesce(sum(p.n) FILTER (WHERE p.bucket = 'orphans'), 0)::bigint AS orphans,
+       coalesce(sum(p.n) FILTER (WHERE p.bucket = 'approved_exceptions'), 0)::bigint AS approved_exceptions,
+       coalesce(sum(p.n) FILTER (WHERE p.bucket = 'retired_or_ignored'), 0)::bigint AS retired_or_ignored,
+       (coalesce(sum(p.n) FILTER (WHERE p.bucket = 'stale'), 0) + (SELECT n FROM unplaced u WHERE u.scope = s.scope))::bigint AS stale,
+       coalesce(sum(p.n) FILTER (WHERE p.bucket = 'deferred_birth'), 0)::bigint AS deferred_birth,
+       coalesce(sum(p.n) FILTER (WHERE p.bucket = 'class_0'), 0)::bigint AS class_0,
+       (SELECT n FROM unplaced u WHERE u.scope = s.scope)::bigint AS unplaced
+FROM scopes s
+LEFT JOIN placed p ON p.scope = s.scope
+GROUP BY s.scope;
