@@ -21,6 +21,7 @@ import (
 	"gcos/intake"
 	"gcos/oracle"
 	"gcos/postgres"
+	"gcos/postgres/pgtest"
 	"gcos/world"
 )
 
@@ -364,4 +365,63 @@ func overcountProbe(ctx context.Context, pool *pgxpool.Pool) string {
 		return nil
 	})
 	return out
+}
+
+// TestDaemonOnOneConnection runs the daemon, with the demo's churn and a full audit every few seconds, over a pool
+// of a single connection. Every part of it shares the pool; none may wait for a second connection while it holds
+// one (a transaction reading the registries or the ruleset through the pool, a snapshot waiting for helpers): with
+// as many such holders as connections, the pool waits forever, whatever its size. On one connection the first such
+// wait stops the daemon, so this test finds one on every path it runs instead of under an unlucky load.
+func TestDaemonOnOneConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	w := gcostest.Ready(t, gcostest.Options{Births: 2000, Seed: 13, Config: func(cfg *gcos.Config) {
+		cfg.Intake.PollInterval = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.CoalesceWindow = gcos.Duration(20 * time.Millisecond)
+		cfg.Scan.IncrementalInterval = gcos.Duration(500 * time.Millisecond)
+		cfg.Scan.FullAuditInterval = gcos.Duration(2 * time.Second)
+		cfg.Scan.VerifySlices = 1
+		cfg.Scan.VerifySample = 100
+		cfg.Scan.StormFraction = 1
+		cfg.Roles.LeaseTTL = gcos.Duration(3 * time.Second)
+		cfg.HTTP.InsecureNoAuth = true
+	}})
+	pcfg, err := pgxpool.ParseConfig(pgtest.DSN(w.Pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg.MaxConns = 1
+	pcfg.AfterConnect = w.Pool.Config().AfterConnect
+	one, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	logs := &recordLog{}
+	store := postgres.New(one, w.Cfg, slog.New(logs))
+	churn := &world.Churn{Pool: one, BirthsPerSecond: 20, ChangesPerSecond: 4, GovernancePerSecond: 4, Seed: 7,
+		Logger: slog.New(logs), ProposeEvery: 3 * time.Second, Propose: func(ctx context.Context) (string, error) {
+			rs, _, err := store.ComputeRuleset(ctx, "demo-proposer")
+			return rs.Version, err
+		}}
+	d, err := daemon.New(daemon.Config{Store: store, Churn: churn, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop() // before the pool closes, which waits for the daemon's connection
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	waitUntil(t, done, 4*time.Minute, "3 full audits proved on one connection while the churn runs", func() bool {
+		return logs.count("full audit: proved its slice") >= 3 && churn.Governance() >= 5
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, p := range logs.find("full audit: proved its slice") {
+		if !strings.Contains(p, " mismatches=0 ") {
+			t.Errorf("a full audit's proof has settled mismatches: %s", p)
+		}
+	}
 }

@@ -40,9 +40,9 @@ func (s *Store) DimensionRegistries(ctx context.Context, q Querier, version stri
 	}
 	var rs RulesetRow
 	if version == "" {
-		rs, err = s.CurrentRuleset(ctx)
+		rs, err = s.currentRulesetVia(ctx, q)
 	} else {
-		rs, err = s.rulesetVersion(ctx, version)
+		rs, err = s.RulesetVersionVia(ctx, q, version)
 	}
 	switch {
 	case gcos.ErrorCode(err) == gcos.ENOTFOUND:

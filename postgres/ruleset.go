@@ -387,14 +387,20 @@ func (s *Store) ActivateRulesetAs(ctx context.Context, version, approvalRef stri
 // never changes (it is its hash), so the components are decoded once per version and only the lifecycle columns
 // are read each time.
 func (s *Store) CurrentRuleset(ctx context.Context) (RulesetRow, error) {
+	return s.currentRulesetVia(ctx, s.pool)
+}
+
+// currentRulesetVia is CurrentRuleset read through q: a caller inside a transaction reads through it, never taking
+// a second connection of the pool while it holds one (with every connection held so, the pool would wait forever).
+func (s *Store) currentRulesetVia(ctx context.Context, q Querier) (RulesetRow, error) {
 	var head RulesetRow
-	err := s.pool.QueryRow(ctx, `SELECT ruleset_version, status, activated_at, activated_by, approval_ref, supersedes
+	err := q.QueryRow(ctx, `SELECT ruleset_version, status, activated_at, activated_by, approval_ref, supersedes
 		FROM governance_ruleset WHERE ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)`).Scan(
 		&head.Version, &head.Status, &head.ActivatedAt, &head.ActivatedBy, &head.ApprovalRef, &head.Supersedes)
 	if err != nil {
 		return RulesetRow{}, MapError(err, "current ruleset (run gcos backfill first)")
 	}
-	cached, err := s.rulesetVersion(ctx, head.Version)
+	cached, err := s.RulesetVersionVia(ctx, q, head.Version)
 	if err != nil {
 		return RulesetRow{}, err
 	}

@@ -434,6 +434,11 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, parts []birthPart
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The helpers wait for a connection of the pool only while batches remain: the first worker, on the
+	// capture's own transaction, reads them all if none comes free, and once it has taken the last batch a helper
+	// still waiting gives up. The capture never waits for the pool while holding a connection of it.
+	helping, noMoreHelp := context.WithCancel(ctx)
+	defer noMoreHelp()
 	errs := make(chan error, opts.Workers)
 	var wg sync.WaitGroup
 	for w := 0; w < opts.Workers; w++ {
@@ -442,10 +447,14 @@ func (s *Store) captureBatches(ctx context.Context, tx pgx.Tx, parts []birthPart
 			defer wg.Done()
 			err := func() error {
 				if first {
+					defer noMoreHelp()
 					return worker(ctx, tx)
 				}
-				conn, err := s.pool.Acquire(ctx)
+				conn, err := s.pool.Acquire(helping)
 				if err != nil {
+					if ctx.Err() == nil && helping.Err() != nil {
+						return nil // every batch was taken before a connection came free
+					}
 					return err
 				}
 				defer conn.Release()
