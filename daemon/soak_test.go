@@ -57,16 +57,7 @@ func TestLiveSoak(t *testing.T) {
 	store := postgres.New(w.Pool, w.Cfg, slog.New(logs)) // every stage logs where the test reads
 	deadlocksBefore := w.Count(t, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)
 
-	// Rates a race-instrumented daemon on two cores keeps up with: eight times the demo's governance edits.
-	churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: 20, ChangesPerSecond: 4, GovernancePerSecond: 4, Seed: 5,
-		Logger: slog.New(logs), ProposeEvery: 3 * time.Second, Propose: func(ctx context.Context) (string, error) {
-			rs, _, err := store.ComputeRuleset(ctx, "demo-proposer")
-			return rs.Version, err
-		}}
-	d, err := daemon.New(daemon.Config{Store: store, Churn: churn, Logger: slog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, churn := churningDaemon(t, store, logs, 5)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(runCtx) }()
@@ -188,6 +179,22 @@ func TestLiveSoak(t *testing.T) {
 	if a := pass.Audit; !before.Clean() && a.CountDrift+len(a.LostSignals)+len(a.KeptCountDrift) == 0 {
 		t.Errorf("the full audit repaired %d differences without reporting them: %+v", len(before.Mismatches), a)
 	}
+}
+
+// churningDaemon is a daemon over store with the demo's churn on its pool, logging to logs, at rates a
+// race-instrumented daemon on two cores keeps up with: eight times the demo's governance edits.
+func churningDaemon(t *testing.T, store *postgres.Store, logs *recordLog, seed uint64) (*daemon.Daemon, *world.Churn) {
+	t.Helper()
+	churn := &world.Churn{Pool: store.Pool(), BirthsPerSecond: 20, ChangesPerSecond: 4, GovernancePerSecond: 4, Seed: seed,
+		Logger: slog.New(logs), ProposeEvery: 3 * time.Second, Propose: func(ctx context.Context) (string, error) {
+			rs, _, err := store.ComputeRuleset(ctx, "demo-proposer")
+			return rs.Version, err
+		}}
+	d, err := daemon.New(daemon.Config{Store: store, Churn: churn, Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, churn
 }
 
 // waitUntil polls cond until it holds, failing the test past within or when the daemon stops (done, if any).
@@ -399,15 +406,7 @@ func TestDaemonOnOneConnection(t *testing.T) {
 	defer one.Close()
 	logs := &recordLog{}
 	store := postgres.New(one, w.Cfg, slog.New(logs))
-	churn := &world.Churn{Pool: one, BirthsPerSecond: 20, ChangesPerSecond: 4, GovernancePerSecond: 4, Seed: 7,
-		Logger: slog.New(logs), ProposeEvery: 3 * time.Second, Propose: func(ctx context.Context) (string, error) {
-			rs, _, err := store.ComputeRuleset(ctx, "demo-proposer")
-			return rs.Version, err
-		}}
-	d, err := daemon.New(daemon.Config{Store: store, Churn: churn, Logger: slog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, churn := churningDaemon(t, store, logs, 7)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop() // before the pool closes, which waits for the daemon's connection
 	done := make(chan error, 1)

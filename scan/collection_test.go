@@ -1,6 +1,7 @@
 package scan_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -73,16 +74,7 @@ func TestAMovedBirthIsNeverCountedTwice(t *testing.T) {
 	if len(left) == 0 || len(counted(left)) != 1 {
 		t.Fatalf("the active groups of %s/%s: %v, counted %v; want one count in every scope", class, coll, left, counted(left))
 	}
-	closes := func(when string) {
-		t.Helper()
-		rep, err := gate.New(store, nil).Invariant(ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !rep.Closes {
-			t.Fatalf("%s: the ledger does not close: %+v", when, rep.Ledgers)
-		}
-	}
+	closes := func(when string) { t.Helper(); ledgerCloses(t, store, when) }
 	closes("at rest")
 
 	// The source retires the birth and reports it; the intake hands the change off.
@@ -233,16 +225,7 @@ func TestAGroupNoScanJudgedIsStaleAfterAnAudit(t *testing.T) {
 		ORDER BY b.id LIMIT 1`).Scan(&class, &coll); err != nil {
 		t.Fatal(err)
 	}
-	closes := func(when string) {
-		t.Helper()
-		rep, err := gate.New(store, nil).Invariant(ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !rep.Closes {
-			t.Fatalf("%s: the ledger does not close: %+v", when, rep.Ledgers)
-		}
-	}
+	closes := func(when string) { t.Helper(); ledgerCloses(t, store, when) }
 	closes("at rest")
 	if _, err := pool.Exec(ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
 		VALUES ('unjudged-1', $1, $2, 'superseded', 'birth-api', 'scan-test')`, coll, class); err != nil {
@@ -312,5 +295,17 @@ func TestAGroupNoScanJudgedIsStaleAfterAnAudit(t *testing.T) {
 	closes("once the audit's scan judged the new group")
 	if rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{}); err != nil || !rep.Clean() {
 		t.Fatalf("after the audit: %v %+v", err, rep.Mismatches)
+	}
+}
+
+// ledgerCloses fails the test when the ledger of a scope does not close (when: the moment, for the message).
+func ledgerCloses(t *testing.T, store *postgres.Store, when string) {
+	t.Helper()
+	rep, err := gate.New(store, nil).Invariant(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Closes {
+		t.Fatalf("%s: the ledger does not close: %+v", when, rep.Ledgers)
 	}
 }
