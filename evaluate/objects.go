@@ -444,6 +444,10 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 	var lifts []objectLift
 	seen := map[string]bool{}
 	var requeue [][5]string      // objects of the pass's bases no live group holds: collection, code and base
+	// Objects a pass over the estate cannot judge: their base (or its group in their scope) is not in the snapshot,
+	// born or moved since its cut. A row a scan wrote for one since then is the scans' to keep: retired here as
+	// lapsed, it would stay missing until the next audit.
+	after := map[string]bool{}
 	born := map[[2]string]bool{} // excepted objects that have a birth
 	consider := func(coll, code, class, status, anchorColl string, canonical *string, child bool, h0, h1 *int64) error {
 		ref := coll + ":" + code
@@ -476,6 +480,8 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 			// tick retired on a count that did not include it: queued again, for the pass of the tick that counts it.
 			if pass.bases != nil {
 				requeue = append(requeue, [5]string{coll, code, class, anchorColl, status})
+			} else {
+				after[key] = true
 			}
 			return nil
 		}
@@ -515,6 +521,8 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 		if !ok {
 			if pass.bases != nil && scope == scopes[0] {
 				requeue = append(requeue, [5]string{coll, code, class, anchorColl, status}) // as above
+			} else if pass.bases == nil {
+				after[key] = true
 			}
 			return nil // no group in that scope in the snapshot: the next audit materializes it
 		}
@@ -652,7 +660,7 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 	if err := w.refreshHeld(ctx, tx, refresh); err != nil {
 		return 0, 0, err
 	}
-	retired, err = w.retireLapsed(ctx, tx, func(key string) bool { return seen[key] || kept[key] })
+	retired, err = w.retireLapsed(ctx, tx, func(key string) bool { return seen[key] || kept[key] || after[key] })
 	return w.written, retired, err
 }
 

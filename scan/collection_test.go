@@ -2,6 +2,7 @@ package scan_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,5 +308,83 @@ func ledgerCloses(t *testing.T, store *postgres.Store, when string) {
 	}
 	if !rep.Closes {
 		t.Fatalf("%s: the ledger does not close: %+v", when, rep.Ledgers)
+	}
+}
+
+// TestAnAuditKeepsTheRowOfAnObjectBornAfterItsCut: an object of a class whose objects have rows is born into a
+// new base after a full audit's snapshot was cut, and before the audit records it a scan gives the object its row
+// (the audit is held at its first batch).
+// The audit cannot judge that object (its base has no group in the snapshot) and must leave the row as the scan
+// wrote it: it used to retire it as lapsed, and the row stayed missing until the next audit.
+func TestAnAuditKeepsTheRowOfAnObjectBornAfterItsCut(t *testing.T) {
+	t.Parallel()
+	store, ctx := seeded(t)
+	pool := store.Pool()
+	stage := scan.New(store)
+	worker := &intake.Worker{Stage: intake.New(store), Config: store.Config().Intake, DisableMonitor: true}
+	var class, coll string
+	if err := pool.QueryRow(ctx, `SELECT p.entity_type, m.registry_collection FROM governance_coverage_profile p
+		JOIN meta_catalog m USING (entity_type)
+		WHERE p.independently_authoritative AND m.registry_collection IS NOT NULL
+		  AND NOT EXISTS (SELECT 1 FROM birth_registry b WHERE b.entity_type = p.entity_type
+		                  AND b.collection_name = m.registry_collection AND b.status = 'superseded')
+		ORDER BY 1 LIMIT 1`).Scan(&class, &coll); err != nil {
+		t.Fatal(err)
+	}
+	rowOf := func() string {
+		t.Helper()
+		var state string
+		if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT lifecycle_status FROM governance_candidate_object
+			WHERE object_ref = $1 || ':after-cut-1' AND ruleset_version = (SELECT ruleset_version FROM v_current_ruleset)), 'none')`, coll).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		return state
+	}
+
+	// The audit captures its snapshot, then waits at its settle (as it waits for the intake to hand off what its
+	// cut saw) until the object has its row.
+	cut, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	auditor := scan.New(store, scan.WithSettle(func(ctx context.Context, _ time.Time) error {
+		once.Do(func() {
+			close(cut)
+			<-resume
+		})
+		return nil
+	}))
+	done := make(chan error, 1)
+	go func() {
+		_, err := auditor.FullAudit(ctx, nil)
+		done <- err
+	}()
+	release := sync.OnceFunc(func() { close(resume) })
+	defer release() // a failed test never leaves the audit waiting
+	select {
+	case <-cut:
+	case err := <-done:
+		t.Fatalf("the audit ended before its first batch: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO birth_registry (entity_code, collection_name, entity_type, status, source_system, actor_ref)
+		VALUES ('after-cut-1', $1, $2, 'superseded', 'birth-api', 'scan-test')`, coll, class); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 2*time.Minute, "the intake hands the birth off and a scan gives the object its row", func() bool {
+		if _, err := worker.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stage.ScanTick(ctx, scan.ScanOptions{Mode: postgres.ModeEvent}); err != nil {
+			t.Fatal(err)
+		}
+		return rowOf() == "active"
+	})
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("the audit: %v", err)
+	}
+	if got := rowOf(); got != "active" {
+		t.Fatalf("after the audit the object born after its cut has its row %s, want active", got)
+	}
+	if rep, err := oracle.Verify(ctx, store, oracle.VerifyOptions{}); err != nil || !rep.Clean() {
+		t.Fatalf("after the audit: %v %+v", err, rep.Mismatches)
 	}
 }
