@@ -444,11 +444,11 @@ func (ev *Evaluator) deriveObjects(ctx context.Context, tx pgx.Tx, pass objectPa
 	var lifts []objectLift
 	seen := map[string]bool{}
 	var requeue [][5]string      // objects of the pass's bases no live group holds: collection, code and base
+	born := map[[2]string]bool{} // excepted objects that have a birth
 	// Objects a pass over the estate cannot judge: their base (or its group in their scope) is not in the snapshot,
 	// born or moved since its cut. A row a scan wrote for one since then is the scans' to keep: retired here as
 	// lapsed, it would stay missing until the next audit.
 	after := map[string]bool{}
-	born := map[[2]string]bool{} // excepted objects that have a birth
 	consider := func(coll, code, class, status, anchorColl string, canonical *string, child bool, h0, h1 *int64) error {
 		ref := coll + ":" + code
 		key := ref
