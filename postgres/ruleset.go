@@ -409,14 +409,9 @@ func (s *Store) currentRulesetVia(ctx context.Context, q Querier) (RulesetRow, e
 	return cached, nil
 }
 
-// rulesetVersion returns a ruleset version with its decoded components, read once per version (a version's
-// content is its hash, so it never changes). Its lifecycle columns are as first read: callers that need them
-// current read them themselves.
-func (s *Store) rulesetVersion(ctx context.Context, version string) (RulesetRow, error) {
-	return s.RulesetVersionVia(ctx, s.pool, version)
-}
-
-// RulesetVersionVia is rulesetVersion read through q (the gate reads through its own pool).
+// RulesetVersionVia returns a ruleset version with its decoded components, read through q (a transaction, or the
+// gate's own pool) once per version (a version's content is its hash, so it never changes). Its lifecycle columns
+// are as first read: callers that need them current read them themselves.
 func (s *Store) RulesetVersionVia(ctx context.Context, q Querier, version string) (RulesetRow, error) {
 	s.rulesetCache.mu.Lock()
 	cached, ok := s.rulesetCache.rows[version]
