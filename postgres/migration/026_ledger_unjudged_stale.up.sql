@@ -1,19 +1,22 @@
--- A group no scan has judged under the current ruleset places its members as stale, whatever the last full
--- snapshot knew of it. The intake records a group when a birth first lands in its base and a scan judges it
--- later; a full audit that captures the source meanwhile names the group, yet leaves it to the scans (it seeds
--- only groups the registry does not hold, and none beside a live sibling of the same base). Placing such members
--- nowhere opened the ledger by their number until the scan committed, on a system that was right.
+-- A group no scan has ever judged places its members as stale, whatever the last full snapshot knew of it. The
+-- intake records a group when a birth first lands in its base and a scan judges it later; a full audit that
+-- captures the source meanwhile names the group, yet leaves it to the scans (it seeds only groups the registry
+-- does not hold, and none beside a live sibling of the same base). Placing such members nowhere opened the ledger
+-- by their number until the scan committed, on a system that was right. A group the snapshot knew that was judged
+-- under another ruleset and has no row under the current one (a row lost or moved, or an activation that did not
+-- carry it) still places its members nowhere.
 --
 -- The coverage invariant per scope, in objects, against the estate now: total is every born object (each belongs
 -- to one group per scope). Each live group's members, as its last scan counted them, land in the bucket of its
 -- candidate row, except materialized objects, which land in their own. Objects no group has counted yet (born,
 -- or moved, since their group's last scan) are counted as stale, and so are the members of a group no scan has
--- judged yet under the current ruleset: unknown is never safe, and never silent. A relevant group or object with
--- no coverage outcome places its objects nowhere, so the ledger does not close; nor does it when an object is
--- counted twice. snapshot_id is the full snapshot (backfill or audit) the candidate rows are qualified by.
+-- judged yet: unknown is never safe, and never silent. A group the snapshot knew with a candidate row under
+-- another ruleset only, or a relevant group or object with no coverage outcome, places its objects nowhere, so the
+-- ledger does not close; nor does it when an object is counted twice. snapshot_id is the full snapshot (backfill
+-- or audit) the candidate rows are qualified by.
 CREATE OR REPLACE VIEW v_invariant_ledger AS
 WITH snap AS (
-    SELECT id FROM evolution_snapshots
+    SELECT id, metrics FROM evolution_snapshots
     WHERE scope IN ('governance.backfill', 'governance.audit') ORDER BY id DESC LIMIT 1
 ), estate AS (
     SELECT gcos_estate_count() AS births
@@ -29,7 +32,9 @@ WITH snap AS (
     GROUP BY 1, 2
 ), groups AS (
     SELECT e.scope,
-           CASE WHEN e.effective_verdict = 'relevant' AND e.coverage_outcome IS NULL THEN NULL
+           CASE WHEN e.member_count IS NULL AND (SELECT metrics -> 'groups' FROM snap) ? e.group_key
+                     AND EXISTS (SELECT 1 FROM governance_candidate_state c WHERE c.group_key = e.group_key) THEN NULL
+                WHEN e.effective_verdict = 'relevant' AND e.coverage_outcome IS NULL THEN NULL
                 ELSE gcos_invariant_bucket(e.effective_verdict, e.coverage_outcome) END AS bucket,
            coalesce(e.member_count, e.group_member_count) AS members,
            coalesce(e.member_count, e.group_member_count)
