@@ -312,10 +312,10 @@ func ledgerCloses(t *testing.T, store *postgres.Store, when string) {
 }
 
 // TestAnAuditKeepsTheRowOfAnObjectBornAfterItsCut: an object of a class whose objects have rows is born into a
-// new base after a full audit's snapshot was cut, and before the audit records it a scan gives the object its row
-// (the audit is held at its first batch).
-// The audit cannot judge that object (its base has no group in the snapshot) and must leave the row as the scan
-// wrote it: it used to retire it as lapsed, and the row stayed missing until the next audit.
+// new base after a full audit's snapshot was cut, and a scan gives the object its row before the audit records
+// (the audit is held at its settle, between its capture and its record). The audit cannot judge that object (its
+// base has no group in the snapshot) and must leave the row as the scan wrote it: it used to retire it as lapsed,
+// and the row stayed missing until the next audit.
 func TestAnAuditKeepsTheRowOfAnObjectBornAfterItsCut(t *testing.T) {
 	t.Parallel()
 	store, ctx := seeded(t)
