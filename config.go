@@ -52,6 +52,12 @@ type DatabaseConfig struct {
 	// connection that the pooler may hand to someone else, and what needs a session of its own (the LISTEN that
 	// wakes event scans) uses the session URL, or is given up for polling when there is none.
 	Pooling string `json:"pooling"`
+	// PoolConns is the size of the store's connection pool, which every part but the gate shares: the intake's tick
+	// and its read-ahead, the event, incremental and audit scan loops (the audit's capture helpers and its proof
+	// beside them), the gate's follow-up rescans, promotion, ruleset proposals and the API's reads. A part that
+	// finds the pool taken waits for a connection, however short its own work is, so the pool holds what they hold
+	// together at a busy moment. A pool_max_conns parameter in the database URL wins over it.
+	PoolConns int `json:"pool_conns"`
 }
 
 // Principal roles.
@@ -521,7 +527,7 @@ func DefaultConfig() Config {
 			BatchSize: 100_000, StatementTimeout: Duration(5 * time.Second), RetentionCycles: 12,
 		},
 		Roles:    RolesConfig{LeaseTTL: Duration(30 * time.Second)},
-		Database: DatabaseConfig{Pooling: PoolingSession},
+		Database: DatabaseConfig{Pooling: PoolingSession, PoolConns: 12},
 		Outage:   OutageConfig{BackoffMax: Duration(10 * time.Second), LogEvery: Duration(time.Minute)},
 		Events: EventsConfig{
 			Rules: []EventRule{
@@ -818,6 +824,7 @@ func (c Config) Validate() error {
 	}
 	p.positive("gate.timeout", c.Gate.Timeout)
 	p.positiveInt("gate.pool_conns", c.Gate.PoolConns)
+	p.positiveInt("database.pool_conns", c.Database.PoolConns)
 	if c.Database.Pooling != PoolingSession && c.Database.Pooling != PoolingTransaction {
 		p.add("database.pooling", "%s is not %s or %s", Quote(c.Database.Pooling), Quote(PoolingSession), Quote(PoolingTransaction))
 	}

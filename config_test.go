@@ -131,6 +131,7 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		{"insecure on all interfaces", `{"http":{"listen":":8080","insecure_no_auth":true}}`, "http.insecure_no_auth"},
 		{"bad listen", `{"http":{"listen":"localhost"}}`, `http.listen: want host:port`},
 		{"unknown pooling", `{"database":{"pooling":"statement"}}`, `database.pooling: "statement" is not "session" or "transaction"`},
+		{"no store pool", `{"database":{"pool_conns":0}}`, "database.pool_conns: must be > 0, got 0"},
 		{"empty token", `{"http":{"reader_tokens":["ok",""]}}`, "http.reader_tokens[1]: must not be empty"},
 		{"event domain", `{"events":{"domain":"other"}}`, "events"},
 		{"bad inline policy", `{"verdict_policy":{"document":{"version":1,"rules":[{"name":"x","verdict":"relevant"}]}}}`,

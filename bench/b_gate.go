@@ -66,7 +66,7 @@ func (g *gateFigures) add(rate float64, lat []float64) {
 }
 
 func benchGate(ctx context.Context, r *runner) ([]row, error) {
-	// The store's pool has pgxpool's default size, as `gcos up` opens it (unless -pool-conns).
+	// The store's pool has database.pool_conns connections, as `gcos up` opens it (unless -pool-conns).
 	ws, objs, done, err := r.gateWorld(ctx, "gate")
 	if err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func benchGate(ctx context.Context, r *runner) ([]row, error) {
 	total := allowed.Load() + blocked.Load()
 	return []row{
 		mk("in-process decisions/s (8 goroutines)", "decisions/s", higher, in.rate, nv.rate, rate,
-			fmt.Sprintf("Gate.Gate over %d random objects, action write; %.1f%% allowed (naive %.1f%%); store pool of %d conns (pgxpool's default unless -pool-conns)",
+			fmt.Sprintf("Gate.Gate over %d random objects, action write; %.1f%% allowed (naive %.1f%%); store pool of %d conns (database.pool_conns unless -pool-conns)",
 				len(objs), 100*float64(allowed.Load())/float64(max(total, 1)),
 				100*float64(naiveAllowed.Load())/float64(max(naiveCalls.Load(), 1)), ws.pool.Config().MaxConns)),
 		mk("in-process p50", "ms", lower, in.p50, nv.p50, nil, "the database path: GateWith(consistency=full), one statement per decision"),

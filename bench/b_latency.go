@@ -151,7 +151,7 @@ func pollFresh(ctx context.Context, p *pgxpool.Pool, c latencyClass, source stri
 }
 
 func benchLatency(ctx context.Context, r *runner) ([]row, error) {
-	// The store's pool has pgxpool's default size, as `gcos up` opens it.
+	// The store's pool has database.pool_conns connections, as `gcos up` opens it.
 	ws, done, err := r.openWorld(ctx, "latency", r.opts.births, 0)
 	if err != nil {
 		return nil, err

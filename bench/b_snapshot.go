@@ -43,10 +43,11 @@ func (r *runner) openWorld(ctx context.Context, label string, births int, maxCon
 	return ws, func() { closeStore(); drop() }, nil
 }
 
-// openStore opens a pool and a store on an existing database; maxConns 0 means -pool-conns.
+// openStore opens a pool and a store on an existing database; maxConns 0 sizes the pool as gcos up does
+// (database.pool_conns, or -pool-conns).
 func (r *runner) openStore(ctx context.Context, db string, maxConns int32) (*worldStore, func(), error) {
 	if maxConns == 0 {
-		maxConns = int32(r.opts.poolConns)
+		maxConns = int32(benchConfig(r.opts).Database.PoolConns)
 	}
 	p, err := r.env.pool(ctx, db, maxConns, "gcos-bench")
 	if err != nil {

@@ -165,7 +165,7 @@ func (e *env) dsnFor(database string) string {
 	return e.adminDSN + " dbname=" + database
 }
 
-// pool opens a pool on database; maxConns 0 keeps pgxpool's default (what `gcos up` runs with).
+// pool opens a pool on database; maxConns 0 keeps pgxpool's default.
 func (e *env) pool(ctx context.Context, database string, maxConns int32, app string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(e.dsnFor(database))
 	if err != nil {
@@ -260,6 +260,9 @@ func benchConfig(o *options) gcos.Config {
 	}
 	if o.intakePage > 0 {
 		cfg.Intake.PageSize = o.intakePage
+	}
+	if o.poolConns > 0 {
+		cfg.Database.PoolConns = o.poolConns
 	}
 	return cfg
 }

@@ -135,7 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.intakePoll, "intake-poll", 0, "override intake.poll_interval (default: gcos.DefaultConfig)")
 	fs.IntVar(&o.intakePage, "intake-page", 0, "override intake.page_size (default: gcos.DefaultConfig)")
 	fs.BoolVar(&o.noReadAhead, "no-read-ahead", false, "set intake.read_ahead to false")
-	fs.IntVar(&o.poolConns, "pool-conns", 0, "connections of the store's pool (0: pgxpool's default, as gcos up opens it)")
+	fs.IntVar(&o.poolConns, "pool-conns", 0, "override database.pool_conns, the connections of the store's pool (0: gcos.DefaultConfig's, as gcos up opens it)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile (allocations of the whole run, and what is live at its end) to this file")

@@ -73,6 +73,9 @@ func Open(ctx context.Context, db Databases, cfg gcos.Config, logger *slog.Logge
 		return nil, gcos.Errorf(gcos.EINVALID, "database url: %v", err)
 	}
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "gcos"
+	if !strings.Contains(db.URL, "pool_max_conns") {
+		pcfg.MaxConns = int32(cfg.Database.PoolConns)
+	}
 	var session *pgx.ConnConfig
 	switch {
 	case db.SessionURL != "":
