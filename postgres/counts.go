@@ -21,10 +21,11 @@ import (
 // (RecountKept), or files a recount request when another transaction holds the counts: it never waits for them.
 
 // KeepCounts adds a page of births to the kept counts. It takes the collections' row locks before the page records
-// or dirties any group. It first drops the counts of collections with a recount request, and of those a change
-// counted again after the page was read (RecountKept), then adds the births of kept collections, and counts a
-// collection it does not keep yet from the source through the page's last birth (every birth up to it has been
-// committed and is handed off by now).
+// or dirties any group. It first drops the counts of collections with a recount request, then adds the births of
+// kept collections, and counts a collection it does not keep yet from the source through the page's last birth
+// (every birth up to it has been committed and is handed off by now). The births of a collection a change counted
+// again after the page was read (RecountKept) are placed as the source holds them now, by id: the page's rows may
+// show one in the base group it has since left.
 //
 // A birth handed off out of cursor order (behind the cursor, or ahead of it) is not added: the counts of its
 // collection are dropped instead, and a collection stays unkept while a birth handed off ahead of the cursor is
@@ -72,41 +73,41 @@ func (s *Store) KeepCounts(ctx context.Context, tx pgx.Tx, page *PageCounts) err
 	}
 	sort.Strings(colls)
 	// A collection counted again after the page was read (RecountKept, for a change that may have moved births) may
-	// hold a birth of the page in another base group by now: counted from the source, not added to.
+	// hold a birth of the page in another base group by now: its births are placed again, as the source holds them.
+	// The recount counted through the cursor, which is not past the page while this transaction holds the row.
 	rows, err = tx.Query(ctx, `SELECT source_registry, counted_at > coalesce($2::timestamptz, now()) FROM governance_collection_count
 		WHERE source_registry = ANY($1) ORDER BY source_registry FOR UPDATE`, colls, rowsReadAt(ctx))
 	if err != nil {
 		return fmt.Errorf("lock kept counts: %w", err)
 	}
-	kept := map[string]bool{}
-	var recounted []string
+	kept, recounted := map[string]bool{}, map[string]bool{}
 	var coll string
 	var after bool
 	if _, err := pgx.ForEachRow(rows, []any{&coll, &after}, func() error {
-		if after {
-			recounted = append(recounted, coll)
-		} else {
-			kept[coll] = true
-		}
+		kept[coll], recounted[coll] = true, after
 		return nil
 	}); err != nil {
 		return fmt.Errorf("lock kept counts: %w", err)
 	}
-	if len(recounted) > 0 {
-		if _, err := tx.Exec(ctx, `DELETE FROM governance_collection_count WHERE source_registry = ANY($1)`, recounted); err != nil {
-			return fmt.Errorf("drop counts recounted after the page was read: %w", err)
-		}
-	}
 	var fresh []string
+	var reread []int64
 	for _, c := range colls {
-		if !kept[c] {
+		switch {
+		case !kept[c]:
 			fresh = append(fresh, c)
+		case recounted[c]:
+			reread = append(reread, page.byColl[c].ids...)
 		}
 	}
 	counts := map[BirthBase]int64{}
 	for b, n := range add {
-		if kept[b.Coll] {
+		if kept[b.Coll] && !recounted[b.Coll] {
 			counts[b] = n
+		}
+	}
+	if len(reread) > 0 {
+		if err := s.birthBases(ctx, tx, reread, counts); err != nil {
+			return err
 		}
 	}
 	if err := addBaseCounts(ctx, tx, counts); err != nil {
@@ -134,6 +135,7 @@ type PageCounts struct {
 type collectionPage struct {
 	bases map[BirthBase]int64
 	last  tailPosition
+	ids   []int64 // the births, to place them again after a recount
 }
 
 // CountPage counts a page of births per collection and base group; anchors are the base groups of the inherited
@@ -157,8 +159,27 @@ func CountPage(births []*TailRow, anchors map[[2]string]BirthBase) *PageCounts {
 			b = a
 		}
 		cp.bases[b]++
+		cp.ids = append(cp.ids, r.ID)
 	}
 	return page
+}
+
+// birthBases adds the births ids to counts in the base groups the source places them in now (as memberCountSQL
+// places them).
+func (s *Store) birthBases(ctx context.Context, tx pgx.Tx, ids []int64, counts map[BirthBase]int64) error {
+	rows, err := tx.Query(ctx, s.BirthBinding().birthBasesSQL(), ids)
+	if err != nil {
+		return fmt.Errorf("place births counted again: %w", err)
+	}
+	var b BirthBase
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&b.Class, &b.Coll, &b.Status, &n}, func() error {
+		counts[b] += n
+		return nil
+	}); err != nil {
+		return fmt.Errorf("place births counted again: %w", err)
+	}
+	return nil
 }
 
 type rowsReadAtKey struct{}

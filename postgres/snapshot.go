@@ -275,6 +275,17 @@ WHERE b.{coll} = ANY($1) AND b.{parent} IS NOT NULL
 GROUP BY 1, 2, 3`)
 }
 
+// birthBasesSQL counts the births $1 (ids) by the base group the source places them in now, each inherited child in
+// its anchor's, as memberCountSQL does.
+func (b BirthBinding) birthBasesSQL() string {
+	return b.SQL(`
+SELECT coalesce(p.{type}, b.{type}), b.{coll}, coalesce(p.{status}, b.{status}), count(*)
+FROM {t} b
+LEFT JOIN {t} p ON b.{parent} IS NOT NULL AND p.{coll} = b.{coll} AND p.{code} = b.{parent}
+WHERE b.{id} = ANY($1)
+GROUP BY 1, 2, 3`)
+}
+
 // bornAfterSQL counts, by anchor base group, the births of the collections $3 after the tail position ($1, $2):
 // the births the tail has not handed off yet, and, when $4, lists their ids. It reads the (born_at, id) index over
 // the tail's lag only.
