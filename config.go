@@ -54,9 +54,9 @@ type DatabaseConfig struct {
 	Pooling string `json:"pooling"`
 	// PoolConns is the size of the store's connection pool, which every part but the gate shares: the intake's tick
 	// and its read-ahead, the event, incremental and audit scan loops (the audit's capture helpers and its proof
-	// beside them), the gate's follow-up rescans, promotion, ruleset proposals and the API's reads. A part that
-	// finds the pool taken waits for a connection, however short its own work is, so the pool holds what they hold
-	// together at a busy moment. A pool_max_conns parameter in the database URL wins over it.
+	// beside them), promotion, ruleset proposals and the API's reads (the gate has its own, gate.pool_conns). A part
+	// that finds the pool taken waits for a connection, however short its own work is, so the pool holds what they
+	// hold together at a busy moment. A pool_max_conns parameter in the database URL wins over it.
 	PoolConns int `json:"pool_conns"`
 }
 
