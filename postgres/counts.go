@@ -277,8 +277,8 @@ func addBaseCounts(ctx context.Context, tx pgx.Tx, counts map[BirthBase]int64) e
 // scans that follow keep reading them instead of counting the collection from the source. It takes the kept counts'
 // row without waiting (level 1 of LockOrder, SKIP LOCKED): while it holds it no births handoff adds to them or moves
 // the cursor past a birth of coll, so the cursor it reads and the count through it agree. The new counted_at tells a
-// births page read before this count that its births' base groups may be stale (KeepCounts counts that collection
-// from the source instead of adding them). It returns the collection's members now, every birth counted (what
+// births page read before this count that its births' base groups may be stale (KeepCounts places them again, as
+// the source holds them, before adding them). It returns the collection's members now, every birth counted (what
 // MemberCounts returns without a position), read by the same statement.
 //
 // When the counts are not kept, another transaction holds them (a births handoff applying a page of them), or no
