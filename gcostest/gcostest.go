@@ -6,6 +6,7 @@ package gcostest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -162,7 +163,8 @@ func (w *World) Count(t testing.TB, sql string, args ...any) int64 {
 	return n
 }
 
-// Pairs is a two-column query as a map from the first column to the second.
+// Pairs is a two-column query as a map from the first column to the second. A key on two rows fails the test: the
+// map would keep whichever row the scan returned last, and a comparison of two such maps would be a coin toss.
 func (w *World) Pairs(t testing.TB, sql string, args ...any) map[string]string {
 	t.Helper()
 	rows, err := w.Pool.Query(w.Ctx, sql, args...)
@@ -171,7 +173,13 @@ func (w *World) Pairs(t testing.TB, sql string, args ...any) map[string]string {
 	}
 	out := map[string]string{}
 	var k, v string
-	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { out[k] = v; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error {
+		if was, ok := out[k]; ok {
+			return fmt.Errorf("key %q on two rows (%q, %q)", k, was, v)
+		}
+		out[k] = v
+		return nil
+	}); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return out

@@ -981,10 +981,12 @@ func TestReadAheadPlanHandsOffTheSame(t *testing.T) {
 				break
 			}
 		}
+		// A signal is one per correlation and source system: births of one base and bucket from two sources share a
+		// correlation, so both are in the key (a map by correlation alone keeps whichever row the scan returns last).
 		state := map[string]map[string]string{
-			"signals": e.Pairs(t, `SELECT correlation_id, event_type || ' ' || source_system || ' ' || (safe_payload - 'occurred_at')::text
+			"signals": e.Pairs(t, `SELECT correlation_id || ' ' || source_system, event_type || ' ' || (safe_payload - 'occurred_at')::text
 				FROM event_outbox WHERE event_type LIKE 'governance.handoff.%' AND event_type <> 'governance.handoff.heartbeat'`),
-			"signal keys": e.Pairs(t, `SELECT correlation_id, source_system || ' ' || event_type FROM governance_signal_key
+			"signal keys": e.Pairs(t, `SELECT correlation_id || ' ' || source_system, event_type FROM governance_signal_key
 				WHERE event_type LIKE 'governance.handoff.%'`),
 			"dirty": e.dirty(t),
 			"pending marks": e.Pairs(t, `SELECT u.key, string_agg(u.reason || ' ' || coalesce(u.births, '-'), ', ' ORDER BY u.reason, u.births)
