@@ -36,6 +36,16 @@ type Config struct {
 	// check is off, and GCOS says so at start.
 	Principals []Principal    `json:"principals"`
 	Database   DatabaseConfig `json:"database"`
+	Process    ProcessConfig  `json:"process"`
+}
+
+// ProcessConfig bounds what the `gcos up` process itself may hold.
+type ProcessConfig struct {
+	// MemoryLimitMiB is the daemon's soft memory limit (Go's runtime/debug.SetMemoryLimit): as the process nears it,
+	// the garbage collector runs sooner, so garbage does not pile up to twice what is live (what a collection paced
+	// by growth alone allows) while a tail catches up in large pages. It is soft: a process whose live memory needs
+	// more still gets it, at the cost of more collection work. 0 sets no limit; a GOMEMLIMIT in the environment wins.
+	MemoryLimitMiB int `json:"memory_limit_mib"`
 }
 
 // Database pooling modes (database.pooling).
@@ -340,8 +350,14 @@ type IntakeConfig struct {
 	PageSize int `json:"page_size"`
 	// ReadAhead: while a births page that came back full is applied, the next one is read on a connection of its
 	// own (intake/readahead.go), so a tail catching up reads and applies at once.
-	ReadAhead    bool     `json:"read_ahead"`
-	PollInterval Duration `json:"poll_interval"` // between polls when caught up
+	ReadAhead bool `json:"read_ahead"`
+	// CatchUpPageSize is the size of a page read ahead: once a births page comes back full the tail is behind, and
+	// it reads the backlog in pages this large. Each page marks, counts and signals nearly every group it touches
+	// whatever its size, so larger pages hand off a backlog with less of that work per row; a tail that keeps up
+	// reads PageSize rows at a time, which bounds how long a poll holds its locks. Two pages are in memory while it
+	// catches up (the one applied and the one read ahead). 0 reads PageSize throughout.
+	CatchUpPageSize int      `json:"catch_up_page_size"`
+	PollInterval    Duration `json:"poll_interval"` // between polls when caught up
 	// ProbeInterval is how often a quiet worker (its last tick read at most ProbeQuietRows rows) asks each source
 	// whether a row lies beyond its cursor (one index probe, no lock, no write), polling at once when one does: a
 	// change to a quiet estate waits for the next probe, not the next poll. Under load each tick reads more, and the
@@ -395,6 +411,16 @@ func DefaultWatchedRegistries() []WatchedRegistry {
 		{Table: TableJurisdiction, Key: "law_code", EntityType: "law_jurisdiction"},
 		{Table: "measurement_registry", Key: "measurement_id", EntityType: "measurement"},
 	}
+}
+
+// Pages are the rows a poll reads (PageSize; 10,000 when unset) and the rows a page read ahead holds
+// (CatchUpPageSize, never fewer than a poll's).
+func (c IntakeConfig) Pages() (page, catchUp int) {
+	page = c.PageSize
+	if page <= 0 {
+		page = 10_000
+	}
+	return page, max(c.CatchUpPageSize, page)
 }
 
 // KindFor maps a registry_changelog row to its change kind with the first matching rule; ok is false when no rule
@@ -528,6 +554,7 @@ func DefaultConfig() Config {
 		},
 		Roles:    RolesConfig{LeaseTTL: Duration(30 * time.Second)},
 		Database: DatabaseConfig{Pooling: PoolingSession, PoolConns: 12},
+		Process:  ProcessConfig{MemoryLimitMiB: 160},
 		Outage:   OutageConfig{BackoffMax: Duration(10 * time.Second), LogEvery: Duration(time.Minute)},
 		Events: EventsConfig{
 			Rules: []EventRule{
@@ -565,6 +592,7 @@ func DefaultConfig() Config {
 		Intake: IntakeConfig{
 			PageSize:           25_000,
 			ReadAhead:          true,
+			CatchUpPageSize:    100_000,
 			PollInterval:       Duration(100 * time.Millisecond),
 			ProbeInterval:      Duration(10 * time.Millisecond),
 			ProbeQuietRows:     10,
@@ -825,6 +853,9 @@ func (c Config) Validate() error {
 	p.positive("gate.timeout", c.Gate.Timeout)
 	p.positiveInt("gate.pool_conns", c.Gate.PoolConns)
 	p.positiveInt("database.pool_conns", c.Database.PoolConns)
+	if c.Process.MemoryLimitMiB < 0 {
+		p.add("process.memory_limit_mib", "must be >= 0 (0: no limit), got %d", c.Process.MemoryLimitMiB)
+	}
 	if c.Database.Pooling != PoolingSession && c.Database.Pooling != PoolingTransaction {
 		p.add("database.pooling", "%s is not %s or %s", Quote(c.Database.Pooling), Quote(PoolingSession), Quote(PoolingTransaction))
 	}
@@ -957,6 +988,10 @@ func (c Config) Validate() error {
 
 	in := c.Intake
 	p.positiveInt("intake.page_size", in.PageSize)
+	if in.CatchUpPageSize != 0 && in.CatchUpPageSize < in.PageSize {
+		p.add("intake.catch_up_page_size", "must be 0 (intake.page_size throughout) or at least intake.page_size (%d), got %d",
+			in.PageSize, in.CatchUpPageSize)
+	}
 	p.positive("intake.poll_interval", in.PollInterval)
 	if in.ProbeInterval < 0 {
 		p.add("intake.probe_interval", "must be >= 0 (0: off), got %s", in.ProbeInterval)

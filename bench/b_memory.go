@@ -87,6 +87,7 @@ func memoryChild(ctx context.Context, o *options, stdout io.Writer) error {
 // and a full audit, and answer gate calls over HTTP.
 func memoryOurs(ctx context.Context, o *options) (string, error) {
 	cfg := benchConfig(o)
+	limit, from := daemon.LimitMemory(cfg.Process) // as gcos up sets it (this child is a process of its own)
 	store, err := postgres.Open(ctx, postgres.Databases{URL: o.databaseURL}, cfg, nil)
 	if err != nil {
 		return "", err
@@ -171,8 +172,14 @@ func memoryOurs(ctx context.Context, o *options) (string, error) {
 		resp.Body.Close()
 	}
 	mark("gate")
-	return fmt.Sprintf("intake read %d rows, scans evaluated %d groups, %d gate calls over HTTP%s; peak MiB after each phase: %s",
-		read, scanned, len(objs), proof, strings.Join(phases, ", ")), nil
+	page, catchUp := cfg.Intake.Pages()
+	soft := "no soft memory limit"
+	if from != "none" {
+		soft = fmt.Sprintf("soft memory limit %d MiB (%s)", limit>>20, from)
+	}
+	return fmt.Sprintf("intake read %d rows in pages of %d (%d read ahead), scans evaluated %d groups, %d gate calls over HTTP%s; "+
+		"%s; peak MiB after each phase: %s", read, page, catchUp, scanned, len(objs), proof, soft,
+		strings.Join(phases, ", ")), nil
 }
 
 // memoryNaive keeps the whole inventory in memory and re-derives every object's verdict in process: the
@@ -274,6 +281,12 @@ func runMemoryChild(ctx context.Context, r *runner, mode, db string) (memReport,
 	}
 	if r.opts.intakePage > 0 {
 		args = append(args, "-intake-page", strconv.Itoa(r.opts.intakePage))
+	}
+	if r.opts.catchUpPage != 0 {
+		args = append(args, "-catch-up-page", strconv.Itoa(r.opts.catchUpPage))
+	}
+	if r.opts.memoryLimit != 0 {
+		args = append(args, "-memory-limit-mib", strconv.Itoa(r.opts.memoryLimit))
 	}
 	cmd := exec.CommandContext(ctx, exe, args...)
 	var out, errOut bytes.Buffer

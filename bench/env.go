@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"gcos"
+	"gcos/daemon"
 	"gcos/embeddedpg"
 	"gcos/events"
 	"gcos/intake"
@@ -264,7 +266,27 @@ func benchConfig(o *options) gcos.Config {
 	if o.poolConns > 0 {
 		cfg.Database.PoolConns = o.poolConns
 	}
+	switch {
+	case o.catchUpPage < 0:
+		cfg.Intake.CatchUpPageSize = 0
+	case o.catchUpPage > 0:
+		cfg.Intake.CatchUpPageSize = o.catchUpPage
+	}
+	switch {
+	case o.memoryLimit < 0:
+		cfg.Process.MemoryLimitMiB = 0
+	case o.memoryLimit > 0:
+		cfg.Process.MemoryLimitMiB = o.memoryLimit
+	}
 	return cfg
+}
+
+// limitMemory sets this process's soft memory limit as `gcos up` sets it (daemon.LimitMemory) for a benchmark of
+// what the daemon does in process, and returns what puts the limit back.
+func limitMemory(cfg gcos.Config) (restore func()) {
+	prev := debug.SetMemoryLimit(-1)
+	daemon.LimitMemory(cfg.Process)
+	return func() { debug.SetMemoryLimit(prev) }
 }
 
 // prepared is a database with a world that has been backfilled and whose ruleset is active, with the governance

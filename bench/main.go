@@ -42,6 +42,8 @@ type options struct {
 	coalesceWindow time.Duration
 	intakePoll     time.Duration
 	intakePage     int
+	catchUpPage    int // intake.catch_up_page_size; -1: none
+	memoryLimit    int // process.memory_limit_mib; -1: none
 	noReadAhead    bool
 	poolConns      int
 	verbose        bool
@@ -134,6 +136,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.coalesceWindow, "coalesce-window", 0, "override scan.coalesce_window (default: gcos.DefaultConfig)")
 	fs.DurationVar(&o.intakePoll, "intake-poll", 0, "override intake.poll_interval (default: gcos.DefaultConfig)")
 	fs.IntVar(&o.intakePage, "intake-page", 0, "override intake.page_size (default: gcos.DefaultConfig)")
+	fs.IntVar(&o.catchUpPage, "catch-up-page", 0, "override intake.catch_up_page_size, the size of a page read ahead (0: gcos.DefaultConfig's; -1: none, intake.page_size throughout)")
+	fs.IntVar(&o.memoryLimit, "memory-limit-mib", 0, "override process.memory_limit_mib, the daemon's soft memory limit (0: gcos.DefaultConfig's; -1: none)")
 	fs.BoolVar(&o.noReadAhead, "no-read-ahead", false, "set intake.read_ahead to false")
 	fs.IntVar(&o.poolConns, "pool-conns", 0, "override database.pool_conns, the connections of the store's pool (0: gcos.DefaultConfig's, as gcos up opens it)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")

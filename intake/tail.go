@@ -361,10 +361,8 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 		return res, gcos.Errorf(gcos.EINVALID, "poll %s: no apply step", src.Name)
 	}
 	ctx, tally := withTally(ctx)
-	page := cfg.PageSize
-	if page <= 0 {
-		page = 10_000
-	}
+	// A page read ahead is a catch-up page: the tail was behind when it was started (its page came back full).
+	page, catchUp := cfg.Pages()
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return res, fmt.Errorf("poll %s: begin: %w", src.Name, err)
@@ -412,7 +410,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	res.Position = cur.pos.watermark(cur.noTZ)
 	// The page read ahead while the last one was applied (readahead.go), if it starts where the cursor is: taken by
 	// whichever poll locks the cursor next, so one that stalls drops it too.
-	rows, ahead, plan, ok := s.takeReadAhead(ctx, src, cfg, cur, page)
+	rows, ahead, plan, ok := s.takeReadAhead(ctx, src, cfg, cur, catchUp)
 	if prepared > 0 {
 		// A prepared transaction has left pg_stat_activity but may still commit rows of any age: stall (never skip)
 		// until it is resolved, and say so.
@@ -430,16 +428,16 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	}
 
 	// 3. One page below the horizon: the page read ahead, or one read now. pageHorizon is the horizon it was read below.
-	pageHorizon := horizon
+	pageHorizon, size := horizon, page
 	if ok {
-		pageHorizon, res.Horizon, res.HeldBy, res.ReadAhead = ahead.at, ahead.at, ahead.heldBy, true
+		pageHorizon, res.Horizon, res.HeldBy, res.ReadAhead, size = ahead.at, ahead.at, ahead.heldBy, true, catchUp
 	} else {
 		rows, err = readPage(ctx, tx, src, cur.noTZ, cur.zone, cur.pos, horizon, page)
 		if err != nil {
 			return res, fmt.Errorf("poll %s: read: %w", src.Name, err)
 		}
 	}
-	res.Read, res.PageFull = len(rows), len(rows) == page
+	res.Read, res.PageFull = len(rows), len(rows) == size
 	next := cur.pos
 	if len(rows) > 0 {
 		next = tailPos{ts: rows[len(rows)-1].Raw, id: rows[len(rows)-1].ID}
@@ -447,7 +445,7 @@ func (s *Stage) PollTail(ctx context.Context, src postgres.TailSource, cfg gcos.
 	if res.PageFull && src.Kind == postgres.TailBirth && cfg.ReadAhead {
 		// More rows wait: read the next page while this one is applied. This transaction writes no birth, so the
 		// read-ahead's horizon passes over it.
-		s.startReadAhead(ctx, src, cfg, cur, next, page, postgres.ScanTx{PID: int32(tx.Conn().PgConn().PID()), Start: h.txStart})
+		s.startReadAhead(ctx, src, cfg, cur, next, catchUp, postgres.ScanTx{PID: int32(tx.Conn().PgConn().PID()), Start: h.txStart})
 	}
 
 	// 3b. Rows the order key misplaces: behind the cursor (never to be read) or far in the future (sweep.go).

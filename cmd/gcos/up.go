@@ -77,6 +77,9 @@ func (a *app) upCommand() *cobra.Command {
 			if len(a.cfg.Principals) == 0 {
 				a.logger.Warn("no principals configured: ruleset ownership is not checked (ruleset_unowned is never raised)")
 			}
+			if limit, from := daemon.LimitMemory(a.cfg.Process); from != "none" {
+				a.logger.Info("soft memory limit", "mib", limit>>20, "from", from)
+			}
 			store, err := a.openWhenReachable(ctx, demo)
 			if err != nil || store == nil {
 				return err // nil store: stopped while waiting for the database
