@@ -132,6 +132,9 @@ func TestLoadConfigErrorsNameTheKey(t *testing.T) {
 		{"bad listen", `{"http":{"listen":"localhost"}}`, `http.listen: want host:port`},
 		{"unknown pooling", `{"database":{"pooling":"statement"}}`, `database.pooling: "statement" is not "session" or "transaction"`},
 		{"no store pool", `{"database":{"pool_conns":0}}`, "database.pool_conns: must be > 0, got 0"},
+		{"catch-up page below the page", `{"intake":{"page_size":1000,"catch_up_page_size":999}}`,
+			"intake.catch_up_page_size: must be 0 (intake.page_size throughout) or at least intake.page_size (1000), got 999"},
+		{"negative memory limit", `{"process":{"memory_limit_mib":-1}}`, "process.memory_limit_mib: must be >= 0 (0: no limit), got -1"},
 		{"empty token", `{"http":{"reader_tokens":["ok",""]}}`, "http.reader_tokens[1]: must not be empty"},
 		{"event domain", `{"events":{"domain":"other"}}`, "events"},
 		{"bad inline policy", `{"verdict_policy":{"document":{"version":1,"rules":[{"name":"x","verdict":"relevant"}]}}}`,
@@ -335,5 +338,22 @@ func TestValidateEventsAndPrincipals(t *testing.T) {
 	}
 	if err := gcos.DefaultConfig().Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
+	}
+}
+
+// TestIntakePages: a page read ahead holds intake.catch_up_page_size rows, never fewer than a poll's page.
+func TestIntakePages(t *testing.T) {
+	for _, tc := range []struct{ page, catchUp, wantPage, wantCatchUp int }{
+		{25_000, 100_000, 25_000, 100_000},
+		{25_000, 0, 25_000, 25_000},
+		{0, 0, 10_000, 10_000},
+		{0, 50_000, 10_000, 50_000},
+		{500, 100, 500, 500},
+	} {
+		page, catchUp := gcos.IntakeConfig{PageSize: tc.page, CatchUpPageSize: tc.catchUp}.Pages()
+		if page != tc.wantPage || catchUp != tc.wantCatchUp {
+			t.Errorf("page_size %d, catch_up_page_size %d: pages %d and %d, want %d and %d", tc.page, tc.catchUp, page,
+				catchUp, tc.wantPage, tc.wantCatchUp)
+		}
 	}
 }

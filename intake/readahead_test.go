@@ -45,14 +45,27 @@ func holdReadAheads(t *testing.T, e *tailEnv) (release func()) {
 }
 
 // TestTailReadAhead_TakesTheNextPageOnce: while a full births page is applied the next one is read, and the next poll
-// hands it off: every row exactly once, in pages of the configured size; with intake.read_ahead off, no poll does.
+// hands it off: every row exactly once, in pages of the configured size (intake.page_size, then
+// intake.catch_up_page_size for each page read ahead); with intake.read_ahead off, no poll does, and every page is
+// of intake.page_size.
 func TestTailReadAhead_TakesTheNextPageOnce(t *testing.T) {
 	t.Parallel()
-	for _, on := range []bool{true, false} {
-		t.Run(fmt.Sprint("read_ahead=", on), func(t *testing.T) {
+	for _, tc := range []struct {
+		readAhead bool
+		catchUp   int
+		reads     string
+		ahead     int
+	}{
+		{true, 0, "[100 100 100 50]", 3},
+		{false, 0, "[100 100 100 50]", 0},
+		{true, 150, "[100 150 100]", 2}, // the last page read ahead is not full: the tail has caught up
+		{false, 150, "[100 100 100 50]", 0},
+		{true, 400, "[100 250]", 1},
+	} {
+		t.Run(fmt.Sprintf("read_ahead=%v,catch_up=%d", tc.readAhead, tc.catchUp), func(t *testing.T) {
 			t.Parallel()
 			e := newTailEnv(t)
-			e.cfg.ReadAhead = on
+			e.cfg.ReadAhead, e.cfg.CatchUpPageSize = tc.readAhead, tc.catchUp
 			ids := e.births(t, 350)
 			wait.Pass(e.ctx, 2*tailGuard)
 			polls := e.readAheadPolls(t)
@@ -64,11 +77,11 @@ func TestTailReadAhead_TakesTheNextPageOnce(t *testing.T) {
 					ahead++
 				}
 			}
-			if fmt.Sprint(reads) != "[100 100 100 50]" {
-				t.Fatalf("pages read %v, want [100 100 100 50]", reads)
+			if fmt.Sprint(reads) != tc.reads {
+				t.Fatalf("pages read %v, want %s", reads, tc.reads)
 			}
-			if want := map[bool]int{true: 3, false: 0}[on]; ahead != want || polls[0].ReadAhead {
-				t.Fatalf("%d of the polls took a page read ahead, want %d (never the first)", ahead, want)
+			if ahead != tc.ahead || polls[0].ReadAhead {
+				t.Fatalf("%d of the polls took a page read ahead, want %d (never the first)", ahead, tc.ahead)
 			}
 			tailExactlyOnce(t, "read-ahead", ids, e.applied(t, e.birth.Name))
 		})

@@ -51,6 +51,7 @@ func newTailEnv(t *testing.T) *tailEnv {
 	full := gcos.DefaultConfig()
 	cfg := full.Intake
 	cfg.PageSize = 100
+	cfg.CatchUpPageSize = 0 // pages read ahead are pages of 100 too (TestTailReadAhead_CatchUpPages sets it)
 	cfg.HorizonGuard = gcos.Duration(tailGuard)
 	cfg.BackoffBase = gcos.Duration(time.Millisecond)
 	cfg.BackoffMax = gcos.Duration(4 * time.Millisecond)
