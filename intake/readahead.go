@@ -5,7 +5,9 @@ package intake
 // A poll is serial: it reads its page, then the apply step maps it and writes the marks, counts and signals, then it
 // commits. While a full page is applied, PostgreSQL and the process take turns on one core and the other idles. So
 // once a births page comes back full, the poll starts reading the next page on a connection of its own, and the poll
-// after it takes that page instead of reading one, if the cursor it locks is where the page starts.
+// after it takes that page instead of reading one, if the cursor it locks is where the page starts. A page read
+// ahead holds intake.catch_up_page_size rows (a catch-up page): the tail is behind while its pages come back full, and
+// a larger page hands the backlog off with less of the per-group work a page does.
 //
 // Why that page is as complete as one the poll would read itself: a page is every row in (cursor, horizon), up to the
 // page size, read after (1) the horizon was taken: no open transaction it did not pass over can still commit a row
