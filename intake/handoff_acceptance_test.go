@@ -328,7 +328,7 @@ func TestSB11_NoLostHandoff(t *testing.T) {
 	var terminated, cancelled, deadlines atomic.Int64
 	kills := func() int64 { return terminated.Load() + cancelled.Load() + deadlines.Load() }
 	cfg := e.Cfg.Intake
-	cfg.PageSize = 40 // small pages: many polls, many points to be killed at
+	cfg.PageSize, cfg.CatchUpPageSize = 40, 0 // small pages, read ahead too: many polls, many points to be killed at
 	killStart := time.Now()
 	enough := func() bool { return kills() >= 21 && terminated.Load() >= 4 && cancelled.Load() >= 4 }
 	for round := 0; !enough() && round < 300; round++ {

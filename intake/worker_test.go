@@ -35,6 +35,7 @@ func newEnv(t *testing.T) *env {
 	w := gcostest.New(t, gcostest.Options{Config: func(cfg *gcos.Config) {
 		in := &cfg.Intake
 		in.PageSize = 25
+		in.CatchUpPageSize = 0 // a page read ahead holds 25 too: how many polls a pass takes does not hang on a race
 		in.PollInterval = gcos.Duration(20 * time.Millisecond)
 		in.HorizonGuard = gcos.Duration(10 * time.Millisecond)
 		in.BackoffBase = gcos.Duration(time.Millisecond)
